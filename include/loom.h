@@ -1,0 +1,163 @@
+/*
+ * loom.h — public API of loom, a CPU transformer inference engine.
+ *
+ * Conventions: every function that can fail returns loom_status (never aborts,
+ * never exits); loom_last_error() gives a message naming what was wrong.
+ * Names are loom_<object>_<verb>; objects are created by *_init/_load and
+ * released by *_free.
+ */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum loom_status {
+    LOOM_OK = 0,
+    LOOM_ERR_INVALID_ARG,   /* a parameter is out of range or inconsistent */
+    LOOM_ERR_SHAPE,         /* tensor shapes do not fit the operation */
+    LOOM_ERR_DTYPE,         /* tensor dtype not supported by the operation */
+    LOOM_ERR_NOMEM,         /* an allocation failed */
+    LOOM_ERR_IO,            /* a file could not be opened, read or written */
+    LOOM_ERR_FORMAT,        /* a file's contents are malformed or truncated */
+    LOOM_ERR_UNSUPPORTED,   /* valid input that this build cannot handle */
+    LOOM_ERR_INTERNAL,      /* a bug in loom */
+    LOOM_STATUS_COUNT
+} loom_status;
+
+/* Name of a status code, e.g. "LOOM_ERR_SHAPE". Never NULL. */
+const char *loom_status_str(loom_status s);
+/* Message of the last error set on this thread ("" if none). */
+const char *loom_last_error(void);
+/* Clears the last error of this thread. */
+void loom_clear_error(void);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum loom_dtype {
+    LOOM_F32 = 0,
+    LOOM_F16,
+    LOOM_BF16,
+    LOOM_I32,
+    LOOM_I8,
+    LOOM_DTYPE_COUNT
+} loom_dtype;
+
+/* "f32", "f16", ... Never NULL. */
+const char *loom_dtype_name(loom_dtype t);
+/* Bytes per element; 0 for an unknown dtype. */
+size_t loom_dtype_size(loom_dtype t);
+
+/* IEEE half and bfloat16 conversions: round-to-nearest-even, NaN stays NaN,
+ * Inf and denormals handled exactly. */
+uint16_t loom_f32_to_f16(float f);
+float    loom_f16_to_f32(uint16_t h);
+uint16_t loom_f32_to_bf16(float f);
+float    loom_bf16_to_f32(uint16_t h);
+
+/* ---------------------------------------------------------------- tensor */
+
+#define LOOM_MAX_DIMS 4
+#define LOOM_NAME_MAX 64
+
+/* A tensor descriptor. shape[0] is the outermost dimension; strides are in
+ * elements; the last dimension is usually contiguous (stride 1). The
+ * descriptor does not own data. */
+typedef struct loom_tensor {
+    loom_dtype dtype;
+    int        ndim;                   /* 1..LOOM_MAX_DIMS */
+    int64_t    shape[LOOM_MAX_DIMS];   /* unused dims are 1 */
+    int64_t    stride[LOOM_MAX_DIMS];  /* in elements */
+    void      *data;
+    char       name[LOOM_NAME_MAX];
+} loom_tensor;
+
+/* Fills t as a contiguous tensor of the given shape over data. */
+loom_status loom_tensor_init(loom_tensor *t, loom_dtype dtype, int ndim,
+                             const int64_t *shape, void *data);
+/* Number of elements. */
+int64_t loom_tensor_nelem(const loom_tensor *t);
+/* Bytes spanned by the elements (contiguous size for contiguous tensors). */
+size_t loom_tensor_nbytes(const loom_tensor *t);
+/* 1 when the tensor is row-major contiguous. */
+int loom_tensor_is_contiguous(const loom_tensor *t);
+/* A view of rows [row0, row0+nrows) of dimension 0. */
+loom_status loom_tensor_view_rows(const loom_tensor *t, int64_t row0,
+                                  int64_t nrows, loom_tensor *view);
+/* A view with dims permuted: view.shape[i] = t.shape[perm[i]]. */
+loom_status loom_tensor_permute(const loom_tensor *t, const int *perm,
+                                loom_tensor *view);
+/* A view with a new shape; t must be contiguous. */
+loom_status loom_tensor_reshape(const loom_tensor *t, int ndim,
+                                const int64_t *shape, loom_tensor *view);
+void loom_tensor_set_name(loom_tensor *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------- execution */
+
+typedef enum loom_exec_mode {
+    LOOM_MODE_STEP_BY_STEP = 0,       /* one kernel per primitive op, every intermediate materialised */
+    LOOM_MODE_FUSED,                  /* fusion rules applied (fusion engine; not in this build yet) */
+    LOOM_MODE_FUSED_WITH_CHECKPOINTS, /* fused, with unfused re-computation at checkpoints */
+    LOOM_MODE_COUNT
+} loom_exec_mode;
+
+/* "step_by_step", "fused", "fused_with_checkpoints". */
+const char *loom_mode_name(loom_exec_mode m);
+loom_status loom_mode_parse(const char *name, loom_exec_mode *out);
+
+/* ---------------------------------------------------------- models */
+
+typedef struct loom_model loom_model;   /* weights (mmap), KV cache, graph, executor */
+
+typedef struct loom_model_params {
+    int n_threads;            /* >= 1 */
+    int n_ctx;                /* context length; 0 = the model's maximum */
+    loom_exec_mode mode;
+    const char *dump_dir;     /* if set, every intermediate of every forward pass is written here */
+} loom_model_params;
+
+typedef struct loom_model_info {
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int max_seq_len;          /* the model's trained context */
+    int n_ctx;                /* the context this instance was created with */
+} loom_model_info;
+
+loom_model_params loom_model_default_params(void);
+/* Loads a llama2.c checkpoint (legacy or version 1). Errors name the file and
+ * the problem (missing, empty, truncated, impossible header sizes). */
+loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out);
+void loom_model_free(loom_model *m);
+loom_model_info loom_model_get_info(const loom_model *m);
+/* Runs tokens[0..n) at positions pos..pos+n-1 (the KV cache holds 0..pos-1) and
+ * writes the logits of the last token to logits[vocab_size]. */
+loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
+
+/* ---------------------------------------------------------- sampling */
+
+typedef struct loom_sampler loom_sampler;
+
+typedef struct loom_sampler_params {
+    float    temperature;     /* 0 = greedy (argmax, lowest id on ties) */
+    int      top_k;           /* 0 = off */
+    float    top_p;           /* 1 = off; in (0, 1] */
+    uint64_t seed;            /* Philox key: same seed, same choices */
+} loom_sampler_params;
+
+loom_sampler_params loom_sampler_default_params(void);
+/* Errors for a vocabulary < 1 or parameters out of range. */
+loom_status loom_sampler_init(loom_sampler **s, int vocab_size, const loom_sampler_params *p);
+void loom_sampler_free(loom_sampler *s);
+/* Picks the next token from logits[vocab_size] (not modified). */
+loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_H */

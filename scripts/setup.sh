@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what loom needs on a fresh Debian machine and builds it into build/.
+#   LOOM_WERROR=ON   treat warnings as errors (CI does)
+#   CC=clang         build with clang instead of gcc
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pkg in build-essential cmake ninja-build python3; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+command -v clang >/dev/null 2>&1 || need+=(clang)
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "setup: installing ${need[*]}"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_WERROR="${LOOM_WERROR:-OFF}"
+cmake --build build
+echo "setup: built build/loom"

@@ -1,0 +1,40 @@
+/* Aligned allocation and a bump arena. */
+#ifndef LOOM_BASE_ALLOC_H
+#define LOOM_BASE_ALLOC_H
+
+#include <stddef.h>
+#include "loom.h"
+
+#define LOOM_ALIGN 64  /* cache line; also the AVX-512 vector size */
+
+/* Aligned allocation (align a power of two >= sizeof(void*)); NULL on failure.
+ * loom_free_aligned(NULL) is a no-op. size 0 returns a valid unique pointer. */
+void *loom_alloc_aligned(size_t size, size_t align);
+void  loom_free_aligned(void *p);
+
+/* Allocation hooks, for counting allocators in tests. NULL restores the default. */
+typedef struct loom_allocator {
+    void *(*alloc)(size_t size, size_t align, void *user);
+    void  (*free)(void *p, void *user);
+    void *user;
+} loom_allocator;
+void loom_set_allocator(const loom_allocator *a);
+
+/* A bump arena over one aligned block; allocations are LOOM_ALIGN-aligned. */
+typedef struct loom_arena {
+    unsigned char *base;
+    size_t cap;
+    size_t used;
+    int owned;   /* base was allocated by loom_arena_init */
+} loom_arena;
+
+/* Allocates a block of cap bytes. */
+loom_status loom_arena_init(loom_arena *a, size_t cap);
+/* Uses caller memory (must be LOOM_ALIGN-aligned). */
+void loom_arena_init_static(loom_arena *a, void *buf, size_t cap);
+/* NULL when full (no error set: caller reports). */
+void *loom_arena_alloc(loom_arena *a, size_t size);
+void loom_arena_reset(loom_arena *a);
+void loom_arena_free(loom_arena *a);
+
+#endif

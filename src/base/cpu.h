@@ -1,0 +1,38 @@
+/* CPU feature detection and the ISA level kernels are chosen for. */
+#ifndef LOOM_BASE_CPU_H
+#define LOOM_BASE_CPU_H
+
+#include "loom.h"
+
+/* Kernel levels, lowest to highest. REF forces the reference kernels everywhere. */
+typedef enum loom_isa {
+    LOOM_ISA_REF = 0,
+    LOOM_ISA_GENERIC,   /* portable C, compiler-vectorised */
+    LOOM_ISA_AVX2,      /* AVX2 + FMA (+F16C) */
+    LOOM_ISA_AVX512,    /* AVX-512 F/BW/VL (+BF16/VNNI when present) */
+    LOOM_ISA_COUNT
+} loom_isa;
+
+typedef struct loom_cpu_features {
+    int avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni;
+    int l1d_bytes, l2_bytes, l3_bytes;  /* data cache sizes per core (0 if unknown) */
+} loom_cpu_features;
+
+/* Features of the running CPU (cpuid + xgetbv; OS support of AVX/AVX-512 state checked). */
+const loom_cpu_features *loom_cpu_get(void);
+/* Highest ISA level this CPU supports. */
+loom_isa loom_cpu_best_isa(void);
+/* Level in use: LOOM_ISA env ("ref", "generic", "avx2", "avx512") if set and supported,
+ * else the best one. An unsupported or unknown request falls back to the best level
+ * supported at or below it and is reported once on stderr. */
+loom_isa loom_cpu_isa(void);
+/* Overrides the level for this process (tests). Returns LOOM_ERR_UNSUPPORTED if the
+ * CPU cannot run it. */
+loom_status loom_cpu_set_isa(loom_isa isa);
+/* "ref", "generic", "avx2", "avx512". */
+const char *loom_isa_name(loom_isa isa);
+/* Parses a name; returns LOOM_ERR_INVALID_ARG for an unknown one. */
+loom_status loom_isa_parse(const char *name, loom_isa *out);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * Executor, mode step_by_step: one kernel per node. All threads walk the node
+ * list together (ggml style): each runs its (ith, nth) share of a kernel, then
+ * meets the others at a barrier before the next node. Thread 0 does the
+ * bookkeeping (timing, dumps) while the others wait at a second barrier.
+ */
+#include "graph/exec.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "base/timer.h"
+
+static const char *const mode_names[] = {
+    [LOOM_MODE_STEP_BY_STEP] = "step_by_step",
+    [LOOM_MODE_FUSED] = "fused",
+    [LOOM_MODE_FUSED_WITH_CHECKPOINTS] = "fused_with_checkpoints",
+};
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == LOOM_MODE_COUNT, "mode names");
+
+const char *loom_mode_name(loom_exec_mode m) {
+    return (unsigned)m < LOOM_MODE_COUNT ? mode_names[m] : "unknown";
+}
+
+loom_status loom_mode_parse(const char *name, loom_exec_mode *out) {
+    for (int i = 0; i < LOOM_MODE_COUNT; i++)
+        if (name && strcmp(name, mode_names[i]) == 0) {
+            *out = (loom_exec_mode)i;
+            return LOOM_OK;
+        }
+    return loom_set_error(LOOM_ERR_INVALID_ARG,
+                          "unknown mode '%s' (expected step_by_step, fused or fused_with_checkpoints)",
+                          name ? name : "(null)");
+}
+
+loom_status loom_executor_init(loom_executor **out, int n_threads, loom_exec_mode mode) {
+    LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "executor_init: NULL argument");
+    LOOM_RETURN_IF(n_threads < 1 || n_threads > 1024, LOOM_ERR_INVALID_ARG,
+                   "thread count %d out of range 1..1024", n_threads);
+    LOOM_RETURN_IF((unsigned)mode >= LOOM_MODE_COUNT, LOOM_ERR_INVALID_ARG, "unknown mode %d",
+                   (int)mode);
+    LOOM_RETURN_IF(mode != LOOM_MODE_STEP_BY_STEP, LOOM_ERR_UNSUPPORTED,
+                   "mode '%s' needs the fusion engine, which this build does not have yet; "
+                   "use --mode step_by_step", loom_mode_name(mode));
+    loom_executor *e = calloc(1, sizeof *e);
+    LOOM_RETURN_IF(!e, LOOM_ERR_NOMEM, "executor_init: out of memory");
+    loom_status s = loom_pool_init(&e->pool, n_threads);
+    if (s != LOOM_OK) {
+        free(e);
+        return s;
+    }
+    e->n_threads = n_threads;
+    e->isa = loom_cpu_isa();
+    e->mode = mode;
+    *out = e;
+    return LOOM_OK;
+}
+
+void loom_executor_free(loom_executor *e) {
+    if (!e) return;
+    loom_pool_free(e->pool);
+    loom_free_aligned(e->arena);
+    loom_free_aligned(e->scratch);
+    free(e->dump_dir);
+    free(e);
+}
+
+loom_status loom_executor_set_dump(loom_executor *e, const char *dir) {
+    free(e->dump_dir);
+    e->dump_dir = NULL;
+    if (!dir) return LOOM_OK;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return loom_set_error(LOOM_ERR_IO, "--dump: cannot create directory '%s': %s", dir,
+                              strerror(errno));
+    e->dump_dir = strdup(dir);
+    LOOM_RETURN_IF(!e->dump_dir, LOOM_ERR_NOMEM, "out of memory");
+    return LOOM_OK;
+}
+
+/* Grows *buf to at least need bytes (never shrinks: decode steps reuse it). */
+static loom_status ensure(loom_executor *e, unsigned char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return LOOM_OK;
+    loom_free_aligned(*buf);
+    *buf = loom_alloc_aligned(need, LOOM_ALIGN);
+    *cap = *buf ? need : 0;
+    LOOM_RETURN_IF(!*buf, LOOM_ERR_NOMEM, "executor: cannot allocate %zu bytes", need);
+    e->n_allocs++;
+    return LOOM_OK;
+}
+
+/* Gives every non-external tensor its address: arena slot or base + offset. */
+static void bind(loom_executor *e, loom_graph *g) {
+    for (int i = 0; i < g->n_tensors; i++) {
+        loom_gtensor *t = &g->tensors[i];
+        if (t->kind == LOOM_TK_INTERMEDIATE) t->t.data = e->arena + t->offset;
+        else if (t->kind == LOOM_TK_VIEW)  /* bases precede views */
+            t->t.data = (char *)g->tensors[t->view_of].t.data + t->view_offset;
+    }
+}
+
+static void dump_node(loom_executor *e, const loom_graph *g, int n) {
+    const loom_node *node = &g->nodes[n];
+    const loom_tensor *t = &g->tensors[node->dst].t;
+    char path[4096], file[256];
+    snprintf(file, sizeof file, "x%04d_n%04d_%s.bin", e->dump_seq, n, t->name);
+    for (char *c = file; *c; c++)
+        if (*c == '/' || *c == ' ') *c = '_';
+    snprintf(path, sizeof path, "%s/%s", e->dump_dir, file);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    /* write element by element order of a contiguous copy (views may be strided) */
+    size_t es = loom_dtype_size(t->dtype);
+    int64_t n_el = loom_tensor_nelem(t);
+    for (int64_t i = 0; i < n_el; i++) {
+        int64_t rem = i, off = 0;
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            off += (rem % t->shape[d]) * t->stride[d];
+            rem /= t->shape[d];
+        }
+        fwrite((const char *)t->data + (size_t)off * es, es, 1, f);
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/index.tsv", e->dump_dir);
+    FILE *idx = fopen(path, "a");
+    if (!idx) return;
+    fprintf(idx, "%d\t%d\t%s\t%s\t%s\t", e->dump_seq, n, t->name, loom_op_get(node->op)->name,
+            loom_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) fprintf(idx, "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+    fprintf(idx, "\t%s\n", file);
+    fclose(idx);
+}
+
+typedef struct run_ctx {
+    loom_executor *e;
+    loom_graph    *g;
+    atomic_int     failed;
+    loom_status    status;
+    char           error[512];
+} run_ctx;
+
+static void run_worker(int ith, int nth, void *arg) {
+    run_ctx *rc = arg;
+    loom_executor *e = rc->e;
+    loom_graph *g = rc->g;
+    for (int n = 0; n < g->n_nodes; n++) {
+        loom_node *node = &g->nodes[n];
+        const loom_op_info *info = loom_op_get(node->op);
+        loom_kernel_args a = {.n_src = node->n_src, .dst = &g->tensors[node->dst].t,
+                              .attrs = node->has_attrs ? node->attrs : NULL, .ith = ith, .nth = nth,
+                              .scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL};
+        for (int i = 0; i < node->n_src; i++) a.src[i] = &g->tensors[node->src[i]].t;
+        uint64_t t0 = ith == 0 ? loom_time_ns() : 0;
+        loom_status s = loom_op_kernel(node->op, e->isa)(&a);
+        if (s != LOOM_OK && atomic_exchange(&rc->failed, 1) == 0) {
+            rc->status = s;
+            snprintf(rc->error, sizeof rc->error, "%s (node %d '%s'): %s", info->name, n,
+                     g->tensors[node->dst].t.name, loom_last_error());
+        }
+        loom_pool_barrier(e->pool);
+        if (atomic_load(&rc->failed)) return;  /* every thread sees it after the barrier */
+        if (ith == 0) {
+            node->stats.time_ns = (double)(loom_time_ns() - t0);
+            if (e->dump_dir) dump_node(e, g, n);
+        }
+        if (e->dump_dir) loom_pool_barrier(e->pool);  /* the next node may reuse this memory */
+    }
+}
+
+static void fill_static_stats(loom_executor *e, loom_graph *g) {
+    for (int n = 0; n < g->n_nodes; n++) {
+        loom_node *node = &g->nodes[n];
+        const loom_op_info *info = loom_op_get(node->op);
+        const loom_tensor *src[LOOM_MAX_SRC] = {0};
+        for (int i = 0; i < node->n_src; i++) src[i] = &g->tensors[node->src[i]].t;
+        loom_cost c = {0};
+        info->cost(src, node->n_src, &g->tensors[node->dst].t,
+                   node->has_attrs ? node->attrs : NULL, &c);
+        node->stats.kernel = loom_op_kernel_name(node->op, e->isa);
+        node->stats.kernels = 1;
+        node->stats.flops = c.flops;
+        node->stats.bytes_read = c.bytes_read;
+        node->stats.bytes_written = c.bytes_written;
+        node->stats.time_ns = 0;
+    }
+}
+
+loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
+    LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");
+    if (!g->planned) LOOM_TRY(loom_graph_plan(g));
+    LOOM_TRY(ensure(e, &e->arena, &e->arena_cap, g->arena_bytes));
+    if (g->scratch_bytes > e->scratch_cap) {
+        size_t per = g->scratch_bytes;
+        loom_free_aligned(e->scratch);
+        e->scratch = loom_alloc_aligned(per * (size_t)e->n_threads, LOOM_ALIGN);
+        e->scratch_cap = e->scratch ? per : 0;
+        LOOM_RETURN_IF(!e->scratch, LOOM_ERR_NOMEM, "executor: cannot allocate scratch");
+        e->n_allocs++;
+    }
+    bind(e, g);
+    fill_static_stats(e, g);
+    run_ctx rc = {.e = e, .g = g, .status = LOOM_OK};
+    atomic_init(&rc.failed, 0);
+    loom_pool_run(e->pool, run_worker, &rc);
+    if (e->dump_dir) e->dump_seq++;
+    if (atomic_load(&rc.failed)) return loom_set_error(rc.status, "%s", rc.error);
+    return LOOM_OK;
+}

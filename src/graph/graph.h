@@ -1,0 +1,105 @@
+/*
+ * Graph IR: tensors and nodes in topological order (nodes are appended after
+ * their inputs exist). Model code builds graphs of primitive ops with the
+ * builder below; fusion passes (later) rewrite them; the executor runs them.
+ *
+ * The builder uses a sticky error, like a stream: a failed call records the
+ * first error in the graph and returns -1, calls given -1 return -1, and the
+ * model code checks loom_graph_status() once at the end. This keeps model
+ * code straight-line.
+ */
+#ifndef LOOM_GRAPH_GRAPH_H
+#define LOOM_GRAPH_GRAPH_H
+
+#include "loom.h"
+#include "ops/ops.h"
+
+typedef enum loom_tensor_kind {
+    LOOM_TK_EXTERNAL = 0,  /* memory owned by the caller (weights, inputs, KV cache) */
+    LOOM_TK_INTERMEDIATE,  /* produced by a node, placed in the arena by the planner */
+    LOOM_TK_VIEW,          /* aliases another tensor (reshape / row range / in-place op output) */
+} loom_tensor_kind;
+
+/* Layer tags for accounting: nodes before the first layer and after the last. */
+#define LOOM_LAYER_PRE  (-1)
+#define LOOM_LAYER_POST (-2)
+
+#define LOOM_ATTR_MAX 64   /* bytes of inline attribute storage per node */
+
+typedef struct loom_gtensor {
+    loom_tensor t;          /* t.data resolved by the executor for non-external tensors */
+    loom_tensor_kind kind;
+    int    producer;        /* node index, -1 for external */
+    int    view_of;         /* base tensor id for views, else -1 */
+    size_t view_offset;     /* bytes from the base tensor's data */
+    int    is_output;       /* kept alive to the end of the graph */
+    /* planner results */
+    int    first_use, last_use;
+    size_t offset;          /* arena offset of intermediates */
+} loom_gtensor;
+
+typedef struct loom_node_stats {
+    const char *kernel;     /* kernel name that ran, e.g. "matmul.ref" */
+    int    kernels;         /* kernel launches (1 per node unfused) */
+    double flops, bytes_read, bytes_written;
+    double time_ns;
+} loom_node_stats;
+
+typedef struct loom_node {
+    loom_op op;
+    int     src[LOOM_MAX_SRC];
+    int     n_src;
+    int     dst;
+    int     layer;          /* LOOM_LAYER_PRE/POST or 0..n_layers-1 */
+    _Alignas(16) unsigned char attrs[LOOM_ATTR_MAX];
+    int     has_attrs;
+    loom_node_stats stats;
+} loom_node;
+
+typedef struct loom_graph {
+    loom_gtensor *tensors; int n_tensors, cap_tensors;
+    loom_node    *nodes;   int n_nodes,   cap_nodes;
+    int           cur_layer;
+    loom_status   status;   /* first builder error */
+    char          error[512];
+    /* planner results */
+    size_t arena_bytes;     /* bytes the intermediates need */
+    size_t scratch_bytes;   /* per-thread scratch the kernels need */
+    int    planned;
+} loom_graph;
+
+loom_status loom_graph_init(loom_graph **g);
+void loom_graph_free(loom_graph *g);
+/* Empties the graph, keeping its memory (no allocation when rebuilt no larger). */
+void loom_graph_reset(loom_graph *g);
+/* LOOM_OK or the first builder error (also set as the thread's last error). */
+loom_status loom_graph_status(const loom_graph *g);
+void loom_graph_set_layer(loom_graph *g, int layer);
+
+/* A tensor whose memory the caller owns; the descriptor is copied. */
+int loom_graph_external(loom_graph *g, const loom_tensor *t);
+/* Appends a node computing op(src...) and returns its output tensor id.
+ * Shapes are inferred and checked now; name is printf-style. */
+int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
+                  const char *name_fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Zero-cost views (no node): new shape over a contiguous tensor; row range of dim 0. */
+int loom_graph_reshape(loom_graph *g, int id, int ndim, const int64_t *shape);
+int loom_graph_view_rows(loom_graph *g, int id, int64_t row0, int64_t nrows);
+/* Keeps the tensor alive to the end so the caller can read it after execution. */
+void loom_graph_mark_output(loom_graph *g, int id);
+/* Descriptor of tensor id (data valid after execution for intermediates). */
+const loom_tensor *loom_graph_tensor(const loom_graph *g, int id);
+
+/* Convenience builders for the primitive ops. */
+int loom_g_matmul(loom_graph *g, int x, int w, const char *name);
+int loom_g_get_rows(loom_graph *g, int table, int ids, const char *name);
+int loom_g_rms_norm(loom_graph *g, int x, int gamma, float eps, const char *name);
+int loom_g_add(loom_graph *g, int a, int b, const char *name);
+int loom_g_mul(loom_graph *g, int a, int b, const char *name);
+int loom_g_silu(loom_graph *g, int x, const char *name);
+int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name);
+int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
+                     const loom_attention_attrs *a, const char *name);
+int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * Memory planner: every intermediate lives from the node that produces it to
+ * the last node that reads it (directly or through a view). Intermediates
+ * whose lifetimes do not overlap share arena space. Placement is greedy
+ * first-fit in decreasing size order, which is simple and close to optimal
+ * for the chain-shaped graphs of transformer layers.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "graph/exec.h"
+
+static size_t align_up(size_t x) { return (x + LOOM_ALIGN - 1) & ~(size_t)(LOOM_ALIGN - 1); }
+
+/* The tensor that owns the memory of id (follows view chains). */
+static int storage_of(const loom_graph *g, int id) {
+    while (g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
+    return id;
+}
+
+static const loom_graph *sort_graph;  /* qsort has no context argument */
+static int by_size_desc(const void *a, const void *b) {
+    const loom_gtensor *ta = &sort_graph->tensors[*(const int *)a];
+    const loom_gtensor *tb = &sort_graph->tensors[*(const int *)b];
+    size_t sa = loom_tensor_nbytes(&ta->t), sb = loom_tensor_nbytes(&tb->t);
+    if (sa != sb) return sa < sb ? 1 : -1;
+    return *(const int *)a - *(const int *)b;  /* deterministic */
+}
+
+loom_status loom_graph_plan(loom_graph *g) {
+    LOOM_TRY(loom_graph_status(g));
+    for (int i = 0; i < g->n_tensors; i++) {
+        g->tensors[i].first_use = g->tensors[i].producer;
+        g->tensors[i].last_use = g->tensors[i].producer;
+        g->tensors[i].offset = 0;
+    }
+    size_t scratch = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const loom_node *node = &g->nodes[n];
+        for (int i = 0; i < node->n_src; i++) {
+            int s = storage_of(g, node->src[i]);
+            if (g->tensors[s].last_use < n) g->tensors[s].last_use = n;
+        }
+        /* an in-place output keeps its storage alive as well */
+        int d = storage_of(g, node->dst);
+        if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
+        const loom_op_info *info = loom_op_get(node->op);
+        if (info->scratch_size) {
+            const loom_tensor *src[LOOM_MAX_SRC] = {0};
+            for (int i = 0; i < node->n_src; i++) src[i] = &g->tensors[node->src[i]].t;
+            size_t need = info->scratch_size(src, node->n_src, &g->tensors[node->dst].t,
+                                             node->has_attrs ? node->attrs : NULL);
+            if (need > scratch) scratch = need;
+        }
+    }
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].is_output) g->tensors[storage_of(g, i)].last_use = g->n_nodes;
+
+    size_t n_alloc = g->n_tensors > 0 ? (size_t)g->n_tensors : 1;
+    int *order = malloc(n_alloc * sizeof *order);
+    LOOM_RETURN_IF(!order, LOOM_ERR_NOMEM, "plan: out of memory");
+    int n_inter = 0;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE) order[n_inter++] = i;
+    sort_graph = g;
+    qsort(order, (size_t)n_inter, sizeof *order, by_size_desc);
+
+    size_t total = 0;
+    for (int a = 0; a < n_inter; a++) {
+        loom_gtensor *t = &g->tensors[order[a]];
+        size_t size = align_up(loom_tensor_nbytes(&t->t));
+        size_t off = 0;
+        /* move past every placed tensor that overlaps in time and space, until stable */
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int b = 0; b < a; b++) {
+                const loom_gtensor *p = &g->tensors[order[b]];
+                if (p->last_use < t->first_use || t->last_use < p->first_use) continue;
+                size_t psize = align_up(loom_tensor_nbytes(&p->t));
+                if (off < p->offset + psize && p->offset < off + size) {
+                    off = p->offset + psize;
+                    moved = 1;
+                }
+            }
+        }
+        t->offset = off;
+        if (off + size > total) total = off + size;
+    }
+    free(order);
+    g->arena_bytes = total;
+    g->scratch_bytes = align_up(scratch);
+    g->planned = 1;
+    return LOOM_OK;
+}

@@ -1,0 +1,59 @@
+/* The Llama architecture: configuration, weights (views into a mapped file),
+ * KV cache and the graph of one forward pass. */
+#ifndef LOOM_MODEL_LLAMA_H
+#define LOOM_MODEL_LLAMA_H
+
+#include "graph/exec.h"
+#include "graph/graph.h"
+#include "model/mapped_file.h"
+
+typedef struct loom_llama_config {
+    int   dim;          /* model width */
+    int   hidden_dim;   /* FFN width */
+    int   n_layers;
+    int   n_heads;      /* query heads */
+    int   n_kv_heads;   /* key/value heads (GQA when < n_heads) */
+    int   vocab_size;
+    int   seq_len;      /* maximum context the model was trained for */
+    int   head_dim;     /* dim / n_heads */
+    float rope_theta;
+    float rms_eps;
+    loom_rope_mode rope_mode;
+    int   shared_classifier;  /* output projection is the token embedding */
+} loom_llama_config;
+
+typedef struct loom_llama_layer {
+    loom_tensor attn_norm;  /* [dim] */
+    loom_tensor wq;         /* [n_heads*head_dim, dim] */
+    loom_tensor wk;         /* [n_kv_heads*head_dim, dim] */
+    loom_tensor wv;         /* [n_kv_heads*head_dim, dim] */
+    loom_tensor wo;         /* [dim, n_heads*head_dim] */
+    loom_tensor ffn_norm;   /* [dim] */
+    loom_tensor w1;         /* gate [hidden_dim, dim] */
+    loom_tensor w2;         /* down [dim, hidden_dim] */
+    loom_tensor w3;         /* up   [hidden_dim, dim] */
+} loom_llama_layer;
+
+typedef struct loom_llama_weights {
+    loom_tensor tok_embd;   /* [vocab_size, dim] */
+    loom_llama_layer *layers;  /* [n_layers] */
+    loom_tensor out_norm;   /* [dim] */
+    loom_tensor output;     /* [vocab_size, dim]; same memory as tok_embd when shared */
+} loom_llama_weights;
+
+/* Checks a configuration for impossible values; the message names the field. */
+loom_status loom_llama_config_check(const loom_llama_config *c, const char *what);
+
+/* Loads a llama2.c checkpoint (legacy or version 1) by mmap; weights point into
+ * the mapping. layers is malloc'd (free with free()). */
+loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_llama_config *cfg,
+                              loom_llama_weights *w);
+
+/* Appends the graph of one forward pass over n tokens at positions pos..pos+n-1:
+ * ids is an I32 [n] tensor id, kc/vc are per-layer cache tensor ids
+ * [n_ctx, n_kv_heads, head_dim]. Returns the logits tensor id [1, vocab] of the
+ * last token (or [n, vocab] when all_logits). */
+int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
+                     int ids, const int *kc, const int *vc, int n, int pos, int all_logits);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * The Llama forward pass as a graph of primitive ops. Straight-line, one layer
+ * at a time, in the order of the reference implementations; fusion (later) is
+ * a pass over this graph, never a change here.
+ */
+#include <stdio.h>
+
+#include "model/llama.h"
+
+int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
+                     int ids, const int *kc, const int *vc, int n, int pos, int all_logits) {
+    const int H = c->n_heads, HKV = c->n_kv_heads, HD = c->head_dim;
+    char nm[LOOM_NAME_MAX];
+
+    loom_graph_set_layer(g, LOOM_LAYER_PRE);
+    int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), ids, "embd");
+
+    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = HD, .theta = c->rope_theta,
+                            .freq_scale = 1.0f, .pos_offset = pos};
+    loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos};
+    const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD};
+    const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const loom_llama_layer *L = &w->layers[l];
+        loom_graph_set_layer(g, l);
+#define NAME(s) (snprintf(nm, sizeof nm, "L%d.%s", l, s), nm)
+        /* attention block */
+        int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
+        int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));
+        int k = loom_g_matmul(g, xn, loom_graph_external(g, &L->wk), NAME("k"));
+        int v = loom_g_matmul(g, xn, loom_graph_external(g, &L->wv), NAME("v"));
+        q = loom_g_rope(g, loom_graph_reshape(g, q, 3, q_shape), &rope, NAME("q_rope"));
+        k = loom_g_rope(g, loom_graph_reshape(g, k, 3, kv_shape), &rope, NAME("k_rope"));
+        int ks = loom_g_kv_append(g, kc[l], k, pos, NAME("k_cache"));
+        int vs = loom_g_kv_append(g, vc[l], loom_graph_reshape(g, v, 3, kv_shape), pos, NAME("v_cache"));
+        int a = loom_g_attention(g, loom_graph_reshape(g, q, 4, q4), loom_graph_reshape(g, ks, 4, kv4),
+                                 loom_graph_reshape(g, vs, 4, kv4), -1, &att, NAME("attn"));
+        int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo),
+                              NAME("attn_out"));
+        x = loom_g_add(g, x, o, NAME("attn_residual"));
+        /* feed-forward block: down(silu(gate(x)) * up(x)) */
+        xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->ffn_norm), c->rms_eps, NAME("ffn_norm"));
+        int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
+        int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
+        int h = loom_g_mul(g, loom_g_silu(g, gate, NAME("ffn_silu")), up, NAME("ffn_swiglu"));
+        int d = loom_g_matmul(g, h, loom_graph_external(g, &L->w2), NAME("ffn_down"));
+        x = loom_g_add(g, x, d, NAME("ffn_residual"));
+#undef NAME
+    }
+
+    loom_graph_set_layer(g, LOOM_LAYER_POST);
+    if (!all_logits) x = loom_graph_view_rows(g, x, n - 1, 1);
+    int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &w->out_norm), c->rms_eps, "output_norm");
+    int logits = loom_g_matmul(g, xn, loom_graph_external(g, &w->output), "logits");
+    loom_graph_mark_output(g, logits);
+    return logits;
+}

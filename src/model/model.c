@@ -1,0 +1,125 @@
+/* A loaded model: weights, KV cache, and one forward pass per call. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+
+loom_model_params loom_model_default_params(void) {
+    loom_model_params p = {.n_threads = 1, .n_ctx = 0, .mode = LOOM_MODE_STEP_BY_STEP, .dump_dir = NULL};
+    return p;
+}
+
+loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out) {
+    LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "model_load: NULL argument");
+    *out = NULL;
+    loom_model_params params = p ? *p : loom_model_default_params();
+    LOOM_RETURN_IF(params.n_threads < 1, LOOM_ERR_INVALID_ARG,
+                   "thread count must be >= 1, got %d", params.n_threads);
+    LOOM_RETURN_IF(params.n_ctx < 0, LOOM_ERR_INVALID_ARG, "context length must be >= 0, got %d",
+                   params.n_ctx);
+    loom_model *m = calloc(1, sizeof *m);
+    LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
+    m->params = params;
+    loom_status s = loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
+    if (s != LOOM_OK) {
+        free(m);
+        return s;
+    }
+    const loom_llama_config *c = &m->cfg;
+    m->n_ctx = params.n_ctx ? params.n_ctx : c->seq_len;
+    if (m->n_ctx > c->seq_len) {
+        s = loom_set_error(LOOM_ERR_INVALID_ARG,
+                           "context %d exceeds the model's maximum sequence length %d",
+                           m->n_ctx, c->seq_len);
+        goto fail;
+    }
+    size_t cache = (size_t)c->n_layers * (size_t)m->n_ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    m->k_cache = loom_alloc_aligned(cache * sizeof(float), LOOM_ALIGN);
+    m->v_cache = loom_alloc_aligned(cache * sizeof(float), LOOM_ALIGN);
+    m->ids = malloc((size_t)m->n_ctx * sizeof *m->ids);
+    m->kc = malloc((size_t)c->n_layers * sizeof *m->kc);
+    m->vc = malloc((size_t)c->n_layers * sizeof *m->vc);
+    if (!m->k_cache || !m->v_cache || !m->ids || !m->kc || !m->vc) {
+        s = loom_set_error(LOOM_ERR_NOMEM, "cannot allocate a KV cache of %zu bytes",
+                           2 * cache * sizeof(float));
+        goto fail;
+    }
+    /* the cache starts as zeros so a dump never shows stale memory */
+    memset(m->k_cache, 0, cache * sizeof(float));
+    memset(m->v_cache, 0, cache * sizeof(float));
+    if ((s = loom_graph_init(&m->graph)) != LOOM_OK) goto fail;
+    if ((s = loom_executor_init(&m->exec, params.n_threads, params.mode)) != LOOM_OK) goto fail;
+    if (params.dump_dir && (s = loom_executor_set_dump(m->exec, params.dump_dir)) != LOOM_OK) goto fail;
+    *out = m;
+    return LOOM_OK;
+fail:
+    loom_model_free(m);
+    return s;
+}
+
+void loom_model_free(loom_model *m) {
+    if (!m) return;
+    loom_executor_free(m->exec);
+    loom_graph_free(m->graph);
+    loom_free_aligned(m->k_cache);
+    loom_free_aligned(m->v_cache);
+    free(m->ids);
+    free(m->kc);
+    free(m->vc);
+    free(m->w.layers);
+    loom_mapped_file_close(&m->file);
+    free(m);
+}
+
+loom_model_info loom_model_get_info(const loom_model *m) {
+    const loom_llama_config *c = &m->cfg;
+    loom_model_info i = {c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+                         c->head_dim, c->vocab_size, c->seq_len, m->n_ctx};
+    return i;
+}
+
+loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int pos, int *logits_id) {
+    const loom_llama_config *c = &m->cfg;
+    LOOM_RETURN_IF(n < 1, LOOM_ERR_INVALID_ARG, "forward: need at least one token, got %d", n);
+    LOOM_RETURN_IF(pos < 0 || pos + n > m->n_ctx || pos + n < pos, LOOM_ERR_INVALID_ARG,
+                   "forward: positions %d..%d do not fit the context of %d tokens", pos,
+                   pos + n - 1, m->n_ctx);
+    for (int i = 0; i < n; i++) {
+        LOOM_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->vocab_size, LOOM_ERR_INVALID_ARG,
+                       "forward: token %d at index %d is outside the vocabulary of %d",
+                       tokens[i], i, c->vocab_size);
+        m->ids[i] = tokens[i];
+    }
+    loom_graph *g = m->graph;
+    loom_graph_reset(g);
+    loom_tensor t;
+    const int64_t ids_shape[1] = {n};
+    LOOM_TRY(loom_tensor_init(&t, LOOM_I32, 1, ids_shape, m->ids));
+    loom_tensor_set_name(&t, "tokens");
+    int ids = loom_graph_external(g, &t);
+    const int64_t cache_shape[3] = {m->n_ctx, c->n_kv_heads, c->head_dim};
+    size_t per_layer = (size_t)m->n_ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 3, cache_shape, m->k_cache + l * per_layer));
+        loom_tensor_set_name(&t, "L%d.k_cache_store", l);
+        m->kc[l] = loom_graph_external(g, &t);
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 3, cache_shape, m->v_cache + l * per_layer));
+        loom_tensor_set_name(&t, "L%d.v_cache_store", l);
+        m->vc[l] = loom_graph_external(g, &t);
+    }
+    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, n, pos, 0);
+    return loom_graph_status(g);
+}
+
+loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
+    LOOM_RETURN_IF(!m || !tokens || !logits, LOOM_ERR_INVALID_ARG, "forward: NULL argument");
+    int out;
+    LOOM_TRY(loom_model_build(m, tokens, n, pos, &out));
+    LOOM_TRY(loom_executor_run(m->exec, m->graph));
+    const loom_tensor *lt = loom_graph_tensor(m->graph, out);
+    memcpy(logits, lt->data, (size_t)m->cfg.vocab_size * sizeof(float));
+    return LOOM_OK;
+}

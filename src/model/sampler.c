@@ -1,0 +1,110 @@
+/*
+ * Sampler: greedy, temperature, top-k, top-p. Random choices come from a
+ * Philox stream keyed by the seed, one draw per sampled token, so a seed
+ * reproduces a run exactly regardless of thread count.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/rng.h"
+#include "base/status.h"
+
+struct loom_sampler {
+    loom_sampler_params p;
+    int      vocab;
+    loom_rng rng;
+    int     *idx;     /* [vocab] candidate ids */
+    double  *prob;    /* [vocab] probabilities by id */
+};
+
+loom_sampler_params loom_sampler_default_params(void) {
+    loom_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    return p;
+}
+
+loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sampler_params *p) {
+    LOOM_RETURN_IF(!out || !p, LOOM_ERR_INVALID_ARG, "sampler_init: NULL argument");
+    *out = NULL;
+    LOOM_RETURN_IF(vocab_size < 1, LOOM_ERR_INVALID_ARG, "sampler: vocabulary size %d < 1", vocab_size);
+    LOOM_RETURN_IF(!(p->temperature >= 0.0f) || isinf(p->temperature), LOOM_ERR_INVALID_ARG,
+                   "--temp must be a finite number >= 0, got %g", (double)p->temperature);
+    LOOM_RETURN_IF(p->top_k < 0, LOOM_ERR_INVALID_ARG, "--top-k must be >= 0, got %d", p->top_k);
+    LOOM_RETURN_IF(!(p->top_p > 0.0f && p->top_p <= 1.0f), LOOM_ERR_INVALID_ARG,
+                   "--top-p must be in (0, 1], got %g", (double)p->top_p);
+    loom_sampler *s = calloc(1, sizeof *s);
+    LOOM_RETURN_IF(!s, LOOM_ERR_NOMEM, "out of memory");
+    s->p = *p;
+    s->vocab = vocab_size;
+    s->idx = malloc((size_t)vocab_size * sizeof *s->idx);
+    s->prob = malloc((size_t)vocab_size * sizeof *s->prob);
+    if (!s->idx || !s->prob) {
+        loom_sampler_free(s);
+        return loom_set_error(LOOM_ERR_NOMEM, "out of memory");
+    }
+    loom_rng_init(&s->rng, p->seed, 0);
+    *out = s;
+    return LOOM_OK;
+}
+
+void loom_sampler_free(loom_sampler *s) {
+    if (!s) return;
+    free(s->idx);
+    free(s->prob);
+    free(s);
+}
+
+static const double *cmp_prob;  /* qsort has no context argument */
+static int by_prob_desc(const void *a, const void *b) {
+    int ia = *(const int *)a, ib = *(const int *)b;
+    if (cmp_prob[ia] != cmp_prob[ib]) return cmp_prob[ia] < cmp_prob[ib] ? 1 : -1;
+    return ia - ib;  /* ties: lower id first, so the order is total and reproducible */
+}
+
+loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token) {
+    LOOM_RETURN_IF(!s || !logits || !token, LOOM_ERR_INVALID_ARG, "sample: NULL argument");
+    const int V = s->vocab;
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    LOOM_RETURN_IF(isnan(logits[best]), LOOM_ERR_INVALID_ARG, "sample: logits contain NaN");
+    if (s->p.temperature == 0.0f) {
+        *token = best;
+        return LOOM_OK;
+    }
+    /* softmax(logits / T) in double */
+    double sum = 0.0, mx = logits[best];
+    for (int i = 0; i < V; i++) {
+        s->prob[i] = exp(((double)logits[i] - mx) / s->p.temperature);
+        sum += s->prob[i];
+    }
+    for (int i = 0; i < V; i++) s->prob[i] /= sum;
+    int n = V;
+    for (int i = 0; i < V; i++) s->idx[i] = i;
+    if (s->p.top_k > 0 || s->p.top_p < 1.0f) {
+        cmp_prob = s->prob;
+        qsort(s->idx, (size_t)V, sizeof *s->idx, by_prob_desc);
+        if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+        if (s->p.top_p < 1.0f) {
+            double cum = 0.0;
+            for (int i = 0; i < n; i++) {
+                cum += s->prob[s->idx[i]];
+                if (cum >= s->p.top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+    }
+    double mass = 0.0;
+    for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];
+    double coin = (double)loom_rng_uniform(&s->rng) * mass, cdf = 0.0;
+    for (int i = 0; i < n; i++) {
+        cdf += s->prob[s->idx[i]];
+        if (coin < cdf) {
+            *token = s->idx[i];
+            return LOOM_OK;
+        }
+    }
+    *token = s->idx[n - 1];  /* rounding left the coin past the last bucket */
+    return LOOM_OK;
+}

@@ -1,0 +1,123 @@
+/*
+ * The op registry: one table, one entry per op (primitive now, fused later).
+ * Each entry: name, arity, attribute struct size, shape inference, cost model,
+ * the reference kernel and per-ISA optimised kernels (NULL = not provided).
+ *
+ * Layout conventions: shape[0] outermost, last dim contiguous. Activations are
+ * [tokens, features] or [B, S, H, D] ("BSND"). Weights use the LLM layout
+ * W[out, in]. All reference kernels work in f32 with f32/f64 accumulation.
+ */
+#ifndef LOOM_OPS_OPS_H
+#define LOOM_OPS_OPS_H
+
+#include "loom.h"
+#include "base/cpu.h"
+
+typedef enum loom_op {
+    LOOM_OP_MATMUL = 0, /* y[..., N] = x[..., K] . W[N, K]^T        src: x, W           */
+    LOOM_OP_GET_ROWS,   /* y[n, D] = table[ids[i], :]              src: table[V,D], ids i32[n] */
+    LOOM_OP_RMS_NORM,   /* y = x * rsqrt(mean(x^2) + eps) * gamma  src: x[..., D], gamma[D] (optional) */
+    LOOM_OP_ADD,        /* y = a + b, same shape                   src: a, b           */
+    LOOM_OP_MUL,        /* y = a * b, same shape                   src: a, b           */
+    LOOM_OP_SILU,       /* y = x * sigmoid(x)                      src: x              */
+    LOOM_OP_SOFTMAX,    /* softmax over last dim of x*scale + mask, causal optional
+                                                                   src: x[..., R, C], mask f32[R, C] (optional) */
+    LOOM_OP_ROPE,       /* rotary embedding, per head              src: x[S, H, D] or [B, S, H, D] */
+    LOOM_OP_ATTENTION,  /* softmax(q.k^T*scale + mask).v with GQA  src: q[B,Sq,Hq,D], k[B,Skv,Hkv,D],
+                                                                        v[B,Skv,Hkv,D], mask f32[Sq,Skv] (optional) */
+    LOOM_OP_COPY,       /* y = x as a contiguous tensor (x may be a strided/permuted view);
+                           dtype conversion f32<->f16/bf16 allowed src: x          */
+    LOOM_OP_KV_APPEND,  /* cache[pos : pos+n, ...] = x; the output is the view cache[0 : pos+n]
+                                                                   src: cache[S_max, ...], x[n, ...] */
+    LOOM_OP_COUNT
+} loom_op;
+
+/* ---------------------------------------------------------- attributes */
+
+typedef struct { float eps; } loom_rms_norm_attrs;                 /* eps > 0 */
+
+typedef struct {
+    float scale;        /* multiplies x before the mask; 0 means 1 */
+    int   causal;       /* mask column j of row i when j > pos_offset + i (i = index in dim R) */
+    int   pos_offset;
+} loom_softmax_attrs;
+
+typedef enum {
+    LOOM_ROPE_INTERLEAVED = 0, /* GPT-J / llama2.c / Meta Llama: pairs (2i, 2i+1) */
+    LOOM_ROPE_HALF = 1,        /* GPT-NeoX / HF Llama: pairs (i, i + n_rot/2) */
+} loom_rope_mode;
+
+typedef struct {
+    loom_rope_mode mode;
+    int   n_rot;        /* rotated dims per head (even, <= D); 0 means D */
+    float theta;        /* base, e.g. 10000 */
+    float freq_scale;   /* positions are multiplied by this (linear scaling); 0 means 1 */
+    int   pos_offset;   /* position of row s is pos_offset + s */
+} loom_rope_attrs;
+
+typedef struct {
+    float scale;        /* 0 means 1/sqrt(D) */
+    int   causal;       /* key j is masked for query i when j > q_pos_offset + i */
+    int   q_pos_offset; /* absolute position of query row 0 (keys start at 0) */
+} loom_attention_attrs;
+
+typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
+typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */
+
+/* ---------------------------------------------------------- kernels */
+
+#define LOOM_MAX_SRC 4
+
+typedef struct loom_kernel_args {
+    const loom_tensor *src[LOOM_MAX_SRC]; /* unused entries NULL */
+    int                n_src;
+    loom_tensor       *dst;
+    const void        *attrs;             /* the op's attribute struct, or NULL */
+    int                ith, nth;          /* this thread, thread count */
+    void              *scratch;           /* this thread's scratch (scratch_size bytes), LOOM_ALIGN-aligned */
+} loom_kernel_args;
+
+/* Kernels split their own work by (ith, nth), write only their share of dst,
+ * and return LOOM_OK or an error set with loom_set_error. Results must not
+ * depend on nth (bit-identical for any thread count). */
+typedef loom_status (*loom_kernel_fn)(const loom_kernel_args *a);
+
+typedef struct loom_cost {
+    double flops;
+    double bytes_read;      /* every input read once from main memory */
+    double bytes_written;
+} loom_cost;
+
+typedef struct loom_op_info {
+    const char *name;       /* "matmul", "rms_norm", ... */
+    int n_src_min, n_src_max;
+    size_t attr_size;       /* sizeof the attribute struct, 0 if none */
+    /* Checks dtypes and shapes of src and attrs; sets dst->dtype, ndim, shape
+     * (the caller sets strides and data). Errors name the op, the input index,
+     * and expected vs found. */
+    loom_status (*infer)(const loom_tensor *const *src, int n_src, const void *attrs,
+                         loom_tensor *dst);
+    void (*cost)(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                 const void *attrs, loom_cost *c);
+    /* Scratch bytes each thread needs (NULL: none). */
+    size_t (*scratch_size)(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                           const void *attrs);
+    loom_kernel_fn ref;                     /* reference kernel, always present */
+    loom_kernel_fn opt[LOOM_ISA_COUNT];     /* optimised kernels by level; NULL = none */
+    int dst_views_src0;                     /* dst aliases src[0]'s memory (kv_append) */
+} loom_op_info;
+
+/* Entry for op; NULL for an out-of-range value. */
+const loom_op_info *loom_op_get(loom_op op);
+/* The kernel to run at level isa: the highest opt[l] with l <= isa, else ref. */
+loom_kernel_fn loom_op_kernel(loom_op op, loom_isa isa);
+/* Name of the kernel loom_op_kernel would pick, e.g. "matmul.ref". Never NULL. */
+const char *loom_op_kernel_name(loom_op op, loom_isa isa);
+
+/* Runs one op single-threaded on given tensors (tests, small tools):
+ * infers and checks shapes against dst, allocates scratch, runs the ref or
+ * selected kernel on nth=1. */
+loom_status loom_op_run(loom_op op, const loom_tensor *const *src, int n_src,
+                        const void *attrs, loom_tensor *dst, loom_isa isa);
+
+#endif

@@ -1,0 +1,55 @@
+/* Minimal test harness: CHECK records failures and keeps going; TEST_MAIN
+ * prints a summary line and returns non-zero if anything failed. */
+#ifndef LOOM_TEST_CHECK_H
+#define LOOM_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+
+static int check_failures_ = 0;
+static int check_count_ = 0;
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        check_count_++;                                                       \
+        if (!(cond)) {                                                        \
+            check_failures_++;                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                     \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                  \
+    do {                                                                      \
+        check_count_++;                                                       \
+        if (!(cond)) {                                                        \
+            check_failures_++;                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+        }                                                                     \
+    } while (0)
+
+/* |a-b| <= tol*max(1,|b|), NaN matches NaN (the DESIGN.md rule). */
+static inline int check_close(double a, double b, double tol) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    if (isinf(a) || isinf(b)) return a == b;
+    double m = fabs(b) > 1.0 ? fabs(b) : 1.0;
+    return fabs(a - b) <= tol * m;
+}
+
+#define CHECK_CLOSE(a, b, tol)                                                \
+    CHECK_MSG(check_close((a), (b), (tol)), "%.9g vs %.9g (tol %g)", (double)(a), (double)(b), (double)(tol))
+
+#define RUN_TEST(fn)                                                          \
+    do {                                                                      \
+        int before_ = check_failures_;                                        \
+        fn();                                                                 \
+        fprintf(stderr, "%s %s\n", check_failures_ == before_ ? "ok  " : "FAIL", #fn); \
+    } while (0)
+
+#define TEST_SUMMARY()                                                        \
+    (fprintf(stderr, "%d checks, %d failed\n", check_count_, check_failures_), \
+     check_failures_ == 0 && check_count_ > 0 ? 0 : 1)
+
+#endif

@@ -1,0 +1,200 @@
+/* llama2.c loader and the Llama graph against a naive forward pass written
+ * here, independently of the op library (llama2.c's straight-line style). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model/model.h"
+
+static const char *shared_path(const char *rel, char *buf, size_t n) {
+    const char *dir = getenv("LOOM_SHARED_DIR");
+    snprintf(buf, n, "%s/%s", dir ? dir : "../shared", rel);
+    return buf;
+}
+
+static int have_file(const char *p) {
+    FILE *f = fopen(p, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* ---- naive reference forward, one token at a time, double accumulation ---- */
+typedef struct naive {
+    const loom_llama_config *c;
+    const loom_llama_weights *w;
+    float *kc, *vc;  /* [L][ctx][kv_dim] */
+    int ctx;
+} naive;
+
+static void nv_matmul(float *y, const float *x, const loom_tensor *W, int n, int d) {
+    const float *w = W->data;
+    for (int i = 0; i < d; i++) {
+        double s = 0;
+        for (int j = 0; j < n; j++) s += (double)w[(size_t)i * n + j] * x[j];
+        y[i] = (float)s;
+    }
+}
+
+static void nv_rmsnorm(float *o, const float *x, const loom_tensor *g, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = (float)(x[i] * r) * ((const float *)g->data)[i];
+}
+
+static void nv_forward(naive *m, int token, int pos, float *logits) {
+    const loom_llama_config *c = m->c;
+    int D = c->dim, HD = c->head_dim, KVD = c->n_kv_heads * HD, HID = c->hidden_dim;
+    float *x = malloc(D * sizeof *x), *xb = malloc(D * sizeof *xb), *q = malloc(D * sizeof *q);
+    float *att = malloc((size_t)(pos + 1) * sizeof *att), *o = malloc(D * sizeof *o);
+    float *h1 = malloc(HID * sizeof *h1), *h3 = malloc(HID * sizeof *h3);
+    memcpy(x, (const float *)m->w->tok_embd.data + (size_t)token * D, D * sizeof *x);
+    for (int l = 0; l < c->n_layers; l++) {
+        const loom_llama_layer *L = &m->w->layers[l];
+        float *kc = m->kc + ((size_t)l * m->ctx + pos) * KVD, *vc = m->vc + ((size_t)l * m->ctx + pos) * KVD;
+        nv_rmsnorm(xb, x, &L->attn_norm, D, c->rms_eps);
+        nv_matmul(q, xb, &L->wq, D, D);
+        nv_matmul(kc, xb, &L->wk, D, KVD);
+        nv_matmul(vc, xb, &L->wv, D, KVD);
+        for (int i = 0; i < D; i += 2) {  /* interleaved RoPE */
+            int hi = i % HD;
+            float freq = 1.0f / powf(10000.0f, hi / (float)HD), val = pos * freq;
+            float fc = cosf(val), fs = sinf(val);
+            for (int v = 0; v < (i < KVD ? 2 : 1); v++) {
+                float *vec = v == 0 ? q : kc;
+                float a = vec[i], b = vec[i + 1];
+                vec[i] = a * fc - b * fs;
+                vec[i + 1] = a * fs + b * fc;
+            }
+        }
+        for (int h = 0; h < c->n_heads; h++) {
+            int kvh = h / (c->n_heads / c->n_kv_heads);
+            double mx = -INFINITY, sum = 0;
+            for (int t = 0; t <= pos; t++) {
+                const float *k = m->kc + ((size_t)l * m->ctx + t) * KVD + kvh * HD;
+                double s = 0;
+                for (int i = 0; i < HD; i++) s += (double)q[h * HD + i] * k[i];
+                att[t] = (float)(s / sqrt((double)HD));
+                if (att[t] > mx) mx = att[t];
+            }
+            for (int t = 0; t <= pos; t++) sum += exp(att[t] - mx);
+            for (int i = 0; i < HD; i++) {
+                double acc = 0;
+                for (int t = 0; t <= pos; t++)
+                    acc += exp(att[t] - mx) / sum * m->vc[((size_t)l * m->ctx + t) * KVD + kvh * HD + i];
+                xb[h * HD + i] = (float)acc;
+            }
+        }
+        nv_matmul(o, xb, &L->wo, D, D);
+        for (int i = 0; i < D; i++) x[i] += o[i];
+        nv_rmsnorm(xb, x, &L->ffn_norm, D, c->rms_eps);
+        nv_matmul(h1, xb, &L->w1, D, HID);
+        nv_matmul(h3, xb, &L->w3, D, HID);
+        for (int i = 0; i < HID; i++) h1[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
+        nv_matmul(o, h1, &L->w2, HID, D);
+        for (int i = 0; i < D; i++) x[i] += o[i];
+    }
+    nv_rmsnorm(xb, x, &m->w->out_norm, D, c->rms_eps);
+    nv_matmul(logits, xb, &m->w->output, D, c->vocab_size);
+    free(x); free(xb); free(q); free(att); free(o); free(h1); free(h3);
+}
+
+static void test_formats_agree(const char *legacy, const char *v1) {
+    loom_model *a, *b;
+    CHECK(loom_model_load(legacy, NULL, &a) == LOOM_OK);
+    CHECK(loom_model_load(v1, NULL, &b) == LOOM_OK);
+    if (!a || !b) return;
+    CHECK(memcmp(&a->cfg, &b->cfg, sizeof a->cfg) == 0);
+    CHECK(a->cfg.dim == 64 && a->cfg.hidden_dim == 172 && a->cfg.n_layers == 5);
+    CHECK(a->cfg.n_heads == 8 && a->cfg.n_kv_heads == 4 && a->cfg.vocab_size == 512);
+    CHECK(a->cfg.seq_len == 512 && a->cfg.shared_classifier == 1);
+    CHECK(memcmp(a->w.tok_embd.data, b->w.tok_embd.data, loom_tensor_nbytes(&a->w.tok_embd)) == 0);
+    CHECK(memcmp(a->w.out_norm.data, b->w.out_norm.data, loom_tensor_nbytes(&a->w.out_norm)) == 0);
+    for (int l = 0; l < a->cfg.n_layers; l++) {
+        const loom_tensor *ta = &a->w.layers[l].attn_norm, *tb = &b->w.layers[l].attn_norm;
+        for (int k = 0; k < 9; k++)  /* every tensor of the layer struct */
+            CHECK(memcmp(ta[k].data, tb[k].data, loom_tensor_nbytes(&ta[k])) == 0);
+    }
+    loom_model_free(a);
+    loom_model_free(b);
+}
+
+static void test_forward_vs_naive(const char *path, int threads) {
+    loom_model_params p = loom_model_default_params();
+    p.n_threads = threads;
+    p.n_ctx = 64;
+    loom_model *m;
+    CHECK(loom_model_load(path, &p, &m) == LOOM_OK);
+    if (!m) return;
+    const int V = m->cfg.vocab_size, KVD = m->cfg.n_kv_heads * m->cfg.head_dim, N = 11;
+    naive nv = {&m->cfg, &m->w, calloc((size_t)m->cfg.n_layers * 64 * KVD, sizeof(float)),
+                calloc((size_t)m->cfg.n_layers * 64 * KVD, sizeof(float)), 64};
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = i == 0 ? 1 : (int32_t)(37 * i + 11) % V;
+    float *ref = malloc(V * sizeof *ref), *got = malloc(V * sizeof *got), *inc = malloc(V * sizeof *inc);
+    for (int i = 0; i < N; i++) nv_forward(&nv, toks[i], i, ref);
+    /* prefill of N tokens in one graph */
+    CHECK(loom_model_forward(m, toks, N, 0, got) == LOOM_OK);
+    double maxerr = 0;
+    for (int i = 0; i < V; i++) {
+        CHECK_CLOSE(got[i], ref[i], 1.0 / 2048);
+        double e = fabs(got[i] - ref[i]);
+        if (e > maxerr) maxerr = e;
+    }
+    fprintf(stderr, "  prefill %d tokens, %d threads: max |logit - naive| = %.3g\n", N, threads, maxerr);
+    /* the same tokens one by one through the KV cache */
+    for (int i = 0; i < N; i++) CHECK(loom_model_forward(m, &toks[i], 1, i, inc) == LOOM_OK);
+    for (int i = 0; i < V; i++) CHECK_CLOSE(inc[i], ref[i], 1.0 / 2048);
+    /* bad calls */
+    int32_t bad = V;
+    CHECK(loom_model_forward(m, &bad, 1, 0, got) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "outside the vocabulary") != NULL);
+    CHECK(loom_model_forward(m, toks, 1, 64, got) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_model_forward(m, toks, 0, 0, got) == LOOM_ERR_INVALID_ARG);
+    free(ref); free(got); free(inc); free(nv.kc); free(nv.vc);
+    loom_model_free(m);
+}
+
+static void test_threads_bit_identical(const char *path) {
+    float *out[3];
+    for (int t = 1; t <= 3; t++) {
+        loom_model_params p = loom_model_default_params();
+        p.n_threads = t;
+        loom_model *m;
+        CHECK(loom_model_load(path, &p, &m) == LOOM_OK);
+        out[t - 1] = malloc(512 * sizeof(float));
+        int32_t toks[5] = {1, 400, 300, 290, 260};
+        CHECK(loom_model_forward(m, toks, 5, 0, out[t - 1]) == LOOM_OK);
+        CHECK(loom_model_forward(m, toks, 1, 5, out[t - 1]) == LOOM_OK);
+        loom_model_free(m);
+    }
+    CHECK(memcmp(out[0], out[1], 512 * sizeof(float)) == 0);
+    CHECK(memcmp(out[0], out[2], 512 * sizeof(float)) == 0);
+    for (int t = 0; t < 3; t++) free(out[t]);
+}
+
+static void test_load_errors(void) {
+    loom_model *m = (loom_model *)1;
+    CHECK(loom_model_load("/nonexistent/model.bin", NULL, &m) == LOOM_ERR_IO);
+    CHECK(m == NULL);
+    CHECK(strstr(loom_last_error(), "/nonexistent/model.bin") != NULL);
+    loom_model_params p = loom_model_default_params();
+    p.n_threads = 0;
+    CHECK(loom_model_load("/nonexistent/model.bin", &p, &m) == LOOM_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    char legacy[1024], v1[1024];
+    shared_path("models/stories260K/stories260K.bin", legacy, sizeof legacy);
+    shared_path("models/stories260K/stories260K.v1.bin", v1, sizeof v1);
+    RUN_TEST(test_load_errors);
+    if (!have_file(legacy) || !have_file(v1)) {
+        fprintf(stderr, "%s: stories260K missing under LOOM_SHARED_DIR\n", getenv("CI") ? "FAIL" : "SKIP");
+        return getenv("CI") ? 1 : 77;
+    }
+    test_formats_agree(legacy, v1);
+    test_forward_vs_naive(legacy, 1);
+    test_forward_vs_naive(v1, 2);
+    test_threads_bit_identical(legacy);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,119 @@
+/* Sampler: greedy, temperature, top-k, top-p, seeds, parameter errors. */
+#include <string.h>
+
+#include "check.h"
+#include "loom.h"
+
+static loom_sampler *make(int V, float temp, int k, float p, uint64_t seed) {
+    loom_sampler_params sp = {temp, k, p, seed};
+    loom_sampler *s = NULL;
+    CHECK(loom_sampler_init(&s, V, &sp) == LOOM_OK);
+    return s;
+}
+
+static void test_greedy(void) {
+    float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, -INFINITY};
+    loom_sampler *s = make(6, 0.0f, 0, 1.0f, 1);
+    int32_t t = -1;
+    CHECK(loom_sampler_sample(s, l, &t) == LOOM_OK);
+    CHECK(t == 1);  /* first of the tied maxima */
+    loom_sampler_free(s);
+    s = make(6, 1.0f, 1, 1.0f, 9);  /* top-k 1 is greedy */
+    for (int i = 0; i < 50; i++) {
+        CHECK(loom_sampler_sample(s, l, &t) == LOOM_OK);
+        CHECK(t == 1);
+    }
+    loom_sampler_free(s);
+    s = make(6, 1.0f, 0, 1e-6f, 9);  /* tiny top-p keeps only the best */
+    for (int i = 0; i < 50; i++) {
+        loom_sampler_sample(s, l, &t);
+        CHECK(t == 1);
+    }
+    loom_sampler_free(s);
+    float nanl[3] = {NAN, NAN, NAN};
+    s = make(3, 0.0f, 0, 1.0f, 1);
+    CHECK(loom_sampler_sample(s, nanl, &t) == LOOM_ERR_INVALID_ARG);
+    loom_sampler_free(s);
+}
+
+/* Frequencies follow softmax(l / T); top-k and top-p restrict the support. */
+static void test_distribution(void) {
+    float l[4] = {1.0f, 0.0f, -1.0f, 0.5f};
+    const float T = 0.7f;
+    double p[4], z = 0;
+    for (int i = 0; i < 4; i++) z += p[i] = exp(l[i] / T);
+    for (int i = 0; i < 4; i++) p[i] /= z;
+    loom_sampler *s = make(4, T, 0, 1.0f, 123);
+    int cnt[4] = {0}, N = 40000;
+    for (int i = 0; i < N; i++) {
+        int32_t t;
+        loom_sampler_sample(s, l, &t);
+        CHECK(t >= 0 && t < 4);
+        cnt[t]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        double sd = sqrt(N * p[i] * (1 - p[i]));
+        CHECK_MSG(fabs(cnt[i] - N * p[i]) < 5 * sd, "token %d: %d vs %.0f", i, cnt[i], N * p[i]);
+    }
+    loom_sampler_free(s);
+    s = make(4, 1.0f, 2, 1.0f, 5);  /* top-k 2: only tokens 0 and 3 */
+    for (int i = 0; i < 2000; i++) {
+        int32_t t;
+        loom_sampler_sample(s, l, &t);
+        CHECK(t == 0 || t == 3);
+    }
+    loom_sampler_free(s);
+    /* top-p: probabilities at T=1 are about .41 .15 .06 .25 (sorted 0,3,1,2);
+     * p = 0.6 needs tokens 0 and 3 (0.66) */
+    s = make(4, 1.0f, 0, 0.6f, 5);
+    for (int i = 0; i < 2000; i++) {
+        int32_t t;
+        loom_sampler_sample(s, l, &t);
+        CHECK(t == 0 || t == 3);
+    }
+    loom_sampler_free(s);
+}
+
+static void test_seeds(void) {
+    float l[50];
+    for (int i = 0; i < 50; i++) l[i] = (float)((i * 37) % 11) * 0.3f;
+    int32_t a[100], b[100], c[100];
+    loom_sampler *s1 = make(50, 1.0f, 0, 0.95f, 42), *s2 = make(50, 1.0f, 0, 0.95f, 42),
+                 *s3 = make(50, 1.0f, 0, 0.95f, 43);
+    for (int i = 0; i < 100; i++) {
+        loom_sampler_sample(s1, l, &a[i]);
+        loom_sampler_sample(s2, l, &b[i]);
+        loom_sampler_sample(s3, l, &c[i]);
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    loom_sampler_free(s1);
+    loom_sampler_free(s2);
+    loom_sampler_free(s3);
+}
+
+static void test_param_errors(void) {
+    loom_sampler *s = NULL;
+    loom_sampler_params p = loom_sampler_default_params();
+    CHECK(loom_sampler_init(&s, 0, &p) == LOOM_ERR_INVALID_ARG);
+    p.temperature = -0.5f;
+    CHECK(loom_sampler_init(&s, 10, &p) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "--temp") != NULL);
+    p = loom_sampler_default_params();
+    p.top_p = 0.0f;
+    CHECK(loom_sampler_init(&s, 10, &p) == LOOM_ERR_INVALID_ARG);
+    p.top_p = 1.01f;
+    CHECK(loom_sampler_init(&s, 10, &p) == LOOM_ERR_INVALID_ARG);
+    p = loom_sampler_default_params();
+    p.top_k = -1;
+    CHECK(loom_sampler_init(&s, 10, &p) == LOOM_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+}
+
+int main(void) {
+    RUN_TEST(test_greedy);
+    RUN_TEST(test_distribution);
+    RUN_TEST(test_seeds);
+    RUN_TEST(test_param_errors);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,24 @@
+/* Table-driven command-line options shared by the loom subcommands. */
+#ifndef LOOM_TOOLS_ARGS_H
+#define LOOM_TOOLS_ARGS_H
+
+#include <stdint.h>
+
+typedef enum { ARG_STR, ARG_INT, ARG_FLOAT, ARG_U64, ARG_FLAG } arg_type;
+
+typedef struct arg_opt {
+    const char *short_name;  /* "-m" or NULL */
+    const char *long_name;   /* "--model" */
+    arg_type    type;
+    void       *dst;         /* const char**, int*, float*, uint64_t*, int* (flag) */
+    const char *metavar;
+    const char *help;
+} arg_opt;
+
+/* Parses argv[first..argc) into the options. Returns 0 on success, 1 when --help
+ * was printed, -1 after printing an error naming the bad option to stderr. */
+int args_parse(const char *cmd, const char *usage, const arg_opt *opts, int n_opts, int argc,
+               char **argv, int first);
+void args_print_help(const char *cmd, const char *usage, const arg_opt *opts, int n_opts);
+
+#endif

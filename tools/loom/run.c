@@ -1,0 +1,130 @@
+/* loom run: prompt -> generated text, printed as llama2.c's run.c prints it. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "base/timer.h"
+#include "cli.h"
+
+/* Like run.c: skip pieces that are a single unprintable, non-space byte. */
+static void print_piece(const char *p, size_t len) {
+    if (!p || len == 0) return;
+    if (len == 1 && !isprint((unsigned char)p[0]) && !isspace((unsigned char)p[0])) return;
+    fwrite(p, 1, len, stdout);
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *mode = "step_by_step",
+               *dump = NULL;
+    int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
+    float temp = 1.0f, top_p = 0.9f;
+    uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
+    const arg_opt opts[] = {
+        {"-m", "--model", ARG_STR, &model_path, "MODEL", "llama2.c checkpoint (.bin)"},
+        {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "llama2.c tokenizer (.bin)"},
+        {"-p", "--prompt", ARG_STR, &prompt, "PROMPT", "prompt text (default: start from BOS)"},
+        {"-n", "--n-predict", ARG_INT, &n_new, "N", "number of tokens to generate (default 256)"},
+        {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 1.0)"},
+        {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 0)"},
+        {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
+        {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
+        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
+        {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
+        {NULL, "--mode", ARG_STR, &mode, "MODE", "execution mode: step_by_step"},
+        {NULL, "--dump", ARG_STR, &dump, "DIR", "write every intermediate tensor to DIR"},
+    };
+    const char *usage = "-m MODEL -z TOKENIZER [-p PROMPT] [-n N] [--temp T] [--top-k K] "
+                        "[--top-p P] [--seed S] [-t N] [-c N] [--mode MODE] [--dump DIR]";
+    int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
+    if (threads <= 0) {
+        fprintf(stderr, "loom run: -t must be >= 1, got %d\n", threads);
+        return 1;
+    }
+    if (n_new < 0) {
+        fprintf(stderr, "loom run: -n must be >= 0, got %d\n", n_new);
+        return 1;
+    }
+    if (n_ctx < 0) {
+        fprintf(stderr, "loom run: -c must be >= 0, got %d\n", n_ctx);
+        return 1;
+    }
+    loom_model_params mp = loom_model_default_params();
+    mp.n_threads = threads;
+    mp.n_ctx = n_ctx;
+    mp.dump_dir = dump;
+    if (loom_mode_parse(mode, &mp.mode) != LOOM_OK) return cli_fail("run", "--mode");
+    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    loom_sampler *sampler = NULL;
+    if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
+    loom_sampler_free(sampler);
+    sampler = NULL;
+
+    loom_model *model;
+    loom_tokenizer *tok;
+    if (cli_load("run", model_path, tok_path, &mp, &model, &tok)) return 1;
+    loom_model_info info = loom_model_get_info(model);
+    int32_t *ids = NULL;
+    int n_prompt = 0, rc = 1;
+    float *logits = NULL;
+    if (cli_encode("run", tok, prompt, info.n_ctx, &ids, &n_prompt)) goto done;
+    /* the last generated token is printed, not run: n_prompt + n_new - 1 positions */
+    if ((long)n_prompt + n_new - 1 > info.n_ctx) {
+        fprintf(stderr, "loom run: -n %d with a %d-token prompt needs %ld positions, beyond the "
+                        "context of %d (-c)\n", n_new, n_prompt, (long)n_prompt + n_new - 1, info.n_ctx);
+        goto done;
+    }
+    logits = malloc((size_t)info.vocab_size * sizeof *logits);
+    if (!logits || loom_sampler_init(&sampler, info.vocab_size, &sp) != LOOM_OK) {
+        cli_fail("run", "cannot set up sampling");
+        goto done;
+    }
+    int bos = loom_tokenizer_bos(tok), eos = loom_tokenizer_eos(tok);
+    size_t len;
+    for (int i = 1; i < n_prompt; i++) print_piece(loom_tokenizer_decode(tok, ids[i - 1], ids[i], &len), len);
+    fflush(stdout);
+
+    double t0 = loom_time_s();
+    if (loom_model_forward(model, ids, n_prompt, 0, logits) != LOOM_OK) {
+        cli_fail("run", "forward pass failed");
+        goto done;
+    }
+    double t1 = loom_time_s();
+    int prev = ids[n_prompt - 1], pos = n_prompt, n_gen = 0;
+    for (int i = 0; i < n_new; i++) {
+        int32_t next;
+        if (loom_sampler_sample(sampler, logits, &next) != LOOM_OK) {
+            cli_fail("run", "sampling failed");
+            goto done;
+        }
+        if (next == bos || next == eos) break;  /* llama2.c: BOS delimits sequences */
+        print_piece(loom_tokenizer_decode(tok, prev, next, &len), len);
+        fflush(stdout);
+        n_gen++;
+        prev = next;
+        if (i + 1 == n_new) break;
+        if (loom_model_forward(model, &next, 1, pos++, logits) != LOOM_OK) {
+            cli_fail("run", "forward pass failed");
+            goto done;
+        }
+    }
+    double t2 = loom_time_s();
+    printf("\n");
+    fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | "
+                    "threads %d, mode %s, seed %llu\n",
+            n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
+            n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
+            loom_mode_name(mp.mode), (unsigned long long)seed);
+    rc = 0;
+done:
+    free(logits);
+    free(ids);
+    loom_sampler_free(sampler);
+    loom_tokenizer_free(tok);
+    loom_model_free(model);
+    return rc;
+}
