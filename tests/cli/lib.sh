@@ -37,7 +37,7 @@ expect_error() {
         fail "$name: exit status $rc, expected 1 ($(head -c 300 "$TMP/err"))"
     elif [ "$lines" -ne 1 ]; then
         fail "$name: expected one line on stderr, got $lines: $(head -c 300 "$TMP/err")"
-    elif ! grep -qiE "$pattern" "$TMP/err"; then
+    elif ! grep -qiE -e "$pattern" "$TMP/err"; then
         fail "$name: stderr does not match /$pattern/: $(cat "$TMP/err")"
     else
         pass "$name"

@@ -9,8 +9,11 @@
 #include "base/timer.h"
 #include "cli.h"
 
-/* Like run.c: skip pieces that are a single unprintable, non-space byte. */
-static void print_piece(const char *p, size_t len) {
+/* Prints the text of token after prev. Like run.c, skips pieces that are a
+ * single unprintable, non-space byte. */
+static void print_piece(const loom_tokenizer *tok, int prev, int token) {
+    size_t len = 0;
+    const char *p = loom_tokenizer_decode(tok, prev, token, &len);
     if (!p || len == 0) return;
     if (len == 1 && !isprint((unsigned char)p[0]) && !isspace((unsigned char)p[0])) return;
     fwrite(p, 1, len, stdout);
@@ -84,8 +87,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     int bos = loom_tokenizer_bos(tok), eos = loom_tokenizer_eos(tok);
-    size_t len;
-    for (int i = 1; i < n_prompt; i++) print_piece(loom_tokenizer_decode(tok, ids[i - 1], ids[i], &len), len);
+    for (int i = 1; i < n_prompt; i++) print_piece(tok, ids[i - 1], ids[i]);
     fflush(stdout);
 
     double t0 = loom_time_s();
@@ -102,7 +104,7 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         if (next == bos || next == eos) break;  /* llama2.c: BOS delimits sequences */
-        print_piece(loom_tokenizer_decode(tok, prev, next, &len), len);
+        print_piece(tok, prev, next);
         fflush(stdout);
         n_gen++;
         prev = next;
