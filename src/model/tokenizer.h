@@ -1,0 +1,74 @@
+/* Tokenizers: text <-> token ids behind one opaque handle.
+ *
+ * Today one kind exists: the llama2.c tokenizer (SentencePiece-style BPE with
+ * per-piece merge scores, spaces stored as ' ', byte fallback to <0xXX>
+ * pieces), with encode/decode semantics identical to llama2.c's run.c.
+ * Later kinds (GGUF SentencePiece, GPT-2 byte-level BPE, WordPiece) sit
+ * behind the same handle; each file format has its own loader file. */
+#ifndef LOOM_MODEL_TOKENIZER_H
+#define LOOM_MODEL_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "loom.h"
+
+typedef struct loom_tokenizer loom_tokenizer;  /* opaque */
+
+/* Loads a llama2.c tokenizer.bin: int32 max_token_length, then up to EOF per
+ * token float32 score, int32 byte length, bytes. Errors: LOOM_ERR_IO for a
+ * missing or unreadable file; LOOM_ERR_FORMAT for an empty file, a bad
+ * max_token_length, a negative or too large length, a truncated entry (the
+ * message names the token index and byte offset) or too few tokens for the
+ * 256 byte-fallback ids. *out is NULL on error. */
+loom_status loom_tokenizer_load_llama2c(const char *path, loom_tokenizer **out);
+
+/* Releases t and everything it owns; NULL is a no-op. */
+void loom_tokenizer_free(loom_tokenizer *t);
+
+int loom_tokenizer_vocab_size(const loom_tokenizer *t);
+int loom_tokenizer_bos(const loom_tokenizer *t);  /* 1 for llama2.c */
+int loom_tokenizer_eos(const loom_tokenizer *t);  /* 2 for llama2.c */
+
+/* Encodes NUL-terminated text into ids[0..*n_ids): optional BOS, the
+ * dummy-prefix " " piece when text is non-empty, one piece per UTF-8
+ * codepoint (bytes <0xXX> when the codepoint is not a piece), then greedy
+ * merges of the adjacent pair whose concatenation is the best-scored piece
+ * (leftmost on ties), then optional EOS. Errors: LOOM_ERR_INVALID_ARG for NULL
+ * arguments or when the result needs more than max_ids ids (then *n_ids gets
+ * the number needed); LOOM_ERR_NOMEM. Thread-safe: t is not modified. */
+loom_status loom_tokenizer_encode(const loom_tokenizer *t, const char *text,
+                                  int add_bos, int add_eos, int32_t *ids,
+                                  int max_ids, int *n_ids);
+
+/* The bytes token decodes to when it follows prev: the piece, without its
+ * leading ' ' when prev is BOS; a "<0xXX>" piece gives the one raw byte 0xXX.
+ * *len (may be NULL) gets the byte count; the bytes are also NUL-terminated.
+ * NULL (and an error message, *len = 0) for an out-of-range token. The pointer
+ * stays valid until t is freed. */
+const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token,
+                                  size_t *len);
+
+/* The raw vocabulary string of token (NUL-terminated); NULL if out of range. */
+const char *loom_tokenizer_piece(const loom_tokenizer *t, int token);
+/* Its merge score; 0 (and an error message) if out of range. */
+float loom_tokenizer_score(const loom_tokenizer *t, int token);
+
+/* ---- for loaders (file-format code), not for callers ---- */
+
+/* A scored-BPE vocabulary in llama2.c conventions (spaces as ' ', dummy
+ * prefix " "). Everything is copied: the caller keeps ownership. */
+typedef struct loom_tokenizer_vocab {
+    int n;                     /* number of pieces */
+    const char *const *pieces; /* n pointers to piece bytes (not NUL-terminated) */
+    const uint32_t *lens;      /* n byte lengths */
+    const float *scores;       /* n merge scores; higher merges first */
+    int bos, eos;              /* special ids */
+    int byte_base;             /* byte b falls back to id byte_base + b */
+} loom_tokenizer_vocab;
+
+/* Builds a tokenizer from v. Errors: LOOM_ERR_FORMAT when ids do not fit the
+ * vocabulary; LOOM_ERR_NOMEM. */
+loom_status loom_tokenizer_create_scored_bpe(const loom_tokenizer_vocab *v,
+                                             loom_tokenizer **out);
+
+#endif
