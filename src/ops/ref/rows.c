@@ -1,0 +1,155 @@
+/* Reference data-movement ops: get_rows (embedding lookup), copy (contiguous,
+ * with dtype conversion) and kv_append (write rows into a KV cache in place). */
+#include "ops/ref/ref.h"
+
+#include "base/status.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------- get_rows */
+
+loom_status loom_ref_get_rows_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                    loom_tensor *dst) {
+    LOOM_TRY(loom_ref_check_arity("get_rows", src, n_src, 2, 2));
+    const loom_tensor *table = src[0], *ids = src[1];
+    char s[LOOM_REF_SHAPE_BUF];
+    LOOM_TRY(loom_ref_check_dtype("get_rows", 0, "table", table, LOOM_REF_FLOATS));
+    LOOM_TRY(loom_ref_check_dtype("get_rows", 1, "ids", ids, LOOM_REF_DT(LOOM_I32)));
+    LOOM_RETURN_IF(table->ndim != 2, LOOM_ERR_SHAPE,
+                   "get_rows: input 0 (table) shape %s: expected [V, D]",
+                   loom_ref_shape_str(table, s, sizeof s));
+    LOOM_RETURN_IF(ids->ndim != 1, LOOM_ERR_SHAPE, "get_rows: input 1 (ids) shape %s: expected [n]",
+                   loom_ref_shape_str(ids, s, sizeof s));
+    int64_t shape[2] = {ids->shape[0], table->shape[1]};
+    loom_ref_set_dst(dst, LOOM_F32, 2, shape);
+    return LOOM_OK;
+}
+
+void loom_ref_get_rows_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                            const void *attrs, loom_cost *c) {
+    double n = (double)src[1]->shape[0], D = (double)src[0]->shape[1];
+    c->flops = 0.0;
+    c->bytes_read = n * 4.0 + n * D * (double)loom_dtype_size(src[0]->dtype);
+    c->bytes_written = n * D * 4.0;
+}
+
+loom_status loom_ref_get_rows(const loom_kernel_args *a) {
+    const loom_tensor *table = a->src[0], *ids = a->src[1];
+    const loom_tensor *y = a->dst;
+    int64_t V = table->shape[0], D = table->shape[1];
+    const int32_t *idd = ids->data;
+    float *yd = y->data;
+    int64_t lo, hi;
+    loom_ref_split(ids->shape[0], a->ith, a->nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t id = idd[i * ids->stride[0]];
+        /* ids come from user input (token ids): check before touching the table */
+        LOOM_RETURN_IF(id < 0 || id >= V, LOOM_ERR_INVALID_ARG,
+                       "get_rows: id %d at position %lld is outside [0, V) with V = %lld", (int)id,
+                       (long long)i, (long long)V);
+        for (int64_t d = 0; d < D; d++)
+            yd[i * y->stride[0] + d * y->stride[1]] =
+                loom_ref_get(table, id * table->stride[0] + d * table->stride[1]);
+    }
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------- copy */
+
+loom_status loom_ref_copy_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                loom_tensor *dst) {
+    LOOM_TRY(loom_ref_check_arity("copy", src, n_src, 1, 1));
+    LOOM_TRY(loom_ref_check_dtype("copy", 0, "x", src[0], LOOM_REF_FLOATS));
+    const loom_copy_attrs *at = attrs;
+    LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "copy: attributes (output dtype) missing");
+    LOOM_RETURN_IF((unsigned)at->dtype >= LOOM_DTYPE_COUNT ||
+                       !(LOOM_REF_FLOATS & LOOM_REF_DT(at->dtype)),
+                   LOOM_ERR_DTYPE,
+                   "copy: output dtype %s: expected f32/f16/bf16", loom_dtype_name(at->dtype));
+    loom_ref_set_dst(dst, at->dtype, src[0]->ndim, src[0]->shape);
+    return LOOM_OK;
+}
+
+void loom_ref_copy_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                        const void *attrs, loom_cost *c) {
+    double n = (double)loom_tensor_nelem(src[0]);
+    c->flops = 0.0;
+    c->bytes_read = n * (double)loom_dtype_size(src[0]->dtype);
+    c->bytes_written = n * (double)loom_dtype_size(dst->dtype);
+}
+
+loom_status loom_ref_copy(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[0];
+    const loom_tensor *y = a->dst;
+    size_t es = loom_dtype_size(x->dtype);
+    int same = x->dtype == y->dtype;
+    int64_t lo, hi;
+    loom_ref_split(loom_tensor_nelem(x), a->ith, a->nth, &lo, &hi);
+    for (int64_t e = lo; e < hi; e++) {
+        int64_t xo = loom_ref_row_offset(x, x->ndim, e);
+        int64_t yo = loom_ref_row_offset(y, y->ndim, e);
+        if (same) /* bit copy: keeps NaN payloads and avoids a rounding round trip */
+            memcpy((char *)y->data + (size_t)yo * es, (const char *)x->data + (size_t)xo * es, es);
+        else
+            loom_ref_put(y, yo, loom_ref_get(x, xo));
+    }
+    return LOOM_OK;
+}
+
+/* ---------------------------------------------------------- kv_append */
+
+loom_status loom_ref_kv_append_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                     loom_tensor *dst) {
+    LOOM_TRY(loom_ref_check_arity("kv_append", src, n_src, 2, 2));
+    const loom_tensor *cache = src[0], *x = src[1];
+    LOOM_TRY(loom_ref_check_dtype("kv_append", 0, "cache", cache, LOOM_REF_FLOATS));
+    LOOM_TRY(loom_ref_check_dtype("kv_append", 1, "x", x, LOOM_REF_DT(LOOM_F32)));
+    const loom_kv_append_attrs *at = attrs;
+    LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "kv_append: attributes (pos) missing");
+    char cs[LOOM_REF_SHAPE_BUF], xs[LOOM_REF_SHAPE_BUF];
+    int same = x->ndim == cache->ndim;
+    for (int d = 1; same && d < x->ndim; d++) same = x->shape[d] == cache->shape[d];
+    LOOM_RETURN_IF(!same, LOOM_ERR_SHAPE,
+                   "kv_append: input 1 (x) shape %s does not match input 0 (cache) shape %s: "
+                   "expected [n] followed by the cache's trailing dims",
+                   loom_ref_shape_str(x, xs, sizeof xs), loom_ref_shape_str(cache, cs, sizeof cs));
+    int64_t n = x->shape[0], smax = cache->shape[0];
+    LOOM_RETURN_IF(at->pos < 0 || at->pos + n > smax, LOOM_ERR_INVALID_ARG,
+                   "kv_append: rows [%d, %lld) do not fit the cache of %lld rows: expected "
+                   "0 <= pos and pos + n <= %lld",
+                   at->pos, (long long)(at->pos + n), (long long)smax, (long long)smax);
+    int64_t shape[LOOM_MAX_DIMS];
+    memcpy(shape, cache->shape, sizeof shape);
+    shape[0] = at->pos + n;
+    loom_ref_set_dst(dst, cache->dtype, cache->ndim, shape);
+    return LOOM_OK;
+}
+
+void loom_ref_kv_append_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                             const void *attrs, loom_cost *c) {
+    double n = (double)loom_tensor_nelem(src[1]);
+    c->flops = 0.0;
+    c->bytes_read = n * 4.0;
+    c->bytes_written = n * (double)loom_dtype_size(src[0]->dtype);
+}
+
+loom_status loom_ref_kv_append(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[1];
+    const loom_tensor *y = a->dst; /* aliases the cache: rows [0, pos + n) */
+    const loom_kv_append_attrs *at = a->attrs;
+    int64_t n = x->shape[0];
+    LOOM_RETURN_IF(!at || at->pos < 0 || at->pos + n > y->shape[0], LOOM_ERR_INVALID_ARG,
+                   "kv_append: pos %d with %lld rows does not fit the output view of %lld rows",
+                   at ? at->pos : -1, (long long)n, (long long)y->shape[0]);
+    /* x row i goes to view row pos + i; the other dims map one to one */
+    loom_tensor shifted = *y;
+    shifted.shape[0] = n;
+    shifted.data = (char *)y->data +
+                   (size_t)(at->pos * y->stride[0]) * loom_dtype_size(y->dtype);
+    int64_t lo, hi;
+    loom_ref_split(loom_tensor_nelem(x), a->ith, a->nth, &lo, &hi);
+    for (int64_t e = lo; e < hi; e++)
+        loom_ref_put(&shifted, loom_ref_row_offset(&shifted, x->ndim, e),
+                     loom_ref_get(x, loom_ref_row_offset(x, x->ndim, e)));
+    return LOOM_OK;
+}

@@ -1,0 +1,124 @@
+/* The op registry: one table, one entry per op, and the single-op runner. */
+#include "ops/ops.h"
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "ops/ref/ref.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define REF(op) .infer = loom_ref_##op##_infer, .cost = loom_ref_##op##_cost, .ref = loom_ref_##op
+
+static const loom_op_info op_table[] = {
+    [LOOM_OP_MATMUL] = {.name = "matmul", .n_src_min = 2, .n_src_max = 2, REF(matmul)},
+    [LOOM_OP_GET_ROWS] = {.name = "get_rows", .n_src_min = 2, .n_src_max = 2, REF(get_rows)},
+    [LOOM_OP_RMS_NORM] = {.name = "rms_norm", .n_src_min = 1, .n_src_max = 2,
+                          .attr_size = sizeof(loom_rms_norm_attrs), REF(rms_norm)},
+    [LOOM_OP_ADD] = {.name = "add", .n_src_min = 2, .n_src_max = 2, REF(add)},
+    [LOOM_OP_MUL] = {.name = "mul", .n_src_min = 2, .n_src_max = 2, REF(mul)},
+    [LOOM_OP_SILU] = {.name = "silu", .n_src_min = 1, .n_src_max = 1, REF(silu)},
+    [LOOM_OP_SOFTMAX] = {.name = "softmax", .n_src_min = 1, .n_src_max = 2,
+                         .attr_size = sizeof(loom_softmax_attrs), REF(softmax)},
+    [LOOM_OP_ROPE] = {.name = "rope", .n_src_min = 1, .n_src_max = 1,
+                      .attr_size = sizeof(loom_rope_attrs), REF(rope)},
+    [LOOM_OP_ATTENTION] = {.name = "attention", .n_src_min = 3, .n_src_max = 4,
+                           .attr_size = sizeof(loom_attention_attrs),
+                           .scratch_size = loom_ref_attention_scratch, REF(attention)},
+    [LOOM_OP_COPY] = {.name = "copy", .n_src_min = 1, .n_src_max = 1,
+                      .attr_size = sizeof(loom_copy_attrs), REF(copy)},
+    [LOOM_OP_KV_APPEND] = {.name = "kv_append", .n_src_min = 2, .n_src_max = 2,
+                           .attr_size = sizeof(loom_kv_append_attrs), REF(kv_append),
+                           .dst_views_src0 = 1},
+};
+_Static_assert(sizeof op_table / sizeof op_table[0] == LOOM_OP_COUNT,
+               "op_table must have an entry for every loom_op");
+
+const loom_op_info *loom_op_get(loom_op op) {
+    return (unsigned)op < LOOM_OP_COUNT ? &op_table[op] : NULL;
+}
+
+/* Level of the kernel picked for isa: the highest provided opt level <= isa,
+ * or LOOM_ISA_REF for the reference kernel. */
+static loom_isa picked_level(const loom_op_info *info, loom_isa isa) {
+    if ((int)isa >= LOOM_ISA_COUNT) isa = (loom_isa)(LOOM_ISA_COUNT - 1);
+    for (int l = (int)isa; l > LOOM_ISA_REF; l--)
+        if (info->opt[l]) return (loom_isa)l;
+    return LOOM_ISA_REF;
+}
+
+loom_kernel_fn loom_op_kernel(loom_op op, loom_isa isa) {
+    const loom_op_info *info = loom_op_get(op);
+    if (!info) return NULL;
+    loom_isa l = picked_level(info, isa);
+    return l == LOOM_ISA_REF ? info->ref : info->opt[l];
+}
+
+/* "<op>.<isa>" for every pair, built once so callers get stable strings. */
+static char kernel_names[LOOM_OP_COUNT][LOOM_ISA_COUNT][48];
+static pthread_once_t kernel_names_once = PTHREAD_ONCE_INIT;
+
+static void build_kernel_names(void) {
+    for (int op = 0; op < LOOM_OP_COUNT; op++)
+        for (int l = 0; l < LOOM_ISA_COUNT; l++)
+            snprintf(kernel_names[op][l], sizeof kernel_names[op][l], "%s.%s", op_table[op].name,
+                     loom_isa_name((loom_isa)l));
+}
+
+const char *loom_op_kernel_name(loom_op op, loom_isa isa) {
+    const loom_op_info *info = loom_op_get(op);
+    if (!info) return "unknown";
+    pthread_once(&kernel_names_once, build_kernel_names);
+    return kernel_names[op][picked_level(info, isa)];
+}
+
+/* Checks that the caller's dst has the inferred dtype and shape. */
+static loom_status check_dst(const char *name, const loom_tensor *want, const loom_tensor *dst) {
+    int ok = dst->dtype == want->dtype && dst->ndim == want->ndim;
+    for (int d = 0; ok && d < want->ndim; d++) ok = dst->shape[d] == want->shape[d];
+    if (ok) return LOOM_OK;
+    char ws[LOOM_REF_SHAPE_BUF], ds[LOOM_REF_SHAPE_BUF] = "[?]";
+    if (dst->ndim >= 1 && dst->ndim <= LOOM_MAX_DIMS) loom_ref_shape_str(dst, ds, sizeof ds);
+    return loom_set_error(LOOM_ERR_SHAPE, "%s: dst is %s %s: expected %s %s", name,
+                          loom_dtype_name(dst->dtype), ds, loom_dtype_name(want->dtype),
+                          loom_ref_shape_str(want, ws, sizeof ws));
+}
+
+loom_status loom_op_run(loom_op op, const loom_tensor *const *src, int n_src,
+                        const void *attrs, loom_tensor *dst, loom_isa isa) {
+    const loom_op_info *info = loom_op_get(op);
+    LOOM_RETURN_IF(!info, LOOM_ERR_INVALID_ARG, "op_run: unknown op %d", (int)op);
+    LOOM_RETURN_IF((unsigned)isa >= LOOM_ISA_COUNT, LOOM_ERR_INVALID_ARG,
+                   "%s: unknown isa level %d", info->name, (int)isa);
+    LOOM_RETURN_IF(n_src < info->n_src_min || n_src > info->n_src_max, LOOM_ERR_INVALID_ARG,
+                   "%s: expected %d..%d inputs, found %d", info->name, info->n_src_min,
+                   info->n_src_max, n_src);
+    LOOM_RETURN_IF(!dst, LOOM_ERR_INVALID_ARG, "%s: dst is NULL", info->name);
+    loom_tensor want;
+    memset(&want, 0, sizeof want);
+    LOOM_TRY(info->infer(src, n_src, attrs, &want));
+    LOOM_TRY(check_dst(info->name, &want, dst));
+    for (int i = 0; i < n_src; i++)
+        LOOM_RETURN_IF(!src[i]->data && loom_tensor_nelem(src[i]) > 0, LOOM_ERR_INVALID_ARG,
+                       "%s: input %d has no data", info->name, i);
+    LOOM_RETURN_IF(!dst->data && loom_tensor_nelem(dst) > 0, LOOM_ERR_INVALID_ARG,
+                   "%s: dst has no data", info->name);
+    /* the kernel writes through dst: it must be the view of input 0 it claims to be */
+    LOOM_RETURN_IF(info->dst_views_src0 && dst->data != src[0]->data, LOOM_ERR_INVALID_ARG,
+                   "%s: dst must be a view of input 0 (same data pointer)", info->name);
+
+    size_t scratch_bytes = info->scratch_size ? info->scratch_size(src, n_src, dst, attrs) : 0;
+    void *scratch = NULL;
+    if (scratch_bytes) {
+        scratch = loom_alloc_aligned(scratch_bytes, LOOM_ALIGN);
+        LOOM_RETURN_IF(!scratch, LOOM_ERR_NOMEM, "%s: cannot allocate %zu bytes of scratch",
+                       info->name, scratch_bytes);
+    }
+    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs, .ith = 0, .nth = 1,
+                          .scratch = scratch};
+    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
+    loom_status s = loom_op_kernel(op, isa)(&a);
+    loom_free_aligned(scratch);
+    return s;
+}
