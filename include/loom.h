@@ -46,13 +46,27 @@ typedef enum loom_dtype {
     LOOM_BF16,
     LOOM_I32,
     LOOM_I8,
+    /* GGUF block formats (bit-exact with llama.cpp): 32 elements per block.
+     * Tensors of these types are row-contiguous, last dim a multiple of 32. */
+    LOOM_Q8_0,   /* {f16 d; int8 q[32]}            x = d*q                  34 bytes */
+    LOOM_Q4_0,   /* {f16 d; u8 q[16]}  nibbles      x = d*(q-8)              18 bytes */
+    LOOM_Q4_1,   /* {f16 d; f16 m; u8 q[16]}        x = d*q + m              20 bytes */
     LOOM_DTYPE_COUNT
 } loom_dtype;
 
-/* "f32", "f16", ... Never NULL. */
+#define LOOM_QBLOCK 32   /* elements per block of the quantized formats */
+
+/* "f32", "f16", "q4_0", ... Never NULL. */
 const char *loom_dtype_name(loom_dtype t);
-/* Bytes per element; 0 for an unknown dtype. */
+/* Bytes per element of a scalar dtype; 0 for block formats and unknown dtypes. */
 size_t loom_dtype_size(loom_dtype t);
+/* 1 for block formats (q8_0, q4_0, q4_1). */
+int loom_dtype_is_quantized(loom_dtype t);
+/* Elements per block (1 for scalar dtypes) and bytes per block. */
+int loom_dtype_block_elems(loom_dtype t);
+size_t loom_dtype_block_bytes(loom_dtype t);
+/* Bytes of n consecutive elements (n a multiple of the block size). */
+size_t loom_dtype_row_bytes(loom_dtype t, int64_t n);
 
 /* IEEE half and bfloat16 conversions: round-to-nearest-even, NaN stays NaN,
  * Inf and denormals handled exactly. */

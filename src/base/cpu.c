@@ -149,7 +149,7 @@ static void cpu_init(void) {
     loom_isa isa = g_best;
     const char *env = getenv("LOOM_ISA");
     if (env && *env) {
-        loom_isa want;
+        loom_isa want = g_best;
         if (loom_isa_parse(env, &want) != LOOM_OK) {
             fprintf(stderr, "loom: LOOM_ISA=%s is not one of ref, generic, avx2, avx512; "
                     "using %s\n", env, isa_names[g_best]);

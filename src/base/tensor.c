@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct { const char *name; size_t size; } dtype_info[] = {
-    [LOOM_F32] = {"f32", 4}, [LOOM_F16] = {"f16", 2}, [LOOM_BF16] = {"bf16", 2},
-    [LOOM_I32] = {"i32", 4}, [LOOM_I8] = {"i8", 1},
+static const struct { const char *name; int block; size_t bytes; } dtype_info[] = {
+    [LOOM_F32] = {"f32", 1, 4},     [LOOM_F16] = {"f16", 1, 2},     [LOOM_BF16] = {"bf16", 1, 2},
+    [LOOM_I32] = {"i32", 1, 4},     [LOOM_I8] = {"i8", 1, 1},       [LOOM_Q8_0] = {"q8_0", 32, 34},
+    [LOOM_Q4_0] = {"q4_0", 32, 18}, [LOOM_Q4_1] = {"q4_1", 32, 20},
 };
 _Static_assert(sizeof(dtype_info) / sizeof(dtype_info[0]) == LOOM_DTYPE_COUNT,
                "dtype_info must describe every loom_dtype");
@@ -17,7 +18,24 @@ const char *loom_dtype_name(loom_dtype t) {
 }
 
 size_t loom_dtype_size(loom_dtype t) {
-    return (unsigned)t < LOOM_DTYPE_COUNT ? dtype_info[t].size : 0;
+    return (unsigned)t < LOOM_DTYPE_COUNT && dtype_info[t].block == 1 ? dtype_info[t].bytes : 0;
+}
+
+int loom_dtype_is_quantized(loom_dtype t) {
+    return (unsigned)t < LOOM_DTYPE_COUNT && dtype_info[t].block > 1;
+}
+
+int loom_dtype_block_elems(loom_dtype t) {
+    return (unsigned)t < LOOM_DTYPE_COUNT ? dtype_info[t].block : 1;
+}
+
+size_t loom_dtype_block_bytes(loom_dtype t) {
+    return (unsigned)t < LOOM_DTYPE_COUNT ? dtype_info[t].bytes : 0;
+}
+
+size_t loom_dtype_row_bytes(loom_dtype t, int64_t n) {
+    if ((unsigned)t >= LOOM_DTYPE_COUNT || n <= 0) return 0;
+    return (size_t)(n / dtype_info[t].block) * dtype_info[t].bytes;
 }
 
 static void set_contiguous_strides(loom_tensor *t) {
@@ -49,6 +67,9 @@ loom_status loom_tensor_init(loom_tensor *t, loom_dtype dtype, int ndim,
     }
     set_contiguous_strides(t);
     t->data = data;
+    LOOM_RETURN_IF(loom_dtype_is_quantized(dtype) && t->shape[ndim - 1] % LOOM_QBLOCK != 0,
+                   LOOM_ERR_SHAPE, "tensor_init: %s rows must be a multiple of %d elements, got %lld",
+                   loom_dtype_name(dtype), LOOM_QBLOCK, (long long)t->shape[ndim - 1]);
     return LOOM_OK;
 }
 
@@ -64,6 +85,8 @@ size_t loom_tensor_nbytes(const loom_tensor *t) {
     /* span from the first to the last element, plus one element */
     int64_t last = 0;
     for (int i = 0; i < t->ndim; i++) last += (t->shape[i] - 1) * t->stride[i];
+    if (loom_dtype_is_quantized(t->dtype))  /* rows are whole blocks */
+        return loom_dtype_row_bytes(t->dtype, last + 1 + (LOOM_QBLOCK - 1));
     return (size_t)(last + 1) * loom_dtype_size(t->dtype);
 }
 
@@ -84,7 +107,7 @@ loom_status loom_tensor_view_rows(const loom_tensor *t, int64_t row0, int64_t nr
     loom_tensor v = *t;
     v.shape[0] = nrows;
     if (t->data)
-        v.data = (char *)t->data + (size_t)(row0 * t->stride[0]) * loom_dtype_size(t->dtype);
+        v.data = (char *)t->data + loom_dtype_row_bytes(t->dtype, row0 * t->stride[0]);
     *view = v;
     return LOOM_OK;
 }

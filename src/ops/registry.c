@@ -4,6 +4,7 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "ops/ref/ref.h"
+#include "ops/register.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -11,7 +12,10 @@
 
 #define REF(op) .infer = loom_ref_##op##_infer, .cost = loom_ref_##op##_cost, .ref = loom_ref_##op
 
-static const loom_op_info op_table[] = {
+/* Reference entries; optimised kernels are added once at first use by the
+ * register functions of each kernel family (BLIS-style: load the reference
+ * set, then override what a family has optimised). */
+static loom_op_info op_table[] = {
     [LOOM_OP_MATMUL] = {.name = "matmul", .n_src_min = 2, .n_src_max = 2, REF(matmul)},
     [LOOM_OP_GET_ROWS] = {.name = "get_rows", .n_src_min = 2, .n_src_max = 2, REF(get_rows)},
     [LOOM_OP_RMS_NORM] = {.name = "rms_norm", .n_src_min = 1, .n_src_max = 2,
@@ -35,7 +39,15 @@ static const loom_op_info op_table[] = {
 _Static_assert(sizeof op_table / sizeof op_table[0] == LOOM_OP_COUNT,
                "op_table must have an entry for every loom_op");
 
+static pthread_once_t register_once = PTHREAD_ONCE_INIT;
+
+static void register_optimised(void) {
+    loom_register_matmul_kernels(op_table);
+    loom_register_vec_kernels(op_table);
+}
+
 const loom_op_info *loom_op_get(loom_op op) {
+    pthread_once(&register_once, register_optimised);
     return (unsigned)op < LOOM_OP_COUNT ? &op_table[op] : NULL;
 }
 
@@ -60,6 +72,7 @@ static char kernel_names[LOOM_OP_COUNT][LOOM_ISA_COUNT][48];
 static pthread_once_t kernel_names_once = PTHREAD_ONCE_INIT;
 
 static void build_kernel_names(void) {
+    pthread_once(&register_once, register_optimised);
     for (int op = 0; op < LOOM_OP_COUNT; op++)
         for (int l = 0; l < LOOM_ISA_COUNT; l++)
             snprintf(kernel_names[op][l], sizeof kernel_names[op][l], "%s.%s", op_table[op].name,
