@@ -1,0 +1,119 @@
+/* Matmul family entry: argument checks, path choice, reference product and epilogue. */
+#include "ops/matmul/internal.h"
+
+#include <math.h>
+
+#include "base/status.h"
+#include "ops/quant.h"
+
+static const char *const act_names[] = {
+    [LOOM_ACT_NONE] = "none", [LOOM_ACT_SILU] = "silu", [LOOM_ACT_GELU] = "gelu",
+    [LOOM_ACT_GELU_TANH] = "gelu_tanh", [LOOM_ACT_RELU] = "relu",
+};
+_Static_assert(sizeof act_names / sizeof act_names[0] == LOOM_ACT_COUNT, "act names");
+
+const char *loom_act_name(loom_act act) {
+    return (unsigned)act < LOOM_ACT_COUNT ? act_names[act] : "unknown";
+}
+
+float loom_act_apply(loom_act act, float x) {
+    switch (act) {
+    case LOOM_ACT_SILU: return x / (1.0f + expf(-x));
+    case LOOM_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case LOOM_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case LOOM_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    default: return x;
+    }
+}
+
+void loom_epilogue_apply(const loom_epilogue *e, float *tile, int64_t ld, int64_t m0, int64_t n0,
+                         int64_t mr, int64_t nr) {
+    if (!e) return;
+    float scale = e->scale != 0.0f ? e->scale : 1.0f;
+    for (int64_t r = 0; r < mr; r++) {
+        float *row = tile + r * ld;
+        for (int64_t c = 0; c < nr; c++) {
+            float v = row[c] * scale;
+            if (e->bias) v += e->bias[n0 + c];
+            v = loom_act_apply(e->act, v);
+            if (e->mul) v *= e->mul[(m0 + r) * e->ld_mul + n0 + c];
+            if (e->residual) v += e->residual[(m0 + r) * e->ld_res + n0 + c];
+            row[c] = v;
+        }
+    }
+    if (e->fn) e->fn(tile, ld, m0, n0, mr, nr, e->user);
+}
+
+loom_status loom_matmul_check(const loom_matmul_args *a) {
+    LOOM_RETURN_IF(!a || !a->x || !a->w || !a->y, LOOM_ERR_INVALID_ARG, "matmul: NULL pointer");
+    LOOM_RETURN_IF(a->M < 0 || a->N < 0 || a->K < 1, LOOM_ERR_SHAPE,
+                   "matmul: invalid sizes M=%lld N=%lld K=%lld", (long long)a->M, (long long)a->N,
+                   (long long)a->K);
+    LOOM_RETURN_IF(a->ldx < a->K || a->ldw < a->K || a->ldy < a->N, LOOM_ERR_SHAPE,
+                   "matmul: row strides (x %lld, w %lld, y %lld) smaller than K=%lld / N=%lld",
+                   (long long)a->ldx, (long long)a->ldw, (long long)a->ldy, (long long)a->K,
+                   (long long)a->N);
+    switch (a->wtype) {
+    case LOOM_F32: case LOOM_F16: case LOOM_BF16: break;
+    case LOOM_Q8_0: case LOOM_Q4_0: case LOOM_Q4_1:
+        LOOM_RETURN_IF(a->K % LOOM_QBLOCK || a->ldw % LOOM_QBLOCK, LOOM_ERR_SHAPE,
+                       "matmul: %s weights need K and the row stride to be multiples of %d (K=%lld)",
+                       loom_dtype_name(a->wtype), LOOM_QBLOCK, (long long)a->K);
+        break;
+    default:
+        return loom_set_error(LOOM_ERR_DTYPE, "matmul: weight dtype %s is not supported",
+                              loom_dtype_name(a->wtype));
+    }
+    LOOM_RETURN_IF(a->ep && (unsigned)a->ep->act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG,
+                   "matmul: unknown activation %d", (int)a->ep->act);
+    return LOOM_OK;
+}
+
+static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M; }
+
+size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
+    size_t s = (size_t)a->K * sizeof(float) + 64;  /* reference row buffer */
+    size_t p = use_gemv(a) ? loom_gemv_scratch_size(a)
+               : loom_dtype_is_quantized(a->wtype) ? loom_gemm_q_scratch_size(a)
+                                                   : loom_gemm_scratch_size(a);
+    return s > p ? s : p;
+}
+
+void loom_matmul_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t units = (n + align - 1) / align;
+    int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    *lo = u0 * align < n ? u0 * align : n;
+    *hi = u1 * align < n ? u1 * align : n;
+}
+
+void loom_matmul_ref_block(const loom_matmul_args *a, int64_t m0, int64_t m1, int64_t n0,
+                           int64_t n1, float *rowbuf) {
+    size_t wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
+    for (int64_t n = n0; n < n1; n++) {
+        loom_row_to_f32(a->wtype, (const char *)a->w + (size_t)n * wrow, rowbuf, a->K);
+        for (int64_t m = m0; m < m1; m++) {
+            const float *x = a->x + m * a->ldx;
+            double acc = 0.0;
+            for (int64_t k = 0; k < a->K; k++) acc += (double)x[k] * (double)rowbuf[k];
+            a->y[m * a->ldy + n] = (float)acc;
+        }
+    }
+    if (a->ep && m1 > m0 && n1 > n0)
+        loom_epilogue_apply(a->ep, a->y + m0 * a->ldy + n0, a->ldy, m0, n0, m1 - m0, n1 - n0);
+}
+
+loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth,
+                            void *scratch) {
+    LOOM_TRY(loom_matmul_check(a));
+    if (a->M == 0 || a->N == 0) return LOOM_OK;
+    if (isa == LOOM_ISA_REF) {
+        int64_t lo, hi;
+        loom_matmul_split(a->N, 1, ith, nth, &lo, &hi);
+        loom_matmul_ref_block(a, 0, a->M, lo, hi, scratch);
+        return LOOM_OK;
+    }
+    if (use_gemv(a)) return loom_gemv_run(a, isa, ith, nth, scratch);
+    if (loom_dtype_is_quantized(a->wtype)) return loom_gemm_q_run(a, isa, ith, nth, scratch);
+    return loom_gemm_run(a, isa, ith, nth, scratch);
+}

@@ -1,0 +1,91 @@
+/*
+ * The matmul family: y[M, N] = x[M, K] . W[N, K]^T (+ epilogue).
+ *
+ * W is in the LLM layout (one row per output feature) and may be f32, f16,
+ * bf16 or a GGUF block format (q8_0, q4_0, q4_1: K a multiple of 32); x and y
+ * are f32. Two paths:
+ *   - GEMM (prefill, M >= LOOM_GEMM_MIN_M): BLIS-style blocking with packed
+ *     panels and register-blocked micro-kernels per ISA.
+ *   - GEMV (decode, M small): streams W exactly once at memory bandwidth.
+ * Both split work by (ith, nth) without any synchronisation: each thread owns
+ * a disjoint set of output columns (or rows) and packs what it needs into its
+ * own scratch. Every output element is accumulated in the same order whatever
+ * nth is, so results are bit-identical for any thread count.
+ */
+#ifndef LOOM_OPS_MATMUL_MATMUL_H
+#define LOOM_OPS_MATMUL_MATMUL_H
+
+#include "ops/ops.h"
+
+/* ------------------------------------------------------------ epilogue */
+
+typedef enum loom_act {
+    LOOM_ACT_NONE = 0,
+    LOOM_ACT_SILU,        /* x * sigmoid(x) */
+    LOOM_ACT_GELU,        /* x * Phi(x), erf form */
+    LOOM_ACT_GELU_TANH,   /* tanh approximation */
+    LOOM_ACT_RELU,
+    LOOM_ACT_COUNT
+} loom_act;
+
+/* A user step run on each finished tile: tile[r*ld + c] is y[m0 + r][n0 + c]
+ * for r < mr, c < nr. */
+typedef void (*loom_epilogue_fn)(float *tile, int64_t ld, int64_t m0, int64_t n0, int64_t mr,
+                                 int64_t nr, void *user);
+
+/*
+ * Applied to each output tile while it is still in registers or L1, in this
+ * order (each step optional):
+ *     v = acc * scale + bias[n]
+ *     v = act(v)
+ *     v = v * mul[m][n]          (SwiGLU: act = silu on the gate GEMM, mul = up)
+ *     v = v + residual[m][n]     (residual add after an output projection)
+ *     fn(tile, ...)              (anything else, e.g. RoPE on a QKV tile)
+ * mul and residual may alias y only if they are exactly y (same pointer and ld):
+ * each element is read before it is written.
+ */
+typedef struct loom_epilogue {
+    float            scale;      /* 0 means 1 */
+    const float     *bias;       /* [N] or NULL */
+    loom_act         act;
+    const float     *mul;        /* [M, N], row stride ld_mul, or NULL */
+    int64_t          ld_mul;
+    const float     *residual;   /* [M, N], row stride ld_res, or NULL */
+    int64_t          ld_res;
+    loom_epilogue_fn fn;         /* or NULL */
+    void            *user;
+} loom_epilogue;
+
+/* The reference epilogue: scalar, in the order above. Kernels may call it on
+ * their tiles or apply a vectorised version giving the same results within
+ * the f32 tolerance. */
+void loom_epilogue_apply(const loom_epilogue *e, float *tile, int64_t ld, int64_t m0, int64_t n0,
+                         int64_t mr, int64_t nr);
+/* One activation value (reference formulas, float in, float out). */
+float loom_act_apply(loom_act act, float x);
+const char *loom_act_name(loom_act act);
+
+/* ------------------------------------------------------------ matmul */
+
+#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path */
+
+typedef struct loom_matmul_args {
+    const float *x;  int64_t ldx;      /* [M, K] f32, row stride in elements */
+    const void  *w;  int64_t ldw;      /* [N, K] of wtype, row stride in elements */
+    loom_dtype   wtype;
+    float       *y;  int64_t ldy;      /* [M, N] f32; overwritten, never read (beta = 0) */
+    int64_t      M, N, K;
+    const loom_epilogue *ep;           /* NULL: plain product */
+} loom_matmul_args;
+
+/* Checks dtypes, sizes and strides. */
+loom_status loom_matmul_check(const loom_matmul_args *a);
+/* Per-thread scratch bytes the optimised kernels need for a at any level. */
+size_t loom_matmul_scratch_size(const loom_matmul_args *a);
+/* Runs thread ith's share at the given level (LOOM_ISA_REF: reference
+ * product then reference epilogue). scratch: loom_matmul_scratch_size bytes,
+ * 64-byte aligned. */
+loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth,
+                            void *scratch);
+
+#endif
