@@ -1,0 +1,188 @@
+/*
+ * bench_matmul: loom's matmul family on square, LLM-prefill and decode shapes,
+ * per weight dtype and thread count; median of repeated runs after warm-up.
+ * With -DLOOM_BENCH_OPENBLAS=ON the same shapes run through cblas_sgemm /
+ * cblas_sgemv in the same process and the ratio loom/OpenBLAS is printed. A
+ * STREAM-like read bandwidth is measured in the same run; decode rows show the
+ * fraction of it that GEMV reaches. Output is a Markdown table.
+ *
+ *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode]
+ *                [--reps N] [--isa LEVEL] [--quick]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "bench_util.h"
+#include "ops/matmul/matmul.h"
+#include "ops/quant.h"
+
+#ifdef LOOM_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+typedef struct { const char *set; int64_t M, N, K; } shape;
+
+static const shape all_shapes[] = {
+    {"square", 1024, 1024, 1024},   {"square", 2048, 2048, 2048},  {"square", 4096, 4096, 4096},
+    {"prefill", 512, 4096, 4096},   {"prefill", 512, 11008, 4096}, {"prefill", 512, 4096, 11008},
+    {"decode", 1, 4096, 4096},      {"decode", 1, 11008, 4096},    {"decode", 1, 4096, 11008},
+};
+
+typedef struct {
+    loom_pool *pool;
+    loom_matmul_args a;
+    loom_isa isa;
+    unsigned char *scratch;
+    size_t scratch_per;
+    int failed;
+} run_ctx;
+
+static void worker(int ith, int nth, void *arg) {
+    run_ctx *c = arg;
+    if (loom_matmul_run(&c->a, c->isa, ith, nth, c->scratch + c->scratch_per * (size_t)ith) != LOOM_OK)
+        c->failed = 1;
+}
+
+static void run_loom(void *arg) {
+    run_ctx *c = arg;
+    loom_pool_run(c->pool, worker, c);
+}
+
+#ifdef LOOM_BENCH_OPENBLAS
+typedef struct { const float *x, *w; float *y; int M, N, K; } blas_ctx;
+static void run_blas(void *arg) {
+    blas_ctx *b = arg;
+    if (b->M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, b->N, b->K, 1.0f, b->w, b->K, b->x, 1, 0.0f, b->y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->M, b->N, b->K, 1.0f, b->x, b->K,
+                    b->w, b->K, 0.0f, b->y, b->N);
+}
+#endif
+
+static int parse_dtype(const char *s, loom_dtype *t) {
+    for (int d = 0; d < LOOM_DTYPE_COUNT; d++)
+        if (strcmp(s, loom_dtype_name((loom_dtype)d)) == 0) {
+            *t = (loom_dtype)d;
+            return 0;
+        }
+    return -1;
+}
+
+/* W[N, K] of dtype t from the f32 weights (converted row by row). */
+static void *make_weights(loom_dtype t, const float *w32, int64_t N, int64_t K) {
+    size_t row = loom_dtype_row_bytes(t, K);
+    unsigned char *w = loom_alloc_aligned(row * (size_t)N, 64);
+    if (!w) return NULL;
+    for (int64_t n = 0; n < N; n++) {
+        const float *src = w32 + n * K;
+        void *dst = w + row * (size_t)n;
+        if (t == LOOM_F32) memcpy(dst, src, row);
+        else if (t == LOOM_F16)
+            for (int64_t k = 0; k < K; k++) ((uint16_t *)dst)[k] = loom_f32_to_f16(src[k]);
+        else if (t == LOOM_BF16)
+            for (int64_t k = 0; k < K; k++) ((uint16_t *)dst)[k] = loom_f32_to_bf16(src[k]);
+        else loom_quantize_row(t, src, dst, K);
+    }
+    return w;
+}
+
+int main(int argc, char **argv) {
+    int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0;
+    const char *dtypes = "f32,f16,bf16,q8_0,q4_0,q4_1", *sets = "square,prefill,decode", *isa_name = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) { quick = 1; continue; }
+        if (!v) { fprintf(stderr, "bench_matmul: %s needs a value\n", a); return 2; }
+        if (strcmp(a, "--threads") == 0) n_threads = bench_parse_ints(v, threads, 8);
+        else if (strcmp(a, "--dtypes") == 0) dtypes = v;
+        else if (strcmp(a, "--sets") == 0) sets = v;
+        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else if (strcmp(a, "--isa") == 0) isa_name = v;
+        else { fprintf(stderr, "bench_matmul: unknown option %s\n", a); return 2; }
+        i++;
+    }
+    if (n_threads < 1 || reps < 1) { fprintf(stderr, "bench_matmul: bad --threads or --reps\n"); return 2; }
+    loom_isa isa = loom_cpu_isa();
+    if (isa_name && (loom_isa_parse(isa_name, &isa) != LOOM_OK || loom_cpu_set_isa(isa) != LOOM_OK)) {
+        fprintf(stderr, "bench_matmul: unsupported --isa %s\n", isa_name);
+        return 2;
+    }
+    const loom_cpu_features *f = loom_cpu_get();
+    printf("# bench_matmul\n\nisa %s; avx512f %d bf16 %d vnni %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)\n\n",
+           loom_isa_name(isa), f->avx512f, f->avx512_bf16, f->avx512_vnni, f->l1d_bytes >> 10,
+           f->l2_bytes >> 10, f->l3_bytes >> 10, reps);
+
+    double read_bw[8];
+    for (int t = 0; t < n_threads; t++) {
+        loom_pool *pool;
+        if (loom_pool_init(&pool, threads[t]) != LOOM_OK) return 1;
+        read_bw[t] = bench_read_bandwidth(pool, (size_t)512 << 20, reps);
+        loom_pool_free(pool);
+        printf("read bandwidth, %d thread%s: %.1f GB/s\n", threads[t], threads[t] > 1 ? "s" : "", read_bw[t]);
+    }
+    printf("\n| set | M | N | K | dtype | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+
+    for (size_t s = 0; s < sizeof all_shapes / sizeof all_shapes[0]; s++) {
+        const shape *sh = &all_shapes[s];
+        if (!strstr(sets, sh->set)) continue;
+        if (quick && sh->K > 4096 && sh->M > 1) continue;
+        if (quick && sh->M == 4096) continue;
+        int64_t M = sh->M, N = sh->N, K = sh->K;
+        float *x = loom_alloc_aligned((size_t)(M * K) * 4, 64), *w32 = loom_alloc_aligned((size_t)(N * K) * 4, 64);
+        float *y = loom_alloc_aligned((size_t)(M * N) * 4, 64);
+        if (!x || !w32 || !y) { fprintf(stderr, "bench_matmul: out of memory\n"); return 1; }
+        loom_rng rng;
+        loom_rng_init(&rng, 1234, (uint64_t)s);
+        for (int64_t i = 0; i < M * K; i++) x[i] = loom_rng_uniform(&rng) - 0.5f;
+        for (int64_t i = 0; i < N * K; i++) w32[i] = (loom_rng_uniform(&rng) - 0.5f) * 0.1f;
+        char list[256];
+        snprintf(list, sizeof list, "%s", dtypes);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            loom_dtype t;
+            if (parse_dtype(tok, &t) != 0) { fprintf(stderr, "bench_matmul: unknown dtype %s\n", tok); return 2; }
+            void *w = make_weights(t, w32, N, K);
+            if (!w) return 1;
+            double wbytes = (double)loom_dtype_row_bytes(t, K) * (double)N;
+            for (int ti = 0; ti < n_threads; ti++) {
+                int nt = threads[ti];
+                run_ctx c = {.a = {.x = x, .ldx = K, .w = w, .ldw = K, .wtype = t, .y = y, .ldy = N,
+                                   .M = M, .N = N, .K = K}, .isa = isa};
+                if (loom_pool_init(&c.pool, nt) != LOOM_OK) return 1;
+                c.scratch_per = (loom_matmul_scratch_size(&c.a) + 63) & ~(size_t)63;
+                c.scratch = loom_alloc_aligned(c.scratch_per * (size_t)nt, 64);
+                double sec = bench_time(run_loom, &c, 1, reps);
+                if (c.failed) { fprintf(stderr, "bench_matmul: matmul failed: %s\n", loom_last_error()); return 1; }
+                double gflops = 2.0 * M * N * K / sec / 1e9;
+                double gbs = (wbytes + 4.0 * (M * K + M * N)) / sec / 1e9;
+                char blas[32] = "-", ratio[32] = "-", frac[32] = "-";
+#ifdef LOOM_BENCH_OPENBLAS
+                if (t == LOOM_F32) {
+                    openblas_set_num_threads(nt);
+                    blas_ctx b = {x, w32, y, (int)M, (int)N, (int)K};
+                    double bsec = bench_time(run_blas, &b, 1, reps);
+                    snprintf(blas, sizeof blas, "%.1f", 2.0 * M * N * K / bsec / 1e9);
+                    snprintf(ratio, sizeof ratio, "%.2f", bsec / sec);
+                }
+#endif
+                if (M == 1) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / read_bw[ti]);
+                printf("| %s | %lld | %lld | %lld | %s | %d | %.3f | %.1f | %.1f | %s | %s | %s |\n", sh->set,
+                       (long long)M, (long long)N, (long long)K, tok, nt, sec * 1e3, gflops, gbs, blas,
+                       ratio, frac);
+                fflush(stdout);
+                loom_free_aligned(c.scratch);
+                loom_pool_free(c.pool);
+            }
+            loom_free_aligned(w);
+        }
+        loom_free_aligned(x);
+        loom_free_aligned(w32);
+        loom_free_aligned(y);
+    }
+    return 0;
+}

@@ -1,0 +1,114 @@
+#include "bench_util.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/timer.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(const double *v, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0.0;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+double bench_time(void (*fn)(void *), void *arg, int warmup, int reps) {
+    for (int i = 0; i < warmup; i++) fn(arg);
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < reps; i++) {
+        double t0 = loom_time_s();
+        fn(arg);
+        t[i] = loom_time_s() - t0;
+    }
+    return bench_median(t, reps);
+}
+
+typedef struct { const float *buf; size_t n; double sums[64]; } read_ctx;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double sum_avx512(const float *p, size_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+#endif
+
+static double sum_plain(const float *p, size_t n) {
+    float a[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) a[j] += p[i + j];
+    double s = 0;
+    for (int j = 0; j < 16; j++) s += a[j];
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+static void read_worker(int ith, int nth, void *arg) {
+    read_ctx *c = arg;
+    size_t per = (c->n / (size_t)nth) & ~(size_t)63;
+    const float *p = c->buf + per * (size_t)ith;
+    size_t n = ith == nth - 1 ? c->n - per * (size_t)ith : per;
+#if defined(__x86_64__)
+    if (loom_cpu_get()->avx512f) {
+        c->sums[ith] = sum_avx512(p, n);
+        return;
+    }
+#endif
+    c->sums[ith] = sum_plain(p, n);
+}
+
+typedef struct { loom_pool *pool; read_ctx *ctx; } read_job;
+static void read_once(void *arg) {
+    read_job *j = arg;
+    loom_pool_run(j->pool, read_worker, j->ctx);
+}
+
+double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps) {
+    size_t n = bytes / sizeof(float);
+    float *buf = loom_alloc_aligned(n * sizeof(float), 64);
+    if (!buf) return 0.0;
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    read_ctx c = {.buf = buf, .n = n};
+    read_job j = {pool, &c};
+    double t = bench_time(read_once, &j, 1, reps);
+    loom_free_aligned(buf);
+    return (double)(n * sizeof(float)) / t / 1e9;
+}
+
+int bench_parse_ints(const char *s, int *out, int n) {
+    int k = 0;
+    while (*s && k < n) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > 1024) return -1;
+        out[k++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return k;
+}

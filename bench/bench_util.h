@@ -1,0 +1,20 @@
+/* Shared helpers of the benchmark programs: timing with warm-up and medians,
+ * a STREAM-like read bandwidth probe, list parsing. */
+#ifndef LOOM_BENCH_UTIL_H
+#define LOOM_BENCH_UTIL_H
+
+#include <stddef.h>
+
+#include "base/threadpool.h"
+
+/* Median of n doubles (sorts a copy). */
+double bench_median(const double *v, int n);
+/* Runs fn(arg) warmup times, then reps times; returns the median seconds per call. */
+double bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
+/* Read bandwidth in GB/s: nth threads of pool sum disjoint parts of a bytes-sized
+ * buffer (larger than the caches); median of reps. */
+double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps);
+/* Parses "1,2,4" into out (max n entries); returns the count or -1. */
+int bench_parse_ints(const char *s, int *out, int n);
+
+#endif
