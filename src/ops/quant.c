@@ -1,6 +1,8 @@
-/* Reference quantize/dequantize for the GGUF block formats. */
+/* Reference quantize/dequantize for the GGUF block formats, and the q8
+ * activation quantizer of the integer matmul kernels (generic, AVX2, AVX-512). */
 #include "ops/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -113,4 +115,132 @@ void loom_row_to_f32(loom_dtype t, const void *src, float *dst, int64_t n) {
         break;
     default: loom_dequantize_row(t, src, dst, n); break;
     }
+}
+
+/* ------------------------------------------------------------ q8 activations */
+
+size_t loom_q8_act_bytes(int64_t K) {
+    size_t nb = (size_t)K / 32, b = (size_t)K + nb * 12;
+    return (b + 63) & ~(size_t)63;
+}
+
+loom_q8_act loom_q8_act_view(void *buf, int64_t K) {
+    size_t nb = (size_t)K / 32;
+    char *p = buf;
+    loom_q8_act r = {(int8_t *)p, (float *)(p + K), (int32_t *)(p + K + 4 * nb),
+                     (float *)(p + K + 8 * nb)};
+    return r;
+}
+
+/* Scale of one block from its max magnitude; bad (NaN/Inf seen) gives NaN. A
+ * block so small that 1 / d overflows (max below ~1.5e-36) becomes zeros. */
+static float act_scale(float amax, int bad, float *id) {
+    if (bad) {
+        *id = 0.0f;
+        return NAN;
+    }
+    float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (!(*id <= FLT_MAX)) d = *id = 0.0f;
+    return d;
+}
+
+static void act_finish(loom_q8_act r, int64_t b, float d, int32_t sum, int32_t bias_mul) {
+    if (isnan(d)) {
+        memset(r.qs + b * 32, 0, 32);
+        sum = 0;
+    }
+    r.d[b] = d;
+    r.bias[b] = bias_mul * sum;
+    r.s[b] = d * (float)sum;
+}
+
+static void quant_act_generic(const float *x, int64_t nb, int32_t bias_mul, loom_q8_act r) {
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        float amax = 0.0f;
+        int bad = 0;
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(x[j]);
+            bad |= !(a <= FLT_MAX);
+            amax = a > amax ? a : amax;
+        }
+        float id, d = act_scale(amax, bad, &id);
+        int32_t sum = 0;
+        for (int j = 0; j < 32 && !bad; j++) {
+            /* lrintf rounds half to even, like the vector conversions */
+            int q = (int)lrintf(x[j] * id);
+            r.qs[b * 32 + j] = (int8_t)q;
+            sum += q;
+        }
+        act_finish(r, b, d, sum, bias_mul);
+    }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx2,fma")))
+static void quant_act_avx2(const float *x, int64_t nb, int32_t bias_mul, loom_q8_act r) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 big = _mm256_set1_ps(FLT_MAX);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        __m256 v[4], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            __m256 a = _mm256_and_ps(v[i], absmask);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+            m = _mm256_max_ps(m, a);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float id, d = act_scale(_mm_cvtss_f32(h), _mm256_movemask_ps(bad) != 0, &id);
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+        /* packs interleave 128-bit lanes; the permute restores element order */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(r.qs + b * 32), _mm256_permutevar8x32_epi32(p, order));
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        act_finish(r, b, d, _mm_cvtsi128_si32(s4), bias_mul);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void quant_act_avx512(const float *x, int64_t nb, int32_t bias_mul, loom_q8_act r) {
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        __mmask16 bad = _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) |
+                        _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
+        float id, d = act_scale(_mm512_reduce_max_ps(_mm512_max_ps(a0, a1)), bad != 0, &id);
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        _mm_storeu_si128((__m128i *)(r.qs + b * 32), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(r.qs + b * 32 + 16), _mm512_cvtsepi32_epi8(q1));
+        act_finish(r, b, d, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)), bias_mul);
+    }
+}
+#endif
+
+void loom_quantize_act(loom_isa isa, const float *x, int64_t K, int32_t bias_mul, loom_q8_act r) {
+    int64_t nb = K / 32;
+#if defined(__x86_64__)
+    if (isa >= LOOM_ISA_AVX512) {
+        quant_act_avx512(x, nb, bias_mul, r);
+        return;
+    }
+    if (isa >= LOOM_ISA_AVX2) {
+        quant_act_avx2(x, nb, bias_mul, r);
+        return;
+    }
+#endif
+    (void)isa;
+    quant_act_generic(x, nb, bias_mul, r);
 }

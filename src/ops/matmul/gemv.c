@@ -1,13 +1,175 @@
-/* gemv path of the matmul family. Until its optimised kernels land, it runs the
- * reference product on this thread's columns, so the dispatch is complete. */
-#include "ops/matmul/internal.h"
+/*
+ * GEMV path of the matmul family (decode, M < LOOM_GEMM_MIN_M): W is streamed
+ * exactly once. Each thread takes a contiguous range of W rows (outputs n) and
+ * computes them for all M rows of x, so no row of W is read twice. Quantized
+ * weights are dotted in int8 against x quantized per block of 32 (q8), which
+ * each thread does once per call into its own scratch.
+ *
+ * This file holds the driver and the generic C kernels.
+ */
+#include "ops/matmul/gemv_kernels.h"
 
-size_t loom_gemv_scratch_size(const loom_matmul_args *a) { return (size_t)a->K * sizeof(float) + 64; }
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* Rows per kernel call: the epilogue then runs on a tile that is still in L1. */
+#define GEMV_CHUNK 64
+
+/* Scratch: the quantized x rows (q weights), then one output tile. */
+size_t loom_gemv_scratch_size(const loom_matmul_args *a) {
+    size_t xq = loom_dtype_is_quantized(a->wtype) ? (size_t)a->M * loom_q8_act_bytes(a->K) : 0;
+    return xq + (size_t)a->M * GEMV_CHUNK * sizeof(float) + LOOM_ALIGN;
+}
+
+void loom_matmul_finish_tile(const loom_matmul_args *a, float *t, int64_t ldt, int64_t m0,
+                             int64_t n0, int64_t mr, int64_t nr) {
+    loom_epilogue e = *a->ep;
+    e.fn = NULL;
+    loom_epilogue_apply(&e, t, ldt, m0, n0, mr, nr);
+    for (int64_t r = 0; r < mr; r++)
+        memcpy(a->y + (m0 + r) * a->ldy + n0, t + r * ldt, (size_t)nr * sizeof(float));
+    if (a->ep->fn) a->ep->fn(a->y + m0 * a->ldy + n0, a->ldy, m0, n0, mr, nr, a->ep->user);
+}
+
+/* ------------------------------------------------------------ generic kernels */
+
+static void gemv_float_generic(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    enum { CK = 256 };  /* k values converted to f32 at a time */
+    int64_t M = a->M, K = a->K;
+    size_t es = loom_dtype_size(a->wtype);
+    float wbuf[CK];
+    for (int64_t n = n0; n < n1; n++) {
+        const char *wrow = (const char *)a->w + (size_t)(n * a->ldw) * es;
+        float acc[LOOM_GEMM_MIN_M][8] = {{0}};
+        for (int64_t k0 = 0; k0 < K; k0 += CK) {
+            int64_t kn = K - k0 < CK ? K - k0 : CK;
+            const float *w = wbuf;
+            if (a->wtype == LOOM_F32)
+                w = (const float *)wrow + k0;
+            else
+                loom_row_to_f32(a->wtype, wrow + (size_t)k0 * es, wbuf, kn);
+            for (int64_t m = 0; m < M; m++) {
+                const float *x = a->x + m * a->ldx + k0;
+                for (int64_t k = 0; k < kn; k++) acc[m][k & 7] += x[k] * w[k];
+            }
+        }
+        for (int64_t m = 0; m < M; m++) {
+            float s = 0.0f;
+            for (int j = 0; j < 8; j++) s += acc[m][j];
+            a->y[m * a->ldy + n] = s;
+        }
+    }
+}
+
+/* Block b of a quantized row as 32 integers (q8_0: q; q4_x: the nibble) and
+ * its scale and min (q4_1). */
+static void unpack_block(loom_dtype t, const char *row, int64_t b, int8_t *q, float *d, float *mn) {
+    *mn = 0.0f;
+    if (t == LOOM_Q8_0) {
+        const loom_block_q8_0 *blk = (const loom_block_q8_0 *)row + b;
+        memcpy(q, blk->qs, 32);
+        *d = loom_f16_to_f32(blk->d);
+        return;
+    }
+    const uint8_t *qs;
+    if (t == LOOM_Q4_0) {
+        const loom_block_q4_0 *blk = (const loom_block_q4_0 *)row + b;
+        qs = blk->qs;
+        *d = loom_f16_to_f32(blk->d);
+    } else {
+        const loom_block_q4_1 *blk = (const loom_block_q4_1 *)row + b;
+        qs = blk->qs;
+        *d = loom_f16_to_f32(blk->d);
+        *mn = loom_f16_to_f32(blk->m);
+    }
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(qs[j] & 0x0F);
+        q[j + 16] = (int8_t)(qs[j] >> 4);
+    }
+}
+
+static void gemv_quant_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                               int64_t n1) {
+    int64_t M = a->M, nb = a->K / 32;
+    size_t rb = loom_dtype_row_bytes(a->wtype, a->ldw);
+    for (int64_t n = n0; n < n1; n++) {
+        const char *row = (const char *)a->w + (size_t)n * rb;
+        float acc[LOOM_GEMM_MIN_M] = {0}, accm[LOOM_GEMM_MIN_M] = {0};
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t q[32];
+            float d, mn;
+            unpack_block(a->wtype, row, b, q, &d, &mn);
+            for (int64_t m = 0; m < M; m++) {
+                const int8_t *xs = xq[m].qs + b * 32;
+                int32_t dot = xq[m].bias[b];
+                for (int j = 0; j < 32; j++) dot += (int32_t)q[j] * (int32_t)xs[j];
+                acc[m] += (float)dot * (d * xq[m].d[b]);
+                accm[m] += mn * xq[m].s[b];
+            }
+        }
+        for (int64_t m = 0; m < M; m++) a->y[m * a->ldy + n] = acc[m] + accm[m];
+    }
+}
+
+void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
+    if (loom_dtype_is_quantized(a->wtype))
+        gemv_quant_generic(a, xq, n0, n1);
+    else
+        gemv_float_generic(a, n0, n1);
+}
+
+/* ------------------------------------------------------------ driver */
+
+/* The kernel for level isa and weight dtype wt, and the activation bias it
+ * expects: q4_0 nibbles carry +8, which the generic and AVX2 kernels undo in
+ * int32; the VNNI kernel corrects its offsets in f32 and takes no bias. */
+static loom_gemv_kernel pick_kernel(loom_isa isa, loom_dtype wt, int32_t *bias_mul) {
+    loom_gemv_kernel k = loom_gemv_generic;
+#if defined(__x86_64__)
+    if (isa >= LOOM_ISA_AVX512 && (!loom_dtype_is_quantized(wt) || loom_cpu_get()->avx512_vnni)) {
+        *bias_mul = 0;
+        return loom_gemv_avx512;
+    }
+    if (isa >= LOOM_ISA_AVX2) k = loom_gemv_avx2;
+#endif
+    *bias_mul = wt == LOOM_Q4_0 ? -8 : 0;
+    return k;
+}
 
 loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
-    (void)isa;
     int64_t lo, hi;
-    loom_matmul_split(a->N, 1, ith, nth, &lo, &hi);
-    loom_matmul_ref_block(a, 0, a->M, lo, hi, scratch);
+    loom_matmul_split(a->N, 16, ith, nth, &lo, &hi);
+    if (lo >= hi) return LOOM_OK;
+    int32_t bias_mul;
+    loom_gemv_kernel kernel = pick_kernel(isa, a->wtype, &bias_mul);
+    loom_q8_act xq[LOOM_GEMM_MIN_M] = {{0}};
+    char *sp = scratch;  /* LOOM_ALIGN-aligned; each quantized row a multiple of 64 bytes */
+    if (loom_dtype_is_quantized(a->wtype)) {
+        size_t rb = loom_q8_act_bytes(a->K);
+        for (int64_t m = 0; m < a->M; m++, sp += rb) {
+            xq[m] = loom_q8_act_view(sp, a->K);
+            loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul, xq[m]);
+        }
+    }
+    float *tile = (float *)sp;
+    size_t wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
+    for (int64_t n0 = lo; n0 < hi; n0 += GEMV_CHUNK) {
+        int64_t nr = hi - n0 < GEMV_CHUNK ? hi - n0 : GEMV_CHUNK;
+        /* the chunk as a problem of its own, written to y or, with an
+         * epilogue, to the tile (y may be its mul or residual operand) */
+        loom_matmul_args c = *a;
+        c.w = (const char *)a->w + (size_t)n0 * wrow;
+        c.N = nr;
+        if (!a->ep) {
+            c.y = a->y + n0;
+            kernel(&c, xq, 0, nr);
+            continue;
+        }
+        c.y = tile;
+        c.ldy = GEMV_CHUNK;
+        kernel(&c, xq, 0, nr);
+        loom_matmul_finish_tile(a, tile, GEMV_CHUNK, 0, n0, a->M, nr);
+    }
     return LOOM_OK;
 }

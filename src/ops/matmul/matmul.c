@@ -2,6 +2,7 @@
 #include "ops/matmul/internal.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "ops/quant.h"
@@ -73,7 +74,8 @@ loom_status loom_matmul_check(const loom_matmul_args *a) {
 static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M; }
 
 size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
-    size_t s = (size_t)a->K * sizeof(float) + 64;  /* reference row buffer */
+    /* reference: a W row and an output row */
+    size_t s = (size_t)(((a->K + 15) & ~(int64_t)15) + a->N) * sizeof(float) + 64;
     size_t p = use_gemv(a) ? loom_gemv_scratch_size(a)
                : loom_dtype_is_quantized(a->wtype) ? loom_gemm_q_scratch_size(a)
                                                    : loom_gemm_scratch_size(a);
@@ -87,20 +89,36 @@ void loom_matmul_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, 
     *hi = u1 * align < n ? u1 * align : n;
 }
 
+/* One output row at a time: the products go to y, then the epilogue runs on
+ * the row in place (the callback sees tiles inside y, matmul.h). When mul or
+ * residual alias y, the row's old values are saved first and the epilogue
+ * reads them from there. W rows are converted again for every output row;
+ * this path is the reference, not the fast one. Scratch: a W row, then a
+ * saved y row of N floats. */
 void loom_matmul_ref_block(const loom_matmul_args *a, int64_t m0, int64_t m1, int64_t n0,
-                           int64_t n1, float *rowbuf) {
+                           int64_t n1, float *scratch) {
+    if (m1 <= m0 || n1 <= n0) return;
     size_t wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
-    for (int64_t n = n0; n < n1; n++) {
-        loom_row_to_f32(a->wtype, (const char *)a->w + (size_t)n * wrow, rowbuf, a->K);
-        for (int64_t m = m0; m < m1; m++) {
-            const float *x = a->x + m * a->ldx;
-            double acc = 0.0;
-            for (int64_t k = 0; k < a->K; k++) acc += (double)x[k] * (double)rowbuf[k];
-            a->y[m * a->ldy + n] = (float)acc;
-        }
+    float *wbuf = scratch, *saved = scratch + ((a->K + 15) & ~(int64_t)15);
+    loom_epilogue ep = {0};
+    int alias = 0;
+    if (a->ep) {
+        ep = *a->ep;
+        if (ep.mul == a->y && ep.ld_mul == a->ldy) ep.mul = saved, ep.ld_mul = 0, alias = 1;
+        if (ep.residual == a->y && ep.ld_res == a->ldy) ep.residual = saved, ep.ld_res = 0, alias = 1;
     }
-    if (a->ep && m1 > m0 && n1 > n0)
-        loom_epilogue_apply(a->ep, a->y + m0 * a->ldy + n0, a->ldy, m0, n0, m1 - m0, n1 - n0);
+    for (int64_t m = m0; m < m1; m++) {
+        const float *x = a->x + m * a->ldx;
+        float *y = a->y + m * a->ldy;
+        if (alias) memcpy(saved + n0, y + n0, (size_t)(n1 - n0) * sizeof(float));
+        for (int64_t n = n0; n < n1; n++) {
+            loom_row_to_f32(a->wtype, (const char *)a->w + (size_t)n * wrow, wbuf, a->K);
+            double acc = 0.0;
+            for (int64_t k = 0; k < a->K; k++) acc += (double)x[k] * (double)wbuf[k];
+            y[n] = (float)acc;
+        }
+        if (a->ep) loom_epilogue_apply(&ep, y + n0, a->ldy, m, n0, 1, n1 - n0);
+    }
 }
 
 loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth,

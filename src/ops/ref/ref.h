@@ -14,6 +14,8 @@
 /* Bit flags of accepted dtypes for loom_ref_check_dtype. */
 #define LOOM_REF_DT(t) (1u << (t))
 #define LOOM_REF_FLOATS (LOOM_REF_DT(LOOM_F32) | LOOM_REF_DT(LOOM_F16) | LOOM_REF_DT(LOOM_BF16))
+/* GGUF block formats (weights, embedding tables): rows of whole 32-element blocks. */
+#define LOOM_REF_QUANTS (LOOM_REF_DT(LOOM_Q8_0) | LOOM_REF_DT(LOOM_Q4_0) | LOOM_REF_DT(LOOM_Q4_1))
 
 /* Buffer size that holds any shape written by loom_ref_shape_str. */
 #define LOOM_REF_SHAPE_BUF 96

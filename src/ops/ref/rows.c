@@ -1,8 +1,10 @@
-/* Reference data-movement ops: get_rows (embedding lookup), copy (contiguous,
- * with dtype conversion) and kv_append (write rows into a KV cache in place). */
+/* Reference data-movement ops: get_rows (embedding lookup from an f32/f16/bf16 or
+ * GGUF block table), copy (contiguous, with dtype conversion) and kv_append (write
+ * rows into a KV cache in place). */
 #include "ops/ref/ref.h"
 
 #include "base/status.h"
+#include "ops/quant.h"
 
 #include <string.h>
 
@@ -13,13 +15,22 @@ loom_status loom_ref_get_rows_infer(const loom_tensor *const *src, int n_src, co
     LOOM_TRY(loom_ref_check_arity("get_rows", src, n_src, 2, 2));
     const loom_tensor *table = src[0], *ids = src[1];
     char s[LOOM_REF_SHAPE_BUF];
-    LOOM_TRY(loom_ref_check_dtype("get_rows", 0, "table", table, LOOM_REF_FLOATS));
+    LOOM_TRY(loom_ref_check_dtype("get_rows", 0, "table", table, LOOM_REF_FLOATS | LOOM_REF_QUANTS));
     LOOM_TRY(loom_ref_check_dtype("get_rows", 1, "ids", ids, LOOM_REF_DT(LOOM_I32)));
     LOOM_RETURN_IF(table->ndim != 2, LOOM_ERR_SHAPE,
                    "get_rows: input 0 (table) shape %s: expected [V, D]",
                    loom_ref_shape_str(table, s, sizeof s));
     LOOM_RETURN_IF(ids->ndim != 1, LOOM_ERR_SHAPE, "get_rows: input 1 (ids) shape %s: expected [n]",
                    loom_ref_shape_str(ids, s, sizeof s));
+    /* block rows are only addressable whole: contiguous, starting on block boundaries */
+    LOOM_RETURN_IF(loom_dtype_is_quantized(table->dtype) &&
+                       (table->shape[1] % LOOM_QBLOCK || table->stride[1] != 1 ||
+                        table->stride[0] % LOOM_QBLOCK),
+                   LOOM_ERR_SHAPE,
+                   "get_rows: input 0 (table) of dtype %s needs D (%lld) and its row stride (%lld) "
+                   "to be multiples of %d and contiguous rows",
+                   loom_dtype_name(table->dtype), (long long)table->shape[1],
+                   (long long)table->stride[0], LOOM_QBLOCK);
     int64_t shape[2] = {ids->shape[0], table->shape[1]};
     loom_ref_set_dst(dst, LOOM_F32, 2, shape);
     return LOOM_OK;
@@ -29,7 +40,7 @@ void loom_ref_get_rows_cost(const loom_tensor *const *src, int n_src, const loom
                             const void *attrs, loom_cost *c) {
     double n = (double)src[1]->shape[0], D = (double)src[0]->shape[1];
     c->flops = 0.0;
-    c->bytes_read = n * 4.0 + n * D * (double)loom_dtype_size(src[0]->dtype);
+    c->bytes_read = n * 4.0 + n * (double)loom_dtype_row_bytes(src[0]->dtype, (int64_t)D);
     c->bytes_written = n * D * 4.0;
 }
 
@@ -47,6 +58,19 @@ loom_status loom_ref_get_rows(const loom_kernel_args *a) {
         LOOM_RETURN_IF(id < 0 || id >= V, LOOM_ERR_INVALID_ARG,
                        "get_rows: id %d at position %lld is outside [0, V) with V = %lld", (int)id,
                        (long long)i, (long long)V);
+        if (loom_dtype_is_quantized(table->dtype)) {
+            /* dequantize the row one block of 32 at a time */
+            const char *row = (const char *)table->data +
+                              loom_dtype_row_bytes(table->dtype, id * table->stride[0]);
+            size_t bb = loom_dtype_block_bytes(table->dtype);
+            float blk[LOOM_QBLOCK];
+            for (int64_t d0 = 0; d0 < D; d0 += LOOM_QBLOCK) {
+                loom_row_to_f32(table->dtype, row + (size_t)(d0 / LOOM_QBLOCK) * bb, blk, LOOM_QBLOCK);
+                for (int64_t d = d0; d < d0 + LOOM_QBLOCK; d++)
+                    yd[i * y->stride[0] + d * y->stride[1]] = blk[d - d0];
+            }
+            continue;
+        }
         for (int64_t d = 0; d < D; d++)
             yd[i * y->stride[0] + d * y->stride[1]] =
                 loom_ref_get(table, id * table->stride[0] + d * table->stride[1]);

@@ -1,0 +1,232 @@
+/*
+ * AVX2 GEMV kernels. Float weights: 8 k per step, f16 through F16C, bf16 by a
+ * 16-bit shift (exact), FMA against f32 x. Quantized weights: one 32-byte
+ * block per ymm, vpmaddubsw (unsigned x signed bytes) + vpmaddwd into int32.
+ * q8_0 uses the sign trick (|w| times x with w's sign) since both operands are
+ * signed; |w| <= 128 and |x| <= 127 keep the 16-bit pair sums below 32767.
+ * q4 nibbles (0..15) multiply directly; q4_0's -8 offset comes back through
+ * the activation's int32 bias added in lane 0.
+ *
+ * For M = 1 a row is summed alone with U accumulator sets; for M > 1, R rows
+ * share each x load. The per-row instruction sequence depends only on M.
+ */
+#include "ops/matmul/gemv_kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT "avx2,fma,f16c"
+#define INLINE static inline __attribute__((always_inline, target(TGT)))
+
+/* Loops over registers must unroll fully so the arrays stay in registers. */
+#if defined(__clang__)
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 8")
+#endif
+
+/* ------------------------------------------------------------ float weights */
+
+INLINE float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE __m256 load_w8(loom_dtype t, const char *w, int64_t k) {
+    if (t == LOOM_F32) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    if (t == LOOM_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* y[m][n + r] for m < M, r < R: 8 k per step, U steps interleaved over U
+ * accumulator sets per row. */
+INLINE void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n) {
+    size_t es = t == LOOM_F32 ? 4 : 2;
+    int64_t K = a->K, k = 0;
+    const char *w[4];
+    __m256 acc[4][LOOM_GEMM_MIN_M];  /* [r * U + u][m] */
+UNROLL
+    for (int r = 0; r < R; r++) w[r] = (const char *)a->w + (size_t)((n + r) * a->ldw) * es;
+UNROLL
+    for (int i = 0; i < R * U; i++)
+UNROLL
+        for (int m = 0; m < M; m++) acc[i][m] = _mm256_setzero_ps();
+    for (; k + 8 * U <= K; k += 8 * U)
+UNROLL
+        for (int u = 0; u < U; u++) {
+            __m256 xv[LOOM_GEMM_MIN_M];
+UNROLL
+            for (int m = 0; m < M; m++) xv[m] = _mm256_loadu_ps(a->x + m * a->ldx + k + 8 * u);
+UNROLL
+            for (int r = 0; r < R; r++) {
+                __m256 wv = load_w8(t, w[r], k + 8 * u);
+UNROLL
+                for (int m = 0; m < M; m++) acc[r * U + u][m] = _mm256_fmadd_ps(wv, xv[m], acc[r * U + u][m]);
+            }
+        }
+    for (; k + 8 <= K; k += 8)
+UNROLL
+        for (int r = 0; r < R; r++) {
+            __m256 wv = load_w8(t, w[r], k);
+UNROLL
+            for (int m = 0; m < M; m++)
+                acc[r * U][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a->x + m * a->ldx + k), acc[r * U][m]);
+        }
+    if (k < K) {
+        /* the last K % 8 values, zero-padded through small buffers */
+        size_t rem = (size_t)(K - k);
+        float xt[LOOM_GEMM_MIN_M][8] = {{0}};
+        for (int m = 0; m < M; m++) memcpy(xt[m], a->x + m * a->ldx + k, rem * sizeof(float));
+        for (int r = 0; r < R; r++) {
+            char wt[32] = {0};
+            memcpy(wt, w[r] + (size_t)k * es, rem * es);
+            __m256 wv = load_w8(t, wt, 0);
+            for (int m = 0; m < M; m++)
+                acc[r * U][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt[m]), acc[r * U][m]);
+        }
+    }
+UNROLL
+    for (int r = 0; r < R; r++)
+UNROLL
+        for (int m = 0; m < M; m++) {
+            __m256 v = acc[r * U][m];
+UNROLL
+            for (int u = 1; u < U; u++) v = _mm256_add_ps(v, acc[r * U + u][m]);
+            a->y[m * a->ldy + n + r] = hsum256(v);
+        }
+}
+
+/* ------------------------------------------------------------ quantized weights */
+
+INLINE uint16_t load_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Block b of the row at w against x, into acc[m] (and accm[m], q4_1). */
+INLINE void quant_step(const loom_q8_act *xq, loom_dtype t, int M, const uint8_t *w, size_t bs,
+                       int64_t b, __m256 *acc, __m128 *accm) {
+    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+    const uint8_t *blk = w + (size_t)b * bs;
+    /* too few blocks fit the out-of-order window to cover DRAM latency */
+    _mm_prefetch((const char *)blk + 4096, _MM_HINT_T0);
+    __m256i wq, wabs = _mm256_setzero_si256();
+    if (t == LOOM_Q8_0) {
+        wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        wabs = _mm256_abs_epi8(wq);
+    } else {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (t == LOOM_Q4_0 ? 2 : 4)));
+        wq = _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1), low4);
+    }
+    __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)load_u16(blk)));
+    __m128 mw = _mm_setzero_ps();
+    if (t == LOOM_Q4_1) mw = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u16(blk + 2)));
+UNROLL
+    for (int m = 0; m < M; m++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq[m].qs + b * 32));
+        __m256i p = t == LOOM_Q8_0 ? _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wq))
+                                   : _mm256_maddubs_epi16(wq, xv);
+        __m256i ai = _mm256_madd_epi16(p, ones);
+        if (t == LOOM_Q4_0)
+            ai = _mm256_add_epi32(ai, _mm256_setr_epi32(xq[m].bias[b], 0, 0, 0, 0, 0, 0, 0));
+        __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(xq[m].d[b]));
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), sc, acc[m]);
+        if (t == LOOM_Q4_1) accm[m] = _mm_fmadd_ss(mw, _mm_set_ss(xq[m].s[b]), accm[m]);
+    }
+}
+
+/* Rows n .. n+R-1, one block per step, U steps interleaved over U
+ * accumulator sets per row. */
+INLINE void quant_rows(const loom_matmul_args *a, const loom_q8_act *xq, loom_dtype t, int M,
+                       int R, int U, int64_t n) {
+    size_t bs = t == LOOM_Q8_0 ? 34 : t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
+    int64_t nb = a->K / 32, b = 0;
+    const uint8_t *w[4];
+    __m256 acc[4][LOOM_GEMM_MIN_M];  /* [r * U + u][m] */
+    __m128 accm[4][LOOM_GEMM_MIN_M];
+UNROLL
+    for (int r = 0; r < R; r++) w[r] = (const uint8_t *)a->w + (size_t)(n + r) * rb;
+UNROLL
+    for (int i = 0; i < R * U; i++)
+UNROLL
+        for (int m = 0; m < M; m++) {
+            acc[i][m] = _mm256_setzero_ps();
+            accm[i][m] = _mm_setzero_ps();
+        }
+    for (; b + U <= nb; b += U)
+UNROLL
+        for (int u = 0; u < U; u++)
+UNROLL
+            for (int r = 0; r < R; r++) quant_step(xq, t, M, w[r], bs, b + u, acc[r * U + u], accm[r * U + u]);
+    for (; b < nb; b++)
+UNROLL
+        for (int r = 0; r < R; r++) quant_step(xq, t, M, w[r], bs, b, acc[r * U], accm[r * U]);
+UNROLL
+    for (int r = 0; r < R; r++)
+UNROLL
+        for (int m = 0; m < M; m++) {
+            __m256 v = acc[r * U][m];
+            __m128 h = accm[r * U][m];
+UNROLL
+            for (int u = 1; u < U; u++) {
+                v = _mm256_add_ps(v, acc[r * U + u][m]);
+                h = _mm_add_ss(h, accm[r * U + u][m]);
+            }
+            a->y[m * a->ldy + n + r] = hsum256(v) + _mm_cvtss_f32(h);
+        }
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+/* Rows [n0, n1) in groups of R, the rest one by one with the same U: each
+ * row's sum then runs the same way whatever the split. */
+#define ROWS(FN, T, M_, R_, U_)                                           \
+    do {                                                                  \
+        int64_t n_ = n0;                                                  \
+        for (; n_ + (R_) <= n1; n_ += (R_)) FN(T, M_, R_, U_, n_);        \
+        for (; n_ < n1; n_++) FN(T, M_, 1, U_, n_);                       \
+    } while (0)
+
+/* M = 1: one row at a time, 4 accumulator sets, W read as one sequential
+ * stream. M > 1: R rows share each x load; 16 ymm registers bound R * M. */
+#define BY_M(FN, T)                                                       \
+    switch (a->M) {                                                       \
+    case 1: ROWS(FN, T, 1, 1, 4); break;                                  \
+    case 2: ROWS(FN, T, 2, 3, 1); break;                                  \
+    case 3: ROWS(FN, T, 3, 2, 1); break;                                  \
+    case 4: ROWS(FN, T, 4, 2, 1); break;                                  \
+    case 5: ROWS(FN, T, 5, 1, 1); break;                                  \
+    case 6: ROWS(FN, T, 6, 1, 1); break;                                  \
+    default: ROWS(FN, T, 7, 1, 1); break;                                 \
+    }
+
+#define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
+#define QUANT_ROWS(T, M_, R_, U_, n) quant_rows(a, xq, T, M_, R_, U_, n)
+
+
+__attribute__((target(TGT))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
+__attribute__((target(TGT))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
+__attribute__((target(TGT))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
+
+__attribute__((target(TGT))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q8_0) }
+__attribute__((target(TGT))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_0) }
+__attribute__((target(TGT))) static void gemv_q4_1(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_1) }
+
+void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
+    switch (a->wtype) {
+    case LOOM_F32: gemv_f32(a, n0, n1); break;
+    case LOOM_F16: gemv_f16(a, n0, n1); break;
+    case LOOM_BF16: gemv_bf16(a, n0, n1); break;
+    case LOOM_Q8_0: gemv_q8_0(a, xq, n0, n1); break;
+    case LOOM_Q4_0: gemv_q4_0(a, xq, n0, n1); break;
+    case LOOM_Q4_1: gemv_q4_1(a, xq, n0, n1); break;
+    default: break;
+    }
+}
+
+#endif

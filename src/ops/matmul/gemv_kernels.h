@@ -1,0 +1,37 @@
+/*
+ * Private interface between the GEMV driver (gemv.c) and its per-ISA kernels
+ * (gemv.c generic, gemv_avx2.c, gemv_avx512.c).
+ *
+ * A kernel computes y[m][n] for all m < M (M < LOOM_GEMM_MIN_M) and rows n in
+ * [n0, n1) of W, reading each W row once (the driver passes args whose w, y
+ * and N cover just its chunk, with n0 = 0). Float weights use a->x directly;
+ * block-quantized weights use xq[m], the rows of x quantized to q8 by the
+ * driver with the activation bias the kernel expects (gemv.c, pick_kernel).
+ * No epilogue: the driver applies it per chunk while the chunk is in L1.
+ *
+ * Every row's sum is computed by the same instruction sequence whatever
+ * [n0, n1) is, so results do not depend on the thread split.
+ */
+#ifndef LOOM_OPS_MATMUL_GEMV_KERNELS_H
+#define LOOM_OPS_MATMUL_GEMV_KERNELS_H
+
+#include "ops/matmul/internal.h"
+#include "ops/quant.h"
+
+typedef void (*loom_gemv_kernel)(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                 int64_t n1);
+
+void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
+/* Finishes a tile computed into scratch t[mr][ldt], the outputs (m0.., n0..):
+ * the epilogue's element steps on t (mul/residual may alias y, which still
+ * holds the old values), a copy into y, then the callback on y itself. */
+void loom_matmul_finish_tile(const loom_matmul_args *a, float *t, int64_t ldt, int64_t m0,
+                             int64_t n0, int64_t mr, int64_t nr);
+
+#if defined(__x86_64__)
+void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
+/* Quantized weights need AVX512-VNNI here; without it the driver uses the AVX2 kernel. */
+void loom_gemv_avx512(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
+#endif
+
+#endif

@@ -1,0 +1,123 @@
+/*
+ * GEMV path of the matmul family (M < LOOM_GEMM_MIN_M; src/ops/matmul/gemv*.c)
+ * at every level this CPU runs, for every weight dtype, against the reference
+ * (pass rules in test_matmul_q_common.h): random shapes with strides and
+ * epilogues, long rows, every epilogue step, y read in place by the epilogue,
+ * and the op registry.
+ */
+#include "test_matmul_q_common.h"
+
+static const loom_dtype all_types[6] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_Q8_0, LOOM_Q4_0, LOOM_Q4_1};
+
+/* K for dtype t: any for float weights (incl. 1, 3, 17, 67, 511), whole
+ * blocks (odd and even counts) for block formats. */
+static int64_t pick_k(loom_dtype t, loom_rng *rng) {
+    static const int64_t ks[] = {1, 3, 17, 67, 511, 16, 33, 129};
+    if (loom_dtype_is_quantized(t)) return 32 * (1 + (int64_t)(loom_rng_u32(rng) % 13));
+    return loom_rng_u32(rng) % 2 ? ks[loom_rng_u32(rng) % 8] : 1 + (int64_t)(loom_rng_u32(rng) % 300);
+}
+
+static void test_random_shapes(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 21, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 6; d++)
+            for (int i = 0; i < 14; i++) {
+                mq p;
+                int64_t M = 1 + i % 7, N = 1 + (int64_t)(loom_rng_u32(&rng) % 150);
+                mq_init(&p, M, N, pick_k(all_types[d], &rng), (int)(loom_rng_u32(&rng) % 4), all_types[d], &rng);
+                mq_set_ep(&p, i % 2 ? (int)(loom_rng_u32(&rng) % 32) : 0,
+                          i % 4 == 1 ? (loom_act)(1 + loom_rng_u32(&rng) % (LOOM_ACT_COUNT - 1)) : LOOM_ACT_NONE);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
+/* Decode-like rows: K = 4096 (the bf16 tolerance widens to 2^-6), rows past
+ * one 64-row chunk, and a long odd number of blocks. */
+static void test_long_rows(void) {
+    static const int64_t shapes[][3] = {{1, 130, 4096}, {3, 67, 4096}, {7, 33, 2080}, {2, 200, 1056}};
+    int n = SANITIZED ? 2 : 4;
+    loom_rng rng;
+    loom_rng_init(&rng, 22, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 6; d++)
+            for (int i = 0; i < n; i++) {
+                mq p;
+                mq_init(&p, shapes[i][0], shapes[i][1], shapes[i][2], i % 2, all_types[d], &rng);
+                mq_set_ep(&p, i == 1 ? EP_BIAS | EP_RES : 0, LOOM_ACT_NONE);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
+/* Each epilogue step alone and all together, with every activation; the
+ * epilogue reading y in place (SwiGLU's y = silu(x.Wg^T) * y). */
+static void test_epilogue_steps(void) {
+    static const int steps[] = {EP_SCALE, EP_BIAS, EP_MUL, EP_RES, EP_FN, EP_ALL,
+                                EP_MUL_ALIAS, EP_RES_ALIAS | EP_SCALE, EP_MUL_ALIAS | EP_RES | EP_FN};
+    loom_rng rng;
+    loom_rng_init(&rng, 23, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int a = 0; a < LOOM_ACT_COUNT; a++)
+            for (int s = 0; s < (int)(sizeof steps / sizeof steps[0]); s++) {
+                mq p;
+                loom_dtype t = all_types[(a + s) % 6];
+                mq_init(&p, 1 + (a + s) % 7, 70, loom_dtype_is_quantized(t) ? 96 : 45, 2, t, &rng);
+                mq_set_ep(&p, steps[s], (loom_act)a);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
+/* Through the op table: matmul with quantized W (and 3-D x: M = 2 * 3) at
+ * every level gives the reference within the bound. */
+static void test_registry(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 24, 0);
+    for (int d = 3; d < 6; d++) {
+        mq p;
+        mq_init(&p, 6, 40, 160, 0, all_types[d], &rng);
+        mq_reference(&p);
+        loom_tensor tx, tw, ty;
+        TENSOR(tx, LOOM_F32, p.x, 2, 3, 160);
+        TENSOR(tw, all_types[d], p.w, 40, 160);
+        TENSOR(ty, LOOM_F32, p.y, 2, 3, 40);
+        const loom_tensor *src[2] = {&tx, &tw};
+        for (int l = 0; l < n_levels; l++) {
+            for (int64_t i = 0; i < 6 * 40; i++) p.y[i] = bits_f(SENTINEL);
+            loom_status s = loom_op_run(LOOM_OP_MATMUL, src, 2, NULL, &ty, levels[l]);
+            CHECK_MSG(s == LOOM_OK, "%s", loom_last_error());
+            CHECK(mq_compare(&p, loom_isa_name(levels[l])) <= 1.0);
+        }
+        /* the reference kernel of the op table agrees with the family's */
+        CHECK(loom_op_run(LOOM_OP_MATMUL, src, 2, NULL, &ty, LOOM_ISA_REF) == LOOM_OK);
+        CHECK(memcmp(p.y, p.ref, 6 * 40 * sizeof(float)) == 0);
+        mq_free(&p);
+    }
+}
+
+static void test_nan_rows(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 25, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 6; d++) {
+            mq p;
+            mq_init(&p, 5, 37, 96, 1, all_types[d], &rng);
+            mq_check_nan_row(&p, levels[l]);
+            mq_free(&p);
+        }
+}
+
+int main(void) {
+    find_levels();
+    RUN_TEST(test_random_shapes);
+    RUN_TEST(test_long_rows);
+    RUN_TEST(test_epilogue_steps);
+    RUN_TEST(test_registry);
+    RUN_TEST(test_nan_rows);
+    return TEST_SUMMARY();
+}
