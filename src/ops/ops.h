@@ -29,6 +29,11 @@ typedef enum loom_op {
                            dtype conversion f32<->f16/bf16 allowed src: x          */
     LOOM_OP_KV_APPEND,  /* cache[pos : pos+n, ...] = x; the output is the view cache[0 : pos+n]
                                                                    src: cache[S_max, ...], x[n, ...] */
+    /* fused (src/fused/attention.h; kernels registered by loom_register_attention_kernels) */
+    LOOM_OP_FLASH_ATTENTION,       /* prefill FlashAttention      src: q, k, v, atten_mask (optional)
+                                      in input_layout; dst: like q */
+    LOOM_OP_INCRE_FLASH_ATTENTION, /* decode (S_q <= 16) against contiguous caches k, v [B, S_kv, ..];
+                                      src: q, k, v, atten_mask (optional); dst: like q */
     LOOM_OP_COUNT
 } loom_op;
 
@@ -60,6 +65,35 @@ typedef struct {
     int   causal;       /* key j is masked for query i when j > q_pos_offset + i */
     int   q_pos_offset; /* absolute position of query row 0 (keys start at 0) */
 } loom_attention_attrs;
+
+/* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
+ * inline). Field meanings are those of loom_flash_attention_params /
+ * loom_incre_flash_attention_params; per-batch lengths, TND, paged and i8
+ * caches, softmax_lse are op-level API only. Start from the _DEFAULT
+ * initialiser (zero pre/next_tokens would be a diagonal band); NULL attrs =
+ * defaults. */
+typedef struct {
+    int32_t  input_layout;         /* loom_attn_layout: 0 BSND, 1 BNSD, 2 BSH */
+    int32_t  num_heads;            /* 0: from q (required for BSH) */
+    int32_t  num_key_value_heads;  /* 0: from k */
+    int32_t  sparse_mode;          /* 0..4 */
+    float    scale_value;          /* 0: 1/sqrt(D) */
+    float    keep_prob;            /* 0 or 1: no dropout */
+    int64_t  pre_tokens, next_tokens;
+    uint64_t seed, offset;         /* dropout Philox key and stream */
+    int32_t  block_q, block_kv;    /* 0: automatic */
+} loom_flash_attention_attrs;
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0}
+
+typedef struct {
+    int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */
+    int32_t  num_heads, num_key_value_heads;
+    int32_t  sparse_mode;          /* 0..4; 3 = causal for multi-token decode */
+    float    scale_value;          /* 0: 1/sqrt(D) */
+    int32_t  kv_chunk;             /* split-KV chunk; 0: 512 */
+    int64_t  pre_tokens, next_tokens;
+} loom_incre_flash_attention_attrs;
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647}
 
 typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
 typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */

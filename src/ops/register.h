@@ -8,5 +8,7 @@
 
 void loom_register_matmul_kernels(loom_op_info *table);  /* src/ops/matmul/ */
 void loom_register_vec_kernels(loom_op_info *table);     /* src/ops/vec/ */
+/* Fused attention ops: fills infer, cost, scratch, ref and opt (src/fused/). */
+void loom_register_attention_kernels(loom_op_info *table);
 
 #endif

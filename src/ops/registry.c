@@ -35,6 +35,12 @@ static loom_op_info op_table[] = {
     [LOOM_OP_KV_APPEND] = {.name = "kv_append", .n_src_min = 2, .n_src_max = 2,
                            .attr_size = sizeof(loom_kv_append_attrs), REF(kv_append),
                            .dst_views_src0 = 1},
+    /* infer, cost, scratch and kernels come from loom_register_attention_kernels */
+    [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 4,
+                                 .attr_size = sizeof(loom_flash_attention_attrs)},
+    [LOOM_OP_INCRE_FLASH_ATTENTION] = {.name = "incre_flash_attention", .n_src_min = 3,
+                                       .n_src_max = 4,
+                                       .attr_size = sizeof(loom_incre_flash_attention_attrs)},
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == LOOM_OP_COUNT,
                "op_table must have an entry for every loom_op");
@@ -44,6 +50,7 @@ static pthread_once_t register_once = PTHREAD_ONCE_INIT;
 static void register_optimised(void) {
     loom_register_matmul_kernels(op_table);
     loom_register_vec_kernels(op_table);
+    loom_register_attention_kernels(op_table);
 }
 
 const loom_op_info *loom_op_get(loom_op op) {

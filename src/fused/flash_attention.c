@@ -1,0 +1,399 @@
+/*
+ * Prefill FlashAttention: the driver around the per-ISA micro-kernels.
+ *
+ * Work item = (batch entry, kv head, sub-group of its query heads, block of
+ * query positions). Its rows (every head of the sub-group x every position of
+ * the block) share each K/V tile, which is therefore loaded once per head
+ * group. Rows live in vector lanes: Q^T [D][mp] is packed once per item
+ * (pre-scaled by scale*log2 e), then per KV tile of bc keys
+ *   S^T = K . Q^T  -> masks -> online softmax (running max m, sum l, f32)
+ *   -> dropout -> O^T = alpha * O^T + V^T . P^T
+ * and the S_q x S_kv score matrix never exists beyond one bc x mp tile. Tiles
+ * that no row can see are skipped before any arithmetic. Each item is computed
+ * the same way whichever thread runs it, so results do not depend on nth.
+ */
+#include "fused/flash_attention_internal.h"
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "fused/ref/attention_ref.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+typedef struct fa_plan {
+    const attn_problem *pr;
+    const loom_attn_kernels *kern;
+    int64_t br, gs, nhs, bc, mp_max; /* query positions, heads per item, sub-groups, keys per tile */
+    int use_bf16, use_bf16_pv, direct_k, direct_v;
+    float qscale;                    /* scale * log2(e): scores in the log2 domain */
+} fa_plan;
+
+typedef struct fa_item { int64_t b, hkv, hs, qb; } fa_item;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
+    memset(pl, 0, sizeof *pl);
+    pl->pr = pr, pl->kern = kern;
+    /* tile sizes depend on shapes only (never on nth); ~64 rows keep Q^T and
+     * O^T of an item in L1/L2, 64 keys keep the K and V tiles in L1 */
+    pl->bc = pr->block_kv ? pr->block_kv : (pr->D <= 128 ? 64 : 32);
+    pl->br = pr->block_q ? pr->block_q : (pr->G >= 64 ? 1 : 64 / pr->G);
+    int64_t mmax = pl->br > 256 ? pl->br : 256;
+    pl->gs = min64(pr->G, mmax / pl->br > 1 ? mmax / pl->br : 1);
+    pl->nhs = (pr->G + pl->gs - 1) / pl->gs;
+    pl->mp_max = attn_round_up(pl->gs * pl->br, ATTN_ROW_PAD);
+    pl->qscale = (float)(pr->scale * ATTN_LOG2E);
+    pl->use_bf16 = kern && kern->qk_bf16 && pr->q.dtype == LOOM_BF16 && pr->k.dtype == LOOM_BF16 &&
+                   pr->k.sd == 1 && pr->D % 2 == 0;
+    pl->use_bf16_pv = kern && kern->pv_bf16 && pr->v.dtype == LOOM_BF16 && pr->v.sd == 1;
+    pl->direct_k = pr->k.dtype == LOOM_F32 && pr->k.sd == 1;
+    pl->direct_v = pr->v.dtype == LOOM_F32 && pr->v.sd == 1;
+}
+
+/* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
+typedef struct fa_scratch {
+    float *qt, *ot, *s, *a, *kbuf, *vbuf, *m, *l, *alpha, *row;
+    int64_t *lo, *hi;      /* visible keys of each valid row */
+    int32_t *llo, *lhi;    /* the same per lane (padding lanes see everything) */
+} fa_scratch;
+
+static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
+    int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
+    int64_t sizes[14] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
+                         LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp};
+    float **f[10] = {&sc->qt, &sc->ot, &sc->s, &sc->a, &sc->kbuf, &sc->vbuf, &sc->m, &sc->l,
+                     &sc->alpha, &sc->row};
+    size_t off = 0;
+    for (int i = 0; i < 14; i++) {
+        char *p = base ? (char *)base + off * sizeof(float) : NULL;
+        if (i < 10) *f[i] = (float *)p;
+        else if (i == 10) sc->lo = (int64_t *)p;
+        else if (i == 11) sc->hi = (int64_t *)p;
+        else if (i == 12) sc->llo = (int32_t *)p;
+        else sc->lhi = (int32_t *)p;
+        off += (size_t)attn_round_up(sizes[i], 16);
+    }
+    return off * sizeof(float);
+}
+
+size_t attn_prefill_scratch(const attn_problem *pr) {
+    fa_plan pl;
+    fa_scratch sc;
+    fa_plan_init(&pl, pr, NULL);
+    return fa_layout(&pl, NULL, &sc);
+}
+
+/* ------------------------------------------------------------ items */
+
+static int64_t fa_qblocks(const fa_plan *pl, int64_t b) {
+    attn_seq s;
+    attn_get_seq(pl->pr, b, &s);
+    return (s.q_rows + pl->br - 1) / pl->br;
+}
+
+static int64_t fa_count(const fa_plan *pl) {
+    const attn_problem *pr = pl->pr;
+    int64_t per_b = pr->Nkv * pl->nhs;
+    if (!pr->tnd) return pr->B * per_b * fa_qblocks(pl, 0);
+    int64_t n = 0;
+    for (int64_t b = 0; b < pr->B; b++) n += per_b * fa_qblocks(pl, b);
+    return n;
+}
+
+static void fa_item_at(const fa_plan *pl, int64_t idx, fa_item *it) {
+    const attn_problem *pr = pl->pr;
+    int64_t b = 0, nqb = fa_qblocks(pl, 0);
+    if (!pr->tnd) {
+        b = idx / (pr->Nkv * pl->nhs * nqb);
+        idx -= b * pr->Nkv * pl->nhs * nqb;
+    } else {
+        while (idx >= pr->Nkv * pl->nhs * nqb) {
+            idx -= pr->Nkv * pl->nhs * nqb;
+            nqb = fa_qblocks(pl, ++b);
+        }
+    }
+    it->b = b, it->qb = idx % nqb, idx /= nqb;
+    it->hs = idx % pl->nhs, it->hkv = idx / pl->nhs;
+}
+
+/* Valid rows [i0, i0 + nval) of the item, and the key range any of them sees. */
+static void fa_rows(const fa_plan *pl, const fa_item *it, const attn_seq *s, int64_t *i0,
+                    int64_t *nrow, int64_t *nval, int64_t *jlo, int64_t *jhi) {
+    *i0 = it->qb * pl->br;
+    *nrow = min64(pl->br, s->q_rows - *i0);
+    int64_t v = min64(*i0 + *nrow, s->q_len) - *i0;
+    *nval = v < 0 ? 0 : v;
+    *jlo = *jhi = 0;
+    if (*nval == 0) return;
+    int64_t lo, hi, lo2, hi2; /* visibility is monotonic in i: the ends bound the union */
+    attn_visible(pl->pr, *i0, s->q_len, s->kv_len, &lo, &hi);
+    attn_visible(pl->pr, *i0 + *nval - 1, s->q_len, s->kv_len, &lo2, &hi2);
+    *jlo = lo, *jhi = hi2 > lo ? hi2 : lo;
+}
+
+static double fa_cost(const void *ctx, int64_t idx) {
+    const fa_plan *pl = ctx;
+    fa_item it;
+    attn_seq s;
+    int64_t i0, nrow, nval, jlo, jhi;
+    fa_item_at(pl, idx, &it);
+    attn_get_seq(pl->pr, it.b, &s);
+    fa_rows(pl, &it, &s, &i0, &nrow, &nval, &jlo, &jhi);
+    return (double)nrow * (double)pl->gs * (double)(jhi - jlo + 1);
+}
+
+/* ------------------------------------------------------------ one item */
+
+static const char *elem(const attn_view *v, int64_t off) { return v->data + off * v->esize; }
+
+/* Additive tile a[c][r] (log2 domain) of the structural and explicit masks;
+ * returns 0 when no valid row sees any key of the tile. */
+static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_t nrow,
+                        int64_t nval, int64_t ng, int64_t h0, int64_t j0, int nc, int mp,
+                        const fa_scratch *sc) {
+    const attn_problem *pr = pl->pr;
+    int any = 0;
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < mp; r++) sc->a[c * mp + r] = 0.0f;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t ii = 0; ii < nval; ii++) {
+            int64_t r = g * nrow + ii;
+            for (int c = 0; c < nc; c++) {
+                int64_t j = j0 + c;
+                float add = 0.0f;
+                int masked = j < sc->lo[ii] || j >= sc->hi[ii];
+                if (!masked && pr->mask)
+                    masked = attn_mask_at(pr, it->b, h0 + g, i0 + ii, j, &add);
+                sc->a[c * mp + r] = masked ? -INFINITY : add * (float)ATTN_LOG2E;
+                any |= !masked;
+            }
+        }
+    return any;
+}
+
+static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc) {
+    const attn_problem *pr = pl->pr;
+    const loom_attn_kernels *kn = pl->kern;
+    attn_seq s;
+    int64_t i0, nrow, nval, jlo, jhi, D = pr->D;
+    attn_get_seq(pr, it->b, &s);
+    fa_rows(pl, it, &s, &i0, &nrow, &nval, &jlo, &jhi);
+    int64_t h0 = it->hkv * pr->G + it->hs * pl->gs, ng = min64(pl->gs, pr->G - it->hs * pl->gs);
+    int mp = (int)attn_round_up(ng * nrow, ATTN_ROW_PAD);
+    for (int r = 0; r < mp; r++) sc->m[r] = -INFINITY, sc->l[r] = 0.0f;
+    memset(sc->ot, 0, (size_t)(D * mp) * sizeof(float));
+
+    if (jlo < jhi) {
+        for (int64_t ii = 0; ii < nval; ii++)
+            attn_visible(pr, i0 + ii, s.q_len, s.kv_len, &sc->lo[ii], &sc->hi[ii]);
+        for (int r = 0; r < mp; r++) sc->llo[r] = 0, sc->lhi[r] = INT32_MAX;
+        for (int64_t g = 0; g < ng; g++)
+            for (int64_t ii = 0; ii < nval; ii++)
+                sc->llo[g * nrow + ii] = (int32_t)sc->lo[ii], sc->lhi[g * nrow + ii] = (int32_t)sc->hi[ii];
+        /* Q^T, scaled; rows beyond nval and padding lanes stay 0 (finite, never written out) */
+        uint32_t *qt2 = (uint32_t *)sc->qt;
+        memset(sc->qt, 0, (size_t)(D * mp) * sizeof(float));
+        for (int64_t g = 0; g < ng; g++)
+            for (int64_t ii = 0; ii < nval; ii++) {
+                int64_t r = g * nrow + ii;
+                const char *qp = elem(&pr->q, it->b * pr->q.sb + (s.q_start + i0 + ii) * pr->q.ss +
+                                                  (h0 + g) * pr->q.sn);
+                if (pl->use_bf16) {
+                    const uint16_t *q16 = (const uint16_t *)qp;
+                    for (int64_t p = 0; p < D / 2; p++)
+                        qt2[p * mp + r] = (uint32_t)q16[2 * p * pr->q.sd] |
+                                          (uint32_t)q16[(2 * p + 1) * pr->q.sd] << 16;
+                    continue;
+                }
+                const float *qf = (const float *)qp; /* f32 rows are read in place */
+                if (pr->q.dtype != LOOM_F32 || pr->q.sd != 1) {
+                    if (pr->q.sd == 1) kn->to_f32(sc->row, qp, pr->q.dtype, D);
+                    else attn_load_row(sc->row, qp, pr->q.dtype, pr->q.sd, D);
+                    qf = sc->row;
+                }
+                for (int64_t d = 0; d < D; d++) sc->qt[d * mp + r] = qf[d] * pl->qscale;
+            }
+        int partial_rows = 0; /* some valid row sees only part of [jlo, jhi) */
+        for (int64_t ii = 0; ii < nval; ii++) partial_rows |= sc->lo[ii] > jlo || sc->hi[ii] < jhi;
+
+        for (int64_t j0 = jlo; j0 < jhi; j0 += pl->bc) {
+            int nc = (int)min64(pl->bc, jhi - j0);
+            int masked = pr->mask != NULL, part = 0;
+            if (partial_rows) {
+                int any = 0;
+                for (int64_t ii = 0; ii < nval; ii++) {
+                    any |= sc->lo[ii] < j0 + nc && sc->hi[ii] > j0;
+                    part |= sc->lo[ii] > j0 || sc->hi[ii] < j0 + nc;
+                }
+                if (!any) continue; /* fully masked tile: skipped */
+            }
+            if (masked && !fa_mask_tile(pl, it, i0, nrow, nval, ng, h0, j0, nc, mp, sc))
+                continue; /* the explicit mask hides the whole tile */
+            int64_t kv0 = it->b * pr->k.sb + (s.kv_start + j0) * pr->k.ss + it->hkv * pr->k.sn;
+            int64_t vv0 = it->b * pr->v.sb + (s.kv_start + j0) * pr->v.ss + it->hkv * pr->v.sn;
+            if (pl->use_bf16) {
+                kn->qk_bf16(sc->s, mp, (const uint16_t *)elem(&pr->k, kv0), pr->k.ss, qt2, mp, nc,
+                            (int)D, mp, pl->qscale);
+            } else {
+                const float *kp = (const float *)elem(&pr->k, kv0);
+                int64_t ldk = pr->k.ss;
+                if (!pl->direct_k) {
+                    for (int c = 0; c < nc; c++) {
+                        const char *src = elem(&pr->k, kv0 + c * pr->k.ss);
+                        if (pr->k.sd == 1) kn->to_f32(sc->kbuf + c * D, src, pr->k.dtype, D);
+                        else attn_load_row(sc->kbuf + c * D, src, pr->k.dtype, pr->k.sd, D);
+                    }
+                    kp = sc->kbuf, ldk = D;
+                }
+                kn->bgemm(sc->s, mp, kp, ldk, 1, sc->qt, mp, nc, (int)D, mp, NULL);
+            }
+            if (masked)
+                for (int64_t x = 0; x < (int64_t)nc * mp; x++) sc->s[x] += sc->a[x];
+            else if (part) /* band edges only: a lane-parallel select, no mask tile */
+                for (int c = 0; c < nc; c++) {
+                    int32_t j = (int32_t)(j0 + c);
+                    float *sr = sc->s + c * mp;
+                    for (int r = 0; r < mp; r++)
+                        sr[r] = j < sc->llo[r] || j >= sc->lhi[r] ? -INFINITY : sr[r];
+                }
+            kn->softmax_cols(sc->s, mp, nc, mp, sc->m, sc->l, sc->alpha);
+            if (pr->keep_prob < 1.0f) /* dropout after the sum: lse and l stay undropped */
+                for (int64_t g = 0; g < ng; g++)
+                    for (int64_t ii = 0; ii < nval; ii++)
+                        attn_dropout_row(pr, it->b, h0 + g, s.q_start + i0 + ii, s.kv_start + j0,
+                                         nc, sc->s + g * nrow + ii, mp);
+            if (pl->use_bf16_pv) { /* bf16 pairs of P and V: the mask tile and V buffer are free now */
+                kn->pv_bf16(sc->ot, mp, (const uint16_t *)elem(&pr->v, vv0), pr->v.ss, sc->s, mp,
+                            sc->alpha, nc, (int)D, mp, (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
+                continue;
+            }
+            const float *vp = (const float *)elem(&pr->v, vv0);
+            int64_t ldv = pr->v.ss;
+            if (!pl->direct_v) {
+                for (int c = 0; c < nc; c++) {
+                    const char *src = elem(&pr->v, vv0 + c * pr->v.ss);
+                    if (pr->v.sd == 1) kn->to_f32(sc->vbuf + c * D, src, pr->v.dtype, D);
+                    else attn_load_row(sc->vbuf + c * D, src, pr->v.dtype, pr->v.sd, D);
+                }
+                vp = sc->vbuf, ldv = D;
+            }
+            kn->bgemm(sc->ot, mp, vp, 1, ldv, sc->s, mp, (int)D, nc, mp, sc->alpha);
+        }
+    }
+    /* O = O^T / l, zeros (and lse -inf) where nothing was visible or the row is padding */
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t ii = 0; ii < nrow; ii++) {
+            int64_t r = g * nrow + ii, row = s.q_start + i0 + ii, h = h0 + g;
+            int seen = ii < nval && sc->l[r] > 0.0f;
+            float inv = seen ? 1.0f / sc->l[r] : 0.0f;
+            int64_t oo = it->b * pr->out.sb + row * pr->out.ss + h * pr->out.sn;
+            int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1;
+            float *dst = direct ? (float *)elem(&pr->out, oo) : sc->row;
+            for (int64_t d = 0; d < D; d++) dst[d] = seen ? sc->ot[d * mp + r] * inv : 0.0f;
+            if (!direct) attn_store_row((void *)elem(&pr->out, oo), pr->out.dtype, pr->out.sd, sc->row, D);
+            if (pr->lse)
+                pr->lse[it->b * pr->lb + h * pr->ln + row * pr->li] =
+                    seen ? (float)(((double)sc->m[r] + log2((double)sc->l[r])) * ATTN_LN2)
+                         : -INFINITY;
+        }
+}
+
+loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
+                             int nth, void *scratch, size_t scratch_bytes) {
+    fa_plan pl;
+    fa_scratch sc;
+    fa_plan_init(&pl, pr, kern);
+    size_t need = fa_layout(&pl, scratch, &sc);
+    LOOM_RETURN_IF(!scratch || scratch_bytes < need, LOOM_ERR_INVALID_ARG,
+                   "flash_attention_score: scratch of %zu bytes, need %zu", scratch_bytes, need);
+    LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
+                   "flash_attention_score: thread %d of %d", ith, nth);
+    int64_t lo, hi;
+    attn_split_cost(fa_count(&pl), ith, nth, fa_cost, &pl, &lo, &hi);
+    for (int64_t idx = lo; idx < hi; idx++) {
+        fa_item it;
+        fa_item_at(&pl, idx, &it);
+        fa_item_run(&pl, &it, &sc);
+    }
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ public API */
+
+size_t attn_prefill_scratch_all(const attn_problem *pr) {
+    size_t a = attn_prefill_scratch(pr), b = loom_attn_ref_scratch(pr);
+    return a > b ? a : b;
+}
+
+loom_status loom_flash_attention_score_scratch_size(const loom_flash_attention_tensors *t,
+                                                    const loom_flash_attention_params *p,
+                                                    size_t *bytes) {
+    attn_problem pr;
+    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "flash_attention_score: bytes is NULL");
+    LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    *bytes = attn_prefill_scratch_all(&pr);
+    return LOOM_OK;
+}
+
+static loom_status run_level(const loom_flash_attention_tensors *t,
+                             const loom_flash_attention_params *p, const attn_problem *pr,
+                             loom_isa isa, int ith, int nth, void *scratch, size_t bytes) {
+    if (isa == LOOM_ISA_REF) return loom_attn_ref_flash(t, p, ith, nth, scratch, bytes);
+    return attn_prefill_run(pr, loom_attn_kernels_for(isa), ith, nth, scratch, bytes);
+}
+
+loom_status loom_flash_attention_score_thread(const loom_flash_attention_tensors *t,
+                                              const loom_flash_attention_params *p, int ith,
+                                              int nth, void *scratch, size_t scratch_bytes) {
+    attn_problem pr;
+    LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    return run_level(t, p, &pr, loom_cpu_isa(), ith, nth, scratch, scratch_bytes);
+}
+
+typedef struct fa_job {
+    const loom_flash_attention_tensors *t;
+    const loom_flash_attention_params *p;
+    const attn_problem *pr;
+    loom_isa isa;
+    char *scratch;
+    size_t per;
+    atomic_int status;
+} fa_job;
+
+static void fa_job_fn(int ith, int nth, void *arg) {
+    fa_job *j = arg;
+    loom_status s = run_level(j->t, j->p, j->pr, j->isa, ith, nth,
+                              j->scratch + (size_t)ith * j->per, j->per);
+    if (s != LOOM_OK) atomic_store(&j->status, (int)s);
+}
+
+/* Runs a validated problem on pool (NULL: this thread). */
+static loom_status fa_run_pool(const loom_flash_attention_tensors *t,
+                               const loom_flash_attention_params *p, const attn_problem *pr,
+                               loom_pool *pool) {
+    int nth = pool ? loom_pool_size(pool) : 1;
+    fa_job j = {.t = t, .p = p, .pr = pr, .isa = loom_cpu_isa()};
+    j.per = (size_t)attn_round_up((int64_t)attn_prefill_scratch_all(pr), LOOM_ALIGN);
+    j.scratch = loom_alloc_aligned(j.per * (size_t)nth, LOOM_ALIGN);
+    LOOM_RETURN_IF(!j.scratch, LOOM_ERR_NOMEM, "flash_attention_score: cannot allocate %zu bytes",
+                   j.per * (size_t)nth);
+    atomic_init(&j.status, LOOM_OK);
+    if (pool) loom_pool_run(pool, fa_job_fn, &j);
+    else fa_job_fn(0, 1, &j);
+    loom_free_aligned(j.scratch);
+    loom_status s = (loom_status)atomic_load(&j.status);
+    LOOM_RETURN_IF(s != LOOM_OK, s, "flash_attention_score: a worker failed (%s)",
+                   loom_status_str(s));
+    return LOOM_OK;
+}
+
+loom_status loom_flash_attention_score(const loom_flash_attention_tensors *t,
+                                       const loom_flash_attention_params *p, loom_pool *pool) {
+    attn_problem pr;
+    LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    return fa_run_pool(t, p, &pr, pool);
+}

@@ -1,0 +1,97 @@
+/* AVX2 + FMA prefill micro-kernels: the AVX-512 scheme (rows in lanes,
+ * broadcast-FMA tiles) with 8-lane vectors, 6 x 16 accumulator tiles. */
+#include "fused/flash_attention_internal.h"
+
+#if defined(__x86_64__)
+#include "fused/flash_attention_simd.h"
+
+#define NN 6
+
+ATTN_INLINE ATTN_T256 void bg_tile(int NNT, float *c, int64_t ldc, const float *a, int64_t san,
+                                   int64_t sak, const float *b, int64_t ldb, int kk,
+                                   const float *alpha) {
+    __m256 acc[NN][2];
+    for (int n = 0; n < NNT; n++) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+    for (int k = 0; k < kk; k++) {
+        const float *bk = b + k * ldb, *ak = a + k * sak;
+        __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
+        for (int n = 0; n < NNT; n++) {
+            __m256 av = _mm256_set1_ps(ak[n * san]);
+            acc[n][0] = _mm256_fmadd_ps(av, b0, acc[n][0]);
+            acc[n][1] = _mm256_fmadd_ps(av, b1, acc[n][1]);
+        }
+    }
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < 2; v++) {
+            float *cp = c + n * ldc + 8 * v;
+            __m256 r = acc[n][v];
+            if (alpha) r = _mm256_fmadd_ps(_mm256_loadu_ps(alpha + 8 * v), _mm256_loadu_ps(cp), r);
+            _mm256_storeu_ps(cp, r);
+        }
+}
+
+static ATTN_T256 void bgemm_avx2(float *c, int64_t ldc, const float *a, int64_t san, int64_t sak,
+                                 const float *b, int64_t ldb, int nn, int kk, int mp,
+                                 const float *alpha) {
+    for (int r = 0; r < mp; r += 16) {
+        float *cr = c + r;
+        const float *br = b + r, *al = alpha ? alpha + r : NULL;
+        int n = 0;
+        for (; n + NN <= nn; n += NN) bg_tile(NN, cr + n * ldc, ldc, a + n * san, san, sak, br, ldb, kk, al);
+        float *cn = cr + n * ldc;
+        const float *an = a + n * san;
+        switch (nn - n) {
+        case 1: bg_tile(1, cn, ldc, an, san, sak, br, ldb, kk, al); break;
+        case 2: bg_tile(2, cn, ldc, an, san, sak, br, ldb, kk, al); break;
+        case 3: bg_tile(3, cn, ldc, an, san, sak, br, ldb, kk, al); break;
+        case 4: bg_tile(4, cn, ldc, an, san, sak, br, ldb, kk, al); break;
+        case 5: bg_tile(5, cn, ldc, an, san, sak, br, ldb, kk, al); break;
+        default: break;
+        }
+    }
+}
+
+static ATTN_T256 void softmax_cols_avx2(float *s, int64_t lds, int nc, int mp, float *m, float *l,
+                                        float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int r = 0; r < mp; r += 8) {
+        __m256 mx = ninf;
+        for (int c = 0; c < nc; c++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + c * lds + r));
+        __m256 mo = _mm256_loadu_ps(m + r), mn = _mm256_max_ps(mo, mx);
+        __m256 none = _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ);
+        __m256 sub = _mm256_blendv_ps(mn, _mm256_setzero_ps(), none);
+        __m256 al = attn_exp2_256(_mm256_sub_ps(mo, sub)), sum = _mm256_setzero_ps();
+        for (int c = 0; c < nc; c++) {
+            __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(s + c * lds + r), sub));
+            _mm256_storeu_ps(s + c * lds + r, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        _mm256_storeu_ps(l + r, _mm256_fmadd_ps(_mm256_loadu_ps(l + r), al, sum));
+        _mm256_storeu_ps(m + r, mn);
+        _mm256_storeu_ps(alpha + r, al);
+    }
+}
+
+ATTN_T256 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n) {
+    int64_t x = 0;
+    for (; x + 8 <= n; x += 8) _mm256_storeu_ps(dst + x, attn_load8(src, x, dt, 8));
+    if (x < n) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, attn_load8(src, x, dt, (int)(n - x)));
+        memcpy(dst + x, tmp, (size_t)(n - x) * sizeof(float));
+    }
+}
+
+const loom_attn_kernels loom_attn_kernels_avx2 = {
+    .name = "avx2",
+    .bgemm = bgemm_avx2,
+    .qk_bf16 = NULL,
+    .softmax_cols = softmax_cols_avx2,
+    .to_f32 = loom_attn_to_f32_avx2,
+    .dec_dot = loom_attn_dec_dot_avx2,
+    .dec_pv = loom_attn_dec_pv_avx2,
+    .softmax_rows = loom_attn_softmax_rows_avx2,
+};
+#else
+typedef int loom_attn_avx2_unused; /* ISO C wants a non-empty translation unit */
+#endif

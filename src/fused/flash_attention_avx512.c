@@ -1,0 +1,227 @@
+/* AVX-512 prefill micro-kernels. Tile rows (queries) live in vector lanes, so
+ * both products of a tile are one register-blocked broadcast-FMA loop:
+ *   S^T[key][row] += K[key][d]  * Q^T[d][row]      (6 keys x 64 rows per tile)
+ *   O^T[d][row]   += V[key][d]  * P^T[key][row]    (6 dims x 64 rows per tile)
+ * and the online softmax works down columns, one vector of 16 rows at a time. */
+#include "fused/flash_attention_internal.h"
+
+#if defined(__x86_64__)
+#include "fused/flash_attention_simd.h"
+
+#define NN 6 /* broadcast rows per tile: NN x NV accumulators, NV <= 4 */
+
+/* c[n][r..] for n < NNT, NV vectors of 16 lanes. */
+ATTN_INLINE ATTN_T512 void bg_tile(int NNT, int NV, float *c, int64_t ldc, const float *a,
+                                   int64_t san, int64_t sak, const float *b, int64_t ldb, int kk,
+                                   const float *alpha) {
+    __m512 acc[NN][4];
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) acc[n][v] = _mm512_setzero_ps();
+    for (int k = 0; k < kk; k++) {
+        const float *bk = b + k * ldb, *ak = a + k * sak;
+        __m512 bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(bk + 16 * v);
+        for (int n = 0; n < NNT; n++) {
+            __m512 av = _mm512_set1_ps(ak[n * san]);
+            for (int v = 0; v < NV; v++) acc[n][v] = _mm512_fmadd_ps(av, bv[v], acc[n][v]);
+        }
+    }
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) {
+            float *cp = c + n * ldc + 16 * v;
+            __m512 r = acc[n][v];
+            if (alpha) r = _mm512_fmadd_ps(_mm512_loadu_ps(alpha + 16 * v), _mm512_loadu_ps(cp), r);
+            _mm512_storeu_ps(cp, r);
+        }
+}
+
+ATTN_INLINE ATTN_T512 void bg_cols(int NV, float *c, int64_t ldc, const float *a, int64_t san,
+                                   int64_t sak, const float *b, int64_t ldb, int nn, int kk,
+                                   const float *alpha) {
+    int n = 0;
+    for (; n + NN <= nn; n += NN)
+        bg_tile(NN, NV, c + n * ldc, ldc, a + n * san, san, sak, b, ldb, kk, alpha);
+    const float *an = a + n * san;
+    float *cn = c + n * ldc;
+    switch (nn - n) {
+    case 1: bg_tile(1, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 2: bg_tile(2, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 3: bg_tile(3, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 4: bg_tile(4, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 5: bg_tile(5, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    default: break;
+    }
+}
+
+static ATTN_T512 void bgemm_avx512(float *c, int64_t ldc, const float *a, int64_t san,
+                                   int64_t sak, const float *b, int64_t ldb, int nn, int kk,
+                                   int mp, const float *alpha) {
+    int r = 0;
+    for (; r + 64 <= mp; r += 64)
+        bg_cols(4, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    if (r + 32 <= mp) {
+        bg_cols(2, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        r += 32;
+    }
+    if (r < mp) bg_cols(1, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+}
+
+/* ---------------------------------------------------------- bf16 products */
+
+/* c[n][r..] (+)= sum_p A(n, p) . b[p][r..] over bf16 pairs, f32 accumulation.
+ * A(n, p) is the pair at u16 offset n*san + p*sak of a (any 2-byte alignment).
+ * Without alpha the tile is overwritten with scale*acc, else alpha*c + acc. */
+ATTN_INLINE ATTN_T512BF void dp_tile(int NNT, int NV, float *c, int64_t ldc, const uint16_t *a,
+                                     int64_t san, int64_t sak, const uint32_t *b, int64_t ldb,
+                                     int kp, const float *alpha, float scale) {
+    __m512 acc[NN][4];
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) acc[n][v] = _mm512_setzero_ps();
+    for (int p = 0; p < kp; p++) {
+        __m512i bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_si512(b + p * ldb + 16 * v);
+        for (int n = 0; n < NNT; n++) {
+            uint32_t pair;
+            memcpy(&pair, a + n * san + p * sak, sizeof pair);
+            __m512i av = _mm512_set1_epi32((int)pair);
+            for (int v = 0; v < NV; v++)
+                acc[n][v] = _mm512_dpbf16_ps(acc[n][v], (__m512bh)av, (__m512bh)bv[v]);
+        }
+    }
+    __m512 sc = _mm512_set1_ps(scale);
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) {
+            float *cp = c + n * ldc + 16 * v;
+            __m512 r = alpha ? _mm512_fmadd_ps(_mm512_loadu_ps(alpha + 16 * v), _mm512_loadu_ps(cp), acc[n][v])
+                             : _mm512_mul_ps(acc[n][v], sc);
+            _mm512_storeu_ps(cp, r);
+        }
+}
+
+ATTN_INLINE ATTN_T512BF void dp_cols(int NV, float *c, int64_t ldc, const uint16_t *a, int64_t san,
+                                     int64_t sak, const uint32_t *b, int64_t ldb, int nn, int kp,
+                                     const float *alpha, float scale) {
+    int n = 0;
+    for (; n + NN <= nn; n += NN)
+        dp_tile(NN, NV, c + n * ldc, ldc, a + n * san, san, sak, b, ldb, kp, alpha, scale);
+    float *cn = c + n * ldc;
+    const uint16_t *an = a + n * san;
+    switch (nn - n) {
+    case 1: dp_tile(1, NV, cn, ldc, an, san, sak, b, ldb, kp, alpha, scale); break;
+    case 2: dp_tile(2, NV, cn, ldc, an, san, sak, b, ldb, kp, alpha, scale); break;
+    case 3: dp_tile(3, NV, cn, ldc, an, san, sak, b, ldb, kp, alpha, scale); break;
+    case 4: dp_tile(4, NV, cn, ldc, an, san, sak, b, ldb, kp, alpha, scale); break;
+    case 5: dp_tile(5, NV, cn, ldc, an, san, sak, b, ldb, kp, alpha, scale); break;
+    default: break;
+    }
+}
+
+static ATTN_T512BF void dp_gemm(float *c, int64_t ldc, const uint16_t *a, int64_t san, int64_t sak,
+                                const uint32_t *b, int64_t ldb, int nn, int kp, int mp,
+                                const float *alpha, float scale) {
+    int r = 0;
+    for (; r + 64 <= mp; r += 64)
+        dp_cols(4, c + r, ldc, a, san, sak, b + r, ldb, nn, kp, alpha ? alpha + r : NULL, scale);
+    if (r + 32 <= mp) {
+        dp_cols(2, c + r, ldc, a, san, sak, b + r, ldb, nn, kp, alpha ? alpha + r : NULL, scale);
+        r += 32;
+    }
+    if (r < mp) dp_cols(1, c + r, ldc, a, san, sak, b + r, ldb, nn, kp, alpha ? alpha + r : NULL, scale);
+}
+
+static ATTN_T512BF void qk_bf16_avx512(float *s, int64_t lds, const uint16_t *k, int64_t ldk,
+                                       const uint32_t *qt2, int64_t ldq, int nn, int kk, int mp,
+                                       float scale) {
+    dp_gemm(s, lds, k, ldk, 2, qt2, ldq, nn, kk / 2, mp, NULL, scale);
+}
+
+/* 16 lanes of two bf16 rows as pairs (lo = row0, hi = row1). */
+ATTN_INLINE ATTN_T512BF __m512i pair16(__m256i r0, __m256i r1) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(r0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(r1), 16));
+}
+
+/* P.V with P rounded to bf16: P^T [nc][mp] and V [nc][d] are repacked as pairs
+ * of consecutive keys (work_p [nc/2][mp], work_v [nc/2][d]), then one
+ * vdpbf16ps per pair. An odd last key pairs with zeros. */
+static ATTN_T512BF void pv_bf16_avx512(float *ot, int64_t ldo, const uint16_t *v, int64_t ldv,
+                                       const float *pt, int64_t ldp, const float *alpha, int nc,
+                                       int d, int mp, uint32_t *work_p, uint32_t *work_v) {
+    int np = (nc + 1) / 2;
+    const __m256i zero = _mm256_setzero_si256();
+    for (int p = 0; p < np; p++) {
+        const float *r0 = pt + 2 * p * ldp, *r1 = r0 + ldp;
+        int odd = 2 * p + 1 >= nc;
+        for (int r = 0; r < mp; r += 16) {
+            __m256i b0 = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r0 + r));
+            __m256i b1 = odd ? zero : (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r1 + r));
+            _mm512_storeu_si512(work_p + p * mp + r, pair16(b0, b1));
+        }
+        const uint16_t *v0 = v + 2 * p * ldv, *v1 = v0 + ldv;
+        for (int x = 0; x < d; x += 16) {
+            __mmask16 k = d - x >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - x)) - 1);
+            __m256i a0 = _mm256_maskz_loadu_epi16(k, v0 + x);
+            __m256i a1 = odd ? zero : _mm256_maskz_loadu_epi16(k, v1 + x);
+            _mm512_mask_storeu_epi32(work_v + p * d + x, k, pair16(a0, a1));
+        }
+    }
+    dp_gemm(ot, ldo, (const uint16_t *)work_v, 2, 2 * (int64_t)d, work_p, mp, d, np, mp, alpha, 1.0f);
+}
+
+/* ---------------------------------------------------------- softmax, conversion */
+
+static ATTN_T512 void softmax_cols_avx512(float *s, int64_t lds, int nc, int mp, float *m,
+                                          float *l, float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < mp; r += 16) {
+        __m512 mx = ninf;
+        for (int c = 0; c < nc; c++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + c * lds + r));
+        __m512 mo = _mm512_loadu_ps(m + r), mn = _mm512_max_ps(mo, mx);
+        /* rows that saw nothing yet subtract 0: exp2(-inf) = 0 keeps them empty */
+        __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+        __m512 sub = _mm512_mask_blend_ps(none, mn, _mm512_setzero_ps());
+        __m512 al = attn_exp2_512(_mm512_sub_ps(mo, sub)), sum = _mm512_setzero_ps();
+        for (int c = 0; c < nc; c++) {
+            __m512 e = attn_exp2_512(_mm512_sub_ps(_mm512_loadu_ps(s + c * lds + r), sub));
+            _mm512_storeu_ps(s + c * lds + r, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_storeu_ps(l + r, _mm512_fmadd_ps(_mm512_loadu_ps(l + r), al, sum));
+        _mm512_storeu_ps(m + r, mn);
+        _mm512_storeu_ps(alpha + r, al);
+    }
+}
+
+ATTN_T512 void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype dt, int64_t n) {
+    int64_t x = 0;
+    for (; x + 16 <= n; x += 16) _mm512_storeu_ps(dst + x, attn_load16(src, x, dt, 0xFFFF));
+    if (x < n) {
+        __mmask16 k = (__mmask16)((1u << (n - x)) - 1);
+        _mm512_mask_storeu_ps(dst + x, k, attn_load16(src, x, dt, k));
+    }
+}
+
+const loom_attn_kernels loom_attn_kernels_avx512 = {
+    .name = "avx512",
+    .bgemm = bgemm_avx512,
+    .qk_bf16 = NULL,
+    .softmax_cols = softmax_cols_avx512,
+    .to_f32 = loom_attn_to_f32_avx512,
+    .dec_dot = loom_attn_dec_dot_avx512,
+    .dec_pv = loom_attn_dec_pv_avx512,
+    .softmax_rows = loom_attn_softmax_rows_avx512,
+};
+
+const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
+    .name = "avx512_bf16",
+    .bgemm = bgemm_avx512,
+    .qk_bf16 = qk_bf16_avx512,
+    .pv_bf16 = pv_bf16_avx512,
+    .softmax_cols = softmax_cols_avx512,
+    .to_f32 = loom_attn_to_f32_avx512,
+    .dec_dot = loom_attn_dec_dot_avx512,
+    .dec_pv = loom_attn_dec_pv_avx512,
+    .softmax_rows = loom_attn_softmax_rows_avx512,
+};
+#else
+typedef int loom_attn_avx512_unused; /* ISO C wants a non-empty translation unit */
+#endif

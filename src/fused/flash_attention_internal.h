@@ -1,0 +1,224 @@
+/*
+ * Internals shared by the attention kernels: the validated, resolved problem
+ * (strides per role, per-batch lengths, masks), the visibility rules, and the
+ * per-ISA micro-kernel tables. Not public.
+ */
+#ifndef LOOM_FUSED_FLASH_ATTENTION_INTERNAL_H
+#define LOOM_FUSED_FLASH_ATTENTION_INTERNAL_H
+
+#include "base/cpu.h"
+#include "fused/attention.h"
+#include "ops/ops.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define ATTN_LOG2E 1.4426950408889634
+#define ATTN_LN2 0.6931471805599453
+/* Prefill keeps tile rows in vector lanes: row counts are padded to this. */
+#define ATTN_ROW_PAD 16
+/* Decode processes KV in tiles of this many keys (scores stay in L1). */
+#define ATTN_DEC_TILE 64
+#define ATTN_DEFAULT_KV_CHUNK 512
+
+/* One of q, k, v, out: element (b, s, n, d) is at data + esize*(b*sb + s*ss + n*sn + d*sd).
+ * For paged caches b is the block and s the slot within it. */
+typedef struct attn_view {
+    const char *data;
+    loom_dtype  dtype;
+    int64_t     esize;
+    int64_t     sb, ss, sn, sd;
+} attn_view;
+
+/* Per-token or per-channel antiquant parameters of one i8 cache. */
+typedef struct attn_quant {
+    int          mode;                 /* loom_antiquant_mode; -1: not quantized */
+    const float *scale, *offset;       /* offset may be NULL */
+    int64_t      s0, s1, s2;           /* per-channel: [n, d] use s0, s1; per-token: [b, n, s] */
+    int64_t      o0, o1, o2;
+} attn_quant;
+
+typedef struct attn_problem {
+    int64_t B;            /* batch entries (TND: num_seqs, plus one for unassigned tail rows) */
+    int64_t N, Nkv, G, D; /* heads, kv heads, N / Nkv, head dim */
+    int64_t Sq, Skv;      /* padded dims (TND: T_q, T_kv; decode: S_q and cache capacity) */
+    int     tnd;
+    int64_t tnd_seqs;     /* sequences given (B may include the tail entry) */
+    attn_view q, k, v, out;
+    const int64_t *q_lens, *kv_lens;   /* padded layouts, NULL = full */
+    const int64_t *q_cum, *kv_cum;     /* TND */
+    int     sparse_mode;
+    int64_t pre, next;                 /* clamped to +-2^40 so arithmetic cannot overflow */
+    const char *mask;                  /* NULL: none */
+    int     mask_bool;                 /* i8 mask (else additive f32) */
+    int64_t mb, mn, mi, mj;            /* mask strides (0 = broadcast) */
+    float  *lse;                       /* NULL: not wanted */
+    int64_t lb, ln, li;
+    double  scale;                     /* q.k multiplier, default applied */
+    float   keep_prob;
+    uint64_t seed, offset;
+    int64_t drop_sq, drop_skv;         /* dropout index = ((b*N + h)*drop_sq + row)*drop_skv + col */
+    int64_t block_q, block_kv;         /* 0 = auto */
+    /* decode */
+    int     paged;
+    const int32_t *block_table;
+    int64_t bt_b, bt_j, max_blocks, block_size, num_blocks;
+    attn_quant kq, vq;
+    int64_t kv_chunk;
+} attn_problem;
+
+/* One batch entry: queries rows [q_start, q_start + q_len) of the S dim are
+ * valid, q_rows rows are written (padding gets zeros); keys likewise. */
+typedef struct attn_seq {
+    int64_t q_start, q_len, q_rows;
+    int64_t kv_start, kv_len;
+} attn_seq;
+
+/* Validation and resolution (flash_attention_common.c). Errors name the tensor
+ * or parameter. */
+loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
+                                 const loom_flash_attention_params *p, attn_problem *pr);
+loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
+                                const loom_incre_flash_attention_params *p,
+                                const int64_t *q_lens, attn_problem *pr);
+
+void attn_get_seq(const attn_problem *pr, int64_t b, attn_seq *s);
+/* Keys [*lo, *hi) visible to query i (i < sq) of a sequence with sq queries and
+ * skv keys, from sparse_mode and the band; the explicit mask comes on top. */
+void attn_visible(const attn_problem *pr, int64_t i, int64_t sq, int64_t skv, int64_t *lo,
+                  int64_t *hi);
+/* Explicit mask at (b, h, i, j): 1 masked (bool), or the additive value in *add. */
+static inline int attn_mask_at(const attn_problem *pr, int64_t b, int64_t h, int64_t i,
+                               int64_t j, float *add) {
+    int64_t off = b * pr->mb + h * pr->mn + i * pr->mi + j * pr->mj;
+    if (pr->mask_bool) {
+        *add = 0.0f;
+        return ((const int8_t *)pr->mask)[off] != 0;
+    }
+    *add = ((const float *)pr->mask)[off];
+    return *add == -INFINITY;
+}
+/* Element offset (in elements) of K/V position s of batch b, kv head n. */
+static inline int64_t attn_kv_offset(const attn_problem *pr, const attn_view *v, int64_t b,
+                                     int64_t s, int64_t n) {
+    if (pr->paged) {
+        int64_t blk = pr->block_table[b * pr->bt_b + (s / pr->block_size) * pr->bt_j];
+        return blk * v->sb + (s % pr->block_size) * v->ss + n * v->sn;
+    }
+    return b * v->sb + s * v->ss + n * v->sn;
+}
+/* Dropout of keys col0 .. col0+n-1 of (batch b, head h, query row): p[c * stride]
+ * becomes 0 or p / keep_prob, the keep decision of element index
+ * ((b*N + h)*drop_sq + row)*drop_skv + col being loom_rng_uniform_at(seed, offset, index). */
+void attn_dropout_row(const attn_problem *pr, int64_t b, int64_t h, int64_t row, int64_t col0,
+                      int n, float *p, int64_t stride);
+/* Converts n elements of a row (element stride sd) to f32. */
+void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64_t n);
+/* Stores n f32 values to a row of dtype dt (element stride sd). */
+void attn_store_row(void *dst, loom_dtype dt, int64_t sd, const float *src, int64_t n);
+/* Splits [0, n) into nth contiguous parts with roughly equal cost(i) sums; the
+ * split points never change results (every item is computed the same way). */
+void attn_split_cost(int64_t n, int ith, int nth, double (*cost)(const void *, int64_t),
+                     const void *ctx, int64_t *lo, int64_t *hi);
+
+static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ------------------------------------------------------------ micro-kernels */
+
+typedef struct loom_attn_kernels {
+    const char *name;
+    /* Prefill, rows of the tile in vector lanes (mp a multiple of ATTN_ROW_PAD):
+     *   c[n][r] = (alpha ? alpha[r] * c[n][r] : 0) + sum_k a[n*san + k*sak] * b[k][r]
+     * for n < nn, k < kk, r < mp. QK^T: a = K (san = ld), b = Q^T; PV: a = V (sak = ld),
+     * b = P^T. */
+    void (*bgemm)(float *c, int64_t ldc, const float *a, int64_t san, int64_t sak,
+                  const float *b, int64_t ldb, int nn, int kk, int mp, const float *alpha);
+    /* QK^T with bf16 K (rows of ldk elements) and Q^T packed as bf16 pairs
+     * [kk/2][mp] (u32): s[n][r] = scale * sum_d k[n][d] q[r][d]. NULL if unsupported. */
+    void (*qk_bf16)(float *s, int64_t lds, const uint16_t *k, int64_t ldk, const uint32_t *qt2,
+                    int64_t ldq, int nn, int kk, int mp, float scale);
+    /* PV^T with bf16 V (rows of ldv elements) and P rounded to bf16:
+     * ot[x][r] = alpha[r] ot[x][r] + sum_c v[c][x] p[c][r]; work_p holds
+     * ceil(nc/2)*mp and work_v ceil(nc/2)*d u32. NULL if unsupported. */
+    void (*pv_bf16)(float *ot, int64_t ldo, const uint16_t *v, int64_t ldv, const float *pt,
+                    int64_t ldp, const float *alpha, int nc, int d, int mp, uint32_t *work_p,
+                    uint32_t *work_v);
+    /* Online softmax on s[nc][mp] (log2 domain): per lane r, m and l updated, s
+     * replaced by exp2(s - m_new), alpha[r] = exp2(m_old - m_new). Lanes where
+     * everything is -inf keep m = -inf, l and P = 0. */
+    void (*softmax_cols)(float *s, int64_t lds, int nc, int mp, float *m, float *l,
+                         float *alpha);
+    /* n contiguous f32/f16/bf16/i8 elements to f32. */
+    void (*to_f32)(float *dst, const void *src, loom_dtype dt, int64_t n);
+    /* Decode: s[r][c] = sum_x q[r][x] * row_c[x], rows of dtype dt (f32/f16/bf16/i8),
+     * d elements each; q rows hold at least round_up(d, 16) floats (zero padded). */
+    void (*dec_dot)(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                    const void *const *rows, loom_dtype dt, int nc, int d);
+    /* Decode: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x]. */
+    void (*dec_pv)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                   const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha);
+    /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols. */
+    void (*softmax_rows)(float *s, int64_t lds, int nr, int nc, float *m, float *l,
+                         float *alpha);
+} loom_attn_kernels;
+
+extern const loom_attn_kernels loom_attn_kernels_generic;
+#if defined(__x86_64__)
+extern const loom_attn_kernels loom_attn_kernels_avx2;
+extern const loom_attn_kernels loom_attn_kernels_avx512;
+extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
+#endif
+/* Kernels for a level (>= GENERIC; the best the CPU supports at or below it). */
+const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
+
+/* Decode micro-kernels live in incre_attention_<isa>.c. */
+void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                               const void *const *rows, loom_dtype dt, int nc, int d);
+void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                              const void *const *rows, loom_dtype dt, int nc, int d,
+                              const float *alpha);
+void loom_attn_softmax_rows_generic(float *s, int64_t lds, int nr, int nc, float *m, float *l,
+                                    float *alpha);
+void loom_attn_to_f32_generic(float *dst, const void *src, loom_dtype dt, int64_t n);
+#if defined(__x86_64__)
+void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                            const void *const *rows, loom_dtype dt, int nc, int d);
+void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                           const void *const *rows, loom_dtype dt, int nc, int d,
+                           const float *alpha);
+void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m, float *l,
+                                 float *alpha);
+void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                              const void *const *rows, loom_dtype dt, int nc, int d);
+void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                             const void *const *rows, loom_dtype dt, int nc, int d,
+                             const float *alpha);
+void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m, float *l,
+                                   float *alpha);
+void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n);
+void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype dt, int64_t n);
+#endif
+
+/* ------------------------------------------------------------ drivers */
+
+/* Prefill driver (flash_attention.c) on a resolved problem; _all also covers
+ * the reference kernel's scratch. */
+size_t attn_prefill_scratch(const attn_problem *pr);
+size_t attn_prefill_scratch_all(const attn_problem *pr);
+loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
+                             int nth, void *scratch, size_t scratch_bytes);
+
+/* Decode driver (incre_attention.c): scratch (incl. the reference's), the
+ * one-launch kernel, and the pool runner with optional per-batch query lengths. */
+size_t attn_decode_scratch(const attn_problem *pr);
+loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
+                               int nth, void *scratch, size_t scratch_bytes);
+loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
+                             const loom_incre_flash_attention_params *p, const int64_t *q_lens,
+                             loom_pool *pool);
+
+/* Cost of the fused kernel: flops of the visible (query, key) pairs, bytes of
+ * what it loads (valid Q rows, visible K/V rows, visible mask) and stores. */
+void attn_cost(const attn_problem *pr, loom_cost *c);
+
+#endif

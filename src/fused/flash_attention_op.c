@@ -1,0 +1,182 @@
+/* The fused attention ops in the op table (flash_attention_score and
+ * incre_flash_attention): attributes to params, shape inference, cost,
+ * scratch, the reference decomposition and one kernel per level. */
+#include "fused/flash_attention_internal.h"
+
+#include "base/status.h"
+#include "fused/ref/attention_ref.h"
+#include "ops/ref/ref.h"
+#include "ops/register.h"
+
+static const loom_flash_attention_attrs fa_default_attrs = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+static const loom_incre_flash_attention_attrs inc_default_attrs =
+    LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
+
+static loom_flash_attention_params fa_params(const void *attrs) {
+    const loom_flash_attention_attrs *a = attrs ? attrs : &fa_default_attrs;
+    loom_flash_attention_params p = loom_flash_attention_default_params();
+    p.input_layout = (loom_attn_layout)a->input_layout;
+    p.num_heads = a->num_heads, p.num_key_value_heads = a->num_key_value_heads;
+    p.sparse_mode = a->sparse_mode, p.scale_value = a->scale_value;
+    p.keep_prob = a->keep_prob == 0.0f ? 1.0f : a->keep_prob;
+    p.pre_tokens = a->pre_tokens, p.next_tokens = a->next_tokens;
+    p.seed = a->seed, p.offset = a->offset;
+    p.block_q = a->block_q, p.block_kv = a->block_kv;
+    return p;
+}
+
+static loom_incre_flash_attention_params inc_params(const void *attrs) {
+    const loom_incre_flash_attention_attrs *a = attrs ? attrs : &inc_default_attrs;
+    loom_incre_flash_attention_params p = loom_incre_flash_attention_default_params();
+    p.input_layout = (loom_attn_layout)a->input_layout;
+    p.num_heads = a->num_heads, p.num_key_value_heads = a->num_key_value_heads;
+    p.sparse_mode = a->sparse_mode, p.scale_value = a->scale_value;
+    p.kv_chunk = a->kv_chunk;
+    p.pre_tokens = a->pre_tokens, p.next_tokens = a->next_tokens;
+    return p;
+}
+
+/* A node's tensors. Before data exists (shape inference, planning) the
+ * descriptors are copied with a placeholder pointer: validation never reads
+ * data, and dst is modelled on q. */
+typedef struct op_tensors {
+    loom_tensor q, k, v, mask, out;
+    int has_mask;
+} op_tensors;
+
+static char placeholder;
+
+static loom_status op_tensors_init(const char *name, const loom_tensor *const *src, int n_src,
+                                   const loom_tensor *dst, op_tensors *o) {
+    LOOM_TRY(loom_ref_check_arity(name, src, n_src, 3, 4));
+    o->q = *src[0], o->k = *src[1], o->v = *src[2];
+    o->has_mask = n_src == 4;
+    if (o->has_mask) o->mask = *src[3];
+    loom_tensor *all[4] = {&o->q, &o->k, &o->v, &o->mask};
+    for (int i = 0; i < 3 + o->has_mask; i++)
+        if (!all[i]->data) all[i]->data = &placeholder;
+    if (dst && dst->data) o->out = *dst;
+    else o->out = o->q;
+    return LOOM_OK;
+}
+
+static loom_status fa_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
+                              const loom_tensor *dst, op_tensors *o, attn_problem *pr) {
+    LOOM_TRY(op_tensors_init("flash_attention_score", src, n_src, dst, o));
+    loom_flash_attention_params p = fa_params(attrs);
+    loom_flash_attention_tensors t = {&o->q, &o->k, &o->v, o->has_mask ? &o->mask : NULL,
+                                      &o->out, NULL};
+    return attn_resolve_prefill(&t, &p, pr);
+}
+
+static loom_status inc_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
+                               const loom_tensor *dst, op_tensors *o, attn_problem *pr) {
+    LOOM_TRY(op_tensors_init("incre_flash_attention", src, n_src, dst, o));
+    loom_incre_flash_attention_params p = inc_params(attrs);
+    loom_incre_flash_attention_tensors t = {.query = &o->q, .key = &o->k, .value = &o->v,
+                                            .atten_mask = o->has_mask ? &o->mask : NULL,
+                                            .attention_out = &o->out};
+    return attn_resolve_decode(&t, &p, NULL, pr);
+}
+
+static loom_status fa_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                            loom_tensor *dst) {
+    op_tensors o;
+    attn_problem pr;
+    LOOM_TRY(fa_resolve(src, n_src, attrs, NULL, &o, &pr));
+    loom_ref_set_dst(dst, src[0]->dtype, src[0]->ndim, src[0]->shape);
+    return LOOM_OK;
+}
+
+static loom_status inc_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                             loom_tensor *dst) {
+    op_tensors o;
+    attn_problem pr;
+    LOOM_TRY(inc_resolve(src, n_src, attrs, NULL, &o, &pr));
+    loom_ref_set_dst(dst, src[0]->dtype, src[0]->ndim, src[0]->shape);
+    return LOOM_OK;
+}
+
+static void fa_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                    const void *attrs, loom_cost *c) {
+    op_tensors o;
+    attn_problem pr;
+    c->flops = c->bytes_read = c->bytes_written = 0.0;
+    if (fa_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK) attn_cost(&pr, c);
+}
+
+static void inc_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                     const void *attrs, loom_cost *c) {
+    op_tensors o;
+    attn_problem pr;
+    c->flops = c->bytes_read = c->bytes_written = 0.0;
+    if (inc_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK) attn_cost(&pr, c);
+}
+
+static size_t fa_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                         const void *attrs) {
+    op_tensors o;
+    attn_problem pr;
+    return fa_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
+}
+
+static size_t inc_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                          const void *attrs) {
+    op_tensors o;
+    attn_problem pr;
+    return inc_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK ? attn_decode_scratch(&pr) : 0;
+}
+
+/* Kernels: the executor gives every thread scratch_size bytes. */
+static loom_status fa_kernel(const loom_kernel_args *a, loom_isa isa) {
+    op_tensors o;
+    attn_problem pr;
+    LOOM_TRY(fa_resolve(a->src, a->n_src, a->attrs, a->dst, &o, &pr));
+    size_t bytes = attn_prefill_scratch_all(&pr);
+    if (isa == LOOM_ISA_REF) {
+        loom_flash_attention_params p = fa_params(a->attrs);
+        loom_flash_attention_tensors t = {a->src[0], a->src[1], a->src[2],
+                                          a->n_src == 4 ? a->src[3] : NULL, a->dst, NULL};
+        return loom_attn_ref_flash(&t, &p, a->ith, a->nth, a->scratch, bytes);
+    }
+    return attn_prefill_run(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch, bytes);
+}
+
+static loom_status inc_kernel(const loom_kernel_args *a, loom_isa isa) {
+    op_tensors o;
+    attn_problem pr;
+    LOOM_TRY(inc_resolve(a->src, a->n_src, a->attrs, a->dst, &o, &pr));
+    size_t bytes = attn_decode_scratch(&pr);
+    if (isa == LOOM_ISA_REF) {
+        loom_incre_flash_attention_params p = inc_params(a->attrs);
+        loom_incre_flash_attention_tensors t = {.query = a->src[0], .key = a->src[1],
+                                                .value = a->src[2],
+                                                .atten_mask = a->n_src == 4 ? a->src[3] : NULL,
+                                                .attention_out = a->dst};
+        return loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
+    }
+    return attn_decode_thread(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch, bytes);
+}
+
+static loom_status fa_ref(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_REF); }
+static loom_status fa_generic(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_GENERIC); }
+static loom_status inc_ref(const loom_kernel_args *a) { return inc_kernel(a, LOOM_ISA_REF); }
+static loom_status inc_generic(const loom_kernel_args *a) { return inc_kernel(a, LOOM_ISA_GENERIC); }
+#if defined(__x86_64__)
+static loom_status fa_avx2(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_AVX2); }
+static loom_status fa_avx512(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_AVX512); }
+static loom_status inc_avx2(const loom_kernel_args *a) { return inc_kernel(a, LOOM_ISA_AVX2); }
+static loom_status inc_avx512(const loom_kernel_args *a) { return inc_kernel(a, LOOM_ISA_AVX512); }
+#endif
+
+void loom_register_attention_kernels(loom_op_info *table) {
+    loom_op_info *fa = &table[LOOM_OP_FLASH_ATTENTION], *inc = &table[LOOM_OP_INCRE_FLASH_ATTENTION];
+    fa->infer = fa_infer, fa->cost = fa_cost, fa->scratch_size = fa_scratch, fa->ref = fa_ref;
+    inc->infer = inc_infer, inc->cost = inc_cost, inc->scratch_size = inc_scratch, inc->ref = inc_ref;
+    fa->opt[LOOM_ISA_GENERIC] = fa_generic;
+    inc->opt[LOOM_ISA_GENERIC] = inc_generic;
+#if defined(__x86_64__)
+    fa->opt[LOOM_ISA_AVX2] = fa_avx2, fa->opt[LOOM_ISA_AVX512] = fa_avx512;
+    inc->opt[LOOM_ISA_AVX2] = inc_avx2, inc->opt[LOOM_ISA_AVX512] = inc_avx512;
+#endif
+}

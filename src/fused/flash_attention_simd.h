@@ -1,0 +1,127 @@
+/* Vector helpers shared by the AVX2 / AVX-512 attention kernels: exp2, dtype
+ * loads, and the transpose-reductions of the decode dot products. Each function
+ * carries its own target attribute (no global -m flags). */
+#ifndef LOOM_FUSED_FLASH_ATTENTION_SIMD_H
+#define LOOM_FUSED_FLASH_ATTENTION_SIMD_H
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "loom.h"
+
+#define ATTN_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define ATTN_T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define ATTN_T256 __attribute__((target("avx2,fma,f16c")))
+#define ATTN_INLINE static inline __attribute__((always_inline))
+
+/* 2^f on [-0.5, 0.5]: Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */
+#define ATTN_EXP2_C1 0.6931471805599453f
+#define ATTN_EXP2_C2 0.2402265069591007f
+#define ATTN_EXP2_C3 0.0555041086648216f
+#define ATTN_EXP2_C4 0.0096181291076285f
+#define ATTN_EXP2_C5 0.0013333558146428f
+#define ATTN_EXP2_C6 0.0001540353039338f
+
+/* 2^x for x <= 0; -inf gives exactly 0, NaN stays NaN (max keeps its 2nd operand). */
+ATTN_INLINE ATTN_T512 __m512 attn_exp2_512(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(ATTN_EXP2_C6);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ATTN_EXP2_C5));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ATTN_EXP2_C4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ATTN_EXP2_C3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ATTN_EXP2_C2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ATTN_EXP2_C1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n); /* 2^-150 * p rounds to 0 */
+}
+
+/* As above; below -127 the result is exactly 0 (the exponent field becomes 0). */
+ATTN_INLINE ATTN_T256 __m256 attn_exp2_256(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(ATTN_EXP2_C6);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ATTN_EXP2_C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ATTN_EXP2_C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ATTN_EXP2_C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ATTN_EXP2_C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ATTN_EXP2_C1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* 16 elements of dtype dt (f32/f16/bf16/i8) at element x of row p, as f32;
+ * lanes outside mask k are 0 and their memory is not touched. */
+ATTN_INLINE ATTN_T512 __m512 attn_load16(const void *p, int64_t x, loom_dtype dt, __mmask16 k) {
+    switch (dt) {
+    case LOOM_F32: return _mm512_maskz_loadu_ps(k, (const float *)p + x);
+    case LOOM_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + x));
+    case LOOM_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + x)), 16));
+    default:
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, (const int8_t *)p + x)));
+    }
+}
+
+/* 8 elements as f32; n < 8 loads only n (the rest 0) through a bounce buffer. */
+ATTN_INLINE ATTN_T256 __m256 attn_load8(const void *p, int64_t x, loom_dtype dt, int n) {
+    unsigned char tmp[32];
+    int64_t es = dt == LOOM_F32 ? 4 : dt == LOOM_I8 ? 1 : 2;
+    const unsigned char *src = (const unsigned char *)p + x * es;
+    if (n < 8) {
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, src, (size_t)(n * es));
+        src = tmp;
+    }
+    switch (dt) {
+    case LOOM_F32: return _mm256_loadu_ps((const float *)src);
+    case LOOM_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)src));
+    case LOOM_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src)), 16));
+    default: {
+        long long v;
+        memcpy(&v, src, 8);
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v)));
+    }
+    }
+}
+
+/* Lane j of the result = sum of the lanes of acc[j], where the caller passes
+ * a[4t + L] = acc[4L + t]. Four shuffle+add levels for 16 sums. */
+ATTN_INLINE ATTN_T512 __m512 attn_reduce16(const __m512 *a) {
+    __m512 w[8], x[4], y[2];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; k++)
+        y[k] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * k], x[2 * k + 1]),
+                             _mm512_unpackhi_ps(x[2 * k], x[2 * k + 1]));
+    return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
+}
+
+/* Lane j = sum of acc[j], where the caller passes a[2t + L] = acc[4L + t]. */
+ATTN_INLINE ATTN_T256 __m256 attn_reduce8(const __m256 *a) {
+    __m256 w[4], y[2];
+    for (int k = 0; k < 4; k++)
+        w[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * k], a[2 * k + 1], 0x31));
+    for (int k = 0; k < 2; k++)
+        y[k] = _mm256_add_ps(_mm256_unpacklo_ps(w[2 * k], w[2 * k + 1]),
+                             _mm256_unpackhi_ps(w[2 * k], w[2 * k + 1]));
+    return _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x44), _mm256_shuffle_ps(y[0], y[1], 0xEE));
+}
+
+#endif /* __x86_64__ */
+#endif

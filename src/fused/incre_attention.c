@@ -1,0 +1,559 @@
+/*
+ * Decode attention (incre_flash_attention) with split-KV ("flash-decoding").
+ *
+ * Unit = (batch, kv head): its rows are every query head of the group times
+ * every query position (G * S_q <= 16 G rows), so each cached K/V row is read
+ * once for the whole group. The KV length is cut into fixed chunks of kv_chunk
+ * positions (a grid from 0, never derived from nth); a chunk's partial result
+ * is (m, l, acc) of the online softmax over its keys. Partials are folded in
+ * chunk order by their log-sum-exp:
+ *   m = max(m1, m2), l = l1 2^(m1-m) + l2 2^(m2-m), acc likewise,
+ * either by the thread that owns the unit (one launch) or, when chunks of one
+ * unit ran on different threads, by a merge launch reading them back from a
+ * shared workspace. The fold is the same function in both, so results are
+ * bit-identical for any thread count.
+ *
+ * i8 caches are dequantized without touching each element twice: a
+ * per-channel K scale is folded into q (and its offset into a per-row bias),
+ * a per-token K scale multiplies the score; V scales are applied to the
+ * accumulator (per channel) or folded into the probabilities (per token).
+ */
+#include "fused/flash_attention_internal.h"
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "fused/ref/attention_ref.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define T ATTN_DEC_TILE
+
+typedef struct dec_plan {
+    const attn_problem *pr;
+    const loom_attn_kernels *kern;
+    int64_t M, ldq;     /* rows per unit (G * S_q), padded row length (multiple of 16) */
+    float qscale;       /* scale * log2(e) */
+} dec_plan;
+
+typedef struct dec_scratch {
+    float *q, *s, *acc, *m, *l, *alpha, *bias, *qsum, *extra, *tsc, *tof;
+    float *fm, *fl, *facc;              /* the running fold of a unit */
+    float *row;
+    const void **krows, **vrows;
+} dec_scratch;
+
+static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
+    pl->pr = pr, pl->kern = kern;
+    pl->M = pr->G * pr->Sq;
+    pl->ldq = attn_round_up(pr->D, 16);
+    pl->qscale = (float)(pr->scale * ATTN_LOG2E);
+}
+
+static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
+    int64_t M = pl->M, ld = pl->ldq;
+    int64_t sizes[17] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
+                         2 * T, 2 * T};
+    float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
+                     &sc->extra, &sc->tsc, &sc->tof, &sc->fm, &sc->fl, &sc->facc, &sc->row};
+    size_t off = 0;
+    for (int i = 0; i < 17; i++) {
+        char *p = base ? (char *)base + off * sizeof(float) : NULL;
+        if (i < 15) *f[i] = (float *)p;
+        else if (i == 15) sc->krows = (const void **)p;
+        else sc->vrows = (const void **)p;
+        off += (size_t)attn_round_up(sizes[i], 16);
+    }
+    return off * sizeof(float);
+}
+
+/* ------------------------------------------------------------ units and chunks */
+
+typedef struct dec_unit {
+    int64_t b, hkv, q_len, kv_len, jlo, jhi, nch;
+} dec_unit;
+
+static void dec_unit_at(const dec_plan *pl, int64_t b, int64_t hkv, dec_unit *u) {
+    const attn_problem *pr = pl->pr;
+    u->b = b, u->hkv = hkv;
+    u->q_len = pr->q_lens ? pr->q_lens[b] : pr->Sq;
+    u->kv_len = pr->kv_lens ? pr->kv_lens[b] : pr->Skv;
+    u->nch = (u->kv_len + pr->kv_chunk - 1) / pr->kv_chunk;
+    u->jlo = u->jhi = 0;
+    if (u->q_len == 0) return;
+    int64_t lo, hi, lo2, hi2; /* visibility is monotonic in i */
+    attn_visible(pr, 0, u->q_len, u->kv_len, &lo, &hi);
+    attn_visible(pr, u->q_len - 1, u->q_len, u->kv_len, &lo2, &hi2);
+    u->jlo = lo, u->jhi = hi2 > lo ? hi2 : lo;
+}
+
+/* Keys of chunk k that some row may see. */
+static void dec_chunk_range(const attn_problem *pr, const dec_unit *u, int64_t k, int64_t *c0,
+                            int64_t *c1) {
+    int64_t a = k * pr->kv_chunk, e = a + pr->kv_chunk;
+    *c0 = a > u->jlo ? a : u->jlo;
+    *c1 = e < u->jhi ? e : u->jhi;
+}
+
+/* Q rows of the unit, scaled (and with the per-channel K antiquant folded in). */
+static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, const dec_scratch *sc) {
+    const attn_problem *pr = pl->pr;
+    int64_t D = pr->D, ld = pl->ldq;
+    const attn_quant *kq = &pr->kq;
+    memset(sc->q, 0, (size_t)(pl->M * ld) * sizeof(float));
+    for (int64_t g = 0; g < pr->G; g++)
+        for (int64_t i = 0; i < u->q_len; i++) {
+            int64_t r = g * pr->Sq + i, h = u->hkv * pr->G + g;
+            float *qr = sc->q + r * ld;
+            const char *src = pr->q.data + (u->b * pr->q.sb + i * pr->q.ss + h * pr->q.sn) * pr->q.esize;
+            attn_load_row(qr, src, pr->q.dtype, pr->q.sd, D);
+            double bias = 0.0, sum = 0.0;
+            for (int64_t x = 0; x < D; x++) {
+                float sc_x = kq->mode == LOOM_ANTIQUANT_PER_CHANNEL ? kq->scale[u->hkv * kq->s0 + x * kq->s1] : 1.0f;
+                qr[x] *= pl->qscale * sc_x;
+                sum += qr[x];
+                if (kq->mode == LOOM_ANTIQUANT_PER_CHANNEL && kq->offset)
+                    bias += (double)qr[x] * kq->offset[u->hkv * kq->o0 + x * kq->o1];
+            }
+            sc->bias[r] = (float)bias, sc->qsum[r] = (float)sum;
+        }
+}
+
+/* Per-token scale/offset of cache position j (slot of the block when paged). */
+static void dec_token_quant(const attn_problem *pr, const attn_quant *q, const dec_unit *u,
+                            int64_t j, float *s, float *o) {
+    int64_t cb = u->b, cs = j;
+    if (pr->paged) {
+        cb = pr->block_table[u->b * pr->bt_b + (j / pr->block_size) * pr->bt_j];
+        cs = j % pr->block_size;
+    }
+    *s = q->scale[cb * q->s0 + u->hkv * q->s1 + cs * q->s2];
+    *o = q->offset ? q->offset[cb * q->o0 + u->hkv * q->o1 + cs * q->o2] : 0.0f;
+}
+
+/* Asks for the K/V rows of the next tile: decode streams the cache once and the
+ * hardware prefetcher alone keeps too few misses in flight (measured: +15% f32,
+ * +20% bf16 from DRAM). i8 caches skip it: their tiles are compute-bound and
+ * the extra requests slowed them down. */
+static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1) {
+    int64_t row_bytes = pr->D * pr->k.esize, n = c1 - j0 < T ? c1 - j0 : T;
+    for (int64_t c = 0; c < n; c++) {
+        const char *k = pr->k.data + attn_kv_offset(pr, &pr->k, u->b, j0 + c, u->hkv) * pr->k.esize;
+        const char *v = pr->v.data + attn_kv_offset(pr, &pr->v, u->b, j0 + c, u->hkv) * pr->v.esize;
+        for (int64_t x = 0; x < row_bytes; x += 64) {
+            __builtin_prefetch(k + x);
+            __builtin_prefetch(v + x);
+        }
+    }
+}
+
+/* Partial (m, l, acc) of chunk k into pm, pl_, pacc (rows of ldq floats). */
+static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const dec_scratch *sc,
+                      float *pm, float *pl_, float *pacc) {
+    const attn_problem *pr = pl->pr;
+    const loom_attn_kernels *kn = pl->kern;
+    int64_t D = pr->D, ld = pl->ldq, M = pl->M, c0, c1;
+    const attn_quant *kq = &pr->kq, *vq = &pr->vq;
+    dec_chunk_range(pr, u, k, &c0, &c1);
+    for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
+    memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
+    for (int64_t j0 = c0; j0 < c1; j0 += T) {
+        int nc = (int)(c1 - j0 < T ? c1 - j0 : T);
+        int any = 0, part = 0; /* structural visibility of this tile */
+        for (int64_t i = 0; i < u->q_len; i++) {
+            int64_t lo, hi;
+            attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
+            any |= lo < j0 + nc && hi > j0;
+            part |= lo > j0 || hi < j0 + nc;
+        }
+        if (!any) continue; /* fully masked tile: skipped */
+        for (int c = 0; c < nc; c++) {
+            sc->krows[c] = pr->k.data + attn_kv_offset(pr, &pr->k, u->b, j0 + c, u->hkv) * pr->k.esize;
+            sc->vrows[c] = pr->v.data + attn_kv_offset(pr, &pr->v, u->b, j0 + c, u->hkv) * pr->v.esize;
+        }
+        if (pr->k.esize > 1) dec_prefetch(pr, u, j0 + T, c1);
+        kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D);
+        if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+            for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);
+            for (int64_t r = 0; r < M; r++)
+                for (int c = 0; c < nc; c++)
+                    sc->s[r * T + c] = sc->tsc[c] * (sc->s[r * T + c] + sc->tof[c] * sc->qsum[r]);
+        } else if (kq->mode == LOOM_ANTIQUANT_PER_CHANNEL && kq->offset) {
+            for (int64_t r = 0; r < M; r++)
+                for (int c = 0; c < nc; c++) sc->s[r * T + c] += sc->bias[r];
+        }
+        int live = 1;
+        if (part || pr->mask || u->q_len < pr->Sq) { /* some score needs a mask */
+            live = 0;
+            for (int64_t g = 0; g < pr->G; g++)
+                for (int64_t i = 0; i < pr->Sq; i++) {
+                    float *sr = sc->s + (g * pr->Sq + i) * T;
+                    int64_t lo = 0, hi = 0;
+                    if (i < u->q_len) attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
+                    for (int c = 0; c < nc; c++) {
+                        int64_t j = j0 + c;
+                        float add = 0.0f;
+                        int masked = j < lo || j >= hi; /* rows past q_len: everything */
+                        if (!masked && pr->mask)
+                            masked = attn_mask_at(pr, u->b, u->hkv * pr->G + g, i, j, &add);
+                        if (masked) sr[c] = -INFINITY;
+                        else if (pr->mask) sr[c] += add * (float)ATTN_LOG2E;
+                        live |= !masked;
+                    }
+                }
+        }
+        if (!live) continue; /* the explicit mask hides the whole tile */
+        kn->softmax_rows(sc->s, T, (int)M, nc, pm, pl_, sc->alpha);
+        if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+            for (int c = 0; c < nc; c++) dec_token_quant(pr, vq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);
+            for (int64_t r = 0; r < M; r++) {
+                float e = sc->extra[r] * sc->alpha[r];
+                for (int c = 0; c < nc; c++) {
+                    sc->s[r * T + c] *= sc->tsc[c];
+                    e += sc->s[r * T + c] * sc->tof[c];
+                }
+                sc->extra[r] = e;
+            }
+        }
+        kn->dec_pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha);
+    }
+    if (vq->mode == LOOM_ANTIQUANT_PER_CHANNEL) {
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t x = 0; x < D; x++) {
+                float off = vq->offset ? vq->offset[u->hkv * vq->o0 + x * vq->o1] : 0.0f;
+                pacc[r * ld + x] = vq->scale[u->hkv * vq->s0 + x * vq->s1] * (pacc[r * ld + x] + off * pl_[r]);
+            }
+    } else if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t x = 0; x < D; x++) pacc[r * ld + x] += sc->extra[r];
+    }
+}
+
+/* state := state (+) partial, in log-sum-exp form. Empty partials change
+ * nothing and an empty state takes the partial as it is. The only place
+ * partials meet: both launch schemes call it in chunk order. */
+static void dec_fold(int64_t M, int64_t D, int64_t ld, float *m, float *l, float *acc,
+                     const float *pm, const float *pl_, const float *pacc) {
+    for (int64_t r = 0; r < M; r++) {
+        float *ar = acc + r * ld;
+        const float *pr_ = pacc + r * ld;
+        if (pm[r] == -INFINITY) continue;
+        if (m[r] == -INFINITY) {
+            m[r] = pm[r], l[r] = pl_[r];
+            memcpy(ar, pr_, (size_t)D * sizeof(float));
+            continue;
+        }
+        float mn = m[r] > pm[r] ? m[r] : pm[r];
+        float a = exp2f(m[r] - mn), b = exp2f(pm[r] - mn);
+        l[r] = l[r] * a + pl_[r] * b;
+        for (int64_t x = 0; x < D; x++) ar[x] = ar[x] * a + pr_[x] * b;
+        m[r] = mn;
+    }
+}
+
+static void dec_write(const dec_plan *pl, const dec_unit *u, const float *m, const float *l,
+                      const float *acc, float *row) {
+    const attn_problem *pr = pl->pr;
+    for (int64_t g = 0; g < pr->G; g++)
+        for (int64_t i = 0; i < pr->Sq; i++) {
+            int64_t r = g * pr->Sq + i, h = u->hkv * pr->G + g;
+            int seen = i < u->q_len && l[r] > 0.0f;
+            float inv = seen ? 1.0f / l[r] : 0.0f;
+            for (int64_t x = 0; x < pr->D; x++) row[x] = seen ? acc[r * pl->ldq + x] * inv : 0.0f;
+            int64_t oo = u->b * pr->out.sb + i * pr->out.ss + h * pr->out.sn;
+            attn_store_row((void *)(pr->out.data + oo * pr->out.esize), pr->out.dtype, pr->out.sd, row, pr->D);
+            if (pr->lse)
+                pr->lse[u->b * pr->lb + h * pr->ln + i * pr->li] =
+                    seen ? (float)(((double)m[r] + log2((double)l[r])) * ATTN_LN2) : -INFINITY;
+        }
+}
+
+static void dec_fold_init(const dec_plan *pl, const dec_scratch *sc) {
+    for (int64_t r = 0; r < pl->M; r++) sc->fm[r] = -INFINITY, sc->fl[r] = 0.0f;
+}
+
+/* ------------------------------------------------------------ work splitting */
+
+static double dec_unit_cost(const void *ctx, int64_t idx) {
+    const dec_plan *pl = ctx;
+    dec_unit u;
+    dec_unit_at(pl, idx / pl->pr->Nkv, idx % pl->pr->Nkv, &u);
+    return (double)(u.jhi - u.jlo + 1);
+}
+
+/* Items of the split launch: (unit, chunk) in unit-major order. */
+static int64_t dec_item_base(const dec_plan *pl, int64_t b) {
+    int64_t n = 0;
+    for (int64_t x = 0; x < b; x++) {
+        dec_unit u;
+        dec_unit_at(pl, x, 0, &u);
+        n += pl->pr->Nkv * u.nch;
+    }
+    return n;
+}
+
+/* Cost of chunk k of a unit: the keys some row may see (+1 for the fixed work). */
+static double dec_chunk_cost(const attn_problem *pr, const dec_unit *u, int64_t k) {
+    int64_t c0, c1;
+    dec_chunk_range(pr, u, k, &c0, &c1);
+    return (double)(c1 > c0 ? c1 - c0 : 0) + 1.0;
+}
+
+static size_t dec_workspace(const dec_plan *pl) {
+    return (size_t)dec_item_base(pl, pl->pr->B) * (size_t)(pl->M * (2 + pl->ldq)) * sizeof(float) + 64;
+}
+
+static float *dec_slot(const dec_plan *pl, void *ws, int64_t item) {
+    return (float *)ws + item * pl->M * (2 + pl->ldq);
+}
+
+/* ------------------------------------------------------------ launches */
+
+static loom_status dec_check(const dec_plan *pl, int ith, int nth, void *scratch, size_t bytes,
+                             dec_scratch *sc) {
+    size_t need = dec_layout(pl, scratch, sc);
+    LOOM_RETURN_IF(!scratch || bytes < need, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: scratch of %zu bytes, need %zu", scratch ? bytes : 0, need);
+    LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: thread %d of %d", ith, nth);
+    return LOOM_OK;
+}
+
+/* One launch: thread ith folds all chunks of its units itself. */
+static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scratch,
+                                 size_t bytes) {
+    dec_scratch sc;
+    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    int64_t lo, hi, M = pl->M, ld = pl->ldq;
+    attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
+    for (int64_t x = lo; x < hi; x++) {
+        dec_unit u;
+        dec_unit_at(pl, x / pl->pr->Nkv, x % pl->pr->Nkv, &u);
+        dec_prepare_q(pl, &u, &sc);
+        dec_fold_init(pl, &sc);
+        for (int64_t k = 0; k < u.nch; k++) {
+            int64_t c0, c1;
+            dec_chunk_range(pl->pr, &u, k, &c0, &c1);
+            if (c0 >= c1) continue;
+            /* the partial goes to acc/m/l regions of the scratch, then into the fold */
+            dec_chunk(pl, &u, k, &sc, sc.m, sc.l, sc.acc);
+            dec_fold(M, pl->pr->D, ld, sc.fm, sc.fl, sc.facc, sc.m, sc.l, sc.acc);
+        }
+        dec_write(pl, &u, sc.fm, sc.fl, sc.facc, sc.row);
+    }
+    return LOOM_OK;
+}
+
+static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scratch,
+                                 size_t bytes, void *ws, size_t ws_bytes) {
+    dec_scratch sc;
+    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
+                   dec_workspace(pl));
+    const attn_problem *pr = pl->pr;
+    int64_t M = pl->M;
+    /* items (unit, chunk) in unit-major order, walked incrementally; thread ith
+     * takes those whose cost midpoint falls in its share (as attn_split_cost) */
+    double total = 0.0, acc = 0.0;
+    for (int64_t b = 0; b < pr->B; b++) {
+        dec_unit u;
+        dec_unit_at(pl, b, 0, &u);
+        for (int64_t k = 0; k < u.nch; k++) total += (double)pr->Nkv * dec_chunk_cost(pr, &u, k);
+    }
+    int64_t idx = 0, prev = -1;
+    for (int64_t x = 0; x < pr->B * pr->Nkv; x++) {
+        dec_unit u;
+        dec_unit_at(pl, x / pr->Nkv, x % pr->Nkv, &u);
+        for (int64_t k = 0; k < u.nch; k++, idx++) {
+            double c = dec_chunk_cost(pr, &u, k);
+            int owner = (int)((acc + 0.5 * c) * nth / total);
+            acc += c;
+            if ((owner < nth ? owner : nth - 1) != ith) continue;
+            float *slot = dec_slot(pl, ws, idx);
+            int64_t c0, c1;
+            dec_chunk_range(pr, &u, k, &c0, &c1);
+            if (c0 >= c1) { /* an empty partial: the merge skips it */
+                for (int64_t r = 0; r < M; r++) slot[r] = -INFINITY, slot[M + r] = 0.0f;
+                continue;
+            }
+            if (x != prev) dec_prepare_q(pl, &u, &sc);
+            prev = x;
+            dec_chunk(pl, &u, k, &sc, slot, slot + M, slot + 2 * M);
+        }
+    }
+    return LOOM_OK;
+}
+
+/* Folds each unit's partials into its first chunk's slot (the unit's slots
+ * belong to the one thread merging it) and writes the output. */
+static loom_status dec_run_merge(const dec_plan *pl, int ith, int nth, void *ws,
+                                 size_t ws_bytes) {
+    LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
+                   dec_workspace(pl));
+    LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: thread %d of %d", ith, nth);
+    int64_t M = pl->M, ld = pl->ldq, lo, hi;
+    float row[LOOM_ATTN_MAX_HEAD_DIM];
+    attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
+    int64_t base = dec_item_base(pl, lo / pl->pr->Nkv); /* first item of batch b, kept up to date */
+    for (int64_t x = lo; x < hi; x++) {
+        dec_unit u;
+        int64_t b = x / pl->pr->Nkv, hkv = x % pl->pr->Nkv;
+        dec_unit_at(pl, b, hkv, &u);
+        if (x > lo && hkv == 0) {
+            dec_unit prev;
+            dec_unit_at(pl, b - 1, 0, &prev);
+            base += pl->pr->Nkv * prev.nch;
+        }
+        if (u.nch == 0) { /* no keys at all: zeros */
+            float empty[1] = {0.0f};
+            dec_unit one = u;
+            one.q_len = 0; /* every row is written as zeros; the state is not read */
+            dec_write(pl, &one, empty, empty, empty, row);
+            continue;
+        }
+        float *s0 = dec_slot(pl, ws, base + hkv * u.nch);
+        for (int64_t k = 1; k < u.nch; k++) {
+            const float *slot = s0 + k * M * (2 + ld);
+            dec_fold(M, pl->pr->D, ld, s0, s0 + M, s0 + 2 * M, slot, slot + M, slot + 2 * M);
+        }
+        dec_write(pl, &u, s0, s0 + M, s0 + 2 * M, row);
+    }
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ public API */
+
+size_t attn_decode_scratch(const attn_problem *pr) {
+    dec_plan pl;
+    dec_scratch sc;
+    dec_plan_init(&pl, pr, NULL);
+    size_t a = dec_layout(&pl, NULL, &sc), b = loom_attn_ref_scratch(pr);
+    return a > b ? a : b;
+}
+
+loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
+                               int nth, void *scratch, size_t scratch_bytes) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, kern);
+    return dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
+}
+
+loom_status loom_incre_flash_attention_sizes(const loom_incre_flash_attention_tensors *t,
+                                             const loom_incre_flash_attention_params *p,
+                                             size_t *scratch_bytes, size_t *workspace_bytes) {
+    attn_problem pr;
+    dec_plan pl;
+    LOOM_RETURN_IF(!scratch_bytes || !workspace_bytes, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: NULL size output");
+    LOOM_TRY(attn_resolve_decode(t, p, NULL, &pr));
+    dec_plan_init(&pl, &pr, NULL);
+    *scratch_bytes = attn_decode_scratch(&pr);
+    *workspace_bytes = dec_workspace(&pl);
+    return LOOM_OK;
+}
+
+loom_status loom_incre_flash_attention_split(const loom_incre_flash_attention_tensors *t,
+                                             const loom_incre_flash_attention_params *p, int ith,
+                                             int nth, void *scratch, size_t scratch_bytes,
+                                             void *workspace, size_t workspace_bytes) {
+    attn_problem pr;
+    dec_plan pl;
+    LOOM_TRY(attn_resolve_decode(t, p, NULL, &pr));
+    loom_isa isa = loom_cpu_isa();
+    if (isa == LOOM_ISA_REF) /* the reference writes the output here; merge has nothing to do */
+        return loom_attn_ref_incre(t, p, NULL, ith, nth, scratch, scratch_bytes);
+    dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
+    return dec_run_split(&pl, ith, nth, scratch, scratch_bytes, workspace, workspace_bytes);
+}
+
+loom_status loom_incre_flash_attention_merge(const loom_incre_flash_attention_tensors *t,
+                                             const loom_incre_flash_attention_params *p,
+                                             int ith, int nth, void *workspace,
+                                             size_t workspace_bytes) {
+    attn_problem pr;
+    dec_plan pl;
+    LOOM_TRY(attn_resolve_decode(t, p, NULL, &pr));
+    if (loom_cpu_isa() == LOOM_ISA_REF) return LOOM_OK;
+    dec_plan_init(&pl, &pr, NULL);
+    return dec_run_merge(&pl, ith, nth, workspace, workspace_bytes);
+}
+
+loom_status loom_incre_flash_attention_thread(const loom_incre_flash_attention_tensors *t,
+                                              const loom_incre_flash_attention_params *p, int ith,
+                                              int nth, void *scratch, size_t scratch_bytes) {
+    attn_problem pr;
+    dec_plan pl;
+    LOOM_TRY(attn_resolve_decode(t, p, NULL, &pr));
+    loom_isa isa = loom_cpu_isa();
+    if (isa == LOOM_ISA_REF) return loom_attn_ref_incre(t, p, NULL, ith, nth, scratch, scratch_bytes);
+    dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
+    return dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
+}
+
+typedef struct dec_job {
+    const loom_incre_flash_attention_tensors *t;
+    const loom_incre_flash_attention_params *p;
+    const int64_t *q_lens;
+    const dec_plan *pl;
+    int phase;          /* 0: one launch, 1: split, 2: merge, 3: reference */
+    char *scratch, *ws;
+    size_t per, ws_bytes;
+    atomic_int status;
+} dec_job;
+
+static void dec_job_fn(int ith, int nth, void *arg) {
+    dec_job *j = arg;
+    char *sc = j->scratch + (size_t)ith * j->per;
+    loom_status s;
+    switch (j->phase) {
+    case 0: s = dec_run_units(j->pl, ith, nth, sc, j->per); break;
+    case 1: s = dec_run_split(j->pl, ith, nth, sc, j->per, j->ws, j->ws_bytes); break;
+    case 2: s = dec_run_merge(j->pl, ith, nth, j->ws, j->ws_bytes); break;
+    default: s = loom_attn_ref_incre(j->t, j->p, j->q_lens, ith, nth, sc, j->per); break;
+    }
+    if (s != LOOM_OK) atomic_store(&j->status, (int)s);
+}
+
+loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
+                             const loom_incre_flash_attention_params *p, const int64_t *q_lens,
+                             loom_pool *pool) {
+    attn_problem pr;
+    dec_plan pl;
+    LOOM_TRY(attn_resolve_decode(t, p, q_lens, &pr));
+    loom_isa isa = loom_cpu_isa();
+    dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
+    int nth = pool ? loom_pool_size(pool) : 1;
+    /* split-KV only pays when there are too few (batch, kv head) units to go round */
+    int split = isa != LOOM_ISA_REF && nth > 1 && pr.B * pr.Nkv < 8 * (int64_t)nth;
+    dec_job j = {.t = t, .p = p, .q_lens = q_lens, .pl = &pl,
+                 .phase = isa == LOOM_ISA_REF ? 3 : split ? 1 : 0};
+    j.per = (size_t)attn_round_up((int64_t)attn_decode_scratch(&pr), LOOM_ALIGN);
+    j.ws_bytes = split ? dec_workspace(&pl) : 0;
+    size_t total = j.per * (size_t)nth + j.ws_bytes;
+    j.scratch = loom_alloc_aligned(total, LOOM_ALIGN);
+    LOOM_RETURN_IF(!j.scratch, LOOM_ERR_NOMEM, "incre_flash_attention: cannot allocate %zu bytes",
+                   total);
+    j.ws = j.scratch + j.per * (size_t)nth;
+    atomic_init(&j.status, LOOM_OK);
+    for (int run = 0; run < (split ? 2 : 1); run++) {
+        if (run) j.phase = 2;
+        if (pool) loom_pool_run(pool, dec_job_fn, &j);
+        else dec_job_fn(0, 1, &j);
+    }
+    loom_free_aligned(j.scratch);
+    loom_status s = (loom_status)atomic_load(&j.status);
+    LOOM_RETURN_IF(s != LOOM_OK, s, "incre_flash_attention: a worker failed (%s)",
+                   loom_status_str(s));
+    return LOOM_OK;
+}
+
+loom_status loom_incre_flash_attention(const loom_incre_flash_attention_tensors *t,
+                                       const loom_incre_flash_attention_params *p,
+                                       loom_pool *pool) {
+    return attn_decode_pool(t, p, NULL, pool);
+}

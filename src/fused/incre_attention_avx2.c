@@ -1,0 +1,159 @@
+/* AVX2 decode micro-kernels: the AVX-512 scheme with 8 (row, key) pairs per
+ * transpose-reduction and bounce-buffer loads for the tails (AVX2 has no
+ * masked 8/16-bit loads). */
+#include "fused/flash_attention_internal.h"
+
+#if defined(__x86_64__)
+#include "fused/flash_attention_simd.h"
+
+ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t lds,
+                                     const float *const *qr, const void *const *kp, int d,
+                                     int nrv, int ncv) {
+    const int KB = 8 / RB;
+    __m256 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (int x = 0; x < d; x += 8) {
+        int n = d - x >= 8 ? 8 : d - x; /* q rows are zero padded beyond d */
+        __m256 qv[4];
+        for (int r = 0; r < RB; r++) qv[r] = _mm256_loadu_ps(qr[r] + x);
+        for (int k = 0; k < KB; k++) {
+            __m256 kv = attn_load8(kp[k], x, DT, n);
+            for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm256_fmadd_ps(qv[r], kv, acc[r * KB + k]);
+        }
+    }
+    static const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* a[2t + L] = acc[4L + t] */
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = acc[order[i]];
+    float out[8];
+    _mm256_storeu_ps(out, attn_reduce8(a));
+    for (int r = 0; r < nrv; r++)
+        for (int k = 0; k < ncv; k++) s[r * lds + k] = out[r * KB + k];
+}
+
+ATTN_INLINE ATTN_T256 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
+                                   int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+    const int KB = 8 / RB;
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        const float *qr[4];
+        for (int r = 0; r < RB; r++) qr[r] = q + (r0 + r < nr ? r0 + r : nr - 1) * ldq;
+        int nrv = nr - r0 < RB ? nr - r0 : RB;
+        for (int c0 = 0; c0 < nc; c0 += KB) {
+            const void *kp[8];
+            for (int k = 0; k < KB; k++) kp[k] = rows[c0 + k < nc ? c0 + k : nc - 1];
+            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB);
+        }
+    }
+}
+
+ATTN_INLINE ATTN_T256 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
+                                  int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+    if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d);
+    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d);
+    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
+}
+
+ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                                      const void *const *rows, loom_dtype dt, int nc, int d) {
+    switch (dt) {
+    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d); break;
+    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d); break;
+    }
+}
+
+/* RB rows, NV vectors of 8 from x0; n = valid elements of the last vector. */
+ATTN_INLINE ATTN_T256 void pv_block(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
+                                    const float *p, int64_t ldp, const void *const *rows, int nc,
+                                    int x0, int n, const float *alpha) {
+    __m256 ac[2][4];
+    for (int r = 0; r < RB; r++) {
+        __m256 al = _mm256_set1_ps(alpha[r]);
+        for (int v = 0; v < NV; v++)
+            ac[r][v] = _mm256_mul_ps(al, _mm256_loadu_ps(acc + r * lda + x0 + 8 * v));
+    }
+    for (int c = 0; c < nc; c++) {
+        __m256 kv[4];
+        for (int v = 0; v < NV; v++) kv[v] = attn_load8(rows[c], x0 + 8 * v, DT, v == NV - 1 ? n : 8);
+        for (int r = 0; r < RB; r++) {
+            __m256 pb = _mm256_set1_ps(p[r * ldp + c]);
+            for (int v = 0; v < NV; v++) ac[r][v] = _mm256_fmadd_ps(pb, kv[v], ac[r][v]);
+        }
+    }
+    for (int r = 0; r < RB; r++) /* rows are padded to 16 floats: whole-vector stores */
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(acc + r * lda + x0 + 8 * v, ac[r][v]);
+}
+
+ATTN_INLINE ATTN_T256 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                   int64_t ldp, const void *const *rows, int nc, int d,
+                                   const float *alpha) {
+    int x0 = 0;
+    for (; x0 + 32 <= d; x0 += 32) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, 8, alpha);
+    for (; x0 < d; x0 += 8)
+        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, d - x0 >= 8 ? 8 : d - x0, alpha);
+}
+
+ATTN_INLINE ATTN_T256 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
+                                  const float *alpha) {
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+}
+
+ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                                     const void *const *rows, loom_dtype dt, int nc, int d,
+                                     const float *alpha) {
+    switch (dt) {
+    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    }
+}
+
+ATTN_INLINE ATTN_T256 float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+ATTN_INLINE ATTN_T256 float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m,
+                                           float *l, float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int r = 0; r < nr; r++) {
+        float *sr = s + r * lds, tmp[8];
+        __m256 mx = ninf;
+        for (int c = 0; c < nc; c += 8) {
+            for (int j = 0; j < 8; j++) tmp[j] = c + j < nc ? sr[c + j] : -INFINITY;
+            mx = _mm256_max_ps(mx, _mm256_loadu_ps(tmp));
+        }
+        float mn = hmax8(mx);
+        if (m[r] > mn) mn = m[r];
+        float sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
+        __m256 vs = _mm256_set1_ps(sub), sum = _mm256_setzero_ps();
+        for (int c = 0; c < nc; c += 8) {
+            int n = nc - c >= 8 ? 8 : nc - c;
+            for (int j = 0; j < 8; j++) tmp[j] = j < n ? sr[c + j] : -INFINITY;
+            __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(tmp), vs));
+            _mm256_storeu_ps(tmp, e);
+            memcpy(sr + c, tmp, (size_t)n * sizeof(float));
+            sum = _mm256_add_ps(sum, e);
+        }
+        float al = _mm256_cvtss_f32(attn_exp2_256(_mm256_set1_ps(m[r] - sub)));
+        l[r] = l[r] * al + hsum8(sum);
+        m[r] = mn;
+        alpha[r] = al;
+    }
+}
+#else
+typedef int loom_attn_incre_avx2_unused; /* ISO C wants a non-empty translation unit */
+#endif

@@ -1,0 +1,179 @@
+/* AVX-512 decode micro-kernels. Few query rows meet many cached keys, so the
+ * dot products run along D: 16 (row, key) pairs accumulate in 16 registers
+ * and one transpose-reduction turns them into 16 scores. K/V rows are read in
+ * their cache dtype (f32, f16, bf16, i8) and widened in registers. */
+#include "fused/flash_attention_internal.h"
+
+#if defined(__x86_64__)
+#include "fused/flash_attention_simd.h"
+
+/* Lane r*KB + k of z is s[r][k]: row by row with masked stores (KB = 16/RB). */
+ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, int nrv, int ncv) {
+    __mmask16 k = (__mmask16)((1u << ncv) - 1);
+    if (RB == 1) {
+        _mm512_mask_storeu_ps(s, k, z);
+    } else if (RB == 2) {
+        _mm256_mask_storeu_ps(s, (__mmask8)k, _mm512_castps512_ps256(z));
+        if (nrv > 1)
+            _mm256_mask_storeu_ps(s + lds, (__mmask8)k,
+                                  _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0xEE)));
+    } else { /* 4 or 2 keys per row: through a small buffer (store forwarding) */
+        float out[20];
+        _mm512_storeu_ps(out, z);
+        _mm_storeu_ps(out + 16, _mm_setzero_ps()); /* read (masked off) by the last row of RB = 8 */
+        for (int r = 0; r < nrv; r++)
+            _mm_mask_storeu_ps(s + r * lds, (__mmask8)k, _mm_loadu_ps(out + r * (16 / RB)));
+    }
+}
+
+/* RB query rows x 16/RB keys; nrv x ncv of the results are real. */
+ATTN_INLINE ATTN_T512 void dot_block(int RB, loom_dtype DT, float *s, int64_t lds,
+                                     const float *const *qr, const void *const *kp, int d,
+                                     int nrv, int ncv) {
+    const int KB = 16 / RB;
+    __m512 acc[16];
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+    int x = 0;
+    for (; x + 16 <= d; x += 16) {
+        __m512 qv[8];
+        for (int r = 0; r < RB; r++) qv[r] = _mm512_loadu_ps(qr[r] + x);
+        for (int k = 0; k < KB; k++) {
+            __m512 kv = attn_load16(kp[k], x, DT, 0xFFFF);
+            for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r], kv, acc[r * KB + k]);
+        }
+    }
+    if (x < d) { /* q rows are zero padded; the K tail is a masked load */
+        __mmask16 km = (__mmask16)((1u << (d - x)) - 1);
+        __m512 qv[8];
+        for (int r = 0; r < RB; r++) qv[r] = _mm512_loadu_ps(qr[r] + x);
+        for (int k = 0; k < KB; k++) {
+            __m512 kv = attn_load16(kp[k], x, DT, km);
+            for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r], kv, acc[r * KB + k]);
+        }
+    }
+    __m512 a[16];
+    for (int t = 0; t < 4; t++)
+        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
+    store_block(RB, attn_reduce16(a), s, lds, nrv, ncv);
+}
+
+ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
+                                   int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+    const int KB = 16 / RB;
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        const float *qr[8];
+        for (int r = 0; r < RB; r++) qr[r] = q + (r0 + r < nr ? r0 + r : nr - 1) * ldq;
+        int nrv = nr - r0 < RB ? nr - r0 : RB;
+        for (int c0 = 0; c0 < nc; c0 += KB) {
+            const void *kp[16];
+            for (int k = 0; k < KB; k++) kp[k] = rows[c0 + k < nc ? c0 + k : nc - 1];
+            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB);
+        }
+    }
+}
+
+ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
+                                  int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+    if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
+    else if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d);
+    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d);
+    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
+}
+
+ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
+                                        int nr, const void *const *rows, loom_dtype dt, int nc,
+                                        int d) {
+    switch (dt) {
+    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d); break;
+    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d); break;
+    }
+}
+
+/* acc rows r0..r0+RB-1, NV vectors from element x0 (masks km) */
+ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
+                                    const float *p, int64_t ldp, const void *const *rows, int nc,
+                                    int x0, const __mmask16 *km, const float *alpha) {
+    __m512 ac[4][4];
+    for (int r = 0; r < RB; r++) {
+        __m512 al = _mm512_set1_ps(alpha[r]);
+        for (int v = 0; v < NV; v++)
+            ac[r][v] = _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + x0 + 16 * v));
+    }
+    for (int c = 0; c < nc; c++) {
+        __m512 kv[4];
+        for (int v = 0; v < NV; v++) kv[v] = attn_load16(rows[c], x0 + 16 * v, DT, km[v]);
+        for (int r = 0; r < RB; r++) {
+            __m512 pb = _mm512_set1_ps(p[r * ldp + c]);
+            for (int v = 0; v < NV; v++) ac[r][v] = _mm512_fmadd_ps(pb, kv[v], ac[r][v]);
+        }
+    }
+    for (int r = 0; r < RB; r++) /* rows are padded to 16 floats: whole-vector stores */
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + r * lda + x0 + 16 * v, ac[r][v]);
+}
+
+ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                   int64_t ldp, const void *const *rows, int nc, int d,
+                                   const float *alpha) {
+    const __mmask16 full[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
+    int x0 = 0;
+    for (; x0 + 64 <= d; x0 += 64) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, full, alpha);
+    for (; x0 < d; x0 += 16) {
+        __mmask16 km = d - x0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - x0)) - 1);
+        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, &km, alpha);
+    }
+}
+
+ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
+                                  const float *alpha) {
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+    if (r + 2 <= nr) {
+        pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+        r += 2;
+    }
+    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+}
+
+ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                       int nr, const void *const *rows, loom_dtype dt, int nc,
+                                       int d, const float *alpha) {
+    switch (dt) {
+    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    }
+}
+
+ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m,
+                                             float *l, float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < nr; r++) {
+        float *sr = s + r * lds;
+        __m512 mx = ninf;
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, k, sr + c));
+        }
+        float mn = _mm512_reduce_max_ps(mx);
+        if (m[r] > mn) mn = m[r];
+        float sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
+        __m512 vs = _mm512_set1_ps(sub), sum = _mm512_setzero_ps();
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            __m512 e = attn_exp2_512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, sr + c), vs));
+            _mm512_mask_storeu_ps(sr + c, k, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        float al = _mm512_cvtss_f32(attn_exp2_512(_mm512_set1_ps(m[r] - sub)));
+        l[r] = l[r] * al + _mm512_reduce_add_ps(sum);
+        m[r] = mn;
+        alpha[r] = al;
+    }
+}
+#else
+typedef int loom_attn_incre_avx512_unused; /* ISO C wants a non-empty translation unit */
+#endif

@@ -1,0 +1,53 @@
+/* Portable C decode micro-kernels: one converted K/V row at a time against
+ * every query row of the group. */
+#include "fused/flash_attention_internal.h"
+
+#include <math.h>
+
+void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                               const void *const *rows, loom_dtype dt, int nc, int d) {
+    float buf[LOOM_ATTN_MAX_HEAD_DIM];
+    for (int c = 0; c < nc; c++) {
+        attn_load_row(buf, rows[c], dt, 1, d);
+        for (int r = 0; r < nr; r++) {
+            const float *qr = q + r * ldq;
+            float acc = 0.0f;
+            for (int x = 0; x < d; x++) acc += qr[x] * buf[x];
+            s[r * lds + c] = acc;
+        }
+    }
+}
+
+void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                              const void *const *rows, loom_dtype dt, int nc, int d,
+                              const float *alpha) {
+    float buf[LOOM_ATTN_MAX_HEAD_DIM];
+    for (int r = 0; r < nr; r++)
+        for (int x = 0; x < d; x++) acc[r * lda + x] *= alpha[r];
+    for (int c = 0; c < nc; c++) {
+        attn_load_row(buf, rows[c], dt, 1, d);
+        for (int r = 0; r < nr; r++) {
+            float pc = p[r * ldp + c];
+            float *ar = acc + r * lda;
+            for (int x = 0; x < d; x++) ar[x] += pc * buf[x];
+        }
+    }
+}
+
+void loom_attn_softmax_rows_generic(float *s, int64_t lds, int nr, int nc, float *m, float *l,
+                                    float *alpha) {
+    for (int r = 0; r < nr; r++) {
+        float *sr = s + r * lds, mx = m[r];
+        for (int c = 0; c < nc; c++)
+            if (sr[c] > mx) mx = sr[c];
+        float sub = mx == -INFINITY ? 0.0f : mx; /* a row that saw nothing stays empty */
+        float al = exp2f(m[r] - sub), sum = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            sr[c] = exp2f(sr[c] - sub);
+            sum += sr[c];
+        }
+        l[r] = l[r] * al + sum;
+        m[r] = mx;
+        alpha[r] = al;
+    }
+}

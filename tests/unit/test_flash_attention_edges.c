@@ -1,0 +1,318 @@
+/* loom_flash_attention_score edge cases: fully masked rows, tiles that must
+ * never be read (NaN there), padding, dropout reproducibility, the pool
+ * wrapper, explicit block sizes, parameter errors, and the op-table entry. */
+#include "test_flash_attention_case.h"
+
+#include "ops/ops.h"
+
+static fa_case base_case(void) {
+    fa_case c;
+    memset(&c, 0, sizeof c);
+    c.L = LOOM_ATTN_BSND, c.B = 2, c.Sq = 21, c.Skv = 37, c.N = 4, c.Nkv = 2, c.D = 32;
+    c.qdt = c.kvdt = c.odt = LOOM_F32;
+    c.pre = c.next = LOOM_ATTN_TOKENS_ALL;
+    c.keep = 1.0f, c.qamp = 2.0f, c.lse = 1;
+    return c;
+}
+
+static loom_isa best(void) { return loom_cpu_best_isa(); }
+
+/* Every head of row i (BSND, contiguous) is 0 and its lse -inf. */
+static int row_is_empty(const fa_data *d, const fa_case *c, int64_t b, int64_t i) {
+    for (int64_t h = 0; h < c->N; h++) {
+        for (int64_t x = 0; x < c->D; x++)
+            if (tget(&d->out, ((b * c->Sq + i) * c->N + h) * c->D + x) != 0.0f) return 0;
+        if (tget(&d->lse, (b * c->N + h) * c->Sq + i) != -INFINITY) return 0;
+    }
+    return 1;
+}
+
+static void fill_rows(const loom_tensor *t, int64_t b, int64_t s0, int64_t s1, float v) {
+    for (int64_t s = s0; s < s1; s++)
+        for (int64_t n = 0; n < t->shape[2]; n++)
+            for (int64_t x = 0; x < t->shape[3]; x++)
+                tset(t, b * t->stride[0] + s * t->stride[1] + n * t->stride[2] + x, v);
+}
+
+static int all_finite(const loom_tensor *t) {
+    for (int64_t i = 0; i < tensor_count(t); i++)
+        if (!isfinite(tget(t, i))) return 0;
+    return 1;
+}
+
+static void test_masked_rows_and_skipped_tiles(void) {
+    loom_rng r;
+    loom_rng_init(&r, 3, 1);
+    for (int kind = 1; kind <= 2; kind++) { /* a fully masked row: bool, then additive -inf */
+        fa_case c = base_case();
+        c.mask_kind = kind;
+        fa_data d;
+        fa_setup(&c, &d, &r);
+        for (int64_t j = 0; j < c.Skv; j++) {
+            tset(&d.mask, 3 * c.Skv + j, kind == 1 ? 1.0f : -INFINITY);
+            tset(&d.mask, 20 * c.Skv + j, kind == 1 ? 1.0f : -INFINITY);
+        }
+        CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+        CHECK(fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1) == LOOM_OK);
+        CHECK(row_is_empty(&d, &c, 0, 3) && row_is_empty(&d, &c, 1, 20));
+        CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "out"));
+        fa_teardown(&d);
+    }
+    { /* band that contains no key, and a batch without keys */
+        fa_case c = base_case();
+        c.sparse = 4, c.pre = -5, c.next = -3;
+        fa_data d;
+        fa_setup(&c, &d, &r);
+        CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+        for (int64_t i = 0; i < c.Sq; i++) CHECK(row_is_empty(&d, &c, 0, i) && row_is_empty(&d, &c, 1, i));
+        fa_teardown(&d);
+        c = base_case();
+        c.lens = 1;
+        fa_setup(&c, &d, &r);
+        d.lq[0] = 7, d.lkv[0] = 0, d.lq[1] = 0, d.lkv[1] = 5;
+        CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+        for (int64_t i = 0; i < c.Sq; i++) CHECK(row_is_empty(&d, &c, 0, i) && row_is_empty(&d, &c, 1, i));
+        fa_teardown(&d);
+    }
+    { /* padding and keys no row may see are never read: NaN there changes nothing */
+        fa_case c = base_case();
+        c.lens = 1, c.sparse = 2; /* top-left causal: keys >= S_q are invisible */
+        fa_data d;
+        fa_setup(&c, &d, &r);
+        d.lq[0] = 15, d.lkv[0] = 30, d.lq[1] = 21, d.lkv[1] = 37;
+        fill_rows(&d.q, 0, 15, c.Sq, NAN);
+        fill_rows(&d.k, 0, 30, c.Skv, NAN), fill_rows(&d.v, 0, 30, c.Skv, NAN);
+        fill_rows(&d.k, 1, c.Sq, c.Skv, NAN), fill_rows(&d.v, 1, c.Sq, c.Skv, NAN);
+        loom_isa lv[LOOM_ISA_COUNT];
+        for (int li = 0, nl = test_levels(lv); li < nl; li++) {
+            CHECK(fa_run(&d.t, &d.p, lv[li], 2) == LOOM_OK);
+            CHECK_MSG(all_finite(&d.out), "%s read padding or invisible keys", loom_isa_name(lv[li]));
+        }
+        CHECK(fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1) == LOOM_OK);
+        CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "out"));
+        fa_teardown(&d);
+    }
+    { /* tiles hidden by the explicit mask are skipped before K is touched */
+        fa_case c = base_case();
+        c.mask_kind = 1, c.bkv = 10, c.mask4 = 1, c.mask_bb = c.mask_bn = 1;
+        fa_data d;
+        fa_setup(&c, &d, &r);
+        for (int64_t i = 0; i < c.Sq; i++)
+            for (int64_t j = 0; j < c.Skv; j++) tset(&d.mask, i * c.Skv + j, j >= 10 && j < 30);
+        fill_rows(&d.k, 0, 10, 30, NAN), fill_rows(&d.v, 0, 10, 30, NAN);
+        loom_isa lv[LOOM_ISA_COUNT];
+        for (int li = 0, nl = test_levels(lv); li < nl; li++) {
+            CHECK(fa_run(&d.t, &d.p, lv[li], 1) == LOOM_OK);
+            CHECK_MSG(all_finite(&d.out), "%s computed a fully masked tile", loom_isa_name(lv[li]));
+        }
+        fa_teardown(&d);
+    }
+}
+
+static void test_dropout(void) {
+    loom_rng r;
+    loom_rng_init(&r, 8, 1);
+    fa_case c = base_case();
+    c.keep = 0.8f, c.seed = 42, c.sparse = 3;
+    fa_data d;
+    fa_setup(&c, &d, &r);
+    size_t ob = out_bytes(&d.out);
+    unsigned char *a = xmalloc(ob);
+    CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+    memcpy(a, d.out.data, ob);
+    CHECK(fa_run(&d.t, &d.p, best(), 3) == LOOM_OK);
+    CHECK_MSG(memcmp(a, d.out.data, ob) == 0, "same seed, different output");
+    CHECK(fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1) == LOOM_OK);
+    CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "out"));
+    d.p.seed = 43;
+    CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+    CHECK_MSG(memcmp(a, d.out.data, ob) != 0, "another seed, same output");
+    d.p.seed = 42, d.p.offset = 8; /* the offset selects another stream too */
+    CHECK(fa_run(&d.t, &d.p, best(), 1) == LOOM_OK);
+    CHECK(memcmp(a, d.out.data, ob) != 0);
+    free(a);
+    fa_teardown(&d);
+}
+
+static void test_pool_and_blocks(void) {
+    loom_rng r;
+    loom_rng_init(&r, 13, 1);
+    fa_case c = base_case();
+    c.sparse = 3, c.Sq = 45, c.Skv = 70, c.N = 8, c.Nkv = 2, c.D = 48;
+    fa_data d;
+    fa_setup(&c, &d, &r);
+    CHECK(fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1) == LOOM_OK);
+    loom_pool *pool = NULL;
+    CHECK(loom_pool_init(&pool, 2) == LOOM_OK);
+    size_t ob = out_bytes(&d.out);
+    unsigned char *a = xmalloc(ob);
+    CHECK(fa_run(&d.t, &d.p, loom_cpu_isa(), 1) == LOOM_OK);
+    memcpy(a, d.out.data, ob);
+    memset(d.out.data, 0, ob);
+    CHECK(loom_flash_attention_score(&d.t, &d.p, pool) == LOOM_OK);
+    CHECK_MSG(memcmp(a, d.out.data, ob) == 0, "pool of 2 differs from one thread");
+    static const int64_t bq[] = {1, 2, 5, 64, 1024}, bkv[] = {1, 5, 17, 1024, 64};
+    for (int i = 0; i < 5; i++) {
+        d.p.block_q = bq[i], d.p.block_kv = bkv[i];
+        CHECK(loom_flash_attention_score(&d.t, &d.p, pool) == LOOM_OK);
+        CHECK_MSG(tensors_close(&d.out, &d.rout, 1.0 / 2048, "out"), "blocks %lld x %lld",
+                  (long long)bq[i], (long long)bkv[i]);
+    }
+    loom_pool_free(pool);
+    free(a);
+    fa_teardown(&d);
+}
+
+/* The call fails and the message names what. */
+#define CHECK_ERR(expr, what)                                                            \
+    do {                                                                                 \
+        loom_clear_error();                                                              \
+        loom_status s_ = (expr);                                                         \
+        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
+                  #expr, loom_last_error(), what);                                       \
+    } while (0)
+
+static void test_errors(void) {
+    loom_rng r;
+    loom_rng_init(&r, 17, 1);
+    fa_case c = base_case();
+    fa_data d;
+    fa_setup(&c, &d, &r);
+    loom_flash_attention_params p = d.p;
+    loom_flash_attention_tensors t = d.t;
+    memset(d.out.data, 0x7F, out_bytes(&d.out));
+    p.keep_prob = 0.0f;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "keep_prob");
+    CHECK(((unsigned char *)d.out.data)[0] == 0x7F); /* untouched on a validation error */
+    p.keep_prob = 1.5f;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "keep_prob");
+    p.keep_prob = NAN;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "keep_prob");
+    p = d.p, p.sparse_mode = 5;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "sparse_mode");
+    p = d.p, p.sparse_mode = 1;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "atten_mask");
+    p = d.p, p.input_layout = (loom_attn_layout)9;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "input_layout");
+    p = d.p, p.input_layout = LOOM_ATTN_BNSD; /* q [2, 21, 4, 32] read as BNSD: heads 21 vs 4 */
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "num_key_value_heads");
+    p = d.p, p.input_layout = LOOM_ATTN_TND;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "input_layout TND");
+    p = d.p, p.input_layout = LOOM_ATTN_BSH;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "input_layout BSH");
+    p = d.p, p.num_heads = 3;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "num_heads");
+    p = d.p, p.block_q = -1;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "block_q");
+    p = d.p, p.block_kv = 5000;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "block_kv");
+    int64_t lq[2] = {22, 1}, lkv[2] = {3, 38};
+    p = d.p, p.actual_seq_lengths = lq;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "actual_seq_lengths[0]");
+    p = d.p, p.actual_seq_lengths_kv = lkv;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "actual_seq_lengths_kv[1]");
+    p = d.p, p.actual_seq_qlen = lq;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "actual_seq_qlen");
+    p = d.p;
+    /* shapes */
+    loom_tensor bad = d.k;
+    bad.shape[2] = 3; /* 4 heads are not a multiple of 3 */
+    t.key = &bad, t.value = &bad;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "not a multiple of num_key_value_heads");
+    bad = d.k, bad.shape[3] = 31;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "head dim");
+    bad = d.k, bad.shape[0] = 1;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "batch");
+    bad = d.k, bad.ndim = 3;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "key shape");
+    t = d.t, bad = d.q, bad.shape[3] = 257;
+    loom_tensor bk = d.k, bo = d.out;
+    bk.shape[3] = 257, bo.shape[3] = 257;
+    t.query = &bad, t.key = &bk, t.value = &bk, t.attention_out = &bo;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "head dim D = 257");
+    t = d.t, bad = d.out, bad.shape[1] = 20;
+    t.attention_out = &bad;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "attention_out");
+    t = d.t, bad = d.lse, bad.shape[2] = 20;
+    t.softmax_lse = &bad;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "softmax_lse");
+    loom_tensor m;
+    int64_t ms[2] = {c.Sq, c.Skv + 1};
+    tensor_new(&m, LOOM_F32, 2, ms, 0);
+    t = d.t, t.atten_mask = &m;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "atten_mask shape");
+    m.shape[1] = c.Skv, m.dtype = LOOM_F16;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "atten_mask has dtype f16");
+    tensor_free(&m);
+    t = d.t, bad = d.q, bad.dtype = LOOM_I32;
+    t.query = &bad;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "query has dtype");
+    t = d.t, t.value = NULL;
+    CHECK_ERR(loom_flash_attention_score(&t, &p, NULL), "value");
+    CHECK_ERR(loom_flash_attention_score(NULL, &p, NULL), "NULL");
+    /* thread level: scratch and thread index */
+    t = d.t;
+    size_t bytes = 0;
+    CHECK(loom_flash_attention_score_scratch_size(&t, &p, &bytes) == LOOM_OK && bytes > 0);
+    void *sc = loom_alloc_aligned(bytes, LOOM_ALIGN);
+    CHECK_ERR(loom_flash_attention_score_thread(&t, &p, 0, 1, sc, 8), "scratch");
+    CHECK_ERR(loom_flash_attention_score_thread(&t, &p, 2, 2, sc, bytes), "thread");
+    loom_free_aligned(sc);
+    /* layout names */
+    loom_attn_layout L;
+    CHECK(loom_attn_layout_parse("TND", &L) == LOOM_OK && L == LOOM_ATTN_TND);
+    CHECK(loom_attn_layout_parse("BNSD", &L) == LOOM_OK && L == LOOM_ATTN_BNSD);
+    CHECK_ERR(loom_attn_layout_parse("SBH", &L), "SBH");
+    CHECK(strcmp(loom_attn_layout_name(LOOM_ATTN_BSH), "BSH") == 0);
+    CHECK(strcmp(loom_attn_layout_name((loom_attn_layout)7), "?") == 0);
+    fa_teardown(&d);
+}
+
+/* The op-table entry: infer, cost, kernels per level against the primitive op. */
+static void test_op_table(void) {
+    const loom_op_info *info = loom_op_get(LOOM_OP_FLASH_ATTENTION);
+    CHECK(info && strcmp(info->name, "flash_attention_score") == 0 && info->infer && info->cost &&
+          info->scratch_size && info->ref);
+    loom_rng r;
+    loom_rng_init(&r, 21, 1);
+    fa_case c = base_case();
+    c.lse = 0;
+    fa_data d;
+    fa_setup(&c, &d, &r);
+    loom_flash_attention_attrs at = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+    at.sparse_mode = 3;
+    const loom_tensor *src[3] = {&d.q, &d.k, &d.v};
+    loom_tensor dst;
+    memset(&dst, 0, sizeof dst);
+    CHECK(info->infer(src, 3, &at, &dst) == LOOM_OK && dst.ndim == 4 && dst.shape[1] == c.Sq);
+    loom_attention_attrs prim = {0.0f, 1, (int)(c.Skv - c.Sq)};
+    CHECK(loom_op_run(LOOM_OP_ATTENTION, src, 3, &prim, &d.rout, LOOM_ISA_REF) == LOOM_OK);
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
+        CHECK_MSG(loom_op_run(LOOM_OP_FLASH_ATTENTION, src, 3, &at, &d.out, (loom_isa)isa) == LOOM_OK,
+                  "%s", loom_last_error());
+        CHECK_MSG(tensors_close(&d.out, &d.rout, 1.0 / 2048, "op"), "%s", loom_op_kernel_name(LOOM_OP_FLASH_ATTENTION, (loom_isa)isa));
+    }
+    loom_cost full = {0}, causal = {0};
+    loom_flash_attention_attrs none = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+    info->cost(src, 3, &d.out, &none, &full);
+    info->cost(src, 3, &d.out, &at, &causal);
+    /* causal bottom-right with S_kv - S_q = 16: row i sees 17 + i keys */
+    double pairs = 0;
+    for (int64_t i = 0; i < c.Sq; i++) pairs += (double)(c.Skv - c.Sq + 1 + i);
+    CHECK(causal.flops == 4.0 * c.B * c.N * pairs * c.D);
+    CHECK(full.flops == 4.0 * c.B * c.N * c.Sq * c.Skv * c.D);
+    CHECK(full.bytes_read == 4.0 * c.B * (c.Sq * c.N + 2 * c.Skv * c.Nkv) * c.D);
+    CHECK(full.bytes_written == 4.0 * c.B * c.Sq * c.N * c.D);
+    at.keep_prob = 2.0f;
+    CHECK_ERR(info->infer(src, 3, &at, &dst), "keep_prob");
+    fa_teardown(&d);
+}
+
+int main(void) {
+    RUN_TEST(test_masked_rows_and_skipped_tiles);
+    RUN_TEST(test_dropout);
+    RUN_TEST(test_pool_and_blocks);
+    RUN_TEST(test_errors);
+    RUN_TEST(test_op_table);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,477 @@
+/* loom_incre_flash_attention (decode) against its reference decomposition:
+ * contiguous and paged caches (paged = contiguous, bit for bit), f32/f16/bf16
+ * and i8 caches with per-channel / per-token antiquant, q_len 1..16, masks,
+ * split-KV chunking; one launch vs split+merge for nth 1..3 (bit-identical);
+ * fused_infer_attention_score dispatch; errors; the op-table entry. */
+#include "test_attention_common.h"
+
+#include "ops/ops.h"
+
+typedef struct inc_case {
+    loom_attn_layout L;
+    int64_t B, Sq, Smax, N, Nkv, D;
+    loom_dtype qdt, kvdt, odt;
+    int kmode, vmode, koff, voff;     /* i8 caches */
+    int sparse;
+    int64_t pre, next;
+    int mask_kind, lens, lse;
+    int64_t bs, chunk;                /* block size of the paged copy, kv_chunk */
+} inc_case;
+
+typedef struct inc_data {
+    loom_tensor q, k, v, pk, pv, bt, mask, out, rout, pout, lse, rlse;
+    loom_tensor ks, ko, vs, vo, pks, pko, pvs, pvo; /* antiquant, contiguous and paged */
+    gbuf g[5];
+    int64_t kvlen[4];
+    loom_incre_flash_attention_tensors t, tr, tp;
+    loom_incre_flash_attention_params p, pp;
+} inc_data;
+
+static void inc_describe(const inc_case *c) {
+    fprintf(stderr, "  case: %s B=%lld Sq=%lld Smax=%lld N=%lld Nkv=%lld D=%lld dt=%s/%s/%s "
+            "quant=%d/%d off=%d/%d mode=%d pre=%lld next=%lld mask=%d lens=%d bs=%lld chunk=%lld\n",
+            loom_attn_layout_name(c->L), (long long)c->B, (long long)c->Sq, (long long)c->Smax,
+            (long long)c->N, (long long)c->Nkv, (long long)c->D, loom_dtype_name(c->qdt),
+            loom_dtype_name(c->kvdt), loom_dtype_name(c->odt), c->kmode, c->vmode, c->koff,
+            c->voff, c->sparse, (long long)c->pre, (long long)c->next, c->mask_kind, c->lens,
+            (long long)c->bs, (long long)c->chunk);
+}
+
+/* Element offset of (b, s, n, 0) in a cache laid out as L. */
+static int64_t cache_off(const loom_tensor *t, loom_attn_layout L, int64_t D, int64_t b, int64_t s,
+                         int64_t n) {
+    if (L == LOOM_ATTN_BNSD) return b * t->stride[0] + n * t->stride[1] + s * t->stride[2];
+    if (L == LOOM_ATTN_BSH) return b * t->stride[0] + s * t->stride[1] + n * D * t->stride[2];
+    return b * t->stride[0] + s * t->stride[1] + n * t->stride[2];
+}
+
+static void quant_tensors(const inc_case *c, int mode, int off, loom_tensor *s, loom_tensor *o,
+                          loom_tensor *ps, loom_tensor *po, int64_t nblocks, loom_rng *r) {
+    int64_t shc[2] = {c->Nkv, c->D}, sht[3] = {c->B, c->Nkv, c->Smax}, shp[3] = {nblocks, c->Nkv, c->bs};
+    int per_token = mode == LOOM_ANTIQUANT_PER_TOKEN;
+    tensor_new(s, LOOM_F32, per_token ? 3 : 2, per_token ? sht : shc, 0);
+    for (int64_t i = 0; i < tensor_span(s); i++) tset(s, i, 0.002f + 0.01f * loom_rng_uniform(r));
+    if (off) {
+        tensor_new(o, LOOM_F32, per_token ? 3 : 2, per_token ? sht : shc, 0);
+        for (int64_t i = 0; i < tensor_span(o); i++) tset(o, i, 6.0f * loom_rng_uniform(r) - 3.0f);
+    }
+    if (!per_token) { /* per channel: the paged run shares them */
+        *ps = *s;
+        if (off) *po = *o;
+        return;
+    }
+    tensor_new(ps, LOOM_F32, 3, shp, 0);
+    if (off) tensor_new(po, LOOM_F32, 3, shp, 0);
+}
+
+static void inc_setup(const inc_case *c, inc_data *d, loom_rng *r) {
+    memset(d, 0, sizeof *d);
+    int64_t sh[4];
+    int nd = layout_shape(c->L, c->B, c->Sq, c->N, c->D, sh);
+    tensor_new(&d->q, c->qdt, nd, sh, 0);
+    tensor_fill(&d->q, r, 2.0f);
+    tensor_guarded(&d->out, &d->g[0], c->odt, nd, sh);
+    tensor_guarded(&d->rout, &d->g[1], c->odt, nd, sh);
+    tensor_guarded(&d->pout, &d->g[2], c->odt, nd, sh);
+    layout_shape(c->L, c->B, c->Smax, c->Nkv, c->D, sh);
+    tensor_new(&d->k, c->kvdt, nd, sh, 0);
+    tensor_new(&d->v, c->kvdt, nd, sh, 0);
+    float amp = c->kvdt == LOOM_I8 ? 127.0f : 1.0f;
+    tensor_fill(&d->k, r, amp);
+    tensor_fill(&d->v, r, amp);
+    /* paged copy: blocks in shuffled order, unused table entries -1 */
+    int64_t maxb = (c->Smax + c->bs - 1) / c->bs, nblocks = c->B * maxb + 3;
+    layout_shape(c->L, nblocks, c->bs, c->Nkv, c->D, sh);
+    tensor_new(&d->pk, c->kvdt, nd, sh, 0);
+    tensor_new(&d->pv, c->kvdt, nd, sh, 0);
+    int64_t bts[2] = {c->B, maxb};
+    tensor_new(&d->bt, LOOM_I32, 2, bts, 0);
+    int64_t *perm = xmalloc((size_t)nblocks * sizeof(int64_t));
+    for (int64_t i = 0; i < nblocks; i++) perm[i] = i;
+    for (int64_t i = nblocks - 1; i > 0; i--) {
+        int64_t j = (int64_t)(loom_rng_uniform(r) * (float)(i + 1)) % (i + 1), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    for (int64_t b = 0; b < c->B; b++) {
+        d->kvlen[b] = c->lens ? (int64_t)(loom_rng_uniform(r) * (float)(c->Smax + 1)) : c->Smax;
+        if (c->lens && b == 0) d->kvlen[b] = c->Smax; /* one full sequence */
+        for (int64_t j = 0; j < maxb; j++)
+            tset(&d->bt, b * maxb + j, j * c->bs < d->kvlen[b] ? (float)perm[b * maxb + j] : -1.0f);
+    }
+    if (c->kvdt == LOOM_I8) {
+        quant_tensors(c, c->kmode, c->koff, &d->ks, &d->ko, &d->pks, &d->pko, nblocks, r);
+        quant_tensors(c, c->vmode, c->voff, &d->vs, &d->vo, &d->pvs, &d->pvo, nblocks, r);
+    }
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t s = 0; s < d->kvlen[b]; s++) {
+            int64_t blk = perm[b * maxb + s / c->bs], slot = s % c->bs;
+            for (int64_t n = 0; n < c->Nkv; n++) {
+                int64_t so = cache_off(&d->k, c->L, c->D, b, s, n), po = cache_off(&d->pk, c->L, c->D, blk, slot, n);
+                for (int64_t x = 0; x < c->D; x++) {
+                    int64_t xs = d->k.stride[d->k.ndim - 1];
+                    tset(&d->pk, po + x * xs, tget(&d->k, so + x * xs));
+                    tset(&d->pv, po + x * xs, tget(&d->v, so + x * xs));
+                }
+                loom_tensor *src[4] = {&d->ks, &d->ko, &d->vs, &d->vo}, *dst[4] = {&d->pks, &d->pko, &d->pvs, &d->pvo};
+                for (int w = 0; w < 4; w++)
+                    if (src[w]->data && src[w]->ndim == 3 && dst[w]->data != src[w]->data)
+                        tset(dst[w], blk * dst[w]->stride[0] + n * dst[w]->stride[1] + slot * dst[w]->stride[2],
+                             tget(src[w], b * src[w]->stride[0] + n * src[w]->stride[1] + s * src[w]->stride[2]));
+            }
+        }
+    free(perm);
+    if (c->mask_kind) {
+        int64_t ms[4] = {c->B, 1, c->Sq, c->Smax};
+        tensor_new(&d->mask, c->mask_kind == 1 ? LOOM_I8 : LOOM_F32, 4, ms, 0);
+        for (int64_t i = 0; i < tensor_span(&d->mask); i++) {
+            float u = loom_rng_uniform(r);
+            if (c->mask_kind == 1) tset(&d->mask, i, u < 0.25f);
+            else tset(&d->mask, i, u < 0.15f ? -INFINITY : 3.0f * loom_rng_uniform(r) - 1.5f);
+        }
+    }
+    if (c->lse) {
+        int64_t ls[3] = {c->B, c->N, c->Sq};
+        tensor_guarded(&d->lse, &d->g[3], LOOM_F32, 3, ls);
+        tensor_guarded(&d->rlse, &d->g[4], LOOM_F32, 3, ls);
+    }
+    loom_incre_flash_attention_params *p = &d->p;
+    *p = loom_incre_flash_attention_default_params();
+    p->input_layout = c->L;
+    p->num_heads = c->L == LOOM_ATTN_BSH ? c->N : 0;
+    p->num_key_value_heads = c->L == LOOM_ATTN_BSH ? c->Nkv : 0;
+    p->sparse_mode = c->sparse, p->pre_tokens = c->pre, p->next_tokens = c->next;
+    p->actual_seq_lengths = c->lens ? d->kvlen : NULL;
+    p->key_antiquant_mode = c->kmode, p->value_antiquant_mode = c->vmode;
+    p->kv_chunk = c->chunk;
+    d->pp = *p;
+    d->pp.actual_seq_lengths = d->kvlen;
+    int q8 = c->kvdt == LOOM_I8;
+    loom_incre_flash_attention_tensors t = {
+        .query = &d->q, .key = &d->k, .value = &d->v, .atten_mask = c->mask_kind ? &d->mask : NULL,
+        .key_antiquant_scale = q8 ? &d->ks : NULL, .key_antiquant_offset = q8 && c->koff ? &d->ko : NULL,
+        .value_antiquant_scale = q8 ? &d->vs : NULL, .value_antiquant_offset = q8 && c->voff ? &d->vo : NULL,
+        .attention_out = &d->out, .softmax_lse = c->lse ? &d->lse : NULL};
+    d->t = t;
+    d->tr = t, d->tr.attention_out = &d->rout, d->tr.softmax_lse = c->lse ? &d->rlse : NULL;
+    d->tp = t, d->tp.attention_out = &d->pout, d->tp.softmax_lse = NULL;
+    d->tp.key = &d->pk, d->tp.value = &d->pv, d->tp.block_table = &d->bt;
+    if (q8) {
+        d->tp.key_antiquant_scale = &d->pks, d->tp.value_antiquant_scale = &d->pvs;
+        d->tp.key_antiquant_offset = c->koff ? &d->pko : NULL;
+        d->tp.value_antiquant_offset = c->voff ? &d->pvo : NULL;
+    }
+}
+
+static void inc_teardown(inc_data *d) {
+    loom_tensor *own[] = {&d->q, &d->k, &d->v, &d->pk, &d->pv, &d->bt, &d->mask};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (own[i]->data) tensor_free(own[i]);
+    loom_tensor *qt[4][2] = {{&d->ks, &d->pks}, {&d->ko, &d->pko}, {&d->vs, &d->pvs}, {&d->vo, &d->pvo}};
+    for (int w = 0; w < 4; w++) {
+        if (qt[w][1]->data && qt[w][1]->data != qt[w][0]->data) tensor_free(qt[w][1]);
+        if (qt[w][0]->data) tensor_free(qt[w][0]);
+    }
+    for (int i = 0; i < 5; i++)
+        if (d->g[i].base) {
+            CHECK_MSG(gbuf_intact(&d->g[i]), "guard bytes of output %d overwritten", i);
+            gbuf_free(&d->g[i]);
+        }
+}
+
+/* Runs at level isa as nth threads: one launch, or split then merge. */
+static loom_status inc_run(const loom_incre_flash_attention_tensors *t,
+                           const loom_incre_flash_attention_params *p, loom_isa isa, int nth,
+                           int split) {
+    size_t sb = 0, wb = 0;
+    loom_status s = loom_incre_flash_attention_sizes(t, p, &sb, &wb);
+    if (s != LOOM_OK) return s;
+    loom_isa was = loom_cpu_isa();
+    if (loom_cpu_set_isa(isa) != LOOM_OK) return LOOM_ERR_UNSUPPORTED;
+    void *ws = xmalloc(wb);
+    for (int ith = 0; ith < nth && s == LOOM_OK; ith++) {
+        void *sc = loom_alloc_aligned(sb, LOOM_ALIGN);
+        s = split ? loom_incre_flash_attention_split(t, p, ith, nth, sc, sb, ws, wb)
+                  : loom_incre_flash_attention_thread(t, p, ith, nth, sc, sb);
+        loom_free_aligned(sc);
+    }
+    for (int ith = 0; split && ith < nth && s == LOOM_OK; ith++)
+        s = loom_incre_flash_attention_merge(t, p, ith, nth, ws, wb);
+    free(ws);
+    loom_cpu_set_isa(was);
+    return s;
+}
+
+static void inc_check_case(const inc_case *c, loom_rng *r, int threads) {
+    inc_data d;
+    inc_setup(c, &d, r);
+    int before = check_failures_;
+    loom_status s = inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0);
+    CHECK_MSG(s == LOOM_OK, "reference: %s", loom_last_error());
+    double tol = case_tol(c->qdt, c->kvdt, c->odt);
+    size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c->odt);
+    loom_isa lv[LOOM_ISA_COUNT];
+    int nl = test_levels(lv);
+    for (int li = 0; li < nl && s == LOOM_OK; li++) {
+        const char *name = loom_isa_name(lv[li]);
+        s = inc_run(&d.t, &d.p, lv[li], 1, 0);
+        CHECK_MSG(s == LOOM_OK, "%s: %s", name, loom_last_error());
+        CHECK_MSG(tensors_close(&d.out, &d.rout, tol, "out"), "%s out", name);
+        if (c->lse) CHECK_MSG(tensors_close(&d.lse, &d.rlse, tol, "lse"), "%s lse", name);
+        CHECK_MSG(inc_run(&d.tp, &d.pp, lv[li], 1, 0) == LOOM_OK, "%s paged: %s", name, loom_last_error());
+        CHECK_MSG(memcmp(d.out.data, d.pout.data, ob) == 0, "%s: paged differs", name);
+        if (!threads) continue;
+        for (int split = 0; split < 2; split++)
+            for (int nth = 1; nth <= 3; nth++) {
+                if (!split && nth == 1) continue;
+                memset(d.pout.data, 0x5A, ob);
+                loom_incre_flash_attention_tensors t2 = d.t;
+                t2.attention_out = &d.pout, t2.softmax_lse = NULL;
+                CHECK(inc_run(&t2, &d.p, lv[li], nth, split) == LOOM_OK);
+                CHECK_MSG(memcmp(d.out.data, d.pout.data, ob) == 0, "%s: split=%d nth=%d differs",
+                          name, split, nth);
+            }
+    }
+    inc_teardown(&d);
+    if (check_failures_ != before) inc_describe(c);
+}
+
+static int64_t irand(loom_rng *r, int64_t lo, int64_t hi) {
+    return lo + (int64_t)(loom_rng_uniform(r) * (float)(hi - lo + 1)) % (hi - lo + 1);
+}
+
+static inc_case random_case(loom_rng *r) {
+    static const int64_t dims[] = {32, 48, 64, 80, 96, 128, 256, 40, 72, 33};
+    static const int64_t groups[] = {1, 2, 4, 8, 5};
+    static const loom_dtype kv[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8, LOOM_I8};
+    inc_case c;
+    memset(&c, 0, sizeof c);
+    c.L = (loom_attn_layout)irand(r, 0, 2);
+    c.Nkv = irand(r, 1, 3), c.N = c.Nkv * groups[irand(r, 0, 4)];
+    c.D = dims[irand(r, 0, 9)];
+    c.B = irand(r, 1, 3);
+    c.Sq = loom_rng_uniform(r) < 0.5f ? 1 : irand(r, 1, 16);
+    c.Smax = loom_rng_uniform(r) < 0.7f ? irand(r, 1, 90) : irand(r, 200, 700);
+    c.qdt = loom_rng_uniform(r) < 0.7f ? LOOM_F32 : LOOM_BF16;
+    c.kvdt = kv[irand(r, 0, 4)];
+    c.odt = loom_rng_uniform(r) < 0.8f ? LOOM_F32 : LOOM_F16;
+    c.kmode = (int)irand(r, 0, 1), c.vmode = (int)irand(r, 0, 1);
+    c.koff = (int)irand(r, 0, 1), c.voff = (int)irand(r, 0, 1);
+    c.sparse = loom_rng_uniform(r) < 0.4f ? 3 : loom_rng_uniform(r) < 0.5f ? 0 : (int)irand(r, 2, 4);
+    c.pre = c.next = LOOM_ATTN_TOKENS_ALL;
+    if (c.sparse == 4) c.pre = irand(r, 0, 100), c.next = irand(r, -2, 3);
+    c.mask_kind = loom_rng_uniform(r) < 0.25f ? (int)irand(r, 1, 2) : 0;
+    c.lens = loom_rng_uniform(r) < 0.6f;
+    c.lse = loom_rng_uniform(r) < 0.5f;
+    static const int64_t bss[] = {1, 4, 16, 64, 7};
+    c.bs = bss[irand(r, 0, 4)];
+    static const int64_t chunks[] = {0, 0, 16, 64, 100, 1};
+    c.chunk = chunks[irand(r, 0, 5)];
+    if (c.chunk == 1 && c.Smax > 100) c.chunk = 33;
+    return c;
+}
+
+static void test_random_decode(void) {
+    loom_rng r;
+    loom_rng_init(&r, 77, 2);
+    for (int i = 0; i < 120; i++) {
+        inc_case c = random_case(&r);
+        inc_check_case(&c, &r, i % 4 == 0);
+    }
+}
+
+static inc_case base_case(void) {
+    inc_case c;
+    memset(&c, 0, sizeof c);
+    c.L = LOOM_ATTN_BSND, c.B = 2, c.Sq = 1, c.Smax = 50, c.N = 8, c.Nkv = 2, c.D = 64;
+    c.qdt = c.kvdt = c.odt = LOOM_F32;
+    c.pre = c.next = LOOM_ATTN_TOKENS_ALL;
+    c.bs = 16, c.lse = 1;
+    return c;
+}
+
+/* Lengths 0 and 1, every q_len, long contexts split in many chunks, all through the pool. */
+static void test_lengths_and_pool(void) {
+    loom_rng r;
+    loom_rng_init(&r, 5, 2);
+    loom_pool *pool = NULL;
+    CHECK(loom_pool_init(&pool, 2) == LOOM_OK);
+    for (int64_t sq = 1; sq <= 16; sq += 5) {
+        inc_case c = base_case();
+        c.Sq = sq, c.sparse = 3, c.lens = 1, c.Smax = 1200, c.chunk = 128;
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        d.kvlen[0] = 0, d.kvlen[1] = 1;
+        if (sq > 1) d.kvlen[1] = 1100; /* sq = 16 rows against 1100 keys: causal */
+        CHECK(inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0) == LOOM_OK);
+        CHECK_MSG(loom_incre_flash_attention(&d.t, &d.p, pool) == LOOM_OK, "%s", loom_last_error());
+        CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "out"));
+        for (int64_t i = 0; i < sq * c.N * c.D; i++) CHECK(tget(&d.out, i) == 0.0f); /* batch 0: no keys */
+        CHECK(tget(&d.lse, 0) == -INFINITY);
+        inc_teardown(&d);
+    }
+    loom_pool_free(pool);
+}
+
+/* fused_infer_attention_score picks the kernel by S_q and forwards parameters. */
+static void test_fused_infer_dispatch(void) {
+    loom_rng r;
+    loom_rng_init(&r, 9, 2);
+    inc_case c = base_case();
+    c.Sq = 4, c.sparse = 3, c.lens = 1;
+    inc_data d;
+    inc_setup(&c, &d, &r);
+    int64_t qlens[2] = {3, 1};
+    loom_fused_infer_attention_params fp = loom_fused_infer_attention_default_params();
+    fp.sparse_mode = 3, fp.actual_seq_lengths = qlens, fp.actual_seq_lengths_kv = d.kvlen;
+    loom_fused_infer_attention_tensors ft = {.query = &d.q, .key = &d.k, .value = &d.v,
+                                             .attention_out = &d.out, .softmax_lse = &d.lse};
+    int used = -1;
+    CHECK_MSG(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK, "%s", loom_last_error());
+    CHECK(used == 1);
+    size_t sb = 0, wb = 0;
+    CHECK(loom_incre_flash_attention_sizes(&d.tr, &d.p, &sb, &wb) == LOOM_OK);
+    void *sc = loom_alloc_aligned(sb, LOOM_ALIGN);
+    CHECK(loom_attn_ref_incre(&d.tr, &d.p, qlens, 0, 1, sc, sb) == LOOM_OK);
+    loom_free_aligned(sc);
+    CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "fia decode"));
+    CHECK(tensors_close(&d.lse, &d.rlse, 1.0 / 2048, "fia lse"));
+    /* the same query through the prefill kernel (decode limit 0) agrees */
+    fp.decode_max_q_len = 0;
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
+    CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "fia prefill"));
+    /* a paged cache is decode-only */
+    ft.block_table = &d.bt, ft.key = &d.pk, ft.value = &d.pv;
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 1);
+    CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "fia paged"));
+    fp.decode_max_q_len = 17;
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_ERR_INVALID_ARG);
+    inc_teardown(&d);
+    c = base_case(), c.Sq = 17, c.Smax = 30;
+    inc_setup(&c, &d, &r);
+    fp = loom_fused_infer_attention_default_params();
+    ft = (loom_fused_infer_attention_tensors){.query = &d.q, .key = &d.k, .value = &d.v,
+                                              .attention_out = &d.out};
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
+    ft.block_table = &d.bt, ft.key = &d.pk, ft.value = &d.pv;
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_ERR_UNSUPPORTED);
+    CHECK(strstr(loom_last_error(), "decode") != NULL);
+    inc_teardown(&d);
+}
+
+#define CHECK_ERR(expr, what)                                                            \
+    do {                                                                                 \
+        loom_clear_error();                                                              \
+        loom_status s_ = (expr);                                                         \
+        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
+                  #expr, loom_last_error(), what);                                       \
+    } while (0)
+
+static void test_decode_errors(void) {
+    loom_rng r;
+    loom_rng_init(&r, 4, 2);
+    inc_case c = base_case();
+    c.kvdt = LOOM_I8, c.lens = 1, c.koff = 1;
+    inc_data d;
+    inc_setup(&c, &d, &r);
+    loom_incre_flash_attention_tensors t = d.tp;
+    loom_incre_flash_attention_params p = d.pp;
+    CHECK_MSG(loom_incre_flash_attention(&t, &p, NULL) == LOOM_OK, "%s", loom_last_error());
+    int32_t *bt = d.bt.data, keep = bt[1];
+    bt[1] = (int32_t)d.pk.shape[0];
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "block_table[0][1]");
+    bt[1] = -1;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "num_blocks");
+    bt[1] = keep;
+    int64_t lens[2] = {d.kvlen[0], 4 * 16 + 1}; /* max_blocks * block_size = 64 */
+    p.actual_seq_lengths = lens;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "actual_seq_lengths[1]");
+    p = d.pp, p.actual_seq_lengths = NULL;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "needs actual_seq_lengths");
+    p = d.pp, p.block_size = 8;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "block_size");
+    p = d.pp, p.key_antiquant_mode = 2;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "key_antiquant_mode");
+    p = d.pp, p.kv_chunk = -1;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "kv_chunk");
+    p = d.pp, p.input_layout = LOOM_ATTN_TND;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "TND");
+    p = d.pp;
+    t.key_antiquant_scale = NULL;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "key_antiquant_scale");
+    t = d.tp;
+    loom_tensor bad = d.ks;
+    bad.shape[1] = 5;
+    t.key_antiquant_scale = &bad;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "key_antiquant_scale shape");
+    t = d.tp, bad = d.bt, bad.dtype = LOOM_F32;
+    t.block_table = &bad;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "block_table has dtype");
+    t = d.tp, bad = d.bt, bad.shape[0] = 3;
+    t.block_table = &bad;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "block_table shape");
+    inc_teardown(&d);
+    c = base_case(), c.Sq = 17;
+    inc_setup(&c, &d, &r);
+    CHECK_ERR(loom_incre_flash_attention(&d.t, &d.p, NULL), "exceeds 16");
+    inc_teardown(&d);
+    c = base_case(), c.N = 6, c.Nkv = 4;
+    inc_setup(&c, &d, &r);
+    CHECK_ERR(loom_incre_flash_attention(&d.t, &d.p, NULL), "not a multiple of num_key_value_heads");
+    inc_teardown(&d);
+    c = base_case(), c.kvdt = LOOM_F16;
+    inc_setup(&c, &d, &r);
+    t = d.t;
+    t.key_antiquant_scale = &d.q;
+    CHECK_ERR(loom_incre_flash_attention(&t, &d.p, NULL), "antiquant");
+    size_t sb = 0, wb = 0;
+    CHECK(loom_incre_flash_attention_sizes(&d.t, &d.p, &sb, &wb) == LOOM_OK);
+    void *sc = loom_alloc_aligned(sb, LOOM_ALIGN), *ws = xmalloc(wb);
+    if (loom_cpu_isa() != LOOM_ISA_REF) {
+        CHECK_ERR(loom_incre_flash_attention_split(&d.t, &d.p, 0, 1, sc, sb, ws, wb / 2), "workspace");
+        CHECK_ERR(loom_incre_flash_attention_merge(&d.t, &d.p, 0, 1, ws, 8), "workspace");
+        CHECK_ERR(loom_incre_flash_attention_thread(&d.t, &d.p, 0, 1, sc, 16), "scratch");
+    }
+    CHECK_ERR(loom_incre_flash_attention_thread(&d.t, &d.p, 1, 1, sc, sb), "thread");
+    loom_free_aligned(sc), free(ws);
+    inc_teardown(&d);
+}
+
+/* The op-table entry against the primitive attention op (causal, q at the end). */
+static void test_incre_op_table(void) {
+    const loom_op_info *info = loom_op_get(LOOM_OP_INCRE_FLASH_ATTENTION);
+    CHECK(info && strcmp(info->name, "incre_flash_attention") == 0 && info->scratch_size);
+    loom_rng r;
+    loom_rng_init(&r, 6, 2);
+    inc_case c = base_case();
+    c.Sq = 3, c.Smax = 41, c.lse = 0;
+    inc_data d;
+    inc_setup(&c, &d, &r);
+    loom_incre_flash_attention_attrs at = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
+    at.sparse_mode = 3, at.kv_chunk = 16;
+    const loom_tensor *src[3] = {&d.q, &d.k, &d.v};
+    loom_attention_attrs prim = {0.0f, 1, (int)(c.Smax - c.Sq)};
+    CHECK(loom_op_run(LOOM_OP_ATTENTION, src, 3, &prim, &d.rout, LOOM_ISA_REF) == LOOM_OK);
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
+        CHECK_MSG(loom_op_run(LOOM_OP_INCRE_FLASH_ATTENTION, src, 3, &at, &d.out, (loom_isa)isa) == LOOM_OK,
+                  "%s", loom_last_error());
+        CHECK_MSG(tensors_close(&d.out, &d.rout, 1.0 / 2048, "op"), "%s",
+                  loom_op_kernel_name(LOOM_OP_INCRE_FLASH_ATTENTION, (loom_isa)isa));
+    }
+    loom_cost cost = {0};
+    info->cost(src, 3, &d.out, &at, &cost);
+    CHECK(cost.bytes_read == 4.0 * c.B * (c.Sq * c.N + 2 * c.Smax * c.Nkv) * c.D);
+    CHECK(cost.flops == 4.0 * c.B * c.N * c.D * (3.0 * (c.Smax - 3) + 6.0));
+    at.input_layout = 3;
+    loom_tensor dst;
+    CHECK_ERR(info->infer(src, 3, &at, &dst), "TND");
+    inc_teardown(&d);
+}
+
+int main(void) {
+    RUN_TEST(test_random_decode);
+    RUN_TEST(test_lengths_and_pool);
+    RUN_TEST(test_fused_infer_dispatch);
+    RUN_TEST(test_decode_errors);
+    RUN_TEST(test_incre_op_table);
+    return TEST_SUMMARY();
+}
