@@ -1,0 +1,196 @@
+/*
+ * SwiGLU and the FFN block. The gate/up kernel walks the hidden dimension in
+ * column blocks: for each block it computes the up tile (M x block_n) into this
+ * thread's scratch, then the gate tile with the epilogue act(gate) * up, so the
+ * up projection never travels to main memory and h is written once. The down
+ * projection is a second kernel (it needs all of h), with the residual added
+ * in its epilogue.
+ */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "fused/fused_internal.h"
+
+loom_ffn_params loom_ffn_default_params(void) {
+    loom_ffn_params p = {.act = LOOM_ACT_SILU, .custom_act = NULL, .custom_user = NULL, .block_n = 0};
+    return p;
+}
+
+/* ------------------------------------------------------------ swiglu */
+
+typedef struct { const loom_tensor *x; loom_tensor *y; loom_act act; const loom_vec_fns *f; } swiglu_ctx;
+
+static void swiglu_worker(int ith, int nth, void *arg) {
+    swiglu_ctx *c = arg;
+    int64_t M = c->y->shape[0], H = c->y->shape[1], lo, hi;
+    loom_matmul_split(M, 1, ith, nth, &lo, &hi);
+    for (int64_t m = lo; m < hi; m++) {
+        const float *a = (const float *)c->x->data + m * c->x->stride[0], *b = a + H;
+        float *y = (float *)c->y->data + m * c->y->stride[0];
+        if (c->act == LOOM_ACT_SILU) c->f->silu(a, y, H);
+        else
+            for (int64_t j = 0; j < H; j++) y[j] = loom_act_apply(c->act, a[j]);
+        c->f->mul(y, b, y, H);
+    }
+}
+
+loom_status loom_swiglu(const loom_tensor *x, loom_act act, loom_tensor *y, loom_pool *pool) {
+    LOOM_RETURN_IF(!x || x->ndim != 2 || x->shape[1] % 2, LOOM_ERR_SHAPE,
+                   "swiglu: x must be 2-D [M, 2H] with an even last dim");
+    LOOM_RETURN_IF((unsigned)act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG, "swiglu: unknown act %d", (int)act);
+    int64_t M = x->shape[0], H = x->shape[1] / 2;
+    LOOM_TRY(loom_fused_check_2d("swiglu", "x", x, M, 2 * H));
+    LOOM_TRY(loom_fused_check_2d("swiglu", "y", y, M, H));
+    swiglu_ctx c = {x, y, act, loom_fused_vec(loom_cpu_isa())};
+    loom_fused_run(pool, swiglu_worker, &c);
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ FFN gate/up */
+
+static int64_t block_cols(const loom_ffn_args *a) {
+    if (a->p.block_n > 0) return a->p.block_n;
+    /* keep the up tile within a quarter of L2 */
+    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
+    int64_t bn = l2 / 4 / (4 * (a->M > 0 ? a->M : 1));
+    bn = bn / 32 * 32;
+    if (bn < 32) bn = 32;
+    if (bn > 1024) bn = 1024;
+    return bn;
+}
+
+static loom_matmul_args sub_gemm(const loom_ffn_args *a, const void *w, int64_t n0, int64_t bn,
+                                 float *y, int64_t ldy) {
+    size_t row = loom_dtype_row_bytes(a->wtype, a->ldw);
+    loom_matmul_args g = {.x = a->x, .ldx = a->ldx, .w = (const char *)w + row * (size_t)n0,
+                          .ldw = a->ldw, .wtype = a->wtype, .y = y, .ldy = ldy,
+                          .M = a->M, .N = bn, .K = a->D};
+    return g;
+}
+
+size_t loom_ffn_gate_up_scratch(const loom_ffn_args *a) {
+    int64_t bn = block_cols(a);
+    loom_matmul_args g = sub_gemm(a, a->w_gate, 0, bn, NULL, bn);
+    size_t mm = (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+    return mm + (size_t)(a->M * bn) * sizeof(float) + 64;
+}
+
+typedef struct { loom_act_fn act; void *user; const float *up; int64_t ldu; } custom_ep;
+
+/* Epilogue step for a user activation: tile = act(tile) * up. */
+static void custom_act_times_up(float *tile, int64_t ld, int64_t m0, int64_t n0, int64_t mr,
+                                int64_t nr, void *user) {
+    const custom_ep *c = user;
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t j = 0; j < nr; j++)
+            tile[r * ld + j] = c->act(tile[r * ld + j], c->user) * c->up[(m0 + r) * c->ldu + n0 + j];
+}
+
+loom_status loom_ffn_gate_up_kernel(const loom_ffn_args *a, loom_isa isa, int ith, int nth,
+                                    void *scratch) {
+    int64_t bn = block_cols(a), nblocks = (a->H + bn - 1) / bn, b0, b1;
+    loom_matmul_split(nblocks, 1, ith, nth, &b0, &b1);
+    loom_matmul_args probe = sub_gemm(a, a->w_gate, 0, bn, NULL, bn);
+    size_t mm = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
+    float *up = (float *)((char *)scratch + mm);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t n0 = b * bn, nb = a->H - n0 < bn ? a->H - n0 : bn;
+        loom_matmul_args u = sub_gemm(a, a->w_up, n0, nb, up, nb);
+        LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, scratch));
+        custom_ep cep = {a->p.custom_act, a->p.custom_user, up, nb};
+        loom_epilogue ep = {.act = a->p.act, .mul = up, .ld_mul = nb};
+        if (a->p.custom_act) ep = (loom_epilogue){.fn = custom_act_times_up, .user = &cep};
+        loom_matmul_args g = sub_gemm(a, a->w_gate, n0, nb, a->h + n0, a->ldh);
+        g.ep = &ep;
+        LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, scratch));
+    }
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ FFN wrapper */
+
+typedef struct {
+    const loom_ffn_args *a;
+    loom_matmul_args down;
+    loom_isa isa;
+    int phase;                 /* 0: gate/up, 1: down */
+    unsigned char *scratch;
+    size_t per;
+    loom_status status;
+} ffn_ctx;
+
+static void ffn_worker(int ith, int nth, void *arg) {
+    ffn_ctx *c = arg;
+    void *s = c->scratch + c->per * (size_t)ith;
+    loom_status st = c->phase == 0 ? loom_ffn_gate_up_kernel(c->a, c->isa, ith, nth, s)
+                                   : loom_matmul_run(&c->down, c->isa, ith, nth, s);
+    if (st != LOOM_OK) c->status = st;
+}
+
+static loom_status check_weight(const char *name, const loom_tensor *w, int64_t rows, int64_t cols) {
+    LOOM_RETURN_IF(!w || !w->data, LOOM_ERR_INVALID_ARG, "ffn: %s is missing", name);
+    LOOM_RETURN_IF(w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols || w->stride[1] != 1,
+                   LOOM_ERR_SHAPE, "ffn: %s must be [%lld, %lld] with contiguous rows", name,
+                   (long long)rows, (long long)cols);
+    return LOOM_OK;
+}
+
+loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
+                     const loom_tensor *w_down, const loom_tensor *residual,
+                     const loom_ffn_params *p, loom_tensor *y, loom_pool *pool) {
+    loom_ffn_params prm = p ? *p : loom_ffn_default_params();
+    LOOM_RETURN_IF(!x || x->ndim != 2, LOOM_ERR_SHAPE, "ffn: x must be 2-D [M, D]");
+    LOOM_RETURN_IF(!w_down || w_down->ndim != 2, LOOM_ERR_SHAPE, "ffn: w_down must be 2-D [D, H]");
+    LOOM_RETURN_IF(!prm.custom_act && (unsigned)prm.act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG,
+                   "ffn: unknown act %d", (int)prm.act);
+    LOOM_RETURN_IF(prm.block_n < 0, LOOM_ERR_INVALID_ARG, "ffn: block_n must be >= 0");
+    int64_t M = x->shape[0], D = x->shape[1], H = w_down->shape[1];
+    LOOM_TRY(loom_fused_check_2d("ffn", "x", x, M, D));
+    LOOM_TRY(loom_fused_check_2d("ffn", "y", y, M, D));
+    if (residual) LOOM_TRY(loom_fused_check_2d("ffn", "residual", residual, M, D));
+    LOOM_TRY(check_weight("w_down", w_down, D, H));
+    const void *wg, *wu;
+    if (w_up) {
+        LOOM_TRY(check_weight("w_gate", w_gate, H, D));
+        LOOM_TRY(check_weight("w_up", w_up, H, D));
+        LOOM_RETURN_IF(w_up->dtype != w_gate->dtype, LOOM_ERR_DTYPE, "ffn: w_gate and w_up dtypes differ");
+        wg = w_gate->data;
+        wu = w_up->data;
+    } else {
+        LOOM_TRY(check_weight("w_gate (merged gate/up)", w_gate, 2 * H, D));
+        wg = w_gate->data;
+        wu = (const char *)w_gate->data + loom_dtype_row_bytes(w_gate->dtype, w_gate->stride[0]) * (size_t)H;
+    }
+    float *h = loom_alloc_aligned((size_t)(M * H) * sizeof(float), LOOM_ALIGN);
+    LOOM_RETURN_IF(!h && M * H > 0, LOOM_ERR_NOMEM, "ffn: cannot allocate h");
+    loom_ffn_args a = {.x = x->data, .ldx = x->stride[0], .w_gate = wg, .w_up = wu,
+                       .wtype = w_gate->dtype, .ldw = w_gate->stride[0], .h = h, .ldh = H,
+                       .M = M, .D = D, .H = H, .p = prm};
+    loom_epilogue down_ep = {.residual = residual ? residual->data : NULL,
+                             .ld_res = residual ? residual->stride[0] : 0};
+    ffn_ctx c = {.a = &a, .isa = loom_cpu_isa(), .status = LOOM_OK,
+                 .down = {.x = h, .ldx = H, .w = w_down->data, .ldw = w_down->stride[0],
+                          .wtype = w_down->dtype, .y = y->data, .ldy = y->stride[0], .M = M, .N = D,
+                          .K = H, .ep = residual ? &down_ep : NULL}};
+    loom_status s = loom_matmul_check(&c.down);
+    if (s == LOOM_OK) {
+        loom_matmul_args g = {.x = a.x, .ldx = a.ldx, .w = wg, .ldw = a.ldw, .wtype = a.wtype,
+                              .y = h, .ldy = H, .M = M, .N = H, .K = D};
+        s = loom_matmul_check(&g);
+    }
+    int nth = pool ? loom_pool_size(pool) : 1;
+    size_t s1 = loom_ffn_gate_up_scratch(&a), s2 = loom_matmul_scratch_size(&c.down);
+    c.per = ((s1 > s2 ? s1 : s2) + 63) & ~(size_t)63;
+    c.scratch = s == LOOM_OK ? loom_alloc_aligned(c.per * (size_t)nth, LOOM_ALIGN) : NULL;
+    if (s == LOOM_OK && !c.scratch) s = loom_set_error(LOOM_ERR_NOMEM, "ffn: cannot allocate scratch");
+    if (s == LOOM_OK) {
+        loom_fused_run(pool, ffn_worker, &c);
+        c.phase = 1;
+        if (c.status == LOOM_OK) loom_fused_run(pool, ffn_worker, &c);
+        s = c.status;
+    }
+    loom_free_aligned(c.scratch);
+    loom_free_aligned(h);
+    return s;
+}

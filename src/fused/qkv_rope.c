@@ -1,0 +1,201 @@
+/*
+ * QKV projection + RoPE + KV-cache write in one pass over x. The output heads
+ * (Q, then K, then V) are walked in blocks of whole heads; each block is one
+ * GEMM of x against those weight rows, and while the block (T x heads*D) is in
+ * L2 its Q/K heads are rotated and its K/V heads stored into the caches. K and
+ * V never make a round trip through main memory unless k_out/v_out ask for it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/status.h"
+#include "fused/fused_internal.h"
+
+loom_qkv_rope_params loom_qkv_rope_default_params(void) {
+    loom_qkv_rope_params p;
+    memset(&p, 0, sizeof p);
+    p.rope_mode = LOOM_ROPE_HALF;
+    p.theta = 10000.0f;
+    p.cache.cache_layout = LOOM_ATTN_BSND;
+    return p;
+}
+
+typedef struct qkv_ctx {
+    const loom_tensor *x;
+    const void *w[3];              /* first row of Q, K, V weights */
+    loom_dtype wtype;
+    int64_t ldw, T, hidden, N, NKV, D, n_rot, hb;   /* hb: heads per block */
+    const loom_qkv_rope_params *p;
+    loom_tensor *q_out, *k_out, *v_out, *kc, *vc;
+    loom_isa isa;
+    const loom_vec_fns *f;
+    unsigned char *scratch;
+    size_t per, mm_bytes;
+    loom_status status;
+    char error[256];
+} qkv_ctx;
+
+static int64_t n_items(const qkv_ctx *c) {
+    return (c->N + c->hb - 1) / c->hb + 2 * ((c->NKV + c->hb - 1) / c->hb);
+}
+
+/* Item -> (part 0/1/2 = Q/K/V, first head, head count). */
+static void item_of(const qkv_ctx *c, int64_t it, int *part, int64_t *h0, int64_t *nh) {
+    int64_t nq = (c->N + c->hb - 1) / c->hb, nk = (c->NKV + c->hb - 1) / c->hb;
+    int64_t heads = c->N;
+    *part = 0;
+    if (it >= nq) {
+        it -= nq;
+        *part = 1 + (int)(it / nk);
+        it %= nk;
+        heads = c->NKV;
+    }
+    *h0 = it * c->hb;
+    *nh = heads - *h0 < c->hb ? heads - *h0 : c->hb;
+}
+
+/* cos/sin of every (token, pair), with the reference's float formulas so the
+ * rotation matches the primitive rope op bit for bit. Interleaved mode stores
+ * each value twice (pair lanes), half mode once. */
+static void angles(const qkv_ctx *c, float *cs, float *sn) {
+    int64_t half = c->n_rot / 2, w = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : half;
+    float fscale = c->p->freq_scale != 0.0f ? c->p->freq_scale : 1.0f;
+    for (int64_t t = 0; t < c->T; t++) {
+        int64_t pos = c->p->cache.positions[t] > 0 ? c->p->cache.positions[t] : 0;
+        float p = (float)pos * fscale;
+        for (int64_t i = 0; i < half; i++) {
+            float freq = 1.0f / powf(c->p->theta, (float)(2 * i) / (float)c->n_rot);
+            float a = p * freq, cv = cosf(a), sv = sinf(a);
+            if (w == half) {
+                cs[t * w + i] = cv;
+                sn[t * w + i] = sv;
+            } else {
+                cs[t * w + 2 * i] = cs[t * w + 2 * i + 1] = cv;
+                sn[t * w + 2 * i] = sn[t * w + 2 * i + 1] = sv;
+            }
+        }
+    }
+}
+
+static void rotate(const qkv_ctx *c, float *y, int64_t ldy, int64_t nh, const float *cs, const float *sn) {
+    int64_t half = c->n_rot / 2, w = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : half;
+    for (int64_t t = 0; t < c->T; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            float *v = y + t * ldy + h * c->D;
+            if (c->p->rope_mode == LOOM_ROPE_INTERLEAVED) c->f->rope_interleaved(v, v, cs + t * w, sn + t * w, c->n_rot);
+            else c->f->rope_half(v, v, cs + t * w, sn + t * w, half);
+        }
+}
+
+static void qkv_worker(int ith, int nth, void *arg) {
+    qkv_ctx *c = arg;
+    int64_t lo, hi;
+    loom_matmul_split(n_items(c), 1, ith, nth, &lo, &hi);
+    unsigned char *s = c->scratch + c->per * (size_t)ith;
+    int64_t aw = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : c->n_rot / 2;
+    float *cs = (float *)(s + c->mm_bytes), *sn = cs + c->T * aw, *tile = sn + c->T * aw;
+    if (lo < hi) angles(c, cs, sn);
+    size_t wrow = loom_dtype_row_bytes(c->wtype, c->ldw);
+    for (int64_t it = lo; it < hi; it++) {
+        int part;
+        int64_t h0, nh;
+        item_of(c, it, &part, &h0, &nh);
+        loom_tensor *keep = part == 0 ? c->q_out : part == 1 ? c->k_out : c->v_out;
+        float *y = keep ? (float *)keep->data + h0 * c->D : tile;
+        int64_t ldy = keep ? keep->stride[0] : nh * c->D;
+        loom_matmul_args g = {.x = c->x->data, .ldx = c->x->stride[0],
+                              .w = (const char *)c->w[part] + wrow * (size_t)(h0 * c->D), .ldw = c->ldw,
+                              .wtype = c->wtype, .y = y, .ldy = ldy, .M = c->T, .N = nh * c->D,
+                              .K = c->hidden};
+        loom_status st = loom_matmul_run(&g, c->isa, 0, 1, s);
+        if (st == LOOM_OK && part < 2) rotate(c, y, ldy, nh, cs, sn);
+        if (st == LOOM_OK && part > 0)
+            st = loom_kv_write_rows(&c->p->cache, part == 1 ? c->kc : c->vc, part == 1 ? "key_cache" : "value_cache",
+                                    part == 2, y, ldy, c->T, c->NKV, h0, nh, c->D);
+        if (st != LOOM_OK) {
+            c->status = st;
+            snprintf(c->error, sizeof c->error, "%s", loom_last_error());
+            return;
+        }
+    }
+}
+
+static loom_status check_w(const char *name, const loom_tensor *w, int64_t rows, int64_t cols) {
+    LOOM_RETURN_IF(!w || !w->data, LOOM_ERR_INVALID_ARG, "qkv_rope: %s is missing", name);
+    LOOM_RETURN_IF(w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols || w->stride[1] != 1,
+                   LOOM_ERR_SHAPE, "qkv_rope: %s must be [%lld, %lld] with contiguous rows", name,
+                   (long long)rows, (long long)cols);
+    return LOOM_OK;
+}
+
+loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
+                          const loom_tensor *w_v, const loom_qkv_rope_params *p,
+                          loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
+                          loom_tensor *key_cache, loom_tensor *value_cache, loom_pool *pool) {
+    LOOM_RETURN_IF(!p, LOOM_ERR_INVALID_ARG, "qkv_rope: params are required");
+    LOOM_RETURN_IF(!x || x->ndim != 2, LOOM_ERR_SHAPE, "qkv_rope: x must be 2-D [T, hidden]");
+    int64_t T = x->shape[0], hid = x->shape[1], N = p->num_heads, NKV = p->num_key_value_heads, D = p->head_dim;
+    LOOM_RETURN_IF(N < 1 || NKV < 1 || N % NKV, LOOM_ERR_INVALID_ARG,
+                   "qkv_rope: num_heads %lld must be a positive multiple of num_key_value_heads %lld",
+                   (long long)N, (long long)NKV);
+    int64_t n_rot = p->n_rot ? p->n_rot : D;
+    LOOM_RETURN_IF(D < 2 || n_rot < 2 || n_rot % 2 || n_rot > D, LOOM_ERR_INVALID_ARG,
+                   "qkv_rope: head_dim %lld / n_rot %lld: n_rot must be even and in [2, head_dim]",
+                   (long long)D, (long long)n_rot);
+    LOOM_RETURN_IF(!(p->theta > 0.0f) || !(p->freq_scale >= 0.0f), LOOM_ERR_INVALID_ARG,
+                   "qkv_rope: theta must be > 0 and freq_scale >= 0");
+    LOOM_RETURN_IF(p->rope_mode != LOOM_ROPE_HALF && p->rope_mode != LOOM_ROPE_INTERLEAVED,
+                   LOOM_ERR_INVALID_ARG, "qkv_rope: unknown rope_mode %d", (int)p->rope_mode);
+    LOOM_RETURN_IF(!p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");
+    LOOM_TRY(loom_fused_check_2d("qkv_rope", "x", x, T, hid));
+    LOOM_TRY(loom_fused_check_2d("qkv_rope", "q_out", q_out, T, N * D));
+    if (k_out) LOOM_TRY(loom_fused_check_2d("qkv_rope", "k_out", k_out, T, NKV * D));
+    if (v_out) LOOM_TRY(loom_fused_check_2d("qkv_rope", "v_out", v_out, T, NKV * D));
+    qkv_ctx c = {.x = x, .T = T, .hidden = hid, .N = N, .NKV = NKV, .D = D, .n_rot = n_rot, .p = p,
+                 .q_out = q_out, .k_out = k_out, .v_out = v_out, .kc = key_cache, .vc = value_cache,
+                 .isa = loom_cpu_isa(), .status = LOOM_OK};
+    c.f = loom_fused_vec(c.isa);
+    if (!w_k && !w_v) {
+        LOOM_TRY(check_w("w_qkv (merged)", w_q, (N + 2 * NKV) * D, hid));
+        size_t row = loom_dtype_row_bytes(w_q->dtype, w_q->stride[0]);
+        c.w[0] = w_q->data;
+        c.w[1] = (const char *)w_q->data + row * (size_t)(N * D);
+        c.w[2] = (const char *)w_q->data + row * (size_t)((N + NKV) * D);
+    } else {
+        LOOM_TRY(check_w("w_q", w_q, N * D, hid));
+        LOOM_TRY(check_w("w_k", w_k, NKV * D, hid));
+        LOOM_TRY(check_w("w_v", w_v, NKV * D, hid));
+        LOOM_RETURN_IF(w_k->dtype != w_q->dtype || w_v->dtype != w_q->dtype || w_k->stride[0] != w_q->stride[0] ||
+                           w_v->stride[0] != w_q->stride[0],
+                       LOOM_ERR_DTYPE, "qkv_rope: w_q, w_k and w_v must share dtype and row stride");
+        c.w[0] = w_q->data;
+        c.w[1] = w_k->data;
+        c.w[2] = w_v->data;
+    }
+    c.wtype = w_q->dtype;
+    c.ldw = w_q->stride[0];
+    /* validate the caches and every token's slot before any thread writes */
+    LOOM_TRY(loom_kv_write_rows(&p->cache, key_cache, "key_cache", 0, NULL, 0, T, NKV, 0, NKV, D));
+    LOOM_TRY(loom_kv_write_rows(&p->cache, value_cache, "value_cache", 1, NULL, 0, T, NKV, 0, NKV, D));
+    /* heads per block: the block's T x heads*D tile within a quarter of L2 */
+    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
+    c.hb = l2 / 4 / (4 * (T > 0 ? T : 1) * D);
+    if (c.hb < 1) c.hb = 1;
+    if (c.hb > NKV) c.hb = NKV;
+    loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c.w[0], .ldw = c.ldw, .wtype = c.wtype,
+                              .y = q_out->data, .ldy = c.hb * D, .M = T, .N = c.hb * D, .K = hid};
+    LOOM_TRY(loom_matmul_check(&probe));
+    c.mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
+    int64_t aw = p->rope_mode == LOOM_ROPE_INTERLEAVED ? n_rot : n_rot / 2;
+    c.per = c.mm_bytes + (size_t)(2 * T * aw + T * c.hb * D) * sizeof(float) + 64;
+    c.per = (c.per + 63) & ~(size_t)63;
+    int nth = pool ? loom_pool_size(pool) : 1;
+    c.scratch = loom_alloc_aligned(c.per * (size_t)nth, LOOM_ALIGN);
+    LOOM_RETURN_IF(!c.scratch, LOOM_ERR_NOMEM, "qkv_rope: cannot allocate scratch");
+    loom_fused_run(pool, qkv_worker, &c);
+    loom_free_aligned(c.scratch);
+    if (c.status != LOOM_OK) return loom_set_error(c.status, "%s", c.error);
+    return LOOM_OK;
+}
