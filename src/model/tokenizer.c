@@ -1,6 +1,7 @@
 /* Tokenizer core: vocabulary storage, piece lookup, scored-BPE encode and
- * decode. File formats live in their own loaders (tokenizer_llama2c.c). */
-#include "model/tokenizer.h"
+ * decode, and the dispatch to the other kinds. File formats live in their
+ * own loaders (tokenizer_llama2c.c, tokenizer_gguf.c). */
+#include "model/tokenizer_impl.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -8,30 +9,9 @@
 
 #include "base/status.h"
 
-/* Which algorithm and conventions a tokenizer follows. */
-typedef enum tok_kind {
-    TOK_SCORED_BPE = 0,  /* llama2.c / SentencePiece-style BPE with scores */
-} tok_kind;
-
 /* run.c starts its best score at -1e10f with a strict '>', so a merge whose
  * score is not above this never happens; we keep that rule. */
 #define TOK_MIN_MERGE_SCORE (-1e10f)
-
-struct loom_tokenizer {
-    tok_kind kind;
-    int n_vocab;
-    char *blob;             /* all pieces, each followed by a NUL */
-    uint32_t *off;          /* (n_vocab) piece i starts at blob + off[i] */
-    uint32_t *len;          /* (n_vocab) byte length of piece i */
-    float *score;           /* (n_vocab) merge score of piece i */
-    int32_t *slot;          /* (mask + 1) open-addressing table of ids, -1 empty */
-    uint32_t mask;
-    uint32_t max_len;       /* longest piece, bounds every merge candidate */
-    int bos, eos;
-    int byte_base;          /* byte b falls back to id byte_base + b */
-    int space_id;           /* id of the " " piece, -1 if absent */
-    char byte_str[256][2];  /* decode targets of <0xXX> pieces: byte + NUL */
-};
 
 /* FNV-1a: short keys (<= a few dozen bytes), good enough spread. */
 static uint32_t tok_hash(const char *s, size_t n) {
@@ -43,8 +23,7 @@ static uint32_t tok_hash(const char *s, size_t n) {
     return h;
 }
 
-/* Id of the piece equal to s[0..n), or -1. */
-static int tok_find(const loom_tokenizer *t, const char *s, size_t n) {
+int loom_tok_find(const loom_tokenizer *t, const char *s, size_t n) {
     uint32_t i = tok_hash(s, n) & t->mask;
     for (;;) {
         int32_t id = t->slot[i];
@@ -54,6 +33,18 @@ static int tok_find(const loom_tokenizer *t, const char *s, size_t n) {
     }
 }
 
+loom_status loom_tok_push(tok_ids *o, int32_t id) {
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        int32_t *v = realloc(o->v, cap * sizeof *v);
+        LOOM_RETURN_IF(!v, LOOM_ERR_NOMEM, "tokenizer encode: out of memory for %zu ids", cap);
+        o->v = v;
+        o->cap = cap;
+    }
+    o->v[o->n++] = id;
+    return LOOM_OK;
+}
+
 void loom_tokenizer_free(loom_tokenizer *t) {
     if (!t) return;
     free(t->blob);
@@ -61,7 +52,74 @@ void loom_tokenizer_free(loom_tokenizer *t) {
     free(t->len);
     free(t->score);
     free(t->slot);
+    free(t->type);
+    free(t->dec);
+    free(t->dec_off);
+    free(t->dec_len);
+    free(t->special);
+    loom_tok_bpe_merges_free(t->merges);
     free(t);
+}
+
+loom_status loom_tok_create(tok_kind kind, int n, const char *const *pieces, const uint32_t *lens,
+                            const float *scores, loom_tokenizer **out) {
+    *out = NULL;
+    LOOM_RETURN_IF(n <= 0 || n > (INT_MAX >> 2), LOOM_ERR_FORMAT,
+                   "tokenizer: vocabulary size %d out of range", n);
+    size_t total = 0;
+    uint32_t max_len = 0;
+    for (int i = 0; i < n; i++) {
+        total += (size_t)lens[i] + 1;
+        if (lens[i] > max_len) max_len = lens[i];
+    }
+    /* uint32 offsets: a vocabulary is megabytes at most. */
+    LOOM_RETURN_IF(total > UINT32_MAX, LOOM_ERR_FORMAT,
+                   "tokenizer: %zu bytes of pieces is too large", total);
+
+    uint32_t cap = 1;
+    while (cap < 2u * (uint32_t)n) cap <<= 1;  /* load factor <= 1/2 */
+
+    loom_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return loom_set_error(LOOM_ERR_NOMEM, "tokenizer: out of memory");
+    t->blob = malloc(total ? total : 1);
+    t->off = malloc(sizeof(uint32_t) * (size_t)n);
+    t->len = malloc(sizeof(uint32_t) * (size_t)n);
+    t->score = malloc(sizeof(float) * (size_t)n);
+    t->slot = malloc(sizeof(int32_t) * cap);
+    if (!t->blob || !t->off || !t->len || !t->score || !t->slot) {
+        loom_tokenizer_free(t);
+        return loom_set_error(LOOM_ERR_NOMEM, "tokenizer: out of memory for %d pieces", n);
+    }
+    t->kind = kind;
+    t->n_vocab = n;
+    t->mask = cap - 1;
+    t->max_len = max_len;
+    t->bos = t->eos = t->unk = t->byte_base = -1;
+    memset(t->slot, 0xff, sizeof(int32_t) * cap);
+    memset(t->byte_id, 0xff, sizeof t->byte_id);
+
+    size_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t len = lens[i];
+        if (len) memcpy(t->blob + pos, pieces[i], len);
+        t->blob[pos + len] = '\0';
+        t->off[i] = (uint32_t)pos;
+        t->len[i] = len;
+        t->score[i] = scores ? scores[i] : 0.0f;
+        pos += (size_t)len + 1;
+        /* A duplicate piece keeps its lowest id: lookups are deterministic. */
+        if (loom_tok_find(t, t->blob + t->off[i], len) >= 0) continue;
+        uint32_t h = tok_hash(t->blob + t->off[i], len) & t->mask;
+        while (t->slot[h] >= 0) h = (h + 1) & t->mask;
+        t->slot[h] = i;
+    }
+    for (int b = 0; b < 256; b++) {
+        t->byte_str[b][0] = (char)b;
+        t->byte_str[b][1] = '\0';
+    }
+    t->space_id = loom_tok_find(t, " ", 1);
+    *out = t;
+    return LOOM_OK;
 }
 
 loom_status loom_tokenizer_create_scored_bpe(const loom_tokenizer_vocab *v,
@@ -78,60 +136,14 @@ loom_status loom_tokenizer_create_scored_bpe(const loom_tokenizer_vocab *v,
     LOOM_RETURN_IF(v->byte_base < 0 || v->byte_base > v->n - 256, LOOM_ERR_FORMAT,
                    "tokenizer: byte-fallback ids %d..%d outside the %d-piece vocabulary",
                    v->byte_base, v->byte_base + 255, v->n);
-
-    size_t total = 0;
-    uint32_t max_len = 0;
-    for (int i = 0; i < v->n; i++) {
-        total += (size_t)v->lens[i] + 1;
-        if (v->lens[i] > max_len) max_len = v->lens[i];
-    }
-    /* uint32 offsets: a vocabulary is megabytes at most. */
-    LOOM_RETURN_IF(total > UINT32_MAX, LOOM_ERR_FORMAT,
-                   "tokenizer: %zu bytes of pieces is too large", total);
-
-    uint32_t cap = 1;
-    while (cap < 2u * (uint32_t)v->n) cap <<= 1;  /* load factor <= 1/2 */
-
-    loom_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return loom_set_error(LOOM_ERR_NOMEM, "tokenizer: out of memory");
-    t->blob = malloc(total ? total : 1);
-    t->off = malloc(sizeof(uint32_t) * (size_t)v->n);
-    t->len = malloc(sizeof(uint32_t) * (size_t)v->n);
-    t->score = malloc(sizeof(float) * (size_t)v->n);
-    t->slot = malloc(sizeof(int32_t) * cap);
-    if (!t->blob || !t->off || !t->len || !t->score || !t->slot) {
-        loom_tokenizer_free(t);
-        return loom_set_error(LOOM_ERR_NOMEM, "tokenizer: out of memory for %d pieces", v->n);
-    }
-    t->kind = TOK_SCORED_BPE;
-    t->n_vocab = v->n;
-    t->mask = cap - 1;
-    t->max_len = max_len;
+    loom_tokenizer *t;
+    LOOM_TRY(loom_tok_create(TOK_SCORED_BPE, v->n, v->pieces, v->lens, v->scores, &t));
     t->bos = v->bos;
     t->eos = v->eos;
     t->byte_base = v->byte_base;
-    memset(t->slot, 0xff, sizeof(int32_t) * cap);
-
-    size_t pos = 0;
-    for (int i = 0; i < v->n; i++) {
-        uint32_t n = v->lens[i];
-        if (n) memcpy(t->blob + pos, v->pieces[i], n);
-        t->blob[pos + n] = '\0';
-        t->off[i] = (uint32_t)pos;
-        t->len[i] = n;
-        t->score[i] = v->scores[i];
-        pos += (size_t)n + 1;
-        /* A duplicate piece keeps its lowest id: lookups are deterministic. */
-        if (tok_find(t, t->blob + t->off[i], n) >= 0) continue;
-        uint32_t s = tok_hash(t->blob + t->off[i], n) & t->mask;
-        while (t->slot[s] >= 0) s = (s + 1) & t->mask;
-        t->slot[s] = i;
-    }
-    for (int b = 0; b < 256; b++) {
-        t->byte_str[b][0] = (char)b;
-        t->byte_str[b][1] = '\0';
-    }
-    t->space_id = tok_find(t, " ", 1);
+    for (int b = 0; b < 256; b++) t->byte_id[b] = v->byte_base + b;
+    t->add_bos = 1;
+    t->add_space_prefix = 1;
     *out = t;
     return LOOM_OK;
 }
@@ -139,6 +151,23 @@ loom_status loom_tokenizer_create_scored_bpe(const loom_tokenizer_vocab *v,
 int loom_tokenizer_vocab_size(const loom_tokenizer *t) { return t ? t->n_vocab : 0; }
 int loom_tokenizer_bos(const loom_tokenizer *t) { return t ? t->bos : -1; }
 int loom_tokenizer_eos(const loom_tokenizer *t) { return t ? t->eos : -1; }
+int loom_tokenizer_unk(const loom_tokenizer *t) { return t ? t->unk : -1; }
+int loom_tokenizer_add_bos(const loom_tokenizer *t) { return t ? t->add_bos : 0; }
+int loom_tokenizer_add_eos(const loom_tokenizer *t) { return t ? t->add_eos : 0; }
+
+const char *loom_tokenizer_kind_name(const loom_tokenizer *t) {
+    static const char *const names[] = {
+        [TOK_SCORED_BPE] = "llama2c", [TOK_SPM] = "llama", [TOK_BYTE_BPE] = "gpt2",
+        [TOK_WORDPIECE] = "bert",
+    };
+    return t ? names[t->kind] : "none";
+}
+
+int loom_tokenizer_is_control(const loom_tokenizer *t, int token) {
+    if (!t || token < 0 || token >= t->n_vocab) return 0;
+    if (!t->type) return token == t->bos || token == t->eos;
+    return t->type[token] == TOK_TYPE_CONTROL;
+}
 
 const char *loom_tokenizer_piece(const loom_tokenizer *t, int token) {
     if (!t || token < 0 || token >= t->n_vocab) {
@@ -172,6 +201,19 @@ const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token,
         loom_set_error(LOOM_ERR_INVALID_ARG, "tokenizer: cannot decode token %d: out of range [0, %d)",
                        token, t ? t->n_vocab : 0);
         return NULL;
+    }
+    if (t->kind != TOK_SCORED_BPE) {
+        /* GGUF kinds: bytes prepared at load; the space a word-start piece
+         * carries is dropped at the start of the text and after control tokens. */
+        const char *d = t->dec + t->dec_off[token];
+        size_t dn = t->dec_len[token];
+        if (t->strip_lead_space && dn > 0 && d[0] == ' ' &&
+            (prev < 0 || prev >= t->n_vocab || loom_tokenizer_is_control(t, prev))) {
+            d++;
+            dn--;
+        }
+        if (len) *len = dn;
+        return d;
     }
     const char *p = t->blob + t->off[token];
     size_t n = t->len[token];
@@ -246,64 +288,225 @@ typedef struct merge_state {
     char *buf;         /* (max_len) concatenation scratch */
 } merge_state;
 
+/* SentencePiece merges only into ordinary pieces: never into control,
+ * unknown, byte or unused ones (llama2.c vocabularies have no types). */
+static int mergeable(const loom_tokenizer *t, int id) {
+    if (!t->type) return 1;
+    int ty = t->type[id];
+    return ty == TOK_TYPE_NORMAL || ty == TOK_TYPE_USER_DEFINED || ty == TOK_TYPE_UNDEFINED;
+}
+
 /* Pushes the pair (l, r) if its concatenation is a mergeable piece. */
 static void push_pair(merge_state *m, int l, int r) {
     if (l < 0 || r < 0) return;
     const loom_tokenizer *t = m->t;
+    merge_cand c = { 0.0f, l, r, -1, m->gen[l], m->gen[r] };
+    if (t->merges) {
+        /* Byte-level BPE: ranked merges, lowest rank first. Ranks stay far
+         * below 2^24, so the float holds them exactly. */
+        int32_t rank;
+        if (!loom_tok_bpe_pair(t->merges, m->id[l], m->id[r], &rank, &c.id)) return;
+        c.score = -(float)rank;
+        heap_push(m->heap, &m->n_heap, c);
+        return;
+    }
     uint32_t la = t->len[m->id[l]], lb = t->len[m->id[r]];
     if ((uint64_t)la + lb > t->max_len) return;  /* longer than any piece */
     memcpy(m->buf, t->blob + t->off[m->id[l]], la);
     memcpy(m->buf + la, t->blob + t->off[m->id[r]], lb);
-    int id = tok_find(t, m->buf, (size_t)la + lb);
-    if (id < 0 || !(t->score[id] > TOK_MIN_MERGE_SCORE)) return;
-    merge_cand c = { t->score[id], l, r, id, m->gen[l], m->gen[r] };
+    int id = loom_tok_find(t, m->buf, (size_t)la + lb);
+    if (id < 0 || !(t->score[id] > TOK_MIN_MERGE_SCORE) || !mergeable(t, id)) return;
+    c.score = t->score[id];
+    c.id = id;
     heap_push(m->heap, &m->n_heap, c);
 }
 
-/* Merges symbols 0..n-1 to a fixed point; O(n log n) lookups and heap work,
- * where run.c rescans all pairs after every merge. */
-static void merge_all(merge_state *m, int n) {
-    for (int i = 0; i < n; i++) {
-        m->prev[i] = i - 1;
-        m->next[i] = i + 1 < n ? i + 1 : -1;
-        m->gen[i] = 0;
-    }
-    m->n_heap = 0;
-    for (int i = 0; i + 1 < n; i++) push_pair(m, i, i + 1);
-    while (m->n_heap > 0) {
-        merge_cand c = heap_pop(m->heap, &m->n_heap);
-        if (m->gen[c.l] != c.gl || m->gen[c.r] != c.gr || m->next[c.l] != c.r) continue;
-        m->id[c.l] = c.id;
-        m->gen[c.l]++;
-        m->gen[c.r]++;  /* r is gone: stale entries naming it fail the check */
-        m->next[c.l] = m->next[c.r];
-        if (m->next[c.r] >= 0) m->prev[m->next[c.r]] = c.l;
-        push_pair(m, m->prev[c.l], c.l);
-        push_pair(m, c.l, m->next[c.l]);
+/* Merges each word (symbols word_end[w-1]..word_end[w]-1) to a fixed point,
+ * one word at a time so that the heap stays small; pairs never span words.
+ * O(n log n) lookups and heap work, where run.c rescans all pairs after
+ * every merge. */
+static void merge_all(merge_state *m, const int32_t *word_end, int n_words) {
+    for (int w = 0, first = 0; w < n_words; first = word_end[w++]) {
+        m->n_heap = 0;
+        for (int i = first; i < word_end[w]; i++) {
+            m->prev[i] = i > first ? i - 1 : -1;
+            m->next[i] = i + 1 < word_end[w] ? i + 1 : -1;
+            m->gen[i] = 0;
+            if (i > first) push_pair(m, i - 1, i);
+        }
+        while (m->n_heap > 0) {
+            merge_cand c = heap_pop(m->heap, &m->n_heap);
+            if (m->gen[c.l] != c.gl || m->gen[c.r] != c.gr || m->next[c.l] != c.r) continue;
+            m->id[c.l] = c.id;
+            m->gen[c.l]++;
+            m->gen[c.r]++;  /* r is gone: stale entries naming it fail the check */
+            m->next[c.l] = m->next[c.r];
+            if (m->next[c.r] >= 0) m->prev[m->next[c.r]] = c.l;
+            push_pair(m, m->prev[c.l], c.l);
+            push_pair(m, c.l, m->next[c.l]);
+        }
     }
 }
 
-/* Splits text into codepoint pieces exactly as run.c does: a non-continuation
- * byte starts a group, up to 3 following continuation bytes join it (a run of
- * stray continuation bytes also groups by up to 4); a group that is not a
- * piece becomes one byte-fallback id per byte. Returns the count appended. */
-static int split_codepoints(const loom_tokenizer *t, const char *text, int32_t *out) {
-    int n = 0;
+static void merge_state_free(merge_state *m) {
+    free(m->id);
+    free(m->prev);
+    free(m->next);
+    free(m->gen);
+    free(m->heap);
+    free(m->buf);
+}
+
+static loom_status merge_state_alloc(merge_state *m, const loom_tokenizer *t, size_t cap) {
+    memset(m, 0, sizeof *m);
+    m->t = t;
+    if (cap == 0) cap = 1;
+    m->id = malloc(sizeof(int32_t) * cap);
+    m->prev = malloc(sizeof(int32_t) * cap);
+    m->next = malloc(sizeof(int32_t) * cap);
+    m->gen = malloc(sizeof(uint32_t) * cap);
+    m->heap = malloc(sizeof(merge_cand) * 3 * cap);
+    m->buf = malloc((size_t)t->max_len + 1);
+    if (!m->id || !m->prev || !m->next || !m->gen || !m->heap || !m->buf) {
+        merge_state_free(m);
+        return loom_set_error(LOOM_ERR_NOMEM, "tokenizer encode: out of memory for %zu symbols", cap);
+    }
+    return LOOM_OK;
+}
+
+/* Appends the merged words to out: each word starts at its first symbol. */
+static loom_status emit_words(const merge_state *m, const int32_t *word_end, int n_words,
+                              tok_ids *out) {
+    for (int w = 0, first = 0; w < n_words; first = word_end[w++]) {
+        if (first == word_end[w]) continue;
+        for (int i = first; i >= 0; i = m->next[i]) LOOM_TRY(loom_tok_push(out, m->id[i]));
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_tok_merge_words(const loom_tokenizer *t, const int32_t *sym,
+                                 const int32_t *word_end, int n_words, tok_ids *out) {
+    int n = n_words > 0 ? word_end[n_words - 1] : 0;
+    merge_state m;
+    LOOM_TRY(merge_state_alloc(&m, t, (size_t)n));
+    if (n) memcpy(m.id, sym, sizeof(int32_t) * (size_t)n);
+    merge_all(&m, word_end, n_words);
+    loom_status st = emit_words(&m, word_end, n_words, out);
+    merge_state_free(&m);
+    return st;
+}
+
+/* Splits text[0..n) into codepoint pieces exactly as run.c does: a
+ * non-continuation byte starts a group, up to 3 following continuation bytes
+ * join it (a run of stray continuation bytes also groups by up to 4); a
+ * group that is not a piece becomes one byte-fallback id per byte. Returns
+ * the count appended. */
+static int split_codepoints(const loom_tokenizer *t, const char *text, size_t n, int32_t *out) {
+    int k = 0;
     size_t glen = 0;
-    for (const char *c = text; *c; c++) {
-        if (((unsigned char)*c & 0xC0) != 0x80) glen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (((unsigned char)text[i] & 0xC0) != 0x80) glen = 0;
         glen++;
-        if (((unsigned char)c[1] & 0xC0) == 0x80 && glen < 4) continue;
-        const char *g = c + 1 - glen;
-        int id = tok_find(t, g, glen);
-        if (id >= 0) {
-            out[n++] = id;
+        if (i + 1 < n && ((unsigned char)text[i + 1] & 0xC0) == 0x80 && glen < 4) continue;
+        const char *g = text + i + 1 - glen;
+        int id = loom_tok_find(t, g, glen);
+        if (id >= 0 && mergeable(t, id)) {
+            out[k++] = id;
         } else {
-            for (size_t i = 0; i < glen; i++) out[n++] = t->byte_base + (unsigned char)g[i];
+            for (size_t j = 0; j < glen; j++) out[k++] = t->byte_id[(unsigned char)g[j]];
         }
         glen = 0;
     }
-    return n;
+    return k;
+}
+
+/* Scored BPE over lead[0..n_lead) (BOS and/or the dummy prefix) followed by
+ * the codepoints of text[0..n); appends the merged ids to out. */
+static loom_status spm_run(const loom_tokenizer *t, const int32_t *lead, int n_lead,
+                           const char *text, size_t n, tok_ids *out) {
+    /* Each byte yields at most one symbol. */
+    LOOM_RETURN_IF(n > (size_t)(INT_MAX / 4) - 4, LOOM_ERR_INVALID_ARG,
+                   "tokenizer encode: text of %zu bytes is too long", n);
+    merge_state m;
+    LOOM_TRY(merge_state_alloc(&m, t, n + (size_t)n_lead));
+    int k = 0;
+    for (int i = 0; i < n_lead; i++) m.id[k++] = lead[i];
+    k += split_codepoints(t, text, n, m.id + k);
+    int32_t end = k;
+    merge_all(&m, &end, 1);
+    loom_status st = emit_words(&m, &end, 1, out);
+    merge_state_free(&m);
+    return st;
+}
+
+/* The id that stands for a space: the " " piece or its byte fallback. */
+static int32_t space_symbol(const loom_tokenizer *t) {
+    return t->space_id >= 0 && mergeable(t, t->space_id) ? t->space_id : t->byte_id[' '];
+}
+
+loom_status loom_tok_spm_fragment(const loom_tokenizer *t, const char *s, size_t n, int prefix,
+                                  tok_ids *out) {
+    int32_t lead = space_symbol(t);
+    /* SentencePiece writes spaces as U+2581, so a U+2581 in the text is a
+     * space too (loom stores pieces with ' '). */
+    static const char vis[3] = {'\xE2', '\x96', '\x81'};
+    int has_vis = 0;
+    for (size_t i = 0; i + 3 <= n && !has_vis; i++) has_vis = memcmp(s + i, vis, 3) == 0;
+    char *copy = NULL;
+    if (has_vis) {
+        copy = malloc(n);
+        LOOM_RETURN_IF(!copy, LOOM_ERR_NOMEM, "tokenizer encode: out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 3 <= n && memcmp(s + i, vis, 3) == 0) {
+                copy[k++] = ' ';
+                i += 3;
+            } else {
+                copy[k++] = s[i++];
+            }
+        }
+        s = copy;
+        n = k;
+    }
+    loom_status st = spm_run(t, &lead, prefix ? 1 : 0, s, n, out);
+    free(copy);
+    return st;
+}
+
+loom_status loom_tokenizer_encode_ex(const loom_tokenizer *t, const char *text, size_t len,
+                                     int flags, int32_t *ids, int max_ids, int *n_ids) {
+    LOOM_RETURN_IF(!t || !text || !n_ids, LOOM_ERR_INVALID_ARG,
+                   "tokenizer encode: tokenizer, text and n_ids must not be NULL");
+    *n_ids = 0;
+    LOOM_RETURN_IF(max_ids < 0 || (max_ids > 0 && !ids), LOOM_ERR_INVALID_ARG,
+                   "tokenizer encode: bad output buffer (ids %p, max_ids %d)", (void *)ids, max_ids);
+    LOOM_RETURN_IF(len > (size_t)(INT_MAX / 4) - 4, LOOM_ERR_INVALID_ARG,
+                   "tokenizer encode: text of %zu bytes is too long", len);
+    tok_ids out = {0};
+    loom_status st;
+    if (t->kind == TOK_SCORED_BPE) {
+        /* run.c: BOS takes part in merges too; the dummy prefix " " comes
+         * before any non-empty text (run.c would store -1 without a " "
+         * piece; the byte token is the only meaningful choice). */
+        int32_t lead[2];
+        int n_lead = 0;
+        if (flags & LOOM_TOK_BOS) lead[n_lead++] = t->bos;
+        if (len > 0) lead[n_lead++] = t->space_id >= 0 ? t->space_id : t->byte_id[' '];
+        st = spm_run(t, lead, n_lead, text, len, &out);
+        if (st == LOOM_OK && (flags & LOOM_TOK_EOS)) st = loom_tok_push(&out, t->eos);
+    } else {
+        st = loom_tok_encode_gguf(t, text, len, flags, &out);
+    }
+    if (st == LOOM_OK && out.n > (size_t)max_ids) {
+        *n_ids = (int)out.n;
+        st = loom_set_error(LOOM_ERR_INVALID_ARG,
+                            "tokenizer encode: %zu ids needed, output holds %d", out.n, max_ids);
+    } else if (st == LOOM_OK) {
+        if (out.n) memcpy(ids, out.v, out.n * sizeof *ids);
+        *n_ids = (int)out.n;
+    }
+    free(out.v);
+    return st;
 }
 
 loom_status loom_tokenizer_encode(const loom_tokenizer *t, const char *text,
@@ -311,59 +514,6 @@ loom_status loom_tokenizer_encode(const loom_tokenizer *t, const char *text,
                                   int max_ids, int *n_ids) {
     LOOM_RETURN_IF(!t || !text || !n_ids, LOOM_ERR_INVALID_ARG,
                    "tokenizer encode: tokenizer, text and n_ids must not be NULL");
-    *n_ids = 0;
-    LOOM_RETURN_IF(max_ids < 0 || (max_ids > 0 && !ids), LOOM_ERR_INVALID_ARG,
-                   "tokenizer encode: bad output buffer (ids %p, max_ids %d)", (void *)ids, max_ids);
-    size_t text_len = strlen(text);
-    /* Each byte yields at most one symbol, plus BOS, dummy prefix and EOS. */
-    LOOM_RETURN_IF(text_len > (size_t)(INT_MAX / 4) - 3, LOOM_ERR_INVALID_ARG,
-                   "tokenizer encode: text of %zu bytes is too long", text_len);
-    int cap = (int)text_len + 3;
-
-    merge_state m = { .t = t };
-    m.id = malloc(sizeof(int32_t) * (size_t)cap);
-    m.prev = malloc(sizeof(int32_t) * (size_t)cap);
-    m.next = malloc(sizeof(int32_t) * (size_t)cap);
-    m.gen = malloc(sizeof(uint32_t) * (size_t)cap);
-    m.heap = malloc(sizeof(merge_cand) * 3 * (size_t)cap);
-    m.buf = malloc((size_t)t->max_len + 1);
-    loom_status st = LOOM_OK;
-    if (!m.id || !m.prev || !m.next || !m.gen || !m.heap || !m.buf) {
-        st = loom_set_error(LOOM_ERR_NOMEM, "tokenizer encode: out of memory for %zu bytes of text",
-                            text_len);
-        goto done;
-    }
-
-    int n = 0;
-    if (add_bos) m.id[n++] = t->bos;  /* run.c lets BOS take part in merges too */
-    if (text[0]) {
-        /* run.c would store -1 without a " " piece; the byte token is the
-         * only meaningful choice. */
-        m.id[n++] = t->space_id >= 0 ? t->space_id : t->byte_base + ' ';
-    }
-    n += split_codepoints(t, text, m.id + n);
-    merge_all(&m, n);
-
-    int count = 0;
-    for (int i = n > 0 ? 0 : -1; i >= 0; i = m.next[i]) count++;
-    int need = count + (add_eos ? 1 : 0);
-    if (need > max_ids) {
-        *n_ids = need;
-        st = loom_set_error(LOOM_ERR_INVALID_ARG,
-                            "tokenizer encode: %d ids needed, output holds %d", need, max_ids);
-        goto done;
-    }
-    count = 0;
-    for (int i = n > 0 ? 0 : -1; i >= 0; i = m.next[i]) ids[count++] = m.id[i];
-    if (add_eos) ids[count++] = t->eos;
-    *n_ids = count;
-
-done:
-    free(m.id);
-    free(m.prev);
-    free(m.next);
-    free(m.gen);
-    free(m.heap);
-    free(m.buf);
-    return st;
+    int flags = (add_bos ? LOOM_TOK_BOS : 0) | (add_eos ? LOOM_TOK_EOS : 0);
+    return loom_tokenizer_encode_ex(t, text, strlen(text), flags, ids, max_ids, n_ids);
 }

@@ -23,7 +23,7 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         return 1;
     }
     if (loom_model_load(model_path, mp, model) != LOOM_OK) return cli_fail(cmd, "cannot load model");
-    if (loom_tokenizer_load_llama2c(tok_path, tok) != LOOM_OK) {
+    if (loom_tokenizer_load(tok_path, tok) != LOOM_OK) {
         loom_model_free(*model);
         *model = NULL;
         return cli_fail(cmd, "cannot load tokenizer");
