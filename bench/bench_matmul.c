@@ -4,7 +4,8 @@
  * With -DLOOM_BENCH_OPENBLAS=ON the same shapes run through cblas_sgemm /
  * cblas_sgemv in the same process and the ratio loom/OpenBLAS is printed. A
  * STREAM-like read bandwidth is measured in the same run; decode rows show the
- * fraction of it that GEMV reaches. Output is a Markdown table.
+ * fraction of it that GEMV reaches (W rotated over copies totalling >= 8x L3
+ * and >= 1 GiB, so it comes from DRAM). Output is a Markdown table.
  *
  *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode]
  *                [--reps N] [--isa LEVEL] [--quick]
@@ -32,9 +33,17 @@ static const shape all_shapes[] = {
     {"decode", 1, 4096, 4096},      {"decode", 1, 11008, 4096},    {"decode", 1, 4096, 11008},
 };
 
+/* Decode rows cycle through enough copies of W (at least 8x the L3 size and 1 GiB in
+ * all) that every call streams W from DRAM, as a real decode step does with a
+ * model far larger than the cache; otherwise small quantized W would be timed
+ * from L3. */
+#define MAX_COPIES 160
+
 typedef struct {
     loom_pool *pool;
     loom_matmul_args a;
+    void *copies[MAX_COPIES];
+    int n_copies, next;
     loom_isa isa;
     unsigned char *scratch;
     size_t scratch_per;
@@ -49,13 +58,15 @@ static void worker(int ith, int nth, void *arg) {
 
 static void run_loom(void *arg) {
     run_ctx *c = arg;
+    c->a.w = c->copies[c->next++ % c->n_copies];
     loom_pool_run(c->pool, worker, c);
 }
 
 #ifdef LOOM_BENCH_OPENBLAS
-typedef struct { const float *x, *w; float *y; int M, N, K; } blas_ctx;
+typedef struct { const float *x, *w; float *y; int M, N, K; void **copies; int n_copies, next; } blas_ctx;
 static void run_blas(void *arg) {
     blas_ctx *b = arg;
+    b->w = b->copies[b->next++ % b->n_copies];
     if (b->M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, b->N, b->K, 1.0f, b->w, b->K, b->x, 1, 0.0f, b->y, 1);
     else
@@ -146,13 +157,26 @@ int main(int argc, char **argv) {
         for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
             loom_dtype t;
             if (parse_dtype(tok, &t) != 0) { fprintf(stderr, "bench_matmul: unknown dtype %s\n", tok); return 2; }
-            void *w = make_weights(t, w32, N, K);
-            if (!w) return 1;
             double wbytes = (double)loom_dtype_row_bytes(t, K) * (double)N;
+            int n_copies = 1;
+            if (M == 1) {
+                double l3 = f->l3_bytes > 0 ? (double)f->l3_bytes : 32.0 * (1 << 20);
+                double want = 8.0 * l3 > (double)(1 << 30) ? 8.0 * l3 : (double)(1 << 30);
+                n_copies = (int)(want / wbytes) + 1;
+                if (n_copies > MAX_COPIES) n_copies = MAX_COPIES;
+            }
+            void *copies[MAX_COPIES];
+            for (int i = 0; i < n_copies; i++)
+                if (!(copies[i] = make_weights(t, w32, N, K))) {
+                    fprintf(stderr, "bench_matmul: out of memory\n");
+                    return 1;
+                }
             for (int ti = 0; ti < n_threads; ti++) {
                 int nt = threads[ti];
-                run_ctx c = {.a = {.x = x, .ldx = K, .w = w, .ldw = K, .wtype = t, .y = y, .ldy = N,
-                                   .M = M, .N = N, .K = K}, .isa = isa};
+                run_ctx c = {.a = {.x = x, .ldx = K, .w = copies[0], .ldw = K, .wtype = t, .y = y,
+                                   .ldy = N, .M = M, .N = N, .K = K},
+                             .n_copies = n_copies, .isa = isa};
+                memcpy(c.copies, copies, sizeof(void *) * (size_t)n_copies);
                 if (loom_pool_init(&c.pool, nt) != LOOM_OK) return 1;
                 c.scratch_per = (loom_matmul_scratch_size(&c.a) + 63) & ~(size_t)63;
                 c.scratch = loom_alloc_aligned(c.scratch_per * (size_t)nt, 64);
@@ -164,7 +188,8 @@ int main(int argc, char **argv) {
 #ifdef LOOM_BENCH_OPENBLAS
                 if (t == LOOM_F32) {
                     openblas_set_num_threads(nt);
-                    blas_ctx b = {x, w32, y, (int)M, (int)N, (int)K};
+                    /* the f32 copies are exactly w32 */
+                    blas_ctx b = {x, w32, y, (int)M, (int)N, (int)K, copies, n_copies, 0};
                     double bsec = bench_time(run_blas, &b, 1, reps);
                     snprintf(blas, sizeof blas, "%.1f", 2.0 * M * N * K / bsec / 1e9);
                     snprintf(ratio, sizeof ratio, "%.2f", bsec / sec);
@@ -178,7 +203,7 @@ int main(int argc, char **argv) {
                 loom_free_aligned(c.scratch);
                 loom_pool_free(c.pool);
             }
-            loom_free_aligned(w);
+            for (int i = 0; i < n_copies; i++) loom_free_aligned(copies[i]);
         }
         loom_free_aligned(x);
         loom_free_aligned(w32);
