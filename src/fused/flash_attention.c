@@ -28,6 +28,7 @@ typedef struct fa_plan {
     const loom_attn_kernels *kern;
     int64_t br, gs, nhs, bc, mp_max; /* query positions, heads per item, sub-groups, keys per tile */
     int use_bf16, use_bf16_pv, direct_k, direct_v;
+    int64_t vpk_pairs;               /* bf16 V: pairs the packed-V cache holds (0: none) */
     float qscale;                    /* scale * log2(e): scores in the log2 domain */
 } fa_plan;
 
@@ -52,6 +53,8 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     pl->use_bf16_pv = kern && kern->pv_bf16 && pr->v.dtype == LOOM_BF16 && pr->v.sd == 1;
     pl->direct_k = pr->k.dtype == LOOM_F32 && pr->k.sd == 1;
     pl->direct_v = pr->v.dtype == LOOM_F32 && pr->v.sd == 1;
+    /* sized from the problem alone (never the kernel level): ceil(S_kv / 2) key pairs */
+    pl->vpk_pairs = pr->v.dtype == LOOM_BF16 && pr->v.sd == 1 ? (pr->Skv + 1) / 2 : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -59,22 +62,31 @@ typedef struct fa_scratch {
     float *qt, *ot, *s, *a, *kbuf, *vbuf, *m, *l, *alpha, *row;
     int64_t *lo, *hi;      /* visible keys of each valid row */
     int32_t *llo, *lhi;    /* the same per lane (padding lanes see everything) */
+    uint32_t *vpk;         /* bf16 V of one (batch, kv head) packed as key pairs [pairs][D] */
 } fa_scratch;
+
+/* Which (batch, kv head) the packed-V cache holds, and how many of its keys
+ * (from the sequence start; even) are packed. A thread's items of one kv head
+ * are consecutive and their key ranges grow (causal), so each bf16 V row is
+ * repacked once per thread instead of once per item. The pairs are the same
+ * values pv_bf16 would pack itself, so results do not depend on the cache. */
+typedef struct fa_vcache { int64_t b, hkv, hi; } fa_vcache;
 
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
-    int64_t sizes[14] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
-                         LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp};
+    int64_t sizes[15] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
+                         LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp, pl->vpk_pairs * D};
     float **f[10] = {&sc->qt, &sc->ot, &sc->s, &sc->a, &sc->kbuf, &sc->vbuf, &sc->m, &sc->l,
                      &sc->alpha, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < 15; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 10) *f[i] = (float *)p;
         else if (i == 10) sc->lo = (int64_t *)p;
         else if (i == 11) sc->hi = (int64_t *)p;
         else if (i == 12) sc->llo = (int32_t *)p;
-        else sc->lhi = (int32_t *)p;
+        else if (i == 13) sc->lhi = (int32_t *)p;
+        else sc->vpk = sizes[i] ? (uint32_t *)p : NULL;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -175,7 +187,23 @@ static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_
     return any;
 }
 
-static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc) {
+/* Packs keys [vc->hi, hi) of the item's V (hi even, <= the sequence's KV length) into the cache. */
+static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
+                           const fa_scratch *sc, int64_t hi) {
+    const attn_problem *pr = pl->pr;
+    int64_t D = pr->D;
+    if (vc->b != it->b || vc->hkv != it->hkv) vc->b = it->b, vc->hkv = it->hkv, vc->hi = 0;
+    for (int64_t j = vc->hi; j < hi; j += 2) {
+        int64_t o = it->b * pr->v.sb + (s->kv_start + j) * pr->v.ss + it->hkv * pr->v.sn;
+        const uint16_t *v0 = (const uint16_t *)elem(&pr->v, o), *v1 = v0 + pr->v.ss;
+        uint32_t *dst = sc->vpk + (j / 2) * D;
+        for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;
+    }
+    if (hi > vc->hi) vc->hi = hi;
+}
+
+static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
+                        fa_vcache *vc) {
     const attn_problem *pr = pl->pr;
     const loom_attn_kernels *kn = pl->kern;
     attn_seq s;
@@ -267,6 +295,12 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                         attn_dropout_row(pr, it->b, h0 + g, s.q_start + i0 + ii, s.kv_start + j0,
                                          nc, sc->s + g * nrow + ii, mp);
             if (pl->use_bf16_pv) { /* bf16 pairs of P and V: the mask tile and V buffer are free now */
+                if (sc->vpk && j0 % 2 == 0 && nc % 2 == 0) { /* whole pairs: from the packed-V cache */
+                    fa_vcache_fill(pl, it, &s, vc, sc, j0 + nc);
+                    kn->pv_bf16(sc->ot, mp, NULL, 0, sc->s, mp, sc->alpha, nc, (int)D, mp,
+                                (uint32_t *)sc->a, sc->vpk + (j0 / 2) * D);
+                    continue;
+                }
                 kn->pv_bf16(sc->ot, mp, (const uint16_t *)elem(&pr->v, vv0), pr->v.ss, sc->s, mp,
                             sc->alpha, nc, (int)D, mp, (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
                 continue;
@@ -313,11 +347,12 @@ loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *ke
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "flash_attention_score: thread %d of %d", ith, nth);
     int64_t lo, hi;
+    fa_vcache vc = {-1, -1, 0};
     attn_split_cost(fa_count(&pl), ith, nth, fa_cost, &pl, &lo, &hi);
     for (int64_t idx = lo; idx < hi; idx++) {
         fa_item it;
         fa_item_at(&pl, idx, &it);
-        fa_item_run(&pl, &it, &sc);
+        fa_item_run(&pl, &it, &sc, &vc);
     }
     return LOOM_OK;
 }

@@ -91,6 +91,7 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
     .dec_dot = loom_attn_dec_dot_avx2,
     .dec_pv = loom_attn_dec_pv_avx2,
     .softmax_rows = loom_attn_softmax_rows_avx2,
+    .dec_self_prefetch = 1,
 };
 #else
 typedef int loom_attn_avx2_unused; /* ISO C wants a non-empty translation unit */

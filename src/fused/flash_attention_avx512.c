@@ -142,7 +142,8 @@ ATTN_INLINE ATTN_T512BF __m512i pair16(__m256i r0, __m256i r1) {
 
 /* P.V with P rounded to bf16: P^T [nc][mp] and V [nc][d] are repacked as pairs
  * of consecutive keys (work_p [nc/2][mp], work_v [nc/2][d]), then one
- * vdpbf16ps per pair. An odd last key pairs with zeros. */
+ * vdpbf16ps per pair. An odd last key pairs with zeros. v NULL: work_v already
+ * holds V's pairs (the driver's packed-V cache) and is only read. */
 static ATTN_T512BF void pv_bf16_avx512(float *ot, int64_t ldo, const uint16_t *v, int64_t ldv,
                                        const float *pt, int64_t ldp, const float *alpha, int nc,
                                        int d, int mp, uint32_t *work_p, uint32_t *work_v) {
@@ -156,6 +157,7 @@ static ATTN_T512BF void pv_bf16_avx512(float *ot, int64_t ldo, const uint16_t *v
             __m256i b1 = odd ? zero : (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r1 + r));
             _mm512_storeu_si512(work_p + p * mp + r, pair16(b0, b1));
         }
+        if (!v) continue;
         const uint16_t *v0 = v + 2 * p * ldv, *v1 = v0 + ldv;
         for (int x = 0; x < d; x += 16) {
             __mmask16 k = d - x >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - x)) - 1);
@@ -209,6 +211,7 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
     .dec_dot = loom_attn_dec_dot_avx512,
     .dec_pv = loom_attn_dec_pv_avx512,
     .softmax_rows = loom_attn_softmax_rows_avx512,
+    .dec_self_prefetch = 1,
 };
 
 const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
@@ -221,6 +224,7 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .dec_dot = loom_attn_dec_dot_avx512,
     .dec_pv = loom_attn_dec_pv_avx512,
     .softmax_rows = loom_attn_softmax_rows_avx512,
+    .dec_self_prefetch = 1,
 };
 #else
 typedef int loom_attn_avx512_unused; /* ISO C wants a non-empty translation unit */

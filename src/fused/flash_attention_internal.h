@@ -139,7 +139,8 @@ typedef struct loom_attn_kernels {
                     int64_t ldq, int nn, int kk, int mp, float scale);
     /* PV^T with bf16 V (rows of ldv elements) and P rounded to bf16:
      * ot[x][r] = alpha[r] ot[x][r] + sum_c v[c][x] p[c][r]; work_p holds
-     * ceil(nc/2)*mp and work_v ceil(nc/2)*d u32. NULL if unsupported. */
+     * ceil(nc/2)*mp and work_v ceil(nc/2)*d u32. v NULL (nc even): work_v already
+     * holds V's key pairs and is only read. NULL if unsupported. */
     void (*pv_bf16)(float *ot, int64_t ldo, const uint16_t *v, int64_t ldv, const float *pt,
                     int64_t ldp, const float *alpha, int nc, int d, int mp, uint32_t *work_p,
                     uint32_t *work_v);
@@ -160,6 +161,9 @@ typedef struct loom_attn_kernels {
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols. */
     void (*softmax_rows)(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                          float *alpha);
+    /* Nonzero: dec_dot / dec_pv prefetch the cache rows they stream themselves,
+     * so the decode driver issues no per-tile prefetch. */
+    int dec_self_prefetch;
 } loom_attn_kernels;
 
 extern const loom_attn_kernels loom_attn_kernels_generic;

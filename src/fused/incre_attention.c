@@ -136,7 +136,8 @@ static void dec_token_quant(const attn_problem *pr, const attn_quant *q, const d
 /* Asks for the K/V rows of the next tile: decode streams the cache once and the
  * hardware prefetcher alone keeps too few misses in flight (measured: +15% f32,
  * +20% bf16 from DRAM). i8 caches skip it: their tiles are compute-bound and
- * the extra requests slowed them down. */
+ * the extra requests slowed them down. Kernels with dec_self_prefetch (AVX-512,
+ * AVX2) prefetch inside their loops instead, spread evenly, which streams faster. */
 static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1) {
     int64_t row_bytes = pr->D * pr->k.esize, n = c1 - j0 < T ? c1 - j0 : T;
     for (int64_t c = 0; c < n; c++) {
@@ -173,7 +174,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
             sc->krows[c] = pr->k.data + attn_kv_offset(pr, &pr->k, u->b, j0 + c, u->hkv) * pr->k.esize;
             sc->vrows[c] = pr->v.data + attn_kv_offset(pr, &pr->v, u->b, j0 + c, u->hkv) * pr->v.esize;
         }
-        if (pr->k.esize > 1) dec_prefetch(pr, u, j0 + T, c1);
+        if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
         kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);

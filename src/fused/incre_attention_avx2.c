@@ -12,10 +12,13 @@ ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
     const int KB = 8 / RB;
     __m256 acc[8];
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     for (int x = 0; x < d; x += 8) {
         int n = d - x >= 8 ? 8 : d - x; /* q rows are zero padded beyond d */
         __m256 qv[4];
         for (int r = 0; r < RB; r++) qv[r] = _mm256_loadu_ps(qr[r] + x);
+        if ((x * es) % 64 == 0) /* once per cache line of each row (see the AVX-512 kernels) */
+            for (int k = 0; k < KB; k++) attn_dec_prefetch(kp[k], x * es);
         for (int k = 0; k < KB; k++) {
             __m256 kv = attn_load8(kp[k], x, DT, n);
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm256_fmadd_ps(qv[r], kv, acc[r * KB + k]);
@@ -72,8 +75,10 @@ ATTN_INLINE ATTN_T256 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
         for (int v = 0; v < NV; v++)
             ac[r][v] = _mm256_mul_ps(al, _mm256_loadu_ps(acc + r * lda + x0 + 8 * v));
     }
+    const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     for (int c = 0; c < nc; c++) {
         __m256 kv[4];
+        for (int64_t off = x0 * es; off < (x0 + 8 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off);
         for (int v = 0; v < NV; v++) kv[v] = attn_load8(rows[c], x0 + 8 * v, DT, v == NV - 1 ? n : 8);
         for (int r = 0; r < RB; r++) {
             __m256 pb = _mm256_set1_ps(p[r * ldp + c]);

@@ -1,0 +1,503 @@
+/*
+ * bench_attention: the fused attention kernels against the unfused path built
+ * from loom's optimised primitive ops, in the same process.
+ *
+ * Prefill (Llama2-7B shape: B = 1, N = 32, D = 128, causal; MHA and GQA 32/8):
+ *   fused    loom_flash_attention_score (sparse_mode 3)
+ *   unfused  per head: matmul family S = Q.K^T (full S x S) -> softmax op
+ *            (vectorised, causal, scale 1/sqrt(D)) -> matmul family O = P.V,
+ *            all threads on each step (barriers between steps). V is given to
+ *            the second GEMM as V^T [D, S] (the matmul family's W layout),
+ *            transposed once outside the timed region, as a cache storing V^T
+ *            would; K is used in place.
+ *   columns: median ms, GFLOP/s over the visible (causal) pairs, 4.N.D.pairs,
+ *   for both (so the GFLOP/s ratio is the speed ratio), extra memory each path
+ *   allocates beyond q, k, v and out, and max |fused - unfused|.
+ * Decode (N = 32, N_kv = 8, D = 128, q_len 1, contiguous cache [B, N_kv, S, D]
+ * (BNSD, default) or [B, S, N_kv, D] (BSND, --layout)):
+ *   loom_incre_flash_attention over caches rotated through copies totalling
+ *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
+ *   real decode step does); effective GB/s = K+V bytes / time, against the
+ *   read bandwidth measured in the same run; and the prefill kernel called
+ *   with S_q = 1 on the same caches (f32/bf16 only), ratio prefill/decode time.
+ *
+ *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,bf16]
+ *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8]
+ *                   [--sets prefill,decode] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
+ *                   [--fused-only] [--cpu-time] [--machine]
+ * --machine also prints one '@prefill ...' / '@decode ...' line per row
+ * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
+ * if the fused and unfused outputs differ beyond DESIGN.md's tolerance. --fused-only skips the
+ * unfused path (tile-size sweeps); --cpu-time times 1-thread rows by the
+ * thread's CPU time (loaded machines).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "bench_util.h"
+#include "fused/attention.h"
+#include "ops/matmul/matmul.h"
+#include "ops/ops.h"
+
+#define HEADS 32
+#define HEAD_DIM 128
+#define MAX_COPIES 1024
+
+static int machine_lines, fused_only, cpu_time;
+static void *xalloc(size_t bytes);
+
+/* As bench_time, but with --cpu-time and one thread it measures the calling
+ * thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a loaded machine that leaves
+ * out the time the thread was preempted (cache and memory contention remain). */
+static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int reps) {
+    if (!cpu_time || nt != 1) return bench_time(fn, arg, warmup, reps);
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < warmup; i++) fn(arg);
+    for (int i = 0; i < reps; i++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        fn(arg);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        t[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    }
+    return bench_median(t, reps);
+}
+
+typedef struct { const float *buf; size_t n; volatile float sink; } probe_ctx;
+
+static void probe_sum(void *arg) {
+    probe_ctx *p = arg;
+    float a[16] = {0};
+    for (size_t i = 0; i + 16 <= p->n; i += 16)
+        for (int j = 0; j < 16; j++) a[j] += p->buf[i + j];
+    float s = 0.0f;
+    for (int j = 0; j < 16; j++) s += a[j];
+    p->sink = s;
+}
+
+/* Read bandwidth for a row with nt threads: bench_read_bandwidth, except that
+ * with --cpu-time and one thread the same kind of sum runs on this thread and
+ * is timed by its CPU time, like the decode rows it is compared with. */
+static double read_bandwidth(loom_pool *pool, int nt, int reps) {
+    size_t bytes = (size_t)512 << 20;
+    if (!cpu_time || nt != 1) return bench_read_bandwidth(pool, bytes, reps);
+    probe_ctx p = {.buf = xalloc(bytes), .n = bytes / sizeof(float)};
+    memset((void *)p.buf, 0, bytes);
+    double t = time_it(probe_sum, &p, 1, 1, reps);
+    loom_free_aligned((void *)p.buf);
+    return (double)bytes / t / 1e9;
+}
+static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
+
+static void *xalloc(size_t bytes) {
+    void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
+    if (!p) {
+        fprintf(stderr, "bench_attention: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static size_t esize(loom_dtype t) { return t == LOOM_F32 ? 4 : t == LOOM_I8 ? 1 : 2; }
+
+/* f32 values (already representable in t) stored as t. */
+static void store_as(loom_dtype t, void *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        if (t == LOOM_F32) ((float *)dst)[i] = src[i];
+        else if (t == LOOM_BF16) ((uint16_t *)dst)[i] = loom_f32_to_bf16(src[i]);
+        else if (t == LOOM_F16) ((uint16_t *)dst)[i] = loom_f32_to_f16(src[i]);
+        else ((int8_t *)dst)[i] = (int8_t)src[i];
+    }
+}
+
+/* Random values in [-1, 1) rounded to dtype t (so f32 copies hold the same values). */
+static void fill(float *x, int64_t n, loom_dtype t, loom_rng *rng) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = 2.0f * loom_rng_uniform(rng) - 1.0f;
+        if (t == LOOM_BF16) v = loom_bf16_to_f32(loom_f32_to_bf16(v));
+        x[i] = v;
+    }
+}
+
+static int parse_dtype(const char *s, loom_dtype *t) {
+    for (int d = 0; d < LOOM_DTYPE_COUNT; d++)
+        if (strcmp(s, loom_dtype_name((loom_dtype)d)) == 0) return *t = (loom_dtype)d, 0;
+    return -1;
+}
+
+/* ------------------------------------------------------------ prefill */
+
+typedef struct pf_ctx {
+    loom_pool *pool;
+    int64_t S, N, Nkv, D;
+    /* fused */
+    loom_tensor tq, tk, tv, to;
+    loom_flash_attention_params fp;
+    /* unfused */
+    const float *qf;        /* Q as f32 [S, N*D] */
+    const void *kw, *vt;    /* K [S, Nkv*D] and V^T [Nkv][D][S] of dtype wt */
+    loom_dtype wt;
+    float *scores, *out_u;  /* [S, S], [S, N*D] */
+    unsigned char *mm_scratch;
+    size_t mm_per;
+    loom_kernel_fn softmax;
+    loom_tensor ts;
+    loom_softmax_attrs sa;
+    int failed;
+} pf_ctx;
+
+static void run_fused(void *arg) {
+    pf_ctx *c = arg;
+    loom_flash_attention_tensors t = {.query = &c->tq, .key = &c->tk, .value = &c->tv,
+                                      .attention_out = &c->to};
+    if (loom_flash_attention_score(&t, &c->fp, c->pool) != LOOM_OK) c->failed = 1;
+}
+
+static void qk_args(const pf_ctx *c, int64_t h, loom_matmul_args *a) {
+    int64_t hk = h / (c->N / c->Nkv);
+    *a = (loom_matmul_args){.x = c->qf + h * c->D, .ldx = c->N * c->D,
+                            .w = (const char *)c->kw + (size_t)(hk * c->D) * esize(c->wt),
+                            .ldw = c->Nkv * c->D, .wtype = c->wt, .y = c->scores, .ldy = c->S,
+                            .M = c->S, .N = c->S, .K = c->D};
+}
+
+static void pv_args(const pf_ctx *c, int64_t h, loom_matmul_args *a) {
+    int64_t hk = h / (c->N / c->Nkv);
+    *a = (loom_matmul_args){.x = c->scores, .ldx = c->S,
+                            .w = (const char *)c->vt + (size_t)(hk * c->D * c->S) * esize(c->wt),
+                            .ldw = c->S, .wtype = c->wt, .y = c->out_u + h * c->D,
+                            .ldy = c->N * c->D, .M = c->S, .N = c->D, .K = c->S};
+}
+
+static void unfused_worker(int ith, int nth, void *arg) {
+    pf_ctx *c = arg;
+    void *scratch = c->mm_scratch + c->mm_per * (size_t)ith;
+    for (int64_t h = 0; h < c->N; h++) {
+        loom_matmul_args a;
+        qk_args(c, h, &a);
+        if (loom_matmul_run(&a, loom_cpu_isa(), ith, nth, scratch) != LOOM_OK) c->failed = 1;
+        loom_pool_barrier(c->pool);
+        loom_kernel_args ka = {.src = {&c->ts}, .n_src = 1, .dst = &c->ts, .attrs = &c->sa,
+                               .ith = ith, .nth = nth, .scratch = scratch};
+        if (c->softmax(&ka) != LOOM_OK) c->failed = 1;
+        loom_pool_barrier(c->pool);
+        pv_args(c, h, &a);
+        if (loom_matmul_run(&a, loom_cpu_isa(), ith, nth, scratch) != LOOM_OK) c->failed = 1;
+        loom_pool_barrier(c->pool);
+    }
+}
+
+static void run_unfused(void *arg) {
+    pf_ctx *c = arg;
+    loom_pool_run(c->pool, unfused_worker, c);
+}
+
+typedef struct { int threads[8], n_threads, reps; int64_t bq, bkv; } opts;
+
+static void bench_prefill(const opts *o, loom_dtype dt, int64_t S, int64_t Nkv) {
+    const int64_t N = HEADS, D = HEAD_DIM, G = N / Nkv;
+    loom_rng rng;
+    loom_rng_init(&rng, 42, (uint64_t)(S * 64 + Nkv));
+    float *q = xalloc((size_t)(S * N * D) * 4), *k = xalloc((size_t)(S * Nkv * D) * 4);
+    float *v = xalloc((size_t)(S * Nkv * D) * 4);
+    fill(q, S * N * D, dt, &rng);
+    fill(k, S * Nkv * D, dt, &rng);
+    fill(v, S * Nkv * D, dt, &rng);
+    size_t es = esize(dt);
+    void *qd = xalloc((size_t)(S * N * D) * es), *kd = xalloc((size_t)(S * Nkv * D) * es);
+    void *vd = xalloc((size_t)(S * Nkv * D) * es), *vt = xalloc((size_t)(S * Nkv * D) * es);
+    store_as(dt, qd, q, S * N * D);
+    store_as(dt, kd, k, S * Nkv * D);
+    store_as(dt, vd, v, S * Nkv * D);
+    float *vtf = xalloc((size_t)(S * Nkv * D) * 4);
+    for (int64_t hk = 0; hk < Nkv; hk++)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t s = 0; s < S; s++) vtf[(hk * D + d) * S + s] = v[s * Nkv * D + hk * D + d];
+    store_as(dt, vt, vtf, S * Nkv * D);
+    loom_free_aligned(vtf);
+    float *out_f = xalloc((size_t)(S * N * D) * 4), *out_u = xalloc((size_t)(S * N * D) * 4);
+    float *scores = xalloc((size_t)(S * S) * 4);
+
+    pf_ctx c = {.S = S, .N = N, .Nkv = Nkv, .D = D, .qf = q, .kw = kd, .vt = vt, .wt = dt,
+                .scores = scores, .out_u = out_u};
+    int64_t qs[4] = {1, S, N, D}, ks[4] = {1, S, Nkv, D};
+    loom_tensor_init(&c.tq, dt, 4, qs, qd);
+    loom_tensor_init(&c.tk, dt, 4, ks, kd);
+    loom_tensor_init(&c.tv, dt, 4, ks, vd);
+    loom_tensor_init(&c.to, LOOM_F32, 4, qs, out_f);
+    c.fp = loom_flash_attention_default_params();
+    c.fp.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
+    c.fp.block_q = o->bq, c.fp.block_kv = o->bkv;
+    int64_t ss[2] = {S, S};
+    loom_tensor_init(&c.ts, LOOM_F32, 2, ss, scores);
+    c.sa = (loom_softmax_attrs){.scale = 1.0f / sqrtf((float)D), .causal = 1, .pos_offset = 0};
+    c.softmax = loom_op_kernel(LOOM_OP_SOFTMAX, loom_cpu_isa());
+    loom_matmul_args a1, a2;
+    qk_args(&c, 0, &a1);
+    pv_args(&c, 0, &a2);
+    size_t s1 = loom_matmul_scratch_size(&a1), s2 = loom_matmul_scratch_size(&a2);
+    c.mm_per = ((s1 > s2 ? s1 : s2) + 63) & ~(size_t)63;
+    size_t fused_scratch = 0;
+    loom_flash_attention_tensors ft = {.query = &c.tq, .key = &c.tk, .value = &c.tv,
+                                       .attention_out = &c.to};
+    if (loom_flash_attention_score_scratch_size(&ft, &c.fp, &fused_scratch) != LOOM_OK) {
+        fprintf(stderr, "bench_attention: %s\n", loom_last_error());
+        exit(1);
+    }
+    (void)G;
+    double pairs = (double)S * (double)(S + 1) / 2.0, flops = 4.0 * (double)N * (double)D * pairs;
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        int nt = o->threads[ti];
+        if (loom_pool_init(&c.pool, nt) != LOOM_OK) exit(1);
+        c.mm_scratch = xalloc(c.mm_per * (size_t)nt);
+        c.failed = 0;
+        double tf = time_it(run_fused, &c, nt, 1, o->reps);
+        double tu = fused_only ? NAN : time_it(run_unfused, &c, nt, 1, o->reps);
+        if (c.failed) {
+            fprintf(stderr, "bench_attention: a kernel failed: %s\n", loom_last_error());
+            exit(1);
+        }
+        double err = fused_only ? NAN : 0.0;
+        for (int64_t i = 0; !fused_only && i < S * N * D; i++) {
+            double e = fabs((double)out_f[i] - (double)out_u[i]);
+            if (!(e <= err)) err = e; /* NaN propagates */
+        }
+        /* the outputs are within [-1, 1]: DESIGN.md's f32 / bf16 tolerances apply absolutely */
+        double tol = dt == LOOM_F32 ? 1.0 / 2048.0 : 1.0 / 128.0;
+        if (!fused_only && !(err <= tol)) {
+            fprintf(stderr, "bench_attention: fused and unfused outputs differ by %g (tolerance %g)\n", err, tol);
+            exit(1);
+        }
+        double mem_f = (double)fused_scratch * nt / 1e6;
+        double mem_u = ((double)S * (double)S * 4.0 + (double)c.mm_per * nt) / 1e6;
+        printf("| %s | %lld | %lld/%lld | %d | %.2f | %.0f | %.2f | %.0f | **%.2f×** | %.2f | %.1f | %.1e |\n",
+               loom_dtype_name(dt), (long long)S, (long long)N, (long long)Nkv, nt, tf * 1e3,
+               flops / tf / 1e9, tu * 1e3, flops / tu / 1e9, tu / tf, mem_f, mem_u, err);
+        if (machine_lines)
+            printf("@prefill dtype=%s S=%lld N=%lld Nkv=%lld D=%lld threads=%d fused_ms=%.4f unfused_ms=%.4f\n",
+                   loom_dtype_name(dt), (long long)S, (long long)N, (long long)Nkv, (long long)D, nt,
+                   tf * 1e3, tu * 1e3);
+        fflush(stdout);
+        loom_free_aligned(c.mm_scratch);
+        loom_pool_free(c.pool);
+    }
+    void *bufs[] = {q, k, v, qd, kd, vd, vt, out_f, out_u, scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
+}
+
+/* ------------------------------------------------------------ decode */
+
+typedef struct dec_ctx {
+    loom_pool *pool;
+    void *kc[MAX_COPIES], *vc[MAX_COPIES];
+    int n_copies, next, prefill, failed;
+    loom_tensor tq, tk, tv, to, ksc, vsc;
+    loom_incre_flash_attention_params ip;
+    loom_flash_attention_params fp;
+} dec_ctx;
+
+static void run_decode(void *arg) {
+    dec_ctx *c = arg;
+    int i = c->next++ % c->n_copies;
+    c->tk.data = c->kc[i], c->tv.data = c->vc[i];
+    loom_status s;
+    if (c->prefill) {
+        loom_flash_attention_tensors t = {.query = &c->tq, .key = &c->tk, .value = &c->tv,
+                                          .attention_out = &c->to};
+        s = loom_flash_attention_score(&t, &c->fp, c->pool);
+    } else {
+        int q8 = c->tk.dtype == LOOM_I8;
+        loom_incre_flash_attention_tensors t = {
+            .query = &c->tq, .key = &c->tk, .value = &c->tv, .attention_out = &c->to,
+            .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL};
+        s = loom_incre_flash_attention(&t, &c->ip, c->pool);
+    }
+    if (s != LOOM_OK) c->failed = 1;
+}
+
+static void bench_decode(const opts *o, const double *read_bw, loom_dtype ct, int64_t L) {
+    const int64_t N = HEADS, Nkv = 8, D = HEAD_DIM;
+    const loom_cpu_features *f = loom_cpu_get();
+    size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
+    double l3 = f->l3_bytes > 0 ? (double)f->l3_bytes : 32.0 * (1 << 20);
+    double want = 8.0 * l3 > (double)(512 << 20) ? 8.0 * l3 : (double)(512 << 20);
+    int n_copies = (int)(want / (2.0 * (double)half)) + 1;
+    if (n_copies > MAX_COPIES) n_copies = MAX_COPIES;
+    static dec_ctx c;
+    memset(&c, 0, sizeof c);
+    c.n_copies = n_copies;
+    loom_rng rng;
+    loom_rng_init(&rng, 7, (uint64_t)L);
+    float *kf = xalloc((size_t)(L * Nkv * D) * 4), *vf = xalloc((size_t)(L * Nkv * D) * 4);
+    float *q = xalloc((size_t)(N * D) * 4), *out = xalloc((size_t)(N * D) * 4);
+    float *scale = xalloc((size_t)(Nkv * D) * 4);
+    fill(q, N * D, LOOM_F32, &rng);
+    if (ct == LOOM_I8) {
+        for (int64_t i = 0; i < L * Nkv * D; i++) {
+            kf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
+            vf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
+        }
+        for (int64_t i = 0; i < Nkv * D; i++) scale[i] = 1.0f / 127.0f;
+    } else {
+        fill(kf, L * Nkv * D, ct, &rng);
+        fill(vf, L * Nkv * D, ct, &rng);
+    }
+    c.kc[0] = xalloc(half), c.vc[0] = xalloc(half);
+    store_as(ct, c.kc[0], kf, L * Nkv * D);
+    store_as(ct, c.vc[0], vf, L * Nkv * D);
+    for (int i = 1; i < n_copies; i++) {
+        c.kc[i] = xalloc(half), c.vc[i] = xalloc(half);
+        memcpy(c.kc[i], c.kc[0], half);
+        memcpy(c.vc[i], c.vc[0], half);
+    }
+    int64_t qs[4] = {1, 1, N, D}, ks[4] = {1, L, Nkv, D}, sc[2] = {Nkv, D};
+    if (dec_layout == LOOM_ATTN_BNSD) qs[1] = N, qs[2] = 1, ks[1] = Nkv, ks[2] = L;
+    loom_tensor_init(&c.tq, LOOM_F32, 4, qs, q);
+    loom_tensor_init(&c.to, LOOM_F32, 4, qs, out);
+    loom_tensor_init(&c.tk, ct, 4, ks, c.kc[0]);
+    loom_tensor_init(&c.tv, ct, 4, ks, c.vc[0]);
+    loom_tensor_init(&c.ksc, LOOM_F32, 2, sc, scale);
+    loom_tensor_init(&c.vsc, LOOM_F32, 2, sc, scale);
+    c.ip = loom_incre_flash_attention_default_params();
+    c.fp = loom_flash_attention_default_params();
+    c.ip.input_layout = c.fp.input_layout = dec_layout;
+    double bytes = 2.0 * (double)half;
+    for (int ti = 0; ti < o->n_threads; ti++) {
+        int nt = o->threads[ti];
+        if (loom_pool_init(&c.pool, nt) != LOOM_OK) exit(1);
+        c.prefill = 0;
+        int reps = o->reps * 3 < 64 ? o->reps * 3 : 64;
+        double td = time_it(run_decode, &c, nt, 2, reps);
+        double tp = 0.0;
+        if (ct != LOOM_I8) {
+            c.prefill = 1;
+            tp = time_it(run_decode, &c, nt, 2, reps);
+        }
+        if (c.failed) {
+            fprintf(stderr, "bench_attention: decode failed: %s\n", loom_last_error());
+            exit(1);
+        }
+        double gbs = bytes / td / 1e9;
+        char pf[32] = "-", ratio[32] = "-";
+        if (ct != LOOM_I8) {
+            snprintf(pf, sizeof pf, "%.3f", tp * 1e3);
+            snprintf(ratio, sizeof ratio, "%.2f×", tp / td);
+        }
+        printf("| %s | %lld | %d | %.3f | %.1f | %.1f | %.0f%% | %s | %s | %d |\n", loom_dtype_name(ct),
+               (long long)L, nt, td * 1e3, gbs, read_bw[ti], 100.0 * gbs / read_bw[ti], pf, ratio,
+               n_copies);
+        if (machine_lines)
+            printf("@decode cache=%s L=%lld N=%lld Nkv=%lld D=%lld threads=%d decode_ms=%.4f gbs=%.2f read_bw=%.2f\n",
+                   loom_dtype_name(ct), (long long)L, (long long)N, (long long)Nkv, (long long)D, nt,
+                   td * 1e3, gbs, read_bw[ti]);
+        fflush(stdout);
+        loom_pool_free(c.pool);
+    }
+    for (int i = 0; i < n_copies; i++) loom_free_aligned(c.kc[i]), loom_free_aligned(c.vc[i]);
+    void *bufs[] = {kf, vf, q, out, scale};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
+}
+
+/* ------------------------------------------------------------ main */
+
+/* "512,1024" into out (at most n); values 1..1<<20. Returns the count or -1. */
+static int parse_ints(const char *s, int *out, int n) {
+    int k = 0;
+    while (*s && k < n) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > (1L << 20) || (*end && *end != ',')) return -1;
+        out[k++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return *s ? -1 : k;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5};
+    int seqs[8] = {512, 1024, 2048, 4096}, n_seqs = 4, gqa[4] = {32, 8}, n_gqa = 2;
+    int ctx[8] = {512, 1024, 2048, 4096, 8192}, n_ctx = 5, blk[2] = {0, 0};
+    const char *dtypes = "f32,bf16", *caches = "f32,bf16,i8", *sets = "prefill,decode";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--machine") == 0) { machine_lines = 1; continue; }
+        if (strcmp(a, "--fused-only") == 0) { fused_only = 1; continue; }
+        if (strcmp(a, "--cpu-time") == 0) { cpu_time = 1; continue; }
+        if (!v) { fprintf(stderr, "bench_attention: %s needs a value\n", a); return 2; }
+        int ok = 1;
+        if (strcmp(a, "--threads") == 0) ok = (o.n_threads = bench_parse_ints(v, o.threads, 8)) > 0;
+        else if (strcmp(a, "--seqs") == 0) ok = (n_seqs = parse_ints(v, seqs, 8)) > 0;
+        else if (strcmp(a, "--gqa") == 0) ok = (n_gqa = bench_parse_ints(v, gqa, 4)) > 0;
+        else if (strcmp(a, "--ctx") == 0) ok = (n_ctx = parse_ints(v, ctx, 8)) > 0;
+        else if (strcmp(a, "--block") == 0) ok = parse_ints(v, blk, 2) == 2;
+        else if (strcmp(a, "--reps") == 0) ok = (o.reps = atoi(v)) > 0;
+        else if (strcmp(a, "--dtypes") == 0) dtypes = v;
+        else if (strcmp(a, "--caches") == 0) caches = v;
+        else if (strcmp(a, "--sets") == 0) sets = v;
+        else if (strcmp(a, "--layout") == 0)
+            ok = loom_attn_layout_parse(v, &dec_layout) == LOOM_OK &&
+                 (dec_layout == LOOM_ATTN_BNSD || dec_layout == LOOM_ATTN_BSND);
+        else { fprintf(stderr, "bench_attention: unknown option %s\n", a); return 2; }
+        if (!ok) { fprintf(stderr, "bench_attention: bad value for %s: %s\n", a, v); return 2; }
+        i++;
+    }
+    for (int i = 0; i < n_gqa; i++)
+        if (gqa[i] < 1 || HEADS % gqa[i]) { fprintf(stderr, "bench_attention: --gqa %d does not divide %d\n", gqa[i], HEADS); return 2; }
+    for (int i = 0; i < o.n_threads; i++)
+        if (o.threads[i] < 1) { fprintf(stderr, "bench_attention: bad --threads\n"); return 2; }
+    o.bq = blk[0], o.bkv = blk[1];
+    const loom_cpu_features *f = loom_cpu_get();
+    printf("# bench_attention\n\nisa %s; avx512f %d bf16 %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after warm-up)%s\n\n",
+           loom_isa_name(loom_cpu_isa()), f->avx512f, f->avx512_bf16, f->l1d_bytes >> 10,
+           f->l2_bytes >> 10, f->l3_bytes >> 10, o.reps,
+           cpu_time ? "; 1-thread rows: thread CPU time" : "");
+    char list[256];
+    if (strstr(sets, "prefill")) {
+        printf("## Prefill: B=1, N=32, D=128, causal\n\n");
+        printf("| dtype | S | N/N_kv | threads | fused ms | fused GFLOP/s | unfused ms | unfused GFLOP/s | speed-up | fused extra MB | unfused extra MB | max abs diff |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        snprintf(list, sizeof list, "%s", dtypes);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            loom_dtype t;
+            if (parse_dtype(tok, &t) != 0 || (t != LOOM_F32 && t != LOOM_BF16)) {
+                fprintf(stderr, "bench_attention: prefill dtype %s: expected f32 or bf16\n", tok);
+                return 2;
+            }
+            for (int g = 0; g < n_gqa; g++)
+                for (int s = 0; s < n_seqs; s++) bench_prefill(&o, t, seqs[s], gqa[g]);
+        }
+        printf("\n");
+    }
+    if (strstr(sets, "decode")) {
+        double read_bw[8];
+        for (int t = 0; t < o.n_threads; t++) {
+            loom_pool *pool;
+            if (loom_pool_init(&pool, o.threads[t]) != LOOM_OK) return 1;
+            read_bw[t] = read_bandwidth(pool, o.threads[t], o.reps);
+            loom_pool_free(pool);
+            printf("read bandwidth, %d thread%s: %.1f GB/s\n", o.threads[t], o.threads[t] > 1 ? "s" : "",
+                   read_bw[t]);
+        }
+        printf("\n## Decode: q_len 1, N=32, N_kv=8, D=128, contiguous %s cache\n\n",
+               loom_attn_layout_name(dec_layout));
+        printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        snprintf(list, sizeof list, "%s", caches);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            loom_dtype t;
+            if (parse_dtype(tok, &t) != 0 || (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
+                fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
+                return 2;
+            }
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, read_bw, t, ctx[l]);
+        }
+    }
+    return 0;
+}
