@@ -135,6 +135,11 @@ typedef struct loom_model_params {
     int n_ctx;                /* context length; 0 = the model's maximum */
     loom_exec_mode mode;
     const char *dump_dir;     /* if set, every intermediate of every forward pass is written here */
+    /* fusion (docs/fusion.md): rules file (NULL = built-in default), a preset of
+     * it (NULL = none), checkpoint action: 0 = the rules file's, 1 warn, 2 fail */
+    const char *rules_path;
+    const char *fusion_preset;
+    int checkpoint_action;
 } loom_model_params;
 
 typedef struct loom_model_info {
@@ -144,11 +149,21 @@ typedef struct loom_model_info {
 } loom_model_info;
 
 loom_model_params loom_model_default_params(void);
-/* Loads a llama2.c checkpoint (legacy or version 1). Errors name the file and
- * the problem (missing, empty, truncated, impossible header sizes). */
+/* Loads a Llama-architecture model: a GGUF file (by its "GGUF" magic), a
+ * Hugging Face folder or .safetensors file (config.json beside it), or a
+ * llama2.c checkpoint (legacy or version 1). Errors name the file and the
+ * problem (missing, empty, truncated, impossible sizes, the missing or
+ * malformed key or tensor, an unsupported architecture or tensor type). */
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out);
 void loom_model_free(loom_model *m);
 loom_model_info loom_model_get_info(const loom_model *m);
+/* Sets p->mode from, in order: flag (NULL = not given), $LOOM_MODE, the `mode:`
+ * key of the rules file p->rules_path (or of the built-in rules), step_by_step.
+ * Errors name the bad mode or the rules file position. */
+loom_status loom_model_params_set_mode(loom_model_params *p, const char *flag);
+/* Prints, to stderr, the worst fused-vs-unfused error per checkpoint seen by a
+ * model running in fused_with_checkpoints mode (nothing in other modes). */
+void loom_model_report_checkpoints(const loom_model *m);
 /* Runs tokens[0..n) at positions pos..pos+n-1 (the KV cache holds 0..pos-1) and
  * writes the logits of the last token to logits[vocab_size]. */
 loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
@@ -170,6 +185,38 @@ loom_status loom_sampler_init(loom_sampler **s, int vocab_size, const loom_sampl
 void loom_sampler_free(loom_sampler *s);
 /* Picks the next token from logits[vocab_size] (not modified). */
 loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token);
+
+/* ---------------------------------------------------------- fusion extensions */
+/* Adding a fused op or an activation from user code (docs/fusion.md). Both take
+ * one of 8 run-time op slots; names must be new. Register before building the
+ * graphs that use them, from one thread. */
+
+/* A fused op: a kernel that replaces a pattern of primitive ops. In a rule,
+ * `fused_op: NAME` makes every match one node whose inputs are the pattern's
+ * $variables in order of first use and whose output is the value of the
+ * pattern's last node. */
+typedef struct loom_fused_op_desc {
+    const char *name;           /* op and fused_op name, [a-z0-9_], unique */
+    int n_inputs;               /* 1..5 */
+    /* Output dtype and shape from the inputs; NULL = those of input 0. */
+    loom_status (*infer)(const loom_tensor *const *in, int n_in, loom_tensor *out, void *user);
+    /* Computes thread ith's share of out (results must not depend on nth). */
+    loom_status (*kernel)(const loom_tensor *const *in, int n_in, loom_tensor *out, int ith, int nth,
+                          void *user);
+    /* What the kernel moves and computes (bytes of main memory it really reads
+     * and writes); NULL = every input read once, the output written once. */
+    void (*cost)(const loom_tensor *const *in, int n_in, const loom_tensor *out, double *flops,
+                 double *bytes_read, double *bytes_written, void *user);
+    const char *decomposition;  /* the primitive ops it replaces, e.g. "mul add" */
+    void *user;
+} loom_fused_op_desc;
+
+loom_status loom_register_fused_op(const loom_fused_op_desc *d);
+
+/* An elementwise activation y = fn(x): becomes a primitive op NAME (usable in
+ * graphs and rule patterns, `op: NAME`) and an activation of the FFN fusion
+ * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue). */
+loom_status loom_register_activation(const char *name, float (*fn)(float x, void *user), void *user);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /*
- * Executor, mode step_by_step: one kernel per node. All threads walk the node
+ * Executor. step_by_step: one kernel per node; fused modes run the graph's
+ * fused copy (src/graph/fusion.c), checkpoints in exec_checkpoint.c. All threads walk the node
  * list together (ggml style): each runs its (ith, nth) share of a kernel, then
  * meets the others at a barrier before the next node. Thread 0 does the
  * bookkeeping (timing, dumps) while the others wait at a second barrier.
@@ -45,9 +46,6 @@ loom_status loom_executor_init(loom_executor **out, int n_threads, loom_exec_mod
                    "thread count %d out of range 1..1024", n_threads);
     LOOM_RETURN_IF((unsigned)mode >= LOOM_MODE_COUNT, LOOM_ERR_INVALID_ARG, "unknown mode %d",
                    (int)mode);
-    LOOM_RETURN_IF(mode != LOOM_MODE_STEP_BY_STEP, LOOM_ERR_UNSUPPORTED,
-                   "mode '%s' needs the fusion engine, which this build does not have yet; "
-                   "use --mode step_by_step", loom_mode_name(mode));
     loom_executor *e = calloc(1, sizeof *e);
     LOOM_RETURN_IF(!e, LOOM_ERR_NOMEM, "executor_init: out of memory");
     loom_status s = loom_pool_init(&e->pool, n_threads);
@@ -58,6 +56,7 @@ loom_status loom_executor_init(loom_executor **out, int n_threads, loom_exec_mod
     e->n_threads = n_threads;
     e->isa = loom_cpu_isa();
     e->mode = mode;
+    e->ckpt_action = -1;
     *out = e;
     return LOOM_OK;
 }
@@ -68,6 +67,12 @@ void loom_executor_free(loom_executor *e) {
     loom_free_aligned(e->arena);
     loom_free_aligned(e->scratch);
     free(e->dump_dir);
+    loom_fusion_rules_free(e->rules);
+    loom_graph_free(e->fg);
+    loom_graph_free(e->rg);
+    loom_free_aligned(e->ref_arena);
+    free(e->kv_save);
+    free(e->ckpt);
     free(e);
 }
 
@@ -139,6 +144,8 @@ static void dump_node(loom_executor *e, const loom_graph *g, int n) {
 typedef struct run_ctx {
     loom_executor *e;
     loom_graph    *g;
+    int            only_layer;  /* run only nodes of this layer when filter is set */
+    int            filter;
     atomic_int     failed;
     loom_status    status;
     char           error[512];
@@ -150,25 +157,31 @@ static void run_worker(int ith, int nth, void *arg) {
     loom_graph *g = rc->g;
     for (int n = 0; n < g->n_nodes; n++) {
         loom_node *node = &g->nodes[n];
+        if (rc->filter && node->layer != rc->only_layer) continue;
         const loom_op_info *info = loom_op_get(node->op);
-        loom_kernel_args a = {.n_src = node->n_src, .dst = &g->tensors[node->dst].t,
-                              .attrs = node->has_attrs ? node->attrs : NULL, .ith = ith, .nth = nth,
-                              .scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL};
-        for (int i = 0; i < node->n_src; i++) a.src[i] = &g->tensors[node->src[i]].t;
+        loom_kernel_args a;
+        loom_graph_node_args(g, n, &a);
+        a.ith = ith, a.nth = nth;
+        a.scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL;
+        loom_kernel_fn kernel = loom_op_kernel(node->op, e->isa);
         uint64_t t0 = ith == 0 ? loom_time_ns() : 0;
-        loom_status s = loom_op_kernel(node->op, e->isa)(&a);
-        if (s != LOOM_OK && atomic_exchange(&rc->failed, 1) == 0) {
-            rc->status = s;
-            snprintf(rc->error, sizeof rc->error, "%s (node %d '%s'): %s", info->name, n,
-                     g->tensors[node->dst].t.name, loom_last_error());
+        int phases = info->n_phases > 1 ? info->n_phases : 1;
+        for (int ph = 0; ph < phases; ph++) {
+            a.phase = ph;
+            loom_status s = kernel(&a);
+            if (s != LOOM_OK && atomic_exchange(&rc->failed, 1) == 0) {
+                rc->status = s;
+                snprintf(rc->error, sizeof rc->error, "%s (node %d '%s'): %s", info->name, n,
+                         g->tensors[node->dst].t.name, loom_last_error());
+            }
+            loom_pool_barrier(e->pool);
+            if (atomic_load(&rc->failed)) return;  /* every thread sees it after the barrier */
         }
-        loom_pool_barrier(e->pool);
-        if (atomic_load(&rc->failed)) return;  /* every thread sees it after the barrier */
         if (ith == 0) {
             node->stats.time_ns = (double)(loom_time_ns() - t0);
-            if (e->dump_dir) dump_node(e, g, n);
+            if (e->dump_dir && !rc->filter) dump_node(e, g, n);
         }
-        if (e->dump_dir) loom_pool_barrier(e->pool);  /* the next node may reuse this memory */
+        if (e->dump_dir && !rc->filter) loom_pool_barrier(e->pool);  /* the next node may reuse this memory */
     }
 }
 
@@ -182,7 +195,7 @@ static void fill_static_stats(loom_executor *e, loom_graph *g) {
         info->cost(src, node->n_src, &g->tensors[node->dst].t,
                    node->has_attrs ? node->attrs : NULL, &c);
         node->stats.kernel = loom_op_kernel_name(node->op, e->isa);
-        node->stats.kernels = 1;
+        node->stats.kernels = info->n_phases > 1 ? info->n_phases : 1;
         node->stats.flops = c.flops;
         node->stats.bytes_read = c.bytes_read;
         node->stats.bytes_written = c.bytes_written;
@@ -190,10 +203,11 @@ static void fill_static_stats(loom_executor *e, loom_graph *g) {
     }
 }
 
-loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
-    LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");
+/* Plans g (if needed) into arena, grows the scratch, binds and runs it. */
+loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **arena, size_t *arena_cap,
+                            int filter, int only_layer) {
     if (!g->planned) LOOM_TRY(loom_graph_plan(g));
-    LOOM_TRY(ensure(e, &e->arena, &e->arena_cap, g->arena_bytes));
+    LOOM_TRY(ensure(e, arena, arena_cap, g->arena_bytes));
     if (g->scratch_bytes > e->scratch_cap) {
         size_t per = g->scratch_bytes;
         loom_free_aligned(e->scratch);
@@ -202,12 +216,102 @@ loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
         LOOM_RETURN_IF(!e->scratch, LOOM_ERR_NOMEM, "executor: cannot allocate scratch");
         e->n_allocs++;
     }
-    bind(e, g);
-    fill_static_stats(e, g);
-    run_ctx rc = {.e = e, .g = g, .status = LOOM_OK};
+    if (!filter) {
+        unsigned char *saved = e->arena;
+        e->arena = *arena;
+        bind(e, g);
+        e->arena = saved;
+        fill_static_stats(e, g);
+    }
+    run_ctx rc = {.e = e, .g = g, .status = LOOM_OK, .filter = filter, .only_layer = only_layer};
     atomic_init(&rc.failed, 0);
     loom_pool_run(e->pool, run_worker, &rc);
-    if (e->dump_dir) e->dump_seq++;
     if (atomic_load(&rc.failed)) return loom_set_error(rc.status, "%s", rc.error);
     return LOOM_OK;
+}
+
+/* Binds the non-external tensors of g to arena (views follow their bases). */
+void loom_exec_bind(loom_executor *e, loom_graph *g, unsigned char *arena) {
+    unsigned char *saved = e->arena;
+    e->arena = arena;
+    bind(e, g);
+    e->arena = saved;
+}
+
+void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r) {
+    loom_fusion_rules_free(e->rules);
+    e->rules = r;
+}
+
+loom_status loom_executor_load_rules(loom_executor *e, const char *path, const char *preset) {
+    loom_fusion_rules *r;
+    LOOM_TRY(loom_fusion_rules_load(path, &r));
+    if (preset) {
+        loom_status s = loom_fusion_rules_preset(r, preset);
+        if (s != LOOM_OK) {
+            loom_fusion_rules_free(r);
+            return s;
+        }
+    }
+    loom_executor_set_rules(e, r);
+    return LOOM_OK;
+}
+
+const loom_graph *loom_executor_last_graph(const loom_executor *e) { return e->last_run; }
+
+loom_status loom_mode_resolve(const char *flag, const loom_fusion_rules *rules, loom_exec_mode *out) {
+    if (flag) return loom_mode_parse(flag, out);
+    const char *env = getenv("LOOM_MODE");
+    if (env && *env) {
+        loom_status s = loom_mode_parse(env, out);
+        if (s != LOOM_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", loom_last_error());
+            return loom_set_error(s, "LOOM_MODE: %s", msg);
+        }
+        return LOOM_OK;
+    }
+    int m = loom_fusion_rules_mode(rules);
+    *out = m >= 0 ? (loom_exec_mode)m : LOOM_MODE_STEP_BY_STEP;
+    return LOOM_OK;
+}
+
+/* exec_checkpoint.c */
+loom_status loom_exec_checkpoints(loom_executor *e, loom_graph *g);
+void loom_exec_keep_layer_values(loom_graph *fg, const loom_graph *g);
+
+loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
+    LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");
+    if (e->mode == LOOM_MODE_STEP_BY_STEP) {
+        loom_status s = loom_exec_graph(e, g, &e->arena, &e->arena_cap, 0, 0);
+        if (e->dump_dir) e->dump_seq++;
+        e->last_run = g;
+        return s;
+    }
+    LOOM_TRY(loom_graph_status(g));
+    if (!e->rules) LOOM_TRY(loom_fusion_rules_load(NULL, &e->rules));
+    if (!e->fg) LOOM_TRY(loom_graph_init(&e->fg));
+    LOOM_TRY(loom_graph_copy(e->fg, g));
+    LOOM_TRY(loom_fusion_apply(e->fg, e->rules, &e->report));
+    if (e->mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_exec_keep_layer_values(e->fg, g);
+    loom_status s = loom_exec_graph(e, e->fg, &e->arena, &e->arena_cap, 0, 0);
+    if (e->dump_dir) e->dump_seq++;
+    e->last_run = e->fg;
+    LOOM_TRY(s);
+    /* the caller reads results through g: same tensor ids */
+    for (int i = 0; i < g->n_tensors; i++) g->tensors[i].t.data = e->fg->tensors[i].t.data;
+    g->arena_bytes = e->fg->arena_bytes;
+    if (e->mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) LOOM_TRY(loom_exec_checkpoints(e, g));
+    return LOOM_OK;
+}
+
+loom_status loom_model_params_set_mode(loom_model_params *p, const char *flag) {
+    LOOM_RETURN_IF(!p, LOOM_ERR_INVALID_ARG, "set_mode: NULL argument");
+    const char *env = getenv("LOOM_MODE");
+    if (flag || (env && *env)) return loom_mode_resolve(flag, NULL, &p->mode);
+    loom_fusion_rules *r = NULL;
+    LOOM_TRY(loom_fusion_rules_load(p->rules_path, &r));
+    loom_status s = loom_mode_resolve(NULL, r, &p->mode);
+    loom_fusion_rules_free(r);
+    return s;
 }

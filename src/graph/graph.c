@@ -144,6 +144,7 @@ int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const vo
     for (int i = 0; i < n_src; i++) n->src[i] = src[i];
     n->dst = id;
     n->layer = g->cur_layer;
+    n->rule = -1;
     if (info->attr_size) {
         memcpy(n->attrs, attrs, info->attr_size);
         n->has_attrs = 1;
@@ -240,4 +241,53 @@ int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name)
     int src[2] = {cache, x};
     loom_kv_append_attrs a = {pos};
     return loom_graph_op(g, LOOM_OP_KV_APPEND, src, 2, &a, "%s", name);
+}
+
+/* ------------------------------------------------------------ copies, args */
+
+int loom_graph_intermediate(loom_graph *g, const loom_tensor *t) {
+    if (g->status != LOOM_OK) return -1;
+    loom_tensor c = *t;
+    int64_t shape[LOOM_MAX_DIMS];
+    memcpy(shape, c.shape, sizeof shape);
+    if (loom_tensor_init(&c, t->dtype, t->ndim, shape, NULL) != LOOM_OK) return fail_last(g, LOOM_ERR_SHAPE);
+    memcpy(c.name, t->name, sizeof c.name);
+    return new_tensor(g, &c, LOOM_TK_INTERMEDIATE);
+}
+
+loom_status loom_graph_copy(loom_graph *dst, const loom_graph *src) {
+    LOOM_RETURN_IF(!dst || !src, LOOM_ERR_INVALID_ARG, "graph_copy: NULL argument");
+    if (dst->cap_tensors < src->n_tensors) {
+        loom_gtensor *p = realloc(dst->tensors, (size_t)src->n_tensors * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "graph_copy: out of memory");
+        dst->tensors = p, dst->cap_tensors = src->n_tensors;
+    }
+    if (dst->cap_nodes < src->n_nodes) {
+        loom_node *p = realloc(dst->nodes, (size_t)src->n_nodes * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "graph_copy: out of memory");
+        dst->nodes = p, dst->cap_nodes = src->n_nodes;
+    }
+    if (src->n_tensors) memcpy(dst->tensors, src->tensors, (size_t)src->n_tensors * sizeof *dst->tensors);
+    if (src->n_nodes) memcpy(dst->nodes, src->nodes, (size_t)src->n_nodes * sizeof *dst->nodes);
+    dst->n_tensors = src->n_tensors;
+    dst->n_nodes = src->n_nodes;
+    dst->cur_layer = src->cur_layer;
+    dst->status = src->status;
+    memcpy(dst->error, src->error, sizeof dst->error);
+    dst->arena_bytes = dst->scratch_bytes = 0;
+    dst->planned = 0;
+    dst->fused = src->fused;
+    return LOOM_OK;
+}
+
+void loom_graph_node_args(const loom_graph *g, int n, loom_kernel_args *a) {
+    const loom_node *node = &g->nodes[n];
+    memset(a, 0, sizeof *a);
+    a->n_src = node->n_src;
+    for (int i = 0; i < node->n_src; i++) a->src[i] = &g->tensors[node->src[i]].t;
+    a->dst = &g->tensors[node->dst].t;
+    a->attrs = node->has_attrs ? node->attrs : NULL;
+    a->n_dst_extra = node->n_dst_extra;
+    for (int i = 0; i < node->n_dst_extra; i++) a->dst_extra[i] = &g->tensors[node->dst_extra[i]].t;
+    a->nth = 1;
 }

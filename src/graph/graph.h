@@ -45,11 +45,18 @@ typedef struct loom_node_stats {
     double time_ns;
 } loom_node_stats;
 
+#define LOOM_MAX_EXTRA_DST 3  /* outputs of a multi-output (fused) node beyond dst */
+
 typedef struct loom_node {
     loom_op op;
     int     src[LOOM_MAX_SRC];
     int     n_src;
     int     dst;
+    /* Further outputs of fused nodes (add_rms_norm's r, qkv_rope's cache views,
+     * ffn's hidden buffer): tensor ids whose producer is this node. */
+    int     dst_extra[LOOM_MAX_EXTRA_DST];
+    int     n_dst_extra;
+    int     rule;           /* fusion rule that made this node, -1 for primitives */
     int     layer;          /* LOOM_LAYER_PRE/POST or 0..n_layers-1 */
     _Alignas(16) unsigned char attrs[LOOM_ATTR_MAX];
     int     has_attrs;
@@ -66,6 +73,7 @@ typedef struct loom_graph {
     size_t arena_bytes;     /* bytes the intermediates need */
     size_t scratch_bytes;   /* per-thread scratch the kernels need */
     int    planned;
+    int    fused;           /* 1 after a fusion pass rewrote the graph */
 } loom_graph;
 
 loom_status loom_graph_init(loom_graph **g);
@@ -89,6 +97,15 @@ int loom_graph_view_rows(loom_graph *g, int id, int64_t row0, int64_t nrows);
 void loom_graph_mark_output(loom_graph *g, int id);
 /* Descriptor of tensor id (data valid after execution for intermediates). */
 const loom_tensor *loom_graph_tensor(const loom_graph *g, int id);
+
+/* Copies src into dst (tensors, nodes, no planner results); dst keeps its
+ * memory when large enough. */
+loom_status loom_graph_copy(loom_graph *dst, const loom_graph *src);
+/* A new intermediate tensor with t's dtype, shape and name and no producer
+ * yet (the fusion pass gives it one). */
+int loom_graph_intermediate(loom_graph *g, const loom_tensor *t);
+/* Arguments of node n for its kernel (ith 0, nth 1: the caller sets them). */
+void loom_graph_node_args(const loom_graph *g, int n, loom_kernel_args *a);
 
 /* Convenience builders for the primitive ops. */
 int loom_g_matmul(loom_graph *g, int x, int w, const char *name);

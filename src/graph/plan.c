@@ -46,6 +46,10 @@ loom_status loom_graph_plan(loom_graph *g) {
         /* an in-place output keeps its storage alive as well */
         int d = storage_of(g, node->dst);
         if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
+        for (int e = 0; e < node->n_dst_extra; e++) {
+            d = storage_of(g, node->dst_extra[e]);
+            if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
+        }
         const loom_op_info *info = loom_op_get(node->op);
         if (info->scratch_size) {
             const loom_tensor *src[LOOM_MAX_SRC] = {0};
@@ -63,7 +67,8 @@ loom_status loom_graph_plan(loom_graph *g) {
     LOOM_RETURN_IF(!order, LOOM_ERR_NOMEM, "plan: out of memory");
     int n_inter = 0;
     for (int i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE) order[n_inter++] = i;
+        /* intermediates without a producer were removed by fusion */
+        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE && g->tensors[i].producer >= 0) order[n_inter++] = i;
     sort_graph = g;
     qsort(order, (size_t)n_inter, sizeof *order, by_size_desc);
 

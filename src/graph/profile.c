@@ -54,6 +54,7 @@ loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *
                                     .flops = node->stats.flops, .time_ns = node->stats.time_ns};
         accumulate(s, &one);
         accumulate(&out->total, &one);
+        loom_profile_add_kind(out, node->stats.kernel ? node->stats.kernel : "?", &one);
         loom_status st = append_chain(s, node->stats.kernel ? node->stats.kernel : "?");
         if (st != LOOM_OK) {
             loom_profile_free(out);

@@ -18,6 +18,14 @@ typedef struct loom_profile_section {
     char  *chain;          /* kernel names in execution order, space-separated (malloc'd) */
 } loom_profile_section;
 
+/* Totals per op kind (kernel name without its ".isa" suffix), for the SVG chart. */
+#define LOOM_PROFILE_MAX_KINDS 32
+typedef struct loom_profile_kind {
+    char   name[40];
+    int    kernels;
+    double bytes_read, bytes_written, flops, time_ns;
+} loom_profile_kind;
+
 typedef struct loom_profile {
     char   phase[16];      /* "prefill" or "decode" */
     const char *mode;      /* "step_by_step", ... */
@@ -26,6 +34,8 @@ typedef struct loom_profile {
     loom_profile_section *sections;
     loom_profile_section total;
     size_t arena_bytes;    /* planned intermediate memory */
+    int    n_kinds;        /* per op kind, in order of first appearance (profile_svg.c) */
+    loom_profile_kind kinds[LOOM_PROFILE_MAX_KINDS];
 } loom_profile;
 
 /* Groups the stats of an executed graph. Sections: embed, L0..L{n_layers-1}, head. */
@@ -36,5 +46,19 @@ void loom_profile_free(loom_profile *p);
 void loom_profile_print_table(FILE *f, const loom_profile *profs, int n_modes);
 /* JSON object for all given profiles: {"profiles": [...]}. */
 void loom_profile_print_json(FILE *f, const char *model, const loom_profile *profs, int n);
+
+/* step_by_step vs fused for one phase: kernels, traffic and time per section
+ * with the % reductions, and the totals (profile_compare.c). */
+void loom_profile_print_compare(FILE *f, const loom_profile *step, const loom_profile *fused);
+/* The totals of that comparison as one JSON object. */
+void loom_profile_print_compare_json(FILE *f, const loom_profile *step, const loom_profile *fused);
+
+/* Adds one kernel launch's numbers (one.kernels etc.) to p's per-kind totals;
+ * kinds beyond LOOM_PROFILE_MAX_KINDS are summed under "other". */
+void loom_profile_add_kind(loom_profile *p, const char *kernel, const loom_profile_section *one);
+/* SVG bar chart of traffic (MB read + written) and time per op kind,
+ * step_by_step vs fused side by side; either may be NULL. Axes, labels and a
+ * legend; bars carry class="bar step|fused" and data-kind="NAME". */
+void loom_profile_write_svg(FILE *f, const loom_profile *step, const loom_profile *fused);
 
 #endif

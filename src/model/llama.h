@@ -5,6 +5,7 @@
 
 #include "graph/exec.h"
 #include "graph/graph.h"
+#include "model/gguf.h"
 #include "model/mapped_file.h"
 
 typedef struct loom_llama_config {
@@ -19,6 +20,8 @@ typedef struct loom_llama_config {
     float rope_theta;
     float rms_eps;
     loom_rope_mode rope_mode;
+    int   n_rot;        /* rotated dims per head; 0 = head_dim */
+    float rope_freq_scale;  /* linear RoPE scaling: positions times this; 0 = 1 */
     int   shared_classifier;  /* output projection is the token embedding */
 } loom_llama_config;
 
@@ -48,6 +51,15 @@ loom_status loom_llama_config_check(const loom_llama_config *c, const char *what
  * the mapping. layers is malloc'd (free with free()). */
 loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_llama_config *cfg,
                               loom_llama_weights *w);
+
+/* Loads a Llama-architecture GGUF (general.architecture = "llama") by mmap;
+ * weights point into the mapping owned by *gguf (close it after use); layers
+ * is malloc'd. Everything is validated first: errors name the missing or
+ * malformed key (LOOM_ERR_FORMAT), the tensor with the wrong shape
+ * (LOOM_ERR_SHAPE) or type (LOOM_ERR_DTYPE / LOOM_ERR_UNSUPPORTED), or the
+ * unsupported architecture (LOOM_ERR_UNSUPPORTED). */
+loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
+                                 loom_llama_weights *w);
 
 /* Appends the graph of one forward pass over n tokens at positions pos..pos+n-1:
  * ids is an I32 [n] tensor id, kc/vc are per-layer cache tensor ids

@@ -15,8 +15,9 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
     loom_graph_set_layer(g, LOOM_LAYER_PRE);
     int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), ids, "embd");
 
-    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = HD, .theta = c->rope_theta,
-                            .freq_scale = 1.0f, .pos_offset = pos};
+    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD,
+                            .theta = c->rope_theta,
+                            .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f, .pos_offset = pos};
     loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos};
     const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD};
     const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
@@ -43,7 +44,8 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->ffn_norm), c->rms_eps, NAME("ffn_norm"));
         int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
         int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
-        int h = loom_g_mul(g, loom_g_silu(g, gate, NAME("ffn_silu")), up, NAME("ffn_swiglu"));
+        int act = loom_g_silu(g, gate, NAME("ffn_silu")); /* own statement: NAME shares nm */
+        int h = loom_g_mul(g, act, up, NAME("ffn_swiglu"));
         int d = loom_g_matmul(g, h, loom_graph_external(g, &L->w2), NAME("ffn_down"));
         x = loom_g_add(g, x, d, NAME("ffn_residual"));
 #undef NAME

@@ -1,11 +1,54 @@
 /* A loaded model: weights, KV cache, and one forward pass per call. */
 #include "model/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #include "base/alloc.h"
 #include "base/status.h"
+#include "model/llama_st.h"
+
+/* KV caches come from anonymous mappings: zero-filled by the kernel and only
+ * resident once written, so a long context costs memory as it fills. */
+static float *cache_alloc(size_t bytes) {
+    if (bytes == 0) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void cache_free(float *p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
+/* Picks the loader: a folder or .safetensors file (Hugging Face), else by the
+ * file's first bytes: "GGUF" or a llama2.c checkpoint. */
+static loom_status load_weights(const char *path, loom_model *m) {
+    LOOM_RETURN_IF(!path, LOOM_ERR_INVALID_ARG, "model_load: NULL path");
+    struct stat st;
+    size_t plen = strlen(path);
+    int st_name = plen >= 12 && strcmp(path + plen - 12, ".safetensors") == 0;
+    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || st_name) {
+        /* Hugging Face: a folder with config.json + model.safetensors, or the file itself */
+        m->format = LOOM_MODEL_SAFETENSORS;
+        return loom_llama_load_safetensors(path, &m->st, &m->st_owned, &m->cfg, &m->w);
+    }
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        size_t got = fread(magic, 1, 4, f);
+        fclose(f);
+        if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+            m->format = LOOM_MODEL_GGUF;
+            return loom_llama_load_gguf(path, &m->gguf, &m->cfg, &m->w);
+        }
+    }
+    m->format = LOOM_MODEL_LLAMA2C;
+    return loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
+}
 
 loom_model_params loom_model_default_params(void) {
     loom_model_params p = {.n_threads = 1, .n_ctx = 0, .mode = LOOM_MODE_STEP_BY_STEP, .dump_dir = NULL};
@@ -23,7 +66,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     loom_model *m = calloc(1, sizeof *m);
     LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
     m->params = params;
-    loom_status s = loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
+    loom_status s = load_weights(path, m);
     if (s != LOOM_OK) {
         free(m);
         return s;
@@ -37,22 +80,30 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         goto fail;
     }
     size_t cache = (size_t)c->n_layers * (size_t)m->n_ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    m->k_cache = loom_alloc_aligned(cache * sizeof(float), LOOM_ALIGN);
-    m->v_cache = loom_alloc_aligned(cache * sizeof(float), LOOM_ALIGN);
+    m->cache_bytes = cache * sizeof(float);
+    m->k_cache = cache_alloc(m->cache_bytes);
+    m->v_cache = cache_alloc(m->cache_bytes);
     m->ids = malloc((size_t)m->n_ctx * sizeof *m->ids);
     m->kc = malloc((size_t)c->n_layers * sizeof *m->kc);
     m->vc = malloc((size_t)c->n_layers * sizeof *m->vc);
     if (!m->k_cache || !m->v_cache || !m->ids || !m->kc || !m->vc) {
+        cache_free(m->k_cache, m->cache_bytes);
+        cache_free(m->v_cache, m->cache_bytes);
+        m->k_cache = m->v_cache = NULL;
         s = loom_set_error(LOOM_ERR_NOMEM, "cannot allocate a KV cache of %zu bytes",
                            2 * cache * sizeof(float));
         goto fail;
     }
-    /* the cache starts as zeros so a dump never shows stale memory */
-    memset(m->k_cache, 0, cache * sizeof(float));
-    memset(m->v_cache, 0, cache * sizeof(float));
+    /* the cache starts as zeros (fresh anonymous pages) so a dump never shows
+     * stale memory; pages are touched only as positions fill */
     if ((s = loom_graph_init(&m->graph)) != LOOM_OK) goto fail;
     if ((s = loom_executor_init(&m->exec, params.n_threads, params.mode)) != LOOM_OK) goto fail;
     if (params.dump_dir && (s = loom_executor_set_dump(m->exec, params.dump_dir)) != LOOM_OK) goto fail;
+    /* fusion rules: the file, its preset and the checkpoint action go to the executor */
+    if ((params.mode != LOOM_MODE_STEP_BY_STEP || params.rules_path || params.fusion_preset) &&
+        (s = loom_executor_load_rules(m->exec, params.rules_path, params.fusion_preset)) != LOOM_OK)
+        goto fail;
+    if (params.checkpoint_action > 0) m->exec->ckpt_action = params.checkpoint_action - 1;
     *out = m;
     return LOOM_OK;
 fail:
@@ -64,13 +115,16 @@ void loom_model_free(loom_model *m) {
     if (!m) return;
     loom_executor_free(m->exec);
     loom_graph_free(m->graph);
-    loom_free_aligned(m->k_cache);
-    loom_free_aligned(m->v_cache);
+    cache_free(m->k_cache, m->cache_bytes);
+    cache_free(m->v_cache, m->cache_bytes);
     free(m->ids);
     free(m->kc);
     free(m->vc);
     free(m->w.layers);
     loom_mapped_file_close(&m->file);
+    loom_gguf_close(m->gguf);
+    loom_safetensors_close(m->st);
+    free(m->st_owned);
     free(m);
 }
 
@@ -82,6 +136,11 @@ loom_model_info loom_model_get_info(const loom_model *m) {
 }
 
 loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int pos, int *logits_id) {
+    return loom_model_build_ex(m, tokens, n, pos, 0, logits_id);
+}
+
+loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int pos, int all_logits,
+                                int *logits_id) {
     const loom_llama_config *c = &m->cfg;
     LOOM_RETURN_IF(n < 1, LOOM_ERR_INVALID_ARG, "forward: need at least one token, got %d", n);
     LOOM_RETURN_IF(pos < 0 || pos + n > m->n_ctx || pos + n < pos, LOOM_ERR_INVALID_ARG,
@@ -110,7 +169,7 @@ loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int po
         loom_tensor_set_name(&t, "L%d.v_cache_store", l);
         m->vc[l] = loom_graph_external(g, &t);
     }
-    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, n, pos, 0);
+    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, n, pos, all_logits);
     return loom_graph_status(g);
 }
 
@@ -122,4 +181,19 @@ loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int 
     const loom_tensor *lt = loom_graph_tensor(m->graph, out);
     memcpy(logits, lt->data, (size_t)m->cfg.vocab_size * sizeof(float));
     return LOOM_OK;
+}
+
+loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
+    LOOM_RETURN_IF(!m || !tokens || !logits, LOOM_ERR_INVALID_ARG, "forward: NULL argument");
+    int out;
+    LOOM_TRY(loom_model_build_ex(m, tokens, n, pos, 1, &out));
+    LOOM_TRY(loom_executor_run(m->exec, m->graph));
+    const loom_tensor *lt = loom_graph_tensor(m->graph, out);
+    memcpy(logits, lt->data, (size_t)n * (size_t)m->cfg.vocab_size * sizeof(float));
+    return LOOM_OK;
+}
+
+void loom_model_report_checkpoints(const loom_model *m) {
+    if (m && m->exec && m->exec->mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS)
+        loom_executor_print_checkpoints(m->exec, stderr);
 }

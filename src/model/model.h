@@ -4,7 +4,15 @@
 
 #include "model/llama.h"
 
+typedef enum { LOOM_MODEL_LLAMA2C = 0, LOOM_MODEL_GGUF, LOOM_MODEL_SAFETENSORS } loom_model_format;
+
+typedef struct loom_safetensors loom_safetensors;
+
 struct loom_model {
+    loom_model_format  format;
+    loom_gguf         *gguf;      /* GGUF models: the open file the weights point into */
+    loom_safetensors  *st;        /* safetensors models: the same */
+    float             *st_owned;  /* safetensors models: converted norm weights */
     loom_llama_config  cfg;
     loom_llama_weights w;
     loom_mapped_file   file;
@@ -12,6 +20,7 @@ struct loom_model {
     int                n_ctx;
     float             *k_cache;   /* [n_layers, n_ctx, n_kv_heads, head_dim] */
     float             *v_cache;   /* same */
+    size_t             cache_bytes;  /* of each of k_cache, v_cache */
     int32_t           *ids;       /* [n_ctx] token ids of the current call */
     loom_graph        *graph;     /* the graph of the last forward pass */
     loom_executor     *exec;
@@ -20,5 +29,12 @@ struct loom_model {
 
 /* Builds (but does not run) the graph for n tokens at pos; returns the logits id. */
 loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int pos, int *logits_id);
+
+/* The same, with all_logits: logits of every token ([n, vocab]) instead of the last. */
+loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int pos, int all_logits,
+                                int *logits_id);
+
+/* Like loom_model_forward, writing the logits of all n tokens to logits[n * vocab]. */
+loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 #endif

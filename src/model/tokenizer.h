@@ -34,8 +34,21 @@ loom_status loom_tokenizer_load_gguf(const char *path, loom_tokenizer **out);
 loom_status loom_tokenizer_load_gguf_memory(const void *data, size_t size, const char *name,
                                             loom_tokenizer **out);
 
-/* Loads a tokenizer of any supported file: GGUF when the file starts with
- * "GGUF", a llama2.c tokenizer.bin otherwise. */
+/* Loads a Hugging Face tokenizer.json (path: the file, or a folder holding
+ * it; tokenizer_config.json beside it gives BOS/EOS for byte-level BPE):
+ * WordPiece ("bert") or byte-level BPE ("gpt2", GPT-2 / SmolLM / Llama 3
+ * pre-tokenizers). Errors: LOOM_ERR_IO, LOOM_ERR_FORMAT (invalid JSON,
+ * vocabulary ids with gaps or duplicates), LOOM_ERR_UNSUPPORTED (other
+ * models, cased WordPiece). *out is NULL on error. */
+loom_status loom_tokenizer_load_hf_json(const char *path, loom_tokenizer **out);
+/* The same over tokenizer.json text and optional tokenizer_config.json text
+ * (config_text may be NULL); name is used in messages. */
+loom_status loom_tokenizer_load_hf_json_memory(const char *text, size_t len, const char *config_text,
+                                               size_t config_len, const char *name, loom_tokenizer **out);
+
+/* Loads a tokenizer of any supported file: a Hugging Face tokenizer.json
+ * when path ends in ".json" or is a folder (loom_tokenizer_load_hf_json),
+ * GGUF when the file starts with "GGUF", a llama2.c tokenizer.bin otherwise. */
 loom_status loom_tokenizer_load(const char *path, loom_tokenizer **out);
 
 /* Releases t and everything it owns; NULL is a no-op. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/status.h"
 #include "model/gguf.h"
@@ -415,6 +416,11 @@ loom_status loom_tokenizer_load_gguf(const char *path, loom_tokenizer **out) {
 loom_status loom_tokenizer_load(const char *path, loom_tokenizer **out) {
     LOOM_RETURN_IF(!out || !path, LOOM_ERR_INVALID_ARG, "tokenizer: path and out must not be NULL");
     *out = NULL;
+    /* Hugging Face tokenizer.json (or a model folder holding one): tokenizer_hfjson.c */
+    size_t pl = strlen(path);
+    struct stat sb;
+    if ((pl >= 5 && strcmp(path + pl - 5, ".json") == 0) || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return loom_tokenizer_load_hf_json(path, out);
     FILE *f = fopen(path, "rb");
     LOOM_RETURN_IF(!f, LOOM_ERR_IO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
     char magic[4] = {0};

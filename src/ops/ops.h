@@ -29,11 +29,30 @@ typedef enum loom_op {
                            dtype conversion f32<->f16/bf16 allowed src: x          */
     LOOM_OP_KV_APPEND,  /* cache[pos : pos+n, ...] = x; the output is the view cache[0 : pos+n]
                                                                    src: cache[S_max, ...], x[n, ...] */
+    LOOM_OP_LAYER_NORM, /* y = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dim
+                                                                   src: x[..., D], gamma[D], beta[D] (optional) */
+    LOOM_OP_GELU,       /* y = x * Phi(x) (erf form), or its tanh approximation
+                                                                   src: x              */
+    LOOM_OP_ADD_BIAS,   /* y[..., N] = x[..., N] + b[N] (b broadcast over rows)
+                                                                   src: x, b[N]        */
     /* fused (src/fused/attention.h; kernels registered by loom_register_attention_kernels) */
     LOOM_OP_FLASH_ATTENTION,       /* prefill FlashAttention      src: q, k, v, atten_mask (optional)
                                       in input_layout; dst: like q */
     LOOM_OP_INCRE_FLASH_ATTENTION, /* decode (S_q <= 16) against contiguous caches k, v [B, S_kv, ..];
                                       src: q, k, v, atten_mask (optional); dst: like q */
+    /* fused graph ops made by the fusion pass (src/fused/..._op.c, src/graph/fusion*.c) */
+    LOOM_OP_QKV_ROPE,     /* x.Wq/Wk/Wv^T, RoPE on Q and K, K/V written into the caches in place
+                             src: x[T, hidden], wq, wk, wv; dst: q [T, Hq, D];
+                             extra dst: the cache views k_cache[0:pos+T], v_cache[0:pos+T]
+                             [S, Hkv, D] f32, written in place (made by the fusion pass) */
+    LOOM_OP_ADD_RMS_NORM, /* r = a + b; y = rms_norm(r) * gamma     src: a, b, gamma;
+                             dst: y; extra dst: r */
+    LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
+                             src: x[M, D], w_gate[H, D], w_up[H, D], w_down[D, H] (+ residual);
+                             dst: y; extra dst: h [M, H] (the phase-0 buffer) */
+    /* slots for fused ops registered at run time (loom_register_fused_op) */
+    LOOM_OP_CUSTOM0,
+    LOOM_OP_CUSTOM_LAST = LOOM_OP_CUSTOM0 + 7,
     LOOM_OP_COUNT
 } loom_op;
 
@@ -95,12 +114,28 @@ typedef struct {
 } loom_incre_flash_attention_attrs;
 #define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647}
 
+/* Attributes of the fused graph ops. */
+typedef struct {
+    loom_rope_attrs rope;   /* as the rope nodes it replaced (pos_offset = first cache row) */
+    int32_t n_heads, n_kv_heads, head_dim;
+    int32_t block_heads;    /* heads per work item, 0 = auto (tile within L2/4) */
+} loom_qkv_rope_attrs;
+typedef struct { float eps; } loom_add_rms_norm_attrs;
+typedef struct {
+    int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
+    int32_t block_n;        /* hidden columns per work item, 0 = auto */
+    int32_t has_residual;
+} loom_ffn_attrs;
+#define LOOM_FFN_ACT_CUSTOM 100
+
+typedef struct { float eps; } loom_layer_norm_attrs;               /* eps > 0 */
+typedef struct { int approximate; } loom_gelu_attrs;  /* 0: x*Phi(x) with erf (HF "gelu"); 1: tanh form */
 typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
 typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */
 
 /* ---------------------------------------------------------- kernels */
 
-#define LOOM_MAX_SRC 4
+#define LOOM_MAX_SRC 5   /* ffn with a residual takes 5 */
 
 typedef struct loom_kernel_args {
     const loom_tensor *src[LOOM_MAX_SRC]; /* unused entries NULL */
@@ -109,6 +144,9 @@ typedef struct loom_kernel_args {
     const void        *attrs;             /* the op's attribute struct, or NULL */
     int                ith, nth;          /* this thread, thread count */
     void              *scratch;           /* this thread's scratch (scratch_size bytes), LOOM_ALIGN-aligned */
+    loom_tensor       *dst_extra[3];      /* further outputs of multi-output (fused) nodes */
+    int                n_dst_extra;
+    int                phase;             /* 0..n_phases-1; the executor meets at a barrier between phases */
 } loom_kernel_args;
 
 /* Kernels split their own work by (ith, nth), write only their share of dst,
@@ -139,6 +177,11 @@ typedef struct loom_op_info {
     loom_kernel_fn ref;                     /* reference kernel, always present */
     loom_kernel_fn opt[LOOM_ISA_COUNT];     /* optimised kernels by level; NULL = none */
     int dst_views_src0;                     /* dst aliases src[0]'s memory (kv_append) */
+    /* Fused ops: kernel phases per launch (0 = 1); every phase is one kernel
+     * launch in the accounting. decomposition names the primitive ops it
+     * replaces, in order, e.g. "add rms_norm" (NULL for primitives). */
+    int n_phases;
+    const char *decomposition;
 } loom_op_info;
 
 /* Entry for op; NULL for an out-of-range value. */

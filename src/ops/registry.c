@@ -4,6 +4,8 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "ops/ref/ref.h"
+#include "ops/ref/ref_encoder.h"
+#include "ops/vec/vec_encoder.h"
 #include "ops/register.h"
 
 #include <pthread.h>
@@ -35,12 +37,37 @@ static loom_op_info op_table[] = {
     [LOOM_OP_KV_APPEND] = {.name = "kv_append", .n_src_min = 2, .n_src_max = 2,
                            .attr_size = sizeof(loom_kv_append_attrs), REF(kv_append),
                            .dst_views_src0 = 1},
+    [LOOM_OP_LAYER_NORM] = {.name = "layer_norm", .n_src_min = 1, .n_src_max = 3,
+                            .attr_size = sizeof(loom_layer_norm_attrs), REF(layer_norm)},
+    [LOOM_OP_GELU] = {.name = "gelu", .n_src_min = 1, .n_src_max = 1,
+                      .attr_size = sizeof(loom_gelu_attrs), REF(gelu),
+                      .opt = {[LOOM_ISA_GENERIC] = loom_gelu_generic,
+#if defined(__x86_64__)
+                              [LOOM_ISA_AVX512] = loom_gelu_avx512,
+#endif
+                      }},
+    [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias)},
     /* infer, cost, scratch and kernels come from loom_register_attention_kernels */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 4,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},
     [LOOM_OP_INCRE_FLASH_ATTENTION] = {.name = "incre_flash_attention", .n_src_min = 3,
                                        .n_src_max = 4,
                                        .attr_size = sizeof(loom_incre_flash_attention_attrs)},
+    /* fused graph ops: the rest comes from loom_register_fused_graph_ops (src/fused/..._op.c) */
+    [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 4,
+                          .attr_size = sizeof(loom_qkv_rope_attrs)},
+    [LOOM_OP_ADD_RMS_NORM] = {.name = "add_rms_norm", .n_src_min = 3, .n_src_max = 3,
+                              .attr_size = sizeof(loom_add_rms_norm_attrs)},
+    [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 5,
+                     .attr_size = sizeof(loom_ffn_attrs)},
+    [LOOM_OP_CUSTOM0 + 0] = {.name = "custom0", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 1] = {.name = "custom1", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 2] = {.name = "custom2", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 3] = {.name = "custom3", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 4] = {.name = "custom4", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 5] = {.name = "custom5", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 6] = {.name = "custom6", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
+    [LOOM_OP_CUSTOM0 + 7] = {.name = "custom7", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == LOOM_OP_COUNT,
                "op_table must have an entry for every loom_op");
@@ -51,6 +78,14 @@ static void register_optimised(void) {
     loom_register_matmul_kernels(op_table);
     loom_register_vec_kernels(op_table);
     loom_register_attention_kernels(op_table);
+    loom_register_attention_primitive_kernels(op_table);
+    loom_register_fused_graph_ops(op_table);
+}
+
+/* The table itself, for run-time registration of fused ops (graph/fusion_api.c). */
+loom_op_info *loom_op_table_mutable(void) {
+    pthread_once(&register_once, register_optimised);
+    return op_table;
 }
 
 const loom_op_info *loom_op_get(loom_op op) {
@@ -84,6 +119,14 @@ static void build_kernel_names(void) {
         for (int l = 0; l < LOOM_ISA_COUNT; l++)
             snprintf(kernel_names[op][l], sizeof kernel_names[op][l], "%s.%s", op_table[op].name,
                      loom_isa_name((loom_isa)l));
+}
+
+void loom_op_refresh_kernel_names(loom_op op) {
+    pthread_once(&kernel_names_once, build_kernel_names);
+    if ((unsigned)op >= LOOM_OP_COUNT) return;
+    for (int l = 0; l < LOOM_ISA_COUNT; l++)
+        snprintf(kernel_names[op][l], sizeof kernel_names[op][l], "%s.%s", op_table[op].name,
+                 loom_isa_name((loom_isa)l));
 }
 
 const char *loom_op_kernel_name(loom_op op, loom_isa isa) {

@@ -13,7 +13,7 @@ grep -q "^prefill: " "$TMP/table" && grep -q "^decode: 1 token" "$TMP/table" \
 grep -qE "^L4 " "$TMP/table" && grep -qE "^head " "$TMP/table" && grep -qE "^total " "$TMP/table" \
     && pass "table has layers, head, total" || fail "table rows missing"
 
-"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 2 --json >"$TMP/json" 2>"$TMP/err" \
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 2 --json --mode step_by_step >"$TMP/json" 2>"$TMP/err" \
     && pass "profile --json runs" || fail "profile --json: $(cat "$TMP/err")"
 # Check the numbers against the model's shapes (stories260K: dim 64, hidden 172,
 # 5 layers, 8 heads, 4 kv heads, vocab 512), computed here independently.
@@ -49,4 +49,31 @@ for phase, n, pos in (("prefill", 37, 0), ("decode", 1, 37)):
     assert tot["kernels"] == 1 + L * len(chain) + 2
 PY
 then pass "JSON accounting consistent with the model"; else fail "JSON accounting"; fi
+
+# Side by side (the default): fused has fewer kernels and less traffic per layer.
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 --decode-steps 3 --json >"$TMP/both" 2>"$TMP/err" \
+    && pass "profile side by side --json runs" || fail "profile side by side: $(cat "$TMP/err")"
+if python3 - "$TMP/both" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+profs = {(p["phase"], p["mode"]): p for p in d["report"]["profiles"]}
+assert set(profs) == {(ph, m) for ph in ("prefill", "decode") for m in ("step_by_step", "fused")}, profs.keys()
+assert profs[("decode", "fused")]["tokens"] == 1
+for ph in ("prefill", "decode"):
+    s, f = profs[(ph, "step_by_step")], profs[(ph, "fused")]
+    for a, b in zip(s["sections"][1:-1], f["sections"][1:-1]):
+        assert a["kernels"] >= 11 and b["kernels"] <= 7, (a["kernels"], b["kernels"])
+        assert b["bytes_read"] + b["bytes_written"] < a["bytes_read"] + a["bytes_written"]
+        kinds = [k.split(".")[0] for k in b["chain"]]
+        assert "qkv_rope" in kinds and "ffn" in kinds and "add_rms_norm" in kinds, kinds
+        assert ("flash_attention_score" if ph == "prefill" else "incre_flash_attention") in kinds, kinds
+    assert abs(f["total"]["flops"] - s["total"]["flops"]) <= 0.02 * s["total"]["flops"]
+cmp = {c["phase"]: c for c in d["comparison"]}
+assert cmp["prefill"]["traffic_reduction_pct"] > 10 and cmp["prefill"]["kernel_reduction_pct"] > 50, cmp
+assert cmp["prefill"]["arena_bytes_fused"] < cmp["prefill"]["arena_bytes_step"], cmp
+PY
+then pass "fused profile: fewer kernels and bytes per layer"; else fail "fused profile"; fi
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
+    && grep -q "^prefill: traffic .* kernels 93 -> 38" "$TMP/table2" \
+    && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"
 finish

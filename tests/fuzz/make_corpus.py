@@ -104,6 +104,56 @@ def llama2c_vocab():
     return out
 
 
+def safetensors(tensors, meta=True):
+    """tensors: [(name, dtype, shape, data bytes)] -> a safetensors image."""
+    import json
+    hdr, off, blob = {}, 0, b""
+    if meta:
+        hdr["__metadata__"] = {"format": "pt"}
+    for name, dt, shape, data in tensors:
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+        blob += data
+    h = json.dumps(hdr).encode()
+    h += b" " * ((-len(h)) % 8)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+def hf_seeds():
+    """Seeds of fuzz_safetensors: mode byte 0 safetensors, 1 config.json, 2 tokenizer.json."""
+    import json
+    f32 = struct.pack("<6f", *range(6))
+    st = {
+        "st_basic": safetensors([("w", "F32", [2, 3], f32), ("b", "BF16", [2], b"\0\x3f\0\x40"),
+                                 ("h", "F16", [], b"\0\x3c"), ("ids", "I64", [1, 2], b"\1" * 16)]),
+        "st_empty": safetensors([], meta=False),
+        "st_zero": safetensors([("z", "F32", [0, 4], b"")]),
+    }
+    cfg = {"model_type": "bert", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "vocab_size": 12, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+           "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "eos_token_id": [2, 3]}
+    vocab = {p: i for i, p in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "!", "##ing",
+                                         "play", "caf", "##e", "\u4e2d"])}
+    wp = {"version": "1.0", "added_tokens": [{"id": 0, "content": "[PAD]", "special": True}],
+          "normalizer": {"type": "BertNormalizer", "lowercase": True},
+          "pre_tokenizer": {"type": "BertPreTokenizer"},
+          "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "vocab": vocab}}
+    bu = byte_unicode()
+    bvocab = {bu[b]: b for b in range(256)}
+    merges = ["\u0120 w", "o r", "H e", "l l"]
+    for m in merges:
+        bvocab[m.replace(" ", "")] = len(bvocab)
+    bpe = {"added_tokens": [{"id": len(bvocab), "content": "<|endoftext|>", "special": True}],
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Digits", "individual_digits": True}, {"type": "ByteLevel"}]},
+           "model": {"type": "BPE", "vocab": bvocab, "merges": [m.split(" ") for m in merges]}}
+    out = {k: b"\0" + v for k, v in st.items()}
+    out["config_bert"] = b"\1" + json.dumps(cfg).encode()
+    out["tok_wordpiece"] = b"\2" + json.dumps(wp).encode()
+    out["tok_bpe"] = b"\2" + json.dumps(bpe).encode()
+    return out
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fuzz-corpus"
     g_dir, t_dir = os.path.join(out, "gguf"), os.path.join(out, "tokenizer")
@@ -134,6 +184,11 @@ def main():
     for name in ("vocab_spm", "vocab_gpt2", "vocab_bert"):
         with open(os.path.join(t_dir, name), "wb") as f:
             f.write(b"\0" + seeds[name])
+    s_dir = os.path.join(out, "safetensors")
+    os.makedirs(s_dir, exist_ok=True)
+    for name, data in hf_seeds().items():
+        with open(os.path.join(s_dir, name), "wb") as f:
+            f.write(data)
     with open(os.path.join(t_dir, "llama2c"), "wb") as f:
         f.write(b"\2" + llama2c_vocab())
     with open(os.path.join(t_dir, "vocab_smollm"), "wb") as f:

@@ -252,7 +252,8 @@ static void test_attention_scratch(void) {
     TENSOR(tk, LOOM_F32, k, 1, 2, 1, 2);
     TENSOR(to, LOOM_F32, o, 1, 1, 1, 2);
     const loom_tensor *src[3] = {&tq, &tk, &tk};
-    CHECK(loom_op_get(LOOM_OP_ATTENTION)->scratch_size(src, 3, &to, NULL) == 2 * sizeof(double));
+    /* at least the reference's (the optimised kernels may need more) */
+    CHECK(loom_op_get(LOOM_OP_ATTENTION)->scratch_size(src, 3, &to, NULL) >= 2 * sizeof(double));
     loom_kernel_args a = {.src = {&tq, &tk, &tk}, .n_src = 3, .dst = &to, .nth = 1};
     CHECK_FAILS(loom_op_get(LOOM_OP_ATTENTION)->ref(&a));
 }

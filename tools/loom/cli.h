@@ -2,17 +2,36 @@
 #ifndef LOOM_TOOLS_CLI_H
 #define LOOM_TOOLS_CLI_H
 
+#include <stddef.h>
+
 #include "loom.h"
 #include "model/tokenizer.h"
 
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 /* Prints "loom CMD: <what>: <last error>" to stderr and returns 1. */
 int cli_fail(const char *cmd, const char *what);
 
-/* Loads model and tokenizer and checks that their vocabularies agree. */
+/* File name of the default chat model under the models folder (scripts/fetch-models.sh). */
+#define CLI_DEFAULT_LLM "SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The models folder: $LOOM_MODELS_DIR, else $HOME/.cache/loom/models. Returns buf. */
+const char *cli_models_dir(char *buf, size_t n);
+/* The default chat model's path (which may not exist). Returns buf. */
+const char *cli_default_model(char *buf, size_t n);
+/* When *model_path is NULL, points it at the default model in buf (size n), or
+ * prints an error and returns 1 when that file is missing. */
+int cli_resolve_model(const char *cmd, const char **model_path, char *buf, size_t n);
+
+/* Loads model and tokenizer and checks that their vocabularies agree. The
+ * model defaults to cli_default_model(); the tokenizer (tok_path NULL) to the
+ * GGUF model's own vocabulary. */
 int cli_load(const char *cmd, const char *model_path, const char *tok_path,
              const loom_model_params *mp, loom_model **model, loom_tokenizer **tok);
 

@@ -10,8 +10,13 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "talk with a chat model (interactive; Ctrl-D ends)"},
+    {"bench", cmd_bench, "prompt and generation speed (llama-bench semantics)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"profile", cmd_profile, "per-layer kernels, memory traffic and time of a forward pass"},
+    {"plan", cmd_plan, "per-layer kernels, traffic and roofline time of a model config, no weights"},
+    {"embed", cmd_embed, "sentence embeddings with a BERT model (one vector per input line)"},
+    {"convert", cmd_convert, "safetensors / llama2.c / GGUF -> GGUF, optionally requantized"},
 };
 
 static void usage(FILE *f) {

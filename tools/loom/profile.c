@@ -1,98 +1,181 @@
 /* loom profile: per-layer op chain, kernels, traffic and time of one prefill
- * and one decode step. */
+ * and one decode step, step_by_step and fused side by side. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "args.h"
 #include "cli.h"
 #include "graph/profile.h"
 #include "model/model.h"
 
-int cmd_profile(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *prompt = NULL, *mode = "step_by_step";
-    int threads = 1, n_ctx = 0, prompt_len = 0, json = 0;
-    const arg_opt opts[] = {
-        {"-m", "--model", ARG_STR, &model_path, "MODEL", "llama2.c checkpoint (.bin)"},
-        {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "llama2.c tokenizer (.bin)"},
-        {"-p", "--prompt", ARG_STR, &prompt, "PROMPT", "prompt for the prefill pass"},
-        {NULL, "--prompt-len", ARG_INT, &prompt_len, "N",
-         "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
-        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
-        {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
-        {NULL, "--mode", ARG_STR, &mode, "MODE", "execution mode: step_by_step"},
-        {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
-    };
-    const char *usage = "-m MODEL -z TOKENIZER [-p PROMPT | --prompt-len N] [-t N] [-c N] "
-                        "[--mode MODE] [--json]";
-    int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
-    if (r != 0) return r > 0 ? 0 : 2;
-    if (threads <= 0) {
-        fprintf(stderr, "loom profile: -t must be >= 1, got %d\n", threads);
-        return 1;
-    }
-    if (prompt_len < 0 || (prompt && prompt_len)) {
-        fprintf(stderr, "loom profile: give either -p or a --prompt-len >= 1\n");
-        return 1;
-    }
+typedef struct prof_opts {
+    const char *model_path, *tok_path, *prompt, *rules, *preset;
+    int threads, n_ctx, prompt_len, decode_steps;
+} prof_opts;
+
+/* Loads the model in mode, runs the prefill and decode steps, collects profiles. */
+static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *pre, loom_profile *dec,
+                        loom_model_info *info_out) {
     loom_model_params mp = loom_model_default_params();
-    mp.n_threads = threads;
-    mp.n_ctx = n_ctx;
-    if (loom_mode_parse(mode, &mp.mode) != LOOM_OK) return cli_fail("profile", "--mode");
+    mp.n_threads = o->threads;
+    mp.n_ctx = o->n_ctx;
+    mp.mode = mode;
+    mp.rules_path = o->rules;
+    mp.fusion_preset = o->preset;
     loom_model *m;
     loom_tokenizer *tok;
-    if (cli_load("profile", model_path, tok_path, &mp, &m, &tok)) return 1;
+    if (cli_load("profile", o->model_path, o->tok_path, &mp, &m, &tok)) return 1;
     loom_model_info info = loom_model_get_info(m);
+    *info_out = info;
     int32_t *ids = NULL;
     int n = 0, rc = 1;
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
-    loom_profile prof[2] = {0};
     if (!logits) goto done;
-    if (prompt_len > 0) {
-        if (prompt_len + 1 > info.n_ctx) {
-            fprintf(stderr, "loom profile: --prompt-len %d leaves no room for a decode step in "
-                            "the context of %d\n", prompt_len, info.n_ctx);
+    if (o->prompt_len > 0) {
+        if (o->prompt_len + o->decode_steps > info.n_ctx) {
+            fprintf(stderr, "loom profile: --prompt-len %d and %d decode steps do not fit the context of %d\n",
+                    o->prompt_len, o->decode_steps, info.n_ctx);
             goto done;
         }
-        ids = malloc((size_t)prompt_len * sizeof *ids);
+        ids = malloc((size_t)o->prompt_len * sizeof *ids);
         if (!ids) goto done;
         /* BOS then cycling ordinary tokens: the cost does not depend on which */
-        for (int i = 0; i < prompt_len; i++) ids[i] = i == 0 ? loom_tokenizer_bos(tok) : 3 + (i % (info.vocab_size - 3));
-        n = prompt_len;
-    } else if (cli_encode("profile", tok, prompt ? prompt : "Once upon a time", info.n_ctx - 1, &ids, &n)) {
+        for (int i = 0; i < o->prompt_len; i++)
+            ids[i] = i == 0 ? loom_tokenizer_bos(tok) : 3 + (i % (info.vocab_size - 3));
+        n = o->prompt_len;
+    } else if (cli_encode("profile", tok, o->prompt ? o->prompt : "Once upon a time",
+                          info.n_ctx - o->decode_steps, &ids, &n)) {
         goto done;
     }
     if (loom_model_forward(m, ids, n, 0, logits) != LOOM_OK) {
         cli_fail("profile", "prefill failed");
         goto done;
     }
-    if (loom_profile_collect(m->graph, info.n_layers, "prefill", loom_mode_name(mp.mode), n, &prof[0]) != LOOM_OK)
+    if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "prefill", loom_mode_name(mode),
+                             n, pre) != LOOM_OK)
         goto done;
-    int32_t next = 0;
-    for (int i = 1; i < info.vocab_size; i++)
-        if (logits[i] > logits[next]) next = i;
-    if (loom_model_forward(m, &next, 1, n, logits) != LOOM_OK) {
-        cli_fail("profile", "decode step failed");
-        goto done;
+    for (int s = 0; s < o->decode_steps; s++) {
+        int32_t next = 0;
+        for (int i = 1; i < info.vocab_size; i++)
+            if (logits[i] > logits[next]) next = i;
+        if (loom_model_forward(m, &next, 1, n + s, logits) != LOOM_OK) {
+            cli_fail("profile", "decode step failed");
+            goto done;
+        }
     }
-    if (loom_profile_collect(m->graph, info.n_layers, "decode", loom_mode_name(mp.mode), 1, &prof[1]) != LOOM_OK)
+    /* the last decode step (the longest cache) */
+    if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "decode", loom_mode_name(mode),
+                             1, dec) != LOOM_OK)
         goto done;
-    if (json) {
-        loom_profile_print_json(stdout, model_path, prof, 2);
-    } else {
-        printf("model %s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d thread%s\n\n", model_path,
-               info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.vocab_size, threads,
-               threads == 1 ? "" : "s");
-        loom_profile_print_table(stdout, &prof[0], 1);
-        printf("\n");
-        loom_profile_print_table(stdout, &prof[1], 1);
-    }
     rc = 0;
 done:
-    loom_profile_free(&prof[0]);
-    loom_profile_free(&prof[1]);
     free(ids);
     free(logits);
     loom_tokenizer_free(tok);
     loom_model_free(m);
+    return rc;
+}
+
+int cmd_profile(int argc, char **argv) {
+    prof_opts o = {.threads = 1, .decode_steps = 1};
+    const char *mode = NULL, *svg = NULL;
+    int json = 0;
+    const arg_opt opts[] = {
+        {"-m", "--model", ARG_STR, &o.model_path, "MODEL", "GGUF model or llama2.c checkpoint"},
+        {"-z", "--tokenizer", ARG_STR, &o.tok_path, "TOKENIZER", "tokenizer (GGUF or llama2.c .bin)"},
+        {"-p", "--prompt", ARG_STR, &o.prompt, "PROMPT", "prompt for the prefill pass"},
+        {NULL, "--prompt-len", ARG_INT, &o.prompt_len, "N",
+         "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
+        {NULL, "--decode-steps", ARG_INT, &o.decode_steps, "N",
+         "decode steps after the prefill; the last one is profiled (default 1)"},
+        {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default 1)"},
+        {"-c", "--ctx-size", ARG_INT, &o.n_ctx, "N", "context length (default: the model's)"},
+        {NULL, "--mode", ARG_STR, &mode, "MODE",
+         "profile only this mode (default: step_by_step and fused side by side)"},
+        {NULL, "--rules", ARG_STR, &o.rules, "FILE", "fusion rules YAML (default: built in)"},
+        {NULL, "--fusion-preset", ARG_STR, &o.preset, "NAME", "preset of the rules"},
+        {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
+        {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
+    };
+    const char *usage = "-m MODEL [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-t N] "
+                        "[-c N] [--mode MODE] [--rules FILE] [--fusion-preset NAME] [--json] [--svg FILE]";
+    int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (o.threads <= 0) {
+        fprintf(stderr, "loom profile: -t must be >= 1, got %d\n", o.threads);
+        return 1;
+    }
+    if (o.prompt_len < 0 || (o.prompt && o.prompt_len)) {
+        fprintf(stderr, "loom profile: give either -p or a --prompt-len >= 1\n");
+        return 1;
+    }
+    if (o.decode_steps < 1) {
+        fprintf(stderr, "loom profile: --decode-steps must be >= 1, got %d\n", o.decode_steps);
+        return 1;
+    }
+    loom_exec_mode modes[2] = {LOOM_MODE_STEP_BY_STEP, LOOM_MODE_FUSED};
+    int n_modes = 2;
+    if (mode) {
+        if (loom_mode_parse(mode, &modes[0]) != LOOM_OK) return cli_fail("profile", "--mode");
+        n_modes = 1;
+    }
+    loom_profile pre[2], dec[2];
+    memset(pre, 0, sizeof pre);
+    memset(dec, 0, sizeof dec);
+    loom_model_info info = {0};
+    int rc = 1;
+    for (int i = 0; i < n_modes; i++)
+        if (profile_mode(&o, modes[i], &pre[i], &dec[i], &info)) goto done;
+    int cmp = n_modes == 2;
+    if (json) {
+        loom_profile all[4];
+        int k = 0;
+        for (int i = 0; i < n_modes; i++) all[k++] = pre[i];
+        for (int i = 0; i < n_modes; i++) all[k++] = dec[i];
+        /* one mode: the report itself; two: {"report": ..., "comparison": [prefill, decode]} */
+        if (cmp) printf("{\"report\":");
+        loom_profile_print_json(stdout, o.model_path, all, k);
+        if (cmp) {
+            printf(",\"comparison\":[");
+            loom_profile_print_compare_json(stdout, &pre[0], &pre[1]);
+            printf(",");
+            loom_profile_print_compare_json(stdout, &dec[0], &dec[1]);
+            printf("]}\n");
+        }
+    } else {
+        printf("model %s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d thread%s\n\n", o.model_path,
+               info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.vocab_size, o.threads,
+               o.threads == 1 ? "" : "s");
+        loom_profile_print_table(stdout, pre, n_modes);
+        printf("\n");
+        if (cmp) {
+            loom_profile_print_compare(stdout, &pre[0], &pre[1]);
+            printf("\n");
+        }
+        loom_profile_print_table(stdout, dec, n_modes);
+        if (cmp) {
+            printf("\n");
+            loom_profile_print_compare(stdout, &dec[0], &dec[1]);
+        }
+    }
+    if (svg) {
+        FILE *f = fopen(svg, "w");
+        if (!f) {
+            fprintf(stderr, "loom profile: --svg: cannot write '%s'\n", svg);
+            goto done;
+        }
+        loom_profile_write_svg(f, &pre[0], cmp ? &pre[1] : NULL);
+        if (fclose(f) != 0) {
+            fprintf(stderr, "loom profile: --svg: cannot write '%s'\n", svg);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < 2; i++) {
+        loom_profile_free(&pre[i]);
+        loom_profile_free(&dec[i]);
+    }
     return rc;
 }

@@ -15,19 +15,24 @@ static void print_piece(const loom_tokenizer *tok, int prev, int token) {
     size_t len = 0;
     const char *p = loom_tokenizer_decode(tok, prev, token, &len);
     if (!p || len == 0) return;
-    if (len == 1 && !isprint((unsigned char)p[0]) && !isspace((unsigned char)p[0])) return;
+    /* byte-level BPE pieces may be parts of a UTF-8 sequence: print them all */
+    int llama2c = strcmp(loom_tokenizer_kind_name(tok), "llama2c") == 0;
+    if (llama2c && len == 1 && !isprint((unsigned char)p[0]) && !isspace((unsigned char)p[0])) return;
     fwrite(p, 1, len, stdout);
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *mode = "step_by_step",
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *mode = NULL,
                *dump = NULL;
+    const char *rules = NULL, *preset = NULL, *ckpt_action = NULL;  /* fusion (docs/fusion.md) */
     int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
     float temp = 1.0f, top_p = 0.9f;
     uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
     const arg_opt opts[] = {
-        {"-m", "--model", ARG_STR, &model_path, "MODEL", "llama2.c checkpoint (.bin)"},
-        {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "llama2.c tokenizer (.bin)"},
+        {"-m", "--model", ARG_STR, &model_path, "MODEL",
+         "GGUF model or llama2.c checkpoint (default: SmolLM2-135M-Instruct from scripts/fetch-models.sh)"},
+        {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER",
+         "tokenizer (GGUF or llama2.c .bin); default: the GGUF model's own"},
         {"-p", "--prompt", ARG_STR, &prompt, "PROMPT", "prompt text (default: start from BOS)"},
         {"-n", "--n-predict", ARG_INT, &n_new, "N", "number of tokens to generate (default 256)"},
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 1.0)"},
@@ -36,11 +41,18 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
-        {NULL, "--mode", ARG_STR, &mode, "MODE", "execution mode: step_by_step"},
+        {NULL, "--mode", ARG_STR, &mode, "MODE",
+         "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
+         "step_by_step)"},
+        {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
+        {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules: small, 7b, 13b, 70b"},
+        {NULL, "--checkpoint-action", ARG_STR, &ckpt_action, "ACTION",
+         "warn or fail when a checkpoint exceeds tolerance (default: the rules')"},
         {NULL, "--dump", ARG_STR, &dump, "DIR", "write every intermediate tensor to DIR"},
     };
-    const char *usage = "-m MODEL -z TOKENIZER [-p PROMPT] [-n N] [--temp T] [--top-k K] "
-                        "[--top-p P] [--seed S] [-t N] [-c N] [--mode MODE] [--dump DIR]";
+    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT] [-n N] [--temp T] [--top-k K] "
+                        "[--top-p P] [--seed S] [-t N] [-c N] [--mode MODE] [--dump DIR] "
+                        "[--rules FILE] [--fusion-preset NAME] [--checkpoint-action warn|fail]";
     int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
     if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
@@ -60,7 +72,16 @@ int cmd_run(int argc, char **argv) {
     mp.n_threads = threads;
     mp.n_ctx = n_ctx;
     mp.dump_dir = dump;
-    if (loom_mode_parse(mode, &mp.mode) != LOOM_OK) return cli_fail("run", "--mode");
+    mp.rules_path = rules;
+    mp.fusion_preset = preset;
+    if (ckpt_action) {
+        if (strcmp(ckpt_action, "warn") && strcmp(ckpt_action, "fail")) {
+            fprintf(stderr, "loom run: --checkpoint-action expects warn or fail, got '%s'\n", ckpt_action);
+            return 1;
+        }
+        mp.checkpoint_action = strcmp(ckpt_action, "warn") ? 2 : 1;
+    }
+    if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("run", "--mode");
     loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
     loom_sampler *sampler = NULL;
     if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
@@ -87,7 +108,9 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     int bos = loom_tokenizer_bos(tok), eos = loom_tokenizer_eos(tok);
-    for (int i = 1; i < n_prompt; i++) print_piece(tok, ids[i - 1], ids[i]);
+    int llama2c = strcmp(loom_tokenizer_kind_name(tok), "llama2c") == 0;
+    for (int i = 0; i < n_prompt; i++)
+        if (i > 0 || ids[0] != bos) print_piece(tok, i ? ids[i - 1] : -1, ids[i]);
     fflush(stdout);
 
     double t0 = loom_time_s();
@@ -103,7 +126,9 @@ int cmd_run(int argc, char **argv) {
             cli_fail("run", "sampling failed");
             goto done;
         }
-        if (next == bos || next == eos) break;  /* llama2.c: BOS delimits sequences */
+        /* llama2.c: BOS delimits sequences; GGUF vocabularies: any control token
+         * (end of turn, end of text) ends the text */
+        if (next == bos || next == eos || (!llama2c && loom_tokenizer_is_control(tok, next))) break;
         print_piece(tok, prev, next);
         fflush(stdout);
         n_gen++;
@@ -121,6 +146,7 @@ int cmd_run(int argc, char **argv) {
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
             n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
             loom_mode_name(mp.mode), (unsigned long long)seed);
+    if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
 done:
     free(logits);

@@ -1,0 +1,121 @@
+/* Optimised kernels of the primitive ops over the KV cache: kv_append (row
+ * copies) and attention.
+ *
+ * attention (LOOM_OP_ATTENTION (LOOM_OP_ATTENTION:
+ * softmax(q.k^T * scale + mask).v with GQA and an optional causal mask):
+ * the same computation, run by the FlashAttention prefill driver instead of
+ * the f64 reference loop. The graph is unchanged (one primitive node); only
+ * the kernel that executes it differs, so step_by_step keeps its meaning
+ * while attention over a long KV cache stops dominating its time.
+ *
+ * Mapping: q/k/v [B, S, H, D] are BSND; causal with q_pos_offset p makes key
+ * j visible to query i when j <= p + i, which is sparse_mode 0's band with
+ * next_tokens = p; an f32 mask [Sq, Skv] is the additive atten_mask. */
+#include "fused/flash_attention_internal.h"
+
+#include <string.h>
+
+#include "base/status.h"
+#include "ops/ref/ref.h"
+#include "ops/register.h"
+
+static loom_flash_attention_params prim_params(const void *attrs) {
+    static const loom_attention_attrs none = {0};
+    const loom_attention_attrs *a = attrs ? attrs : &none;
+    loom_flash_attention_params p = loom_flash_attention_default_params();
+    p.input_layout = LOOM_ATTN_BSND;
+    p.scale_value = a->scale;  /* 0 = 1/sqrt(D) in both */
+    p.sparse_mode = LOOM_SPARSE_DEFAULT;
+    p.pre_tokens = LOOM_ATTN_TOKENS_ALL;
+    p.next_tokens = a->causal ? (int64_t)a->q_pos_offset : LOOM_ATTN_TOKENS_ALL;
+    return p;
+}
+
+static loom_status prim_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
+                                const loom_tensor *dst, attn_problem *pr) {
+    loom_flash_attention_params p = prim_params(attrs);
+    loom_flash_attention_tensors t = {src[0], src[1], src[2], n_src == 4 ? src[3] : NULL,
+                                      (loom_tensor *)dst, NULL};
+    return attn_resolve_prefill(&t, &p, pr);
+}
+
+/* The reference kernel's scratch or the flash driver's, whichever is larger:
+ * the op has one scratch size for every kernel level. */
+static size_t prim_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                           const void *attrs) {
+    size_t ref = loom_ref_attention_scratch(src, n_src, dst, attrs);
+    if (!dst || !src[0]->data || !src[1]->data || !src[2]->data) {
+        /* planning: descriptors without data; the resolver never reads data */
+        static char placeholder;
+        loom_tensor q = *src[0], k = *src[1], v = *src[2], m, o = dst ? *dst : *src[0];
+        const loom_tensor *s2[4] = {&q, &k, &v, NULL};
+        q.data = q.data ? q.data : &placeholder;
+        k.data = k.data ? k.data : &placeholder;
+        v.data = v.data ? v.data : &placeholder;
+        o.data = &placeholder;
+        if (n_src == 4) {
+            m = *src[3];
+            m.data = m.data ? m.data : &placeholder;
+            s2[3] = &m;
+        }
+        attn_problem pr;
+        size_t fa = prim_resolve(s2, n_src, attrs, &o, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
+        return fa > ref ? fa : ref;
+    }
+    attn_problem pr;
+    size_t fa = prim_resolve(src, n_src, attrs, dst, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
+    return fa > ref ? fa : ref;
+}
+
+static loom_status prim_kernel(const loom_kernel_args *a, loom_isa isa) {
+    attn_problem pr;
+    LOOM_TRY(prim_resolve(a->src, a->n_src, a->attrs, a->dst, &pr));
+    return attn_prefill_run(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch,
+                            attn_prefill_scratch_all(&pr));
+}
+
+static loom_status prim_generic(const loom_kernel_args *a) { return prim_kernel(a, LOOM_ISA_GENERIC); }
+#if defined(__x86_64__)
+static loom_status prim_avx2(const loom_kernel_args *a) { return prim_kernel(a, LOOM_ISA_AVX2); }
+static loom_status prim_avx512(const loom_kernel_args *a) { return prim_kernel(a, LOOM_ISA_AVX512); }
+#endif
+
+/* kv_append with an f32 cache and f32 rows whose trailing dims are
+ * contiguous (the model's layout): one memcpy per row, rows split over
+ * threads. Anything else goes to the reference kernel. */
+static int rows_contiguous(const loom_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 1; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != expect) return 0;
+        expect *= t->shape[d];
+    }
+    return 1;
+}
+
+static loom_status kv_append_rows(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[1], *y = a->dst;
+    const loom_kv_append_attrs *at = a->attrs;
+    if (!at || y->dtype != LOOM_F32 || x->dtype != LOOM_F32 || !rows_contiguous(x) || !rows_contiguous(y))
+        return loom_ref_kv_append(a);
+    int64_t n = x->shape[0];
+    LOOM_RETURN_IF(at->pos < 0 || at->pos + n > y->shape[0], LOOM_ERR_INVALID_ARG,
+                   "kv_append: pos %d with %lld rows does not fit the output view of %lld rows",
+                   at->pos, (long long)n, (long long)y->shape[0]);
+    size_t row = (size_t)(loom_tensor_nelem(x) / (n ? n : 1)) * sizeof(float);
+    int64_t lo = n * a->ith / a->nth, hi = n * (a->ith + 1) / a->nth;
+    for (int64_t r = lo; r < hi; r++)
+        memcpy((float *)y->data + (at->pos + r) * y->stride[0], (const float *)x->data + r * x->stride[0], row);
+    return LOOM_OK;
+}
+
+void loom_register_attention_primitive_kernels(loom_op_info *table) {
+    loom_op_info *kv = &table[LOOM_OP_KV_APPEND];
+    kv->opt[LOOM_ISA_GENERIC] = kv_append_rows;
+    loom_op_info *at = &table[LOOM_OP_ATTENTION];
+    at->scratch_size = prim_scratch;
+    at->opt[LOOM_ISA_GENERIC] = prim_generic;
+#if defined(__x86_64__)
+    at->opt[LOOM_ISA_AVX2] = prim_avx2;
+    at->opt[LOOM_ISA_AVX512] = prim_avx512;
+#endif
+}

@@ -1,0 +1,201 @@
+/* ffn as a graph op: y = down(act(x.Wg^T) * x.Wu^T) (+ residual), two phases.
+ * Phase 0 walks the hidden dimension in column blocks (as src/fused/ffn.c):
+ * per block the up tile stays in this thread's scratch, the gate tile is
+ * computed into h, and act(gate) * up is applied to the tile while it is in
+ * cache, so gate, up and act(gate) never reach memory and h is written once. Phase 1 (after the executor's barrier, since it needs all
+ * of h) is the down GEMM with the residual added in its epilogue. Activations:
+ * loom_act values or user activations registered by name. */
+#include "fused/fused_graph_ops.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/status.h"
+#include "fused/fused.h"
+#include "ops/matmul/matmul.h"
+#include "ops/ref/ref.h"
+
+#define MAX_ACTS 16
+static struct { char name[32]; loom_ffn_act_fn fn; void *user; } acts[MAX_ACTS];
+static int n_acts;
+static pthread_mutex_t acts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int loom_ffn_act_find(const char *name) {
+    pthread_mutex_lock(&acts_lock);
+    int r = -1;
+    for (int i = 0; i < n_acts && r < 0; i++)
+        if (strcmp(acts[i].name, name) == 0) r = i;
+    pthread_mutex_unlock(&acts_lock);
+    return r;
+}
+
+int loom_ffn_act_register(const char *name, loom_ffn_act_fn fn, void *user) {
+    if (!name || !fn || strlen(name) >= sizeof acts[0].name) return -1;
+    int r = loom_ffn_act_find(name);
+    pthread_mutex_lock(&acts_lock);
+    if (r < 0 && n_acts < MAX_ACTS) {
+        r = n_acts++;
+        snprintf(acts[r].name, sizeof acts[r].name, "%s", name);
+    }
+    if (r >= 0) acts[r].fn = fn, acts[r].user = user;
+    pthread_mutex_unlock(&acts_lock);
+    return r;
+}
+
+static loom_status ffn_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                             loom_tensor *dst) {
+    const char *op = "ffn";
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 5));
+    const loom_ffn_attrs *at = attrs;
+    LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
+    LOOM_RETURN_IF(!((at->act >= 0 && at->act < LOOM_ACT_COUNT) ||
+                     (at->act >= LOOM_FFN_ACT_CUSTOM && at->act < LOOM_FFN_ACT_CUSTOM + n_acts)),
+                   LOOM_ERR_INVALID_ARG, "%s: unknown activation %d", op, at->act);
+    const loom_tensor *x = src[0], *wg = src[1], *wu = src[2], *wd = src[3];
+    LOOM_TRY(loom_ref_check_dtype(op, 0, "x", x, LOOM_REF_DT(LOOM_F32)));
+    LOOM_RETURN_IF(x->ndim != 2, LOOM_ERR_SHAPE, "%s: input 0 (x) must be 2-D [M, D]", op);
+    int64_t M = x->shape[0], D = x->shape[1], H = wg->shape[0];
+    LOOM_RETURN_IF(wg->ndim != 2 || wu->ndim != 2 || wd->ndim != 2 || wg->shape[1] != D ||
+                       wu->shape[0] != H || wu->shape[1] != D || wd->shape[0] != D ||
+                       wd->shape[1] != H || wg->dtype != wu->dtype || wg->stride[0] != wu->stride[0],
+                   LOOM_ERR_SHAPE,
+                   "%s: weights must be gate/up [H, %lld] (one dtype and row stride) and down [%lld, H]",
+                   op, (long long)D, (long long)D);
+    if (n_src == 5)
+        LOOM_RETURN_IF(src[4]->dtype != LOOM_F32 || src[4]->ndim != 2 || src[4]->shape[0] != M ||
+                           src[4]->shape[1] != D,
+                       LOOM_ERR_SHAPE, "%s: input 4 (residual) must be f32 [%lld, %lld]", op,
+                       (long long)M, (long long)D);
+    loom_ref_set_dst(dst, LOOM_F32, 2, x->shape);
+    return LOOM_OK;
+}
+
+static double wbytes(const loom_tensor *w) {
+    return (double)loom_dtype_row_bytes(w->dtype, w->shape[1]) * (double)w->shape[0];
+}
+
+static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                     const void *attrs, loom_cost *c) {
+    double M = (double)src[0]->shape[0], D = (double)src[0]->shape[1], H = (double)src[1]->shape[0];
+    c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (n_src == 5 ? M * D : 0.0);
+    /* x, the three weights once, h back in phase 1, the residual */
+    c->bytes_read = 4.0 * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + 4.0 * M * H +
+                    (n_src == 5 ? 4.0 * M * D : 0.0);
+    c->bytes_written = 4.0 * M * H + 4.0 * M * D;   /* h (phase boundary), y */
+}
+
+static float custom_act(float v, void *user) {
+    int i = (int)(intptr_t)user;
+    return acts[i].fn(v, acts[i].user);
+}
+
+static loom_matmul_args down_args(const loom_tensor *const *src, int n_src, const loom_tensor *h,
+                                  loom_tensor *y, loom_epilogue *ep) {
+    const loom_tensor *wd = src[3];
+    memset(ep, 0, sizeof *ep);
+    if (n_src == 5) ep->residual = src[4]->data, ep->ld_res = src[4]->stride[0];
+    loom_matmul_args g = {.x = h ? h->data : NULL, .ldx = h ? h->stride[0] : wd->shape[1],
+                          .w = wd->data, .ldw = wd->stride[0], .wtype = wd->dtype,
+                          .y = y->data, .ldy = y->stride[0], .M = src[0]->shape[0],
+                          .N = wd->shape[0], .K = wd->shape[1], .ep = n_src == 5 ? ep : NULL};
+    return g;
+}
+
+/* Hidden columns per work item: the up tile (M x bn) within a quarter of L2. */
+static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
+    int64_t bn = at->block_n;
+    if (bn <= 0) {
+        int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
+        bn = l2 / 4 / (4 * (M > 0 ? M : 1)) / 32 * 32;
+        if (bn < 32) bn = 32;
+        if (bn > 1024) bn = 1024;
+    }
+    return bn < H ? bn : (H > 0 ? H : 1);
+}
+
+static loom_matmul_args block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
+                                   float *y, int64_t ldy) {
+    size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
+    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
+                          .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
+                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
+                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
+    return g;
+}
+
+static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn) {
+    loom_matmul_args g = block_gemm(src[0], src[1], 0, bn, NULL, bn);
+    return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+}
+
+static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                          const void *attrs) {
+    int64_t M = src[0]->shape[0], bn = block_cols(attrs, M, src[1]->shape[0]);
+    loom_epilogue ep;
+    loom_tensor y = *dst;
+    loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep);
+    size_t a = gate_up_mm_bytes(src, bn) + (size_t)(M * bn) * sizeof(float) + 64;
+    size_t b = loom_matmul_scratch_size(&d);
+    return a > b ? a : b;
+}
+
+/* Phase 0: per block of hidden columns, the up tile into scratch, the gate
+ * tile into h, then act(h) * up on the tile while both are in cache. silu and
+ * mul are the primitive kernels of the same level (results equal the unfused
+ * graph's); other activations are applied per element. */
+static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
+    const loom_ffn_attrs *at = a->attrs;
+    const loom_tensor *x = a->src[0], *h = a->dst_extra[0];
+    int64_t M = x->shape[0], H = a->src[1]->shape[0], bn = block_cols(at, M, H), b0, b1;
+    loom_ref_split((H + bn - 1) / bn, a->ith, a->nth, &b0, &b1);
+    float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn));
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
+        float *hb = (float *)h->data + n0;
+        loom_matmul_args u = block_gemm(x, a->src[2], n0, nb, up, nb);
+        LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
+        loom_matmul_args g = block_gemm(x, a->src[1], n0, nb, hb, h->stride[0]);
+        LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
+        loom_tensor th, tu;
+        const int64_t shape[2] = {M, nb};
+        LOOM_TRY(loom_tensor_init(&th, LOOM_F32, 2, shape, hb));
+        th.stride[0] = h->stride[0];
+        LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, up));
+        if (at->act == LOOM_ACT_SILU) {
+            loom_kernel_args s = {.src = {&th}, .n_src = 1, .dst = &th, .ith = 0, .nth = 1};
+            LOOM_TRY(loom_op_kernel(LOOM_OP_SILU, isa)(&s));
+        } else {
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t j = 0; j < nb; j++) {
+                    float *v = hb + m * h->stride[0] + j;
+                    *v = at->act >= LOOM_FFN_ACT_CUSTOM ? custom_act(*v, (void *)(intptr_t)(at->act - LOOM_FFN_ACT_CUSTOM))
+                                                        : loom_act_apply((loom_act)at->act, *v);
+                }
+        }
+        loom_kernel_args mu = {.src = {&th, &tu}, .n_src = 2, .dst = &th, .ith = 0, .nth = 1};
+        LOOM_TRY(loom_op_kernel(LOOM_OP_MUL, isa)(&mu));
+    }
+    return LOOM_OK;
+}
+
+static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
+    LOOM_RETURN_IF(a->n_dst_extra < 1 || !a->dst_extra[0], LOOM_ERR_INVALID_ARG,
+                   "ffn: the hidden buffer output is missing");
+    const loom_tensor *h = a->dst_extra[0];
+    if (a->phase == 0) return gate_up(a, isa);
+    loom_epilogue ep;
+    loom_matmul_args d = down_args(a->src, a->n_src, h, a->dst, &ep);
+    return loom_matmul_run(&d, isa, a->ith, a->nth, a->scratch);
+}
+
+LOOM_FUSED_LEVELS(ffn, ffn_kernel)
+
+void loom_register_ffn_op(loom_op_info *e) {
+    e->infer = ffn_infer, e->cost = ffn_cost, e->scratch_size = ffn_scratch, e->ref = ffn_ref;
+    e->n_phases = 2;
+    e->decomposition = "matmul matmul silu mul matmul add";
+    LOOM_FUSED_SET_LEVELS(e, ffn);
+}

@@ -1,0 +1,41 @@
+/* Registration of the fused graph ops and the empty custom slots. */
+#include "fused/fused_graph_ops.h"
+
+#include "base/status.h"
+#include "ops/ref/ref.h"
+
+#define SLOT_INFER(i)                                                                              \
+    static loom_status slot_infer##i(const loom_tensor *const *src, int n_src, const void *attrs,   \
+                                     loom_tensor *dst) {                                          \
+        return loom_set_error(LOOM_ERR_UNSUPPORTED, "custom%d: no fused op is registered in this " \
+                              "slot", i);                                                         \
+    }
+SLOT_INFER(0) SLOT_INFER(1) SLOT_INFER(2) SLOT_INFER(3)
+SLOT_INFER(4) SLOT_INFER(5) SLOT_INFER(6) SLOT_INFER(7)
+static loom_status (*const slot_infer[8])(const loom_tensor *const *, int, const void *, loom_tensor *) = {
+    slot_infer0, slot_infer1, slot_infer2, slot_infer3, slot_infer4, slot_infer5, slot_infer6, slot_infer7};
+
+static void empty_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                       const void *attrs, loom_cost *c) {
+    c->flops = c->bytes_read = c->bytes_written = 0.0;
+}
+
+static loom_status empty_kernel(const loom_kernel_args *a) {
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "custom op slot: no fused op is registered here");
+}
+
+void loom_register_custom_slot(loom_op_info *e, int slot) {
+    e->infer = slot_infer[slot & 7], e->cost = empty_cost, e->ref = empty_kernel;
+    for (int l = 0; l < LOOM_ISA_COUNT; l++) e->opt[l] = NULL;
+    e->scratch_size = NULL;
+    e->n_phases = 0;
+    e->decomposition = NULL;
+}
+
+void loom_register_fused_graph_ops(loom_op_info *table) {
+    loom_register_qkv_rope_op(&table[LOOM_OP_QKV_ROPE]);
+    loom_register_add_rms_norm_op(&table[LOOM_OP_ADD_RMS_NORM]);
+    loom_register_ffn_op(&table[LOOM_OP_FFN]);
+    for (int op = LOOM_OP_CUSTOM0; op <= LOOM_OP_CUSTOM_LAST; op++)
+        loom_register_custom_slot(&table[op], op - LOOM_OP_CUSTOM0);
+}

@@ -1,0 +1,147 @@
+/* qkv_rope as a graph op (src: x, wq, wk, wv; dst: q; extra dst: the K and V
+ * cache views [0, pos+T), which alias the caches: the op writes them in place): Q, K and V projections, RoPE on Q and K, and the
+ * K/V cache write, in one launch. Work items are blocks of whole heads of Q,
+ * K or V. Each item's GEMM writes its tile straight to where it belongs (Q to
+ * the output, K and V to cache rows pos..pos+T) and RoPE rotates the tile in
+ * place while it is still in L2: K and V are never stored and re-loaded, and
+ * there are no separate rope/kv_append kernels. The GEMM and RoPE are the
+ * primitive kernels of the same level on sub-blocks, so results equal the
+ * unfused graph's. Caches: f32 [S_max, N_kv, D], contiguous. */
+#include "fused/fused_graph_ops.h"
+
+#include "base/cpu.h"
+#include "base/status.h"
+#include "ops/matmul/matmul.h"
+#include "ops/ref/ref.h"
+#include "ops/vec/vec.h"
+
+static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                             loom_tensor *dst) {
+    const char *op = "qkv_rope";
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 4));
+    const loom_qkv_rope_attrs *at = attrs;
+    LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
+    int64_t H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
+    LOOM_RETURN_IF(H < 1 || HKV < 1 || D < 2 || H % HKV, LOOM_ERR_INVALID_ARG,
+                   "%s: heads %lld / kv heads %lld / head_dim %lld invalid", op, (long long)H,
+                   (long long)HKV, (long long)D);
+    const loom_tensor *x = src[0];
+    LOOM_TRY(loom_ref_check_dtype(op, 0, "x", x, LOOM_REF_DT(LOOM_F32)));
+    LOOM_RETURN_IF(x->ndim != 2, LOOM_ERR_SHAPE, "%s: input 0 (x) must be 2-D [T, hidden]", op);
+    int64_t T = x->shape[0], hid = x->shape[1];
+    const int64_t rows[3] = {H * D, HKV * D, HKV * D};
+    for (int i = 1; i <= 3; i++) {
+        const loom_tensor *w = src[i];
+        LOOM_RETURN_IF(w->ndim != 2 || w->shape[0] != rows[i - 1] || w->shape[1] != hid ||
+                           w->dtype != src[1]->dtype || w->stride[1] != 1,
+                       LOOM_ERR_SHAPE, "%s: input %d (weight) must be [%lld, %lld] of one dtype", op,
+                       i, (long long)rows[i - 1], (long long)hid);
+    }
+    LOOM_RETURN_IF(at->rope.pos_offset < 0, LOOM_ERR_INVALID_ARG, "%s: negative position %d", op,
+                   at->rope.pos_offset);
+    const int64_t shape[3] = {T, H, D};
+    loom_ref_set_dst(dst, LOOM_F32, 3, shape);
+    return LOOM_OK;
+}
+
+static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                     const void *attrs, loom_cost *c) {
+    const loom_qkv_rope_attrs *at = attrs;
+    double T = (double)src[0]->shape[0], hid = (double)src[0]->shape[1];
+    double nq = (double)at->n_heads * at->head_dim, nkv = (double)at->n_kv_heads * at->head_dim;
+    c->flops = 2.0 * T * hid * (nq + 2.0 * nkv) + 6.0 * T * (nq + nkv);
+    c->bytes_read = 4.0 * T * hid;                   /* x, once (stays in cache across items) */
+    for (int i = 1; i <= 3; i++)                     /* every weight once */
+        c->bytes_read += (double)loom_dtype_row_bytes(src[i]->dtype, src[i]->shape[1]) *
+                         (double)src[i]->shape[0];
+    c->bytes_written = 4.0 * T * (nq + 2.0 * nkv);   /* q and the new cache rows */
+}
+
+/* Heads per work item: the T x heads*D tile within a quarter of L2. */
+static int64_t heads_per_block(const loom_qkv_rope_attrs *at, int64_t T) {
+    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
+    int64_t hb = at->block_heads > 0 ? at->block_heads : l2 / 4 / (4 * (T > 0 ? T : 1) * at->head_dim);
+    if (hb < 1) hb = 1;
+    if (hb > at->n_kv_heads) hb = at->n_kv_heads;
+    return hb;
+}
+
+static loom_matmul_args block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
+                                   float *y, int64_t ldy) {
+    size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
+    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
+                          .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
+                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
+                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
+    return g;
+}
+
+static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                          const void *attrs) {
+    const loom_qkv_rope_attrs *at = attrs;
+    int64_t hb = heads_per_block(at, src[0]->shape[0]);
+    size_t mm = 0;
+    for (int i = 1; i <= 3; i++) {
+        loom_matmul_args g = block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+        size_t s = loom_matmul_scratch_size(&g);
+        if (s > mm) mm = s;
+    }
+    loom_tensor tile;
+    const int64_t shape[3] = {1, 1, at->head_dim};
+    if (loom_tensor_init(&tile, LOOM_F32, 3, shape, NULL) != LOOM_OK) return mm;
+    const loom_tensor *ts[1] = {&tile};
+    size_t rope = loom_vec_rope_scratch(ts, 1, &tile, &at->rope);
+    return mm > rope ? mm : rope;
+}
+
+static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
+    const loom_qkv_rope_attrs *at = a->attrs;
+    LOOM_RETURN_IF(a->n_dst_extra < 2 || !a->dst_extra[0] || !a->dst_extra[1], LOOM_ERR_INVALID_ARG,
+                   "qkv_rope: the cache outputs are missing");
+    const loom_tensor *x = a->src[0];
+    int64_t T = x->shape[0], H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
+    for (int i = 0; i < 2; i++) {
+        const loom_tensor *c = a->dst_extra[i];
+        LOOM_RETURN_IF(c->dtype != LOOM_F32 || c->ndim != 3 || c->shape[1] != HKV ||
+                           c->shape[2] != D || !loom_tensor_is_contiguous(c) ||
+                           at->rope.pos_offset + T > c->shape[0],
+                       LOOM_ERR_SHAPE,
+                       "qkv_rope: cache output %d must be contiguous f32 [>= %lld, %lld, %lld]", i,
+                       (long long)(at->rope.pos_offset + T), (long long)HKV, (long long)D);
+    }
+    int64_t hb = heads_per_block(at, T), nq = (H + hb - 1) / hb, nk = (HKV + hb - 1) / hb, lo, hi;
+    loom_ref_split(nq + 2 * nk, a->ith, a->nth, &lo, &hi);
+    loom_kernel_fn rope = loom_op_kernel(LOOM_OP_ROPE, isa);
+    for (int64_t it = lo; it < hi; it++) {
+        int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
+        int64_t h0 = (part == 0 ? it : part == 1 ? it - nq : it - nq - nk) * hb;
+        int64_t heads = part == 0 ? H : HKV, nh = heads - h0 < hb ? heads - h0 : hb;
+        float *y;
+        int64_t ldy;
+        if (part == 0) {
+            y = (float *)a->dst->data + h0 * D, ldy = H * D;
+        } else {
+            const loom_tensor *cache = a->dst_extra[part - 1];
+            y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
+        }
+        loom_matmul_args g = block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
+        LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
+        if (part == 2) continue;
+        loom_tensor tile;
+        const int64_t shape[3] = {T, nh, D};
+        LOOM_TRY(loom_tensor_init(&tile, LOOM_F32, 3, shape, y));
+        tile.stride[0] = ldy;
+        loom_kernel_args r = {.src = {&tile}, .n_src = 1, .dst = &tile, .attrs = &at->rope,
+                              .ith = 0, .nth = 1, .scratch = a->scratch};
+        LOOM_TRY(rope(&r));
+    }
+    return LOOM_OK;
+}
+
+LOOM_FUSED_LEVELS(qkv, qkv_kernel)
+
+void loom_register_qkv_rope_op(loom_op_info *e) {
+    e->infer = qkv_infer, e->cost = qkv_cost, e->scratch_size = qkv_scratch, e->ref = qkv_ref;
+    e->decomposition = "matmul matmul matmul rope rope kv_append kv_append";
+    LOOM_FUSED_SET_LEVELS(e, qkv);
+}

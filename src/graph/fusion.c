@@ -1,0 +1,333 @@
+/*
+ * The fusion pass: finds each enabled rule's pattern in the graph and replaces
+ * every match by one fused node.
+ *
+ * Matching follows data edges through reshape views: a pattern input naming an
+ * earlier pattern node matches a graph input whose storage source is that
+ * node's output; a `$variable` binds to any tensor and must then be the same
+ * tensor wherever it appears. add and mul match their inputs in either order.
+ * A match is accepted when the rule's conditions hold and every value that
+ * leaves the match (read by a node outside it, or a graph output) is an output
+ * of the fused node and is read only after the fused node's position (the
+ * position of the match's last node). Tensor ids of such values are kept, so
+ * the rest of the graph is untouched.
+ */
+#include "graph/fusion_internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+int fr_source(const loom_graph *g, int id) {
+    while (id >= 0 && g->tensors[id].kind == LOOM_TK_VIEW && g->tensors[id].producer < 0)
+        id = g->tensors[id].view_of;
+    return id;
+}
+
+typedef struct fr_state {
+    loom_graph *g;
+    const loom_fusion_rules *rs;
+    const fr_rule *rule;
+    int *cons_start, *cons;      /* consumers of each source tensor (CSR) */
+    int *out_src;                /* 1 where a graph output has this source */
+    unsigned char *taken;        /* nodes already in a match of this pass */
+    fr_match m;
+    unsigned char *in_match;
+} fr_state;
+
+static loom_status build_index(fr_state *st) {
+    loom_graph *g = st->g;
+    int nt = g->n_tensors, nn = g->n_nodes, total = 0;
+    st->cons_start = calloc((size_t)nt + 1, sizeof *st->cons_start);
+    st->out_src = calloc((size_t)nt + 1, sizeof *st->out_src);
+    st->taken = calloc((size_t)nn + 1, 1);
+    st->in_match = calloc((size_t)nn + 1, 1);
+    LOOM_RETURN_IF(!st->cons_start || !st->out_src || !st->taken || !st->in_match, LOOM_ERR_NOMEM,
+                   "fusion: out of memory");
+    for (int n = 0; n < nn; n++)
+        for (int i = 0; i < g->nodes[n].n_src; i++) {
+            st->cons_start[fr_source(g, g->nodes[n].src[i]) + 1]++;
+            total++;
+        }
+    for (int t = 0; t < nt; t++) st->cons_start[t + 1] += st->cons_start[t];
+    st->cons = malloc(((size_t)total + 1) * sizeof *st->cons);
+    int *fill = calloc((size_t)nt + 1, sizeof *fill);
+    if (!st->cons || !fill) {
+        free(fill);
+        return loom_set_error(LOOM_ERR_NOMEM, "fusion: out of memory");
+    }
+    for (int n = 0; n < nn; n++)
+        for (int i = 0; i < g->nodes[n].n_src; i++) {
+            int s = fr_source(g, g->nodes[n].src[i]);
+            st->cons[st->cons_start[s] + fill[s]++] = n;
+        }
+    free(fill);
+    for (int t = 0; t < nt; t++)
+        if (g->tensors[t].is_output) st->out_src[fr_source(g, t)] = 1;
+    return LOOM_OK;
+}
+
+static void free_index(fr_state *st) {
+    free(st->cons_start), free(st->cons), free(st->out_src), free(st->taken), free(st->in_match);
+    st->cons_start = st->cons = st->out_src = NULL;
+    st->taken = st->in_match = NULL;
+}
+
+/* Does graph input id satisfy pattern reference ref? Binds unbound variables. */
+static int input_ok(fr_state *st, int ref, int id) {
+    const loom_graph *g = st->g;
+    if (ref < FR_VAR_REF) return fr_source(g, id) == g->nodes[st->m.node[ref]].dst;
+    int *v = &st->m.var[ref - FR_VAR_REF];
+    if (*v < 0) {
+        *v = id;
+        return 1;
+    }
+    return *v == id || fr_source(g, *v) == fr_source(g, id);
+}
+
+static int node_ok(fr_state *st, int i, int n) {
+    const fr_pnode *pn = &st->rule->nodes[i];
+    const loom_node *node = &st->g->nodes[n];
+    if (st->taken[n] || st->in_match[n] || (int)node->op != pn->op || node->n_src != pn->n_in) return 0;
+    int saved[FR_MAX_VARS];
+    memcpy(saved, st->m.var, sizeof saved);
+    st->m.node[i] = n;
+    int ok = 1;
+    for (int k = 0; k < pn->n_in && ok; k++) ok = input_ok(st, pn->in[k], node->src[k]);
+    if (!ok && pn->n_in == 2 && (pn->op == LOOM_OP_ADD || pn->op == LOOM_OP_MUL)) {
+        memcpy(st->m.var, saved, sizeof saved);
+        ok = input_ok(st, pn->in[0], node->src[1]) && input_ok(st, pn->in[1], node->src[0]);
+    }
+    if (!ok) memcpy(st->m.var, saved, sizeof saved);
+    return ok;
+}
+
+static int match_from(fr_state *st, int i);
+
+static int try_node(fr_state *st, int i, int n) {
+    int saved[FR_MAX_VARS];
+    memcpy(saved, st->m.var, sizeof saved);
+    if (!node_ok(st, i, n)) return 0;
+    st->in_match[n] = 1;
+    if (match_from(st, i + 1)) return 1;
+    st->in_match[n] = 0;
+    memcpy(st->m.var, saved, sizeof saved);
+    return 0;
+}
+
+static int match_from(fr_state *st, int i) {
+    const fr_rule *r = st->rule;
+    if (i == r->n_nodes) return 1;
+    const fr_pnode *pn = &r->nodes[i];
+    /* candidates: consumers of an input that is already known */
+    int src_tensor = -1;
+    for (int k = 0; k < pn->n_in && src_tensor < 0; k++) {
+        int ref = pn->in[k];
+        if (ref < FR_VAR_REF) src_tensor = st->g->nodes[st->m.node[ref]].dst;
+        else if (st->m.var[ref - FR_VAR_REF] >= 0) src_tensor = fr_source(st->g, st->m.var[ref - FR_VAR_REF]);
+    }
+    if (src_tensor < 0) return 0;  /* the parser guarantees connectivity */
+    for (int c = st->cons_start[src_tensor]; c < st->cons_start[src_tensor + 1]; c++)
+        if (try_node(st, i, st->cons[c])) return 1;
+    return 0;
+}
+
+static int ref_tensor(const fr_state *st, int ref) {
+    return ref < FR_VAR_REF ? st->g->nodes[st->m.node[ref]].dst : st->m.var[ref - FR_VAR_REF];
+}
+
+static int conditions_hold(const fr_state *st) {
+    const fr_rule *r = st->rule;
+    const loom_graph *g = st->g;
+    for (int i = 1; i < r->n_same_dtype; i++)
+        if (g->tensors[ref_tensor(st, r->same_dtype[i])].t.dtype !=
+            g->tensors[ref_tensor(st, r->same_dtype[0])].t.dtype)
+            return 0;
+    for (int i = 0; i < r->n_dims; i++) {
+        const loom_tensor *t = &g->tensors[ref_tensor(st, r->dims[i].ref)].t;
+        int d = r->dims[i].dim < 0 ? t->ndim + r->dims[i].dim : r->dims[i].dim;
+        if (d < 0 || d >= t->ndim || t->shape[d] < r->dims[i].min || t->shape[d] > r->dims[i].max) return 0;
+    }
+    if (r->single_use)
+        for (int i = 0; i < r->n_nodes; i++) {
+            int d = g->nodes[st->m.node[i]].dst, inside = 0, used_inside = 0;
+            for (int j = 0; j < r->n_nodes; j++)
+                for (int k = 0; k < r->nodes[j].n_in; k++)
+                    if (r->nodes[j].in[k] == i) used_inside = 1;
+            if (!used_inside) continue;
+            for (int c = st->cons_start[d]; c < st->cons_start[d + 1]; c++) inside += st->in_match[st->cons[c]];
+            if (inside != st->cons_start[d + 1] - st->cons_start[d] || st->out_src[d]) return 0;
+        }
+    return 1;
+}
+
+/* Every value leaving the match is a fused output and is read after `last`. */
+static int escapes_ok(const fr_state *st, const fr_fused *f, int last) {
+    const loom_graph *g = st->g;
+    for (int i = 0; i < st->rule->n_nodes; i++) {
+        int d = g->nodes[st->m.node[i]].dst, is_out = d == f->dst;
+        for (int e = 0; e < f->n_extra; e++) is_out |= d == f->extra[e];
+        for (int c = st->cons_start[d]; c < st->cons_start[d + 1]; c++) {
+            int n = st->cons[c];
+            if (st->in_match[n]) continue;
+            if (!is_out || n < last) return 0;
+        }
+        if (st->out_src[d] && !is_out) return 0;
+    }
+    return 1;
+}
+
+/* The fused op accepts these inputs and yields the dst the pattern had. */
+static int fused_valid(const loom_graph *g, const fr_fused *f) {
+    const loom_op_info *info = loom_op_get(f->op);
+    if (!info || f->n_src < info->n_src_min || f->n_src > info->n_src_max) return 0;
+    const loom_tensor *src[LOOM_MAX_SRC] = {0};
+    for (int i = 0; i < f->n_src; i++) src[i] = &g->tensors[f->src[i]].t;
+    loom_tensor want;
+    memset(&want, 0, sizeof want);
+    if (info->infer(src, f->n_src, f->attrs, &want) != LOOM_OK) {
+        loom_clear_error();
+        return 0;
+    }
+    const loom_tensor *d = &g->tensors[f->dst].t;
+    if (want.dtype != d->dtype || want.ndim != d->ndim) return 0;
+    for (int i = 0; i < d->ndim; i++)
+        if (want.shape[i] != d->shape[i]) return 0;
+    return 1;
+}
+
+typedef struct fr_pending { int last; loom_node node; } fr_pending;
+
+/* Rebuilds the node list: unmatched nodes in order, each fused node at the
+ * position of its match's last node; producers recomputed. */
+static loom_status rewrite(loom_graph *g, const unsigned char *taken, const fr_pending *pend, int n_pend) {
+    loom_node *nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *nodes);
+    LOOM_RETURN_IF(!nodes, LOOM_ERR_NOMEM, "fusion: out of memory");
+    int out = 0, p = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        if (!taken[n]) nodes[out++] = g->nodes[n];
+        while (p < n_pend && pend[p].last == n) nodes[out++] = pend[p++].node;
+    }
+    memcpy(g->nodes, nodes, (size_t)out * sizeof *nodes);
+    free(nodes);
+    g->n_nodes = out;
+    for (int t = 0; t < g->n_tensors; t++) g->tensors[t].producer = -1;
+    for (int n = 0; n < g->n_nodes; n++) {
+        g->tensors[g->nodes[n].dst].producer = n;
+        for (int e = 0; e < g->nodes[n].n_dst_extra; e++) g->tensors[g->nodes[n].dst_extra[e]].producer = n;
+    }
+    g->planned = 0;
+    return LOOM_OK;
+}
+
+static int by_last(const void *a, const void *b) {
+    return ((const fr_pending *)a)->last - ((const fr_pending *)b)->last;
+}
+
+/* One rule over the whole graph: every match that holds becomes a fused node. */
+static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired) {
+    fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
+    *fired = 0;
+    loom_status s = build_index(&st);
+    fr_pending *pend = NULL;
+    int n_pend = 0;
+    if (s == LOOM_OK) pend = malloc(((size_t)g->n_nodes + 1) * sizeof *pend);
+    if (s == LOOM_OK && !pend) s = loom_set_error(LOOM_ERR_NOMEM, "fusion: out of memory");
+    const fr_rule *r = st.rule;
+    loom_fusion_hw hw = loom_fusion_rules_hw(rs);
+    int64_t max_block = rs->max_fusion_block_size;
+    int n0 = g->n_nodes;  /* nodes made during this rule (ffn's h) are not matched */
+    for (int n = 0; n < n0 && s == LOOM_OK; n++) {
+        for (int i = 0; i < FR_MAX_VARS; i++) st.m.var[i] = -1;
+        if (!try_node(&st, 0, n)) continue;
+        int ok = conditions_hold(&st);
+        int last = -1;
+        for (int i = 0; i < r->n_nodes; i++)
+            if (st.m.node[i] > last) last = st.m.node[i];
+        fr_fused f;
+        memset(&f, 0, sizeof f);
+        fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = max_block};
+        if (ok) ok = r->builder->build(&ctx, &f);
+        if (ok) ok = escapes_ok(&st, &f, last) && fused_valid(g, &f);
+        if (ok && f.hidden_rows > 0) {
+            loom_tensor h;
+            const int64_t shape[2] = {f.hidden_rows, f.hidden_cols};
+            if (loom_tensor_init(&h, LOOM_F32, 2, shape, NULL) != LOOM_OK) ok = 0;
+            else {
+                snprintf(h.name, sizeof h.name, "%.40s.hidden", g->tensors[f.dst].t.name);
+                int id = loom_graph_intermediate(g, &h);
+                if (id < 0 || f.n_extra >= LOOM_MAX_EXTRA_DST) {
+                    s = loom_graph_status(g);
+                    ok = 0;
+                } else {
+                    f.extra[f.n_extra++] = id;
+                }
+            }
+        }
+        if (ok) {
+            loom_node *fn = &pend[n_pend].node;
+            memset(fn, 0, sizeof *fn);
+            fn->op = f.op;
+            fn->n_src = f.n_src;
+            memcpy(fn->src, f.src, sizeof fn->src);
+            fn->dst = f.dst;
+            fn->n_dst_extra = f.n_extra;
+            memcpy(fn->dst_extra, f.extra, sizeof fn->dst_extra);
+            fn->layer = g->nodes[last].layer;
+            fn->rule = ri;
+            const loom_op_info *info = loom_op_get(f.op);
+            if (info->attr_size) {
+                memcpy(fn->attrs, f.attrs, info->attr_size);
+                fn->has_attrs = 1;
+            }
+            pend[n_pend++].last = last;
+            for (int i = 0; i < r->n_nodes; i++) st.taken[st.m.node[i]] = 1;
+            (*fired)++;
+        }
+        for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
+    }
+    if (s == LOOM_OK && n_pend) {
+        qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
+        s = rewrite(g, st.taken, pend, n_pend);
+    }
+    free(pend);
+    free_index(&st);
+    return s;
+}
+
+static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        rep->n_rules = r->n_rules;
+        rep->nodes_before = g->n_nodes;
+    }
+    for (int i = 0; i < r->n_rules; i++) {
+        int fired = 0;
+        if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired));
+        if (rep) {
+            snprintf(rep->rules[i].name, sizeof rep->rules[i].name, "%s", r->rules[i].name);
+            snprintf(rep->rules[i].fused_op, sizeof rep->rules[i].fused_op, "%s", r->rules[i].fused_op);
+            rep->rules[i].fired = fired;
+            rep->rules[i].enabled = r->rules[i].enabled;
+        }
+    }
+    g->fused = 1;
+    if (rep) rep->nodes_after = g->n_nodes;
+    return LOOM_OK;
+}
+
+loom_status loom_fusion_apply(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
+    LOOM_RETURN_IF(!g || !r, LOOM_ERR_INVALID_ARG, "fusion_apply: NULL argument");
+    LOOM_TRY(loom_graph_status(g));
+    return apply_all(g, r, rep);
+}
+
+void loom_fusion_report_print(FILE *f, const loom_fusion_report *rep) {
+    fprintf(f, "fusion: %d nodes -> %d nodes\n", rep->nodes_before, rep->nodes_after);
+    for (int i = 0; i < rep->n_rules; i++)
+        fprintf(f, "  %-20s -> %-24s %s fired %d time%s\n", rep->rules[i].name, rep->rules[i].fused_op,
+                rep->rules[i].enabled ? "enabled, " : "disabled,", rep->rules[i].fired,
+                rep->rules[i].fired == 1 ? "" : "s");
+}

@@ -1,0 +1,189 @@
+/* Builders: turn a match of a rule into the fused node (inputs, attributes,
+ * outputs), or refuse it when the fused kernel cannot take that case. One per
+ * fused op name usable in `fused_op:`; more come from loom_register_fusion. */
+#include "graph/fusion_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "fused/attention.h"
+#include "fused/fused_graph_ops.h"
+#include "ops/matmul/matmul.h"
+
+int fr_node(const fr_ctx *c, const char *name) {
+    for (int i = 0; i < c->rule->n_nodes; i++)
+        if (!strcmp(c->rule->nodes[i].name, name)) return c->m->node[i];
+    return -1;
+}
+
+int fr_var(const fr_ctx *c, const char *name) {
+    for (int i = 0; i < c->rule->n_vars; i++)
+        if (!strcmp(c->rule->vars[i], name)) return c->m->var[i];
+    return -1;
+}
+
+int64_t fr_opt(const fr_ctx *c, const char *key, int64_t auto_value) {
+    int64_t cap = c->max_block;
+    for (int i = 0; i < c->rule->n_opts; i++)
+        if (!strcmp(c->rule->opts[i].key, "max_fusion_block_size") && !c->rule->opts[i].is_auto)
+            cap = c->rule->opts[i].value;
+    for (int i = 0; i < c->rule->n_opts; i++)
+        if (!strcmp(c->rule->opts[i].key, key) && !c->rule->opts[i].is_auto) return c->rule->opts[i].value;
+    return cap > 0 && auto_value > cap ? cap : auto_value;
+}
+
+static const loom_node *gnode(const fr_ctx *c, const char *name) { return &c->g->nodes[fr_node(c, name)]; }
+static const loom_tensor *gt(const fr_ctx *c, int id) { return &c->g->tensors[id].t; }
+
+/* ------------------------------------------------------------ qkv_rope */
+
+static int build_qkv(const fr_ctx *c, fr_fused *f) {
+    const loom_node *qr = gnode(c, "q_rope"), *kr = gnode(c, "k_rope");
+    const loom_node *kc = gnode(c, "k_cache"), *vc = gnode(c, "v_cache");
+    const loom_rope_attrs *qa = (const void *)qr->attrs, *ka = (const void *)kr->attrs;
+    if (memcmp(qa, ka, sizeof *qa) != 0) return 0;   /* one rotation for both */
+    const loom_kv_append_attrs *kca = (const void *)kc->attrs, *vca = (const void *)vc->attrs;
+    if (kca->pos != qa->pos_offset || vca->pos != qa->pos_offset) return 0;
+    const loom_tensor *q = gt(c, qr->dst), *k = gt(c, kr->dst), *x = gt(c, fr_var(c, "x"));
+    if (q->ndim != 3 || k->ndim != 3 || x->ndim != 2 || q->shape[0] != x->shape[0]) return 0;
+    /* the caches must be the contiguous [S, Hkv, D] tensors the kernel writes */
+    const loom_tensor *ks = gt(c, kc->dst), *vs = gt(c, vc->dst);
+    if (ks->shape[1] != k->shape[1] || ks->shape[2] != k->shape[2] || vs->ndim != 3 ||
+        vs->shape[1] != k->shape[1] || vs->shape[2] != k->shape[2])
+        return 0;
+    loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1],
+                             .n_kv_heads = (int32_t)k->shape[1], .head_dim = (int32_t)q->shape[2],
+                             .block_heads = (int32_t)fr_opt(c, "block_heads", 0)};
+    if (k->shape[2] != a.head_dim) return 0;
+    f->op = LOOM_OP_QKV_ROPE;
+    f->n_src = 4;
+    f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "wq"), f->src[2] = fr_var(c, "wk");
+    f->src[3] = fr_var(c, "wv");
+    memcpy(f->attrs, &a, sizeof a);
+    f->dst = qr->dst;
+    f->extra[0] = kc->dst, f->extra[1] = vc->dst;
+    f->n_extra = 2;
+    return 1;
+}
+
+/* ------------------------------------------------------------ attention */
+
+static int build_attention(const fr_ctx *c, fr_fused *f) {
+    const loom_node *at = gnode(c, "attn");
+    const loom_attention_attrs *aa = (const void *)at->attrs;
+    const loom_tensor *q = gt(c, fr_var(c, "q")), *k = gt(c, fr_var(c, "k"));
+    if (q->ndim != 4 || k->ndim != 4) return 0;
+    int64_t sq = q->shape[1], skv = k->shape[1];
+    /* the fused kernels' causal mask is bottom-right aligned: j <= i + Skv - Sq */
+    if (aa->causal && aa->q_pos_offset != skv - sq) return 0;
+    f->n_src = 3;
+    f->src[0] = fr_var(c, "q"), f->src[1] = fr_var(c, "k"), f->src[2] = fr_var(c, "v");
+    f->dst = at->dst;
+    int decode = !strcmp(c->rule->fused_op, "incre_flash_attention") ||
+                 (!strcmp(c->rule->fused_op, "fused_infer_attention") && sq <= fr_opt(c, "decode_max_q_len", 16));
+    if (decode) {
+        loom_incre_flash_attention_attrs a = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
+        a.scale_value = aa->scale;
+        a.sparse_mode = aa->causal && sq > 1 ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
+        a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
+        f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
+        memcpy(f->attrs, &a, sizeof a);
+    } else {
+        loom_flash_attention_attrs a = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+        a.scale_value = aa->scale;
+        a.sparse_mode = aa->causal ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
+        a.block_q = (int32_t)fr_opt(c, "block_q", 0);
+        a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
+        f->op = LOOM_OP_FLASH_ATTENTION;
+        memcpy(f->attrs, &a, sizeof a);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ add_rms_norm */
+
+static int build_add_rms_norm(const fr_ctx *c, fr_fused *f) {
+    const loom_node *add = gnode(c, "add"), *norm = gnode(c, "norm");
+    if (norm->src[0] != add->dst) return 0;   /* not through a view: same rows */
+    const loom_tensor *a = gt(c, add->src[0]), *b = gt(c, add->src[1]);
+    if (a->ndim != 2 || b->ndim != 2 || a->stride[1] != 1 || b->stride[1] != 1) return 0;
+    loom_add_rms_norm_attrs at = {((const loom_rms_norm_attrs *)(const void *)norm->attrs)->eps};
+    f->op = LOOM_OP_ADD_RMS_NORM;
+    f->n_src = 3;
+    f->src[0] = add->src[0], f->src[1] = add->src[1], f->src[2] = norm->src[1];
+    memcpy(f->attrs, &at, sizeof at);
+    f->dst = norm->dst;
+    f->extra[0] = add->dst;
+    f->n_extra = 1;
+    return 1;
+}
+
+/* ------------------------------------------------------------ ffn */
+
+/* loom_act of an activation node: silu, or a registered user activation op. */
+static int act_of(const loom_node *n) {
+    if (n->op == LOOM_OP_SILU) return LOOM_ACT_SILU;
+    int i = loom_ffn_act_find(loom_op_get(n->op)->name);
+    return i >= 0 ? LOOM_FFN_ACT_CUSTOM + i : -1;
+}
+
+static int build_ffn(const fr_ctx *c, fr_fused *f) {
+    const loom_node *act = gnode(c, "act"), *down = gnode(c, "down");
+    int res = fr_node(c, "residual");
+    const loom_tensor *x = gt(c, fr_var(c, "x"));
+    int a = act_of(act);
+    if (a < 0 || x->ndim != 2 || x->stride[1] != 1 || act->n_src != 1) return 0;
+    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", 0), .has_residual = res >= 0};
+    f->op = LOOM_OP_FFN;
+    f->n_src = 4;
+    f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
+    f->src[3] = fr_var(c, "w_down");
+    f->dst = down->dst;
+    if (res >= 0) {
+        const loom_node *r = &c->g->nodes[res];
+        int other = r->src[0] == down->dst ? r->src[1] : r->src[0];
+        const loom_tensor *rt = gt(c, other);
+        if (rt->ndim != 2 || rt->stride[1] != 1) return 0;
+        f->src[f->n_src++] = other;
+        f->dst = r->dst;
+    }
+    memcpy(f->attrs, &at, sizeof at);
+    f->hidden_rows = x->shape[0];
+    f->hidden_cols = gt(c, fr_var(c, "w_gate"))->shape[0];
+    return 1;
+}
+
+/* ------------------------------------------------------------ table */
+
+#define MAX_BUILDERS 24
+static fr_builder builders[MAX_BUILDERS] = {
+    {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv},
+    {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv", build_attention},
+    {"flash_attention_score", "attn", "q k v", "block_q block_kv", build_attention},
+    {"incre_flash_attention", "attn", "q k v", "block_kv", build_attention},
+    {"add_rms_norm", "add norm", "", "", build_add_rms_norm},
+    {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn},
+};
+static int n_builders = 6;
+
+const fr_builder *fr_builder_find(const char *name) {
+    for (int i = 0; i < n_builders; i++)
+        if (!strcmp(builders[i].name, name)) return &builders[i];
+    return NULL;
+}
+
+void fr_builder_names(char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int i = 0; i < n_builders; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, n - l, "%s%s", i ? ", " : "", builders[i].name);
+    }
+}
+
+loom_status fr_builder_register(const fr_builder *b) {
+    LOOM_RETURN_IF(fr_builder_find(b->name), LOOM_ERR_INVALID_ARG, "fused op '%s' is already registered", b->name);
+    LOOM_RETURN_IF(n_builders == MAX_BUILDERS, LOOM_ERR_UNSUPPORTED, "at most %d fused ops", MAX_BUILDERS);
+    builders[n_builders++] = *b;
+    return LOOM_OK;
+}

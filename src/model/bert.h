@@ -1,0 +1,83 @@
+/* BERT encoders (all-MiniLM-L6-v2, bert-base-like) from Hugging Face
+ * safetensors + config.json + tokenizer.json, as sentence embeddings:
+ * token + position + token-type embeddings, LayerNorm, post-norm layers of
+ * bidirectional attention (padding-masked over a padded batch) and GELU FFN,
+ * then mean pooling over the real tokens and L2 normalisation. */
+#ifndef LOOM_MODEL_BERT_H
+#define LOOM_MODEL_BERT_H
+
+#include "graph/exec.h"
+#include "graph/graph.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+
+typedef struct loom_bert_config {
+    int   dim;            /* hidden_size */
+    int   hidden_dim;     /* intermediate_size */
+    int   n_layers;
+    int   n_heads;
+    int   head_dim;       /* dim / n_heads */
+    int   vocab_size;
+    int   max_pos;        /* max_position_embeddings */
+    int   type_vocab;     /* type_vocab_size */
+    float ln_eps;         /* layer_norm_eps */
+    int   gelu_tanh;      /* 1 for "gelu_new" / "gelu_pytorch_tanh" */
+} loom_bert_config;
+
+typedef struct loom_bert_layer {
+    loom_tensor wq, wk, wv;   /* [dim, dim] (W[out, in]) */
+    loom_tensor bq, bk, bv;   /* [dim] f32 */
+    loom_tensor wo, bo;       /* [dim, dim], [dim] */
+    loom_tensor ln1_g, ln1_b; /* attention output LayerNorm [dim] */
+    loom_tensor w_up, b_up;   /* [hidden_dim, dim], [hidden_dim] */
+    loom_tensor w_down, b_down; /* [dim, hidden_dim], [dim] */
+    loom_tensor ln2_g, ln2_b; /* output LayerNorm [dim] */
+} loom_bert_layer;
+
+typedef struct loom_bert_weights {
+    loom_tensor tok_embd;     /* [vocab_size, dim] */
+    loom_tensor pos_embd;     /* [max_pos, dim] */
+    loom_tensor type_embd;    /* [type_vocab, dim] */
+    loom_tensor emb_ln_g, emb_ln_b;  /* [dim] */
+    loom_bert_layer *layers;  /* [n_layers], malloc'd */
+    float *owned;             /* f32 copies of vectors stored as f16/bf16 (malloc'd) */
+} loom_bert_weights;
+
+/* Reads config.json (model_type "bert" or a Bert* architecture; other
+ * architectures are LOOM_ERR_UNSUPPORTED) and the weights from st, checking
+ * every shape (LOOM_ERR_SHAPE naming the tensor, expected vs found). Tensor
+ * names may carry a "bert." prefix. Views point into st's mapping. */
+loom_status loom_bert_load_weights(const char *config_path, const loom_safetensors *st,
+                                   loom_bert_config *cfg, loom_bert_weights *w);
+void loom_bert_weights_free(loom_bert_weights *w);
+
+/* Appends the encoder graph for a padded batch of B sequences of S tokens:
+ * ids, pos and types are I32 [B*S] tensor ids, mask an I8 [B, 1, S, S]
+ * tensor id (nonzero = key not visible, i.e. padding). Attention is the
+ * fused flash attention graph op (BSND with the mask). Returns the id of
+ * the last hidden states [B*S, dim] (marked as output), -1 on error. */
+int loom_bert_build(loom_graph *g, const loom_bert_config *c, const loom_bert_weights *w, int ids,
+                    int pos, int types, int mask, int B, int S);
+
+/* ---- sentence embeddings: the model folder's weights, tokenizer, executor */
+
+typedef struct loom_bert loom_bert;
+
+/* Loads a folder with config.json, model.safetensors (or a sharded index) and
+ * tokenizer.json; sentence_bert_config.json's max_seq_length caps the tokens
+ * per input (else max_position_embeddings). */
+loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out);
+void loom_bert_free(loom_bert *m);
+int loom_bert_dim(const loom_bert *m);
+const loom_bert_config *loom_bert_get_config(const loom_bert *m);
+const loom_tokenizer *loom_bert_tokenizer(const loom_bert *m);
+
+/* Embeddings of n token sequences (ids[i][0..lens[i]), [CLS]/[SEP] included)
+ * into out[n * dim]: mean over each sequence's tokens of the last hidden
+ * state, L2-normalised when normalize. Sequences run in padded batches. */
+loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, const int *lens, int n,
+                                   int normalize, float *out);
+/* Tokenizes (with [CLS] ... [SEP], truncated to the model's maximum) and embeds n texts. */
+loom_status loom_bert_embed(loom_bert *m, const char *const *texts, int n, int normalize, float *out);
+
+#endif

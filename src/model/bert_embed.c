@@ -1,0 +1,229 @@
+/* Sentence embeddings with a BERT encoder: folder loading, padded batches,
+ * mean pooling over real tokens, L2 normalisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "model/bert.h"
+#include "model/hf_config.h"
+
+#define BERT_BATCH_TOKENS 4096  /* padded tokens per forward pass */
+#define BERT_BATCH_SEQS 64
+
+struct loom_bert {
+    loom_bert_config cfg;
+    loom_bert_weights w;
+    loom_safetensors *st;
+    loom_tokenizer *tok;
+    loom_executor *exec;
+    loom_graph *graph;
+    int max_tokens;        /* per input, [CLS] and [SEP] included */
+};
+
+int loom_bert_dim(const loom_bert *m) { return m ? m->cfg.dim : 0; }
+const loom_bert_config *loom_bert_get_config(const loom_bert *m) { return m ? &m->cfg : NULL; }
+const loom_tokenizer *loom_bert_tokenizer(const loom_bert *m) { return m ? m->tok : NULL; }
+
+void loom_bert_free(loom_bert *m) {
+    if (!m) return;
+    loom_graph_free(m->graph);
+    loom_executor_free(m->exec);
+    loom_tokenizer_free(m->tok);
+    loom_bert_weights_free(&m->w);
+    loom_safetensors_close(m->st);
+    free(m);
+}
+
+/* sentence_bert_config.json's max_seq_length, if the file is there. */
+static int sbert_max_len(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/sentence_bert_config.json", dir);
+    char *text;
+    size_t len;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || loom_read_text_file(path, &text, &len) != LOOM_OK) {
+        loom_clear_error();
+        return 0;
+    }
+    const char *p = strstr(text, "\"max_seq_length\"");
+    int v = 0;
+    if (p && (p = strchr(p, ':')) != NULL) v = atoi(p + 1);
+    free(text);
+    return v > 0 ? v : 0;
+}
+
+loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
+    LOOM_RETURN_IF(!dir || !out, LOOM_ERR_INVALID_ARG, "bert: NULL argument");
+    LOOM_RETURN_IF(n_threads < 1 || n_threads > 1024, LOOM_ERR_INVALID_ARG,
+                   "bert: %d threads (1..1024 allowed)", n_threads);
+    *out = NULL;
+    struct stat sb;
+    LOOM_RETURN_IF(stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode), LOOM_ERR_IO,
+                   "bert: '%s' is not a model folder (config.json, model.safetensors, tokenizer.json)", dir);
+    loom_bert *m = calloc(1, sizeof *m);
+    LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "bert: out of memory");
+    loom_status s = loom_safetensors_open(dir, &m->st);
+    if (s == LOOM_OK) s = loom_bert_load_weights(dir, m->st, &m->cfg, &m->w);
+    if (s == LOOM_OK) s = loom_tokenizer_load_hf_json(dir, &m->tok);
+    if (s == LOOM_OK && strcmp(loom_tokenizer_kind_name(m->tok), "bert") != 0)
+        s = loom_set_error(LOOM_ERR_UNSUPPORTED, "bert: '%s': the tokenizer is %s, not WordPiece", dir,
+                           loom_tokenizer_kind_name(m->tok));
+    if (s == LOOM_OK && loom_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size)
+        s = loom_set_error(LOOM_ERR_FORMAT, "bert: '%s': the tokenizer has %d tokens, the model %d", dir,
+                           loom_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+    if (s == LOOM_OK) s = loom_executor_init(&m->exec, n_threads, LOOM_MODE_STEP_BY_STEP);
+    if (s == LOOM_OK) s = loom_graph_init(&m->graph);
+    if (s != LOOM_OK) {
+        loom_bert_free(m);
+        return s;
+    }
+    m->max_tokens = m->cfg.max_pos;
+    int sl = sbert_max_len(dir);
+    if (sl > 0 && sl < m->max_tokens) m->max_tokens = sl;
+    *out = m;
+    return LOOM_OK;
+}
+
+/* One padded batch: sequences idx[0..nb) of length lens, padded to S. */
+static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, const int *idx, int nb,
+                             int S, int normalize, float *out) {
+    int64_t T = (int64_t)nb * S, D = m->cfg.dim;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T * 3);
+    int8_t *mask = malloc((size_t)nb * (size_t)S * (size_t)S);
+    if (!tok || !mask) {
+        free(tok);
+        free(mask);
+        return loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory for a batch of %d x %d", nb, S);
+    }
+    int32_t *pos = tok + T, *types = tok + 2 * T;
+    for (int b = 0; b < nb; b++) {
+        int n = lens[idx[b]];
+        for (int j = 0; j < S; j++) {
+            tok[b * S + j] = j < n ? ids[idx[b]][j] : 0;
+            pos[b * S + j] = j;
+            types[b * S + j] = 0;
+        }
+        for (int i = 0; i < S; i++)
+            for (int j = 0; j < S; j++) mask[((size_t)b * S + i) * S + j] = (int8_t)(j >= n);
+    }
+    loom_graph *g = m->graph;
+    loom_graph_reset(g);
+    loom_tensor t_ids, t_pos, t_types, t_mask;
+    int64_t mshape[4] = {nb, 1, S, S};
+    loom_tensor_init(&t_ids, LOOM_I32, 1, &T, tok);
+    loom_tensor_init(&t_pos, LOOM_I32, 1, &T, pos);
+    loom_tensor_init(&t_types, LOOM_I32, 1, &T, types);
+    loom_tensor_init(&t_mask, LOOM_I8, 4, mshape, mask);
+    int x = loom_bert_build(g, &m->cfg, &m->w, loom_graph_external(g, &t_ids), loom_graph_external(g, &t_pos),
+                            loom_graph_external(g, &t_types), loom_graph_external(g, &t_mask), nb, S);
+    loom_status s = loom_graph_status(g);
+    if (s == LOOM_OK) s = loom_executor_run(m->exec, g);
+    if (s == LOOM_OK) {
+        const float *hs = loom_graph_tensor(g, x)->data;
+        for (int b = 0; b < nb; b++) {
+            int n = lens[idx[b]];
+            float *o = out + (size_t)idx[b] * (size_t)D;
+            for (int64_t d = 0; d < D; d++) {
+                double acc = 0.0;
+                for (int j = 0; j < n; j++) acc += hs[((size_t)b * S + j) * D + d];
+                o[d] = (float)(acc / n);
+            }
+            if (normalize) {
+                double ss = 0.0;
+                for (int64_t d = 0; d < D; d++) ss += (double)o[d] * o[d];
+                double inv = 1.0 / fmax(sqrt(ss), 1e-12);  /* torch F.normalize's eps */
+                for (int64_t d = 0; d < D; d++) o[d] = (float)(o[d] * inv);
+            }
+        }
+    }
+    free(tok);
+    free(mask);
+    return s;
+}
+
+static const int *sort_lens;
+static int by_len(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (sort_lens[x] != sort_lens[y]) return sort_lens[x] - sort_lens[y];
+    return x - y;
+}
+
+loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, const int *lens, int n,
+                                   int normalize, float *out) {
+    LOOM_RETURN_IF(!m || (n > 0 && (!ids || !lens || !out)) || n < 0, LOOM_ERR_INVALID_ARG,
+                   "bert: NULL argument or negative count");
+    for (int i = 0; i < n; i++) {
+        LOOM_RETURN_IF(lens[i] < 1 || lens[i] > m->cfg.max_pos, LOOM_ERR_INVALID_ARG,
+                       "bert: input %d has %d tokens (1..%d allowed)", i, lens[i], m->cfg.max_pos);
+        for (int j = 0; j < lens[i]; j++)
+            LOOM_RETURN_IF(ids[i][j] < 0 || ids[i][j] >= m->cfg.vocab_size, LOOM_ERR_INVALID_ARG,
+                           "bert: input %d token %d is id %d (0..%d allowed)", i, j, ids[i][j],
+                           m->cfg.vocab_size - 1);
+    }
+    int *idx = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    LOOM_RETURN_IF(!idx, LOOM_ERR_NOMEM, "bert: out of memory");
+    for (int i = 0; i < n; i++) idx[i] = i;
+    /* similar lengths together: less padding (results do not depend on the grouping) */
+    sort_lens = lens;
+    qsort(idx, (size_t)n, sizeof *idx, by_len);
+    loom_status s = LOOM_OK;
+    for (int i = 0; i < n && s == LOOM_OK;) {
+        int nb = 0, S = 0;
+        while (i + nb < n && nb < BERT_BATCH_SEQS) {
+            int l = lens[idx[i + nb]], s2 = l > S ? l : S;
+            if (nb > 0 && (int64_t)(nb + 1) * s2 > BERT_BATCH_TOKENS) break;
+            S = s2;
+            nb++;
+        }
+        s = run_batch(m, ids, lens, idx + i, nb, S, normalize, out);
+        i += nb;
+    }
+    free(idx);
+    return s;
+}
+
+loom_status loom_bert_embed(loom_bert *m, const char *const *texts, int n, int normalize, float *out) {
+    LOOM_RETURN_IF(!m || n < 0 || (n > 0 && (!texts || !out)), LOOM_ERR_INVALID_ARG, "bert: NULL argument");
+    int cap = m->max_tokens;
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(n ? n : 1) * (size_t)cap);
+    int32_t **ids = malloc(sizeof *ids * (size_t)(n ? n : 1));
+    int *lens = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int32_t *tmp = NULL;
+    loom_status s = buf && ids && lens ? LOOM_OK : loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory");
+    for (int i = 0; i < n && s == LOOM_OK; i++) {
+        ids[i] = buf + (size_t)i * cap;
+        const char *t = texts[i] ? texts[i] : "";
+        size_t len = strlen(t);
+        /* the whole text first, then truncation keeping [SEP] last (as HF does) */
+        size_t need = len + 2;
+        free(tmp);
+        tmp = malloc(sizeof(int32_t) * need);
+        if (!tmp) {
+            s = loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory");
+            break;
+        }
+        int nt = 0;
+        s = loom_tokenizer_encode_ex(m->tok, t, len, LOOM_TOK_BOS | LOOM_TOK_EOS, tmp, (int)need, &nt);
+        if (s != LOOM_OK) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", loom_last_error());
+            s = loom_set_error(s, "input %d: %s", i + 1, msg);
+            break;
+        }
+        if (nt > cap) {
+            tmp[cap - 1] = tmp[nt - 1];
+            nt = cap;
+        }
+        memcpy(ids[i], tmp, sizeof(int32_t) * (size_t)nt);
+        lens[i] = nt;
+    }
+    if (s == LOOM_OK) s = loom_bert_embed_tokens(m, (const int32_t *const *)ids, lens, n, normalize, out);
+    free(tmp);
+    free(buf);
+    free(ids);
+    free(lens);
+    return s;
+}

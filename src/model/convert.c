@@ -1,0 +1,333 @@
+/* loom convert: Llama weights (HF safetensors or llama2.c) and GGUF files to
+ * GGUF, with tensors re-encoded row by row at write time. */
+#include "model/convert.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "model/gguf.h"
+#include "model/hf_config.h"
+#include "model/llama.h"
+#include "model/llama_st.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_hfjson.h"
+#include "ops/quant.h"
+
+/* One output tensor: source view, optional RoPE row permutation, target type. */
+typedef struct conv_job {
+    loom_tensor src;
+    loom_dtype dst;
+    int heads, head_dim;   /* > 0: permute rows half -> interleaved */
+} conv_job;
+
+typedef struct conv_list {
+    conv_job *jobs;
+    int n, cap;
+} conv_list;
+
+loom_status loom_convert_parse_type(const char *s, loom_dtype *out) {
+    static const struct { const char *n; loom_dtype t; } types[] = {
+        {"f32", LOOM_F32}, {"f16", LOOM_F16}, {"bf16", LOOM_BF16},
+        {"q8_0", LOOM_Q8_0}, {"q4_0", LOOM_Q4_0}, {"q4_1", LOOM_Q4_1}};
+    for (size_t i = 0; s && i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(s, types[i].n) == 0) {
+            *out = types[i].t;
+            return LOOM_OK;
+        }
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "convert: type '%s' is not one of f32, f16, bf16, q8_0, q4_0, "
+                          "q4_1", s ? s : "(null)");
+}
+
+/* llama.cpp's general.file_type for the matrices' type. */
+static uint32_t file_type(loom_dtype t) {
+    switch (t) {
+    case LOOM_F16: return 1;
+    case LOOM_Q4_0: return 2;
+    case LOOM_Q4_1: return 3;
+    case LOOM_Q8_0: return 7;
+    case LOOM_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static loom_status fill(void *ctx, const char *name, void *dst, size_t nbytes) {
+    const conv_job *j = ctx;
+    const loom_tensor *s = &j->src;
+    int64_t cols = s->shape[s->ndim - 1], rows = loom_tensor_nelem(s) / (cols ? cols : 1);
+    size_t src_row = loom_dtype_row_bytes(s->dtype, cols), dst_row = loom_dtype_row_bytes(j->dst, cols);
+    LOOM_RETURN_IF(dst_row * (size_t)rows != nbytes, LOOM_ERR_INTERNAL, "convert: '%s': size mismatch", name);
+    float *tmp = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
+    LOOM_RETURN_IF(!tmp, LOOM_ERR_NOMEM, "convert: out of memory");
+    int half = j->head_dim / 2;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t sr = r;
+        if (j->heads > 0) {  /* interleaved row 2i+p of a head comes from half row p*half + i */
+            int64_t h = r / j->head_dim, k = r % j->head_dim;
+            sr = h * j->head_dim + (k % 2) * half + k / 2;
+        }
+        const unsigned char *sp = (const unsigned char *)s->data + (size_t)sr * src_row;
+        unsigned char *dp = (unsigned char *)dst + (size_t)r * dst_row;
+        if (s->dtype == j->dst) {
+            memcpy(dp, sp, dst_row);
+            continue;
+        }
+        loom_row_to_f32(s->dtype, sp, tmp, cols);
+        if (j->dst == LOOM_F32) memcpy(dp, tmp, sizeof(float) * (size_t)cols);
+        else if (j->dst == LOOM_F16)
+            for (int64_t c = 0; c < cols; c++) ((uint16_t *)dp)[c] = loom_f32_to_f16(tmp[c]);
+        else if (j->dst == LOOM_BF16)
+            for (int64_t c = 0; c < cols; c++) ((uint16_t *)dp)[c] = loom_f32_to_bf16(tmp[c]);
+        else loom_quantize_row(j->dst, tmp, dp, cols);
+    }
+    free(tmp);
+    return LOOM_OK;
+}
+
+/* The type a tensor is written as: 1-D tensors stay f32 (as llama.cpp keeps
+ * norms), matrices take the requested type, f16 where rows are not whole blocks. */
+static loom_dtype target(const loom_tensor *t, const loom_convert_params *p) {
+    if (t->ndim < 2) return t->dtype == LOOM_F32 || !loom_dtype_is_quantized(t->dtype) ? LOOM_F32 : t->dtype;
+    if (!p->type_set) return t->dtype;
+    if (loom_dtype_is_quantized(p->type) && t->shape[t->ndim - 1] % LOOM_QBLOCK != 0) return LOOM_F16;
+    return p->type;
+}
+
+static loom_status add(loom_gguf_writer *w, conv_list *L, const char *name, const loom_tensor *t,
+                       const loom_convert_params *p, int heads, int head_dim) {
+    LOOM_RETURN_IF(L->n == L->cap, LOOM_ERR_INTERNAL, "convert: too many tensors");
+    conv_job *j = &L->jobs[L->n++];
+    j->src = *t;
+    j->dst = target(t, p);
+    j->heads = heads;
+    j->head_dim = head_dim;
+    LOOM_RETURN_IF(loom_dtype_is_quantized(t->dtype) && heads > 0, LOOM_ERR_UNSUPPORTED,
+                   "convert: '%s' is quantized and would need a row permutation", name);
+    int gt = loom_ggml_type_from_dtype(j->dst);
+    LOOM_RETURN_IF(gt < 0, LOOM_ERR_UNSUPPORTED, "convert: '%s': type %s has no GGUF id", name,
+                   loom_dtype_name(j->dst));
+    return loom_gguf_writer_add_tensor_fn(w, name, (uint32_t)gt, t->ndim, t->shape, fill, j);
+}
+
+static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, const char *name,
+                              const loom_convert_params *p, loom_dtype src_type) {
+    LOOM_TRY(loom_gguf_writer_set_str(w, "general.architecture", "llama"));
+    LOOM_TRY(loom_gguf_writer_set_str(w, "general.name", name));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)c->seq_len));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)c->dim));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)c->n_layers));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads));
+    LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps));
+    LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_theta));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.rope.dimension_count",
+                                      (uint32_t)(c->n_rot ? c->n_rot : c->head_dim)));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size));
+    if (c->rope_freq_scale > 0 && c->rope_freq_scale != 1.0f) {
+        LOOM_TRY(loom_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear"));
+        LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 1.0f / c->rope_freq_scale));
+    }
+    loom_dtype ft = p->type_set ? p->type : src_type;
+    return loom_gguf_writer_set_u32(w, "general.file_type", file_type(ft));
+}
+
+static loom_status llama_tensors(loom_gguf_writer *w, conv_list *L, const loom_llama_config *c,
+                                 const loom_llama_weights *lw, int from_half, const loom_convert_params *p) {
+    L->cap = 3 + 9 * c->n_layers;
+    L->jobs = calloc((size_t)L->cap, sizeof *L->jobs);
+    LOOM_RETURN_IF(!L->jobs, LOOM_ERR_NOMEM, "convert: out of memory");
+    LOOM_TRY(add(w, L, "token_embd.weight", &lw->tok_embd, p, 0, 0));
+    LOOM_TRY(add(w, L, "output_norm.weight", &lw->out_norm, p, 0, 0));
+    if (!c->shared_classifier) LOOM_TRY(add(w, L, "output.weight", &lw->output, p, 0, 0));
+    for (int l = 0; l < c->n_layers; l++) {
+        const loom_llama_layer *y = &lw->layers[l];
+        char n[64];
+#define T(x) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, x), n)
+        LOOM_TRY(add(w, L, T("attn_norm"), &y->attn_norm, p, 0, 0));
+        LOOM_TRY(add(w, L, T("attn_q"), &y->wq, p, from_half ? c->n_heads : 0, c->head_dim));
+        LOOM_TRY(add(w, L, T("attn_k"), &y->wk, p, from_half ? c->n_kv_heads : 0, c->head_dim));
+        LOOM_TRY(add(w, L, T("attn_v"), &y->wv, p, 0, 0));
+        LOOM_TRY(add(w, L, T("attn_output"), &y->wo, p, 0, 0));
+        LOOM_TRY(add(w, L, T("ffn_norm"), &y->ffn_norm, p, 0, 0));
+        LOOM_TRY(add(w, L, T("ffn_gate"), &y->w1, p, 0, 0));
+        LOOM_TRY(add(w, L, T("ffn_down"), &y->w2, p, 0, 0));
+        LOOM_TRY(add(w, L, T("ffn_up"), &y->w3, p, 0, 0));
+#undef T
+    }
+    return LOOM_OK;
+}
+
+/* SentencePiece metadata from a llama2.c tokenizer.bin: spaces become U+2581,
+ * <0xXX> pieces are byte tokens, 0/1/2 are <unk>/<s>/</s>. */
+static loom_status llama2c_vocab(loom_gguf_writer *w, const char *path, int vocab_size) {
+    loom_tokenizer *t;
+    LOOM_TRY(loom_tokenizer_load_llama2c(path, &t));
+    int n = loom_tokenizer_vocab_size(t);
+    loom_status s = LOOM_OK;
+    if (n != vocab_size) {
+        loom_tokenizer_free(t);
+        return loom_set_error(LOOM_ERR_FORMAT, "convert: tokenizer '%s' has %d tokens, the model %d", path, n,
+                              vocab_size);
+    }
+    char **pieces = calloc((size_t)n, sizeof *pieces);
+    float *scores = malloc(sizeof(float) * (size_t)n);
+    int32_t *types = malloc(sizeof(int32_t) * (size_t)n);
+    if (!pieces || !scores || !types) s = loom_set_error(LOOM_ERR_NOMEM, "convert: out of memory");
+    for (int i = 0; i < n && s == LOOM_OK; i++) {
+        const char *p = loom_tokenizer_piece(t, i);
+        size_t len = strlen(p), k = 0;
+        pieces[i] = malloc(len * 3 + 1);
+        if (!pieces[i]) {
+            s = loom_set_error(LOOM_ERR_NOMEM, "convert: out of memory");
+            break;
+        }
+        for (size_t c = 0; c < len; c++) {
+            if (p[c] == ' ') {
+                memcpy(pieces[i] + k, "\xe2\x96\x81", 3);
+                k += 3;
+            } else {
+                pieces[i][k++] = p[c];
+            }
+        }
+        pieces[i][k] = '\0';
+        scores[i] = loom_tokenizer_score(t, i);
+        unsigned b;
+        char tail;
+        types[i] = i == 0 ? 2 : (i == 1 || i == 2) ? 3
+                   : (len == 6 && sscanf(p, "<0x%2X%c", &b, &tail) == 2 && tail == '>') ? 6 : 1;
+    }
+    if (s == LOOM_OK) s = loom_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (s == LOOM_OK)
+        s = loom_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)pieces, NULL, (uint64_t)n);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_arr(w, "tokenizer.ggml.scores", LOOM_GGUF_FLOAT32, scores, (uint64_t)n);
+    if (s == LOOM_OK)
+        s = loom_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LOOM_GGUF_INT32, types, (uint64_t)n);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    for (int i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
+    free(scores);
+    free(types);
+    loom_tokenizer_free(t);
+    return s;
+}
+
+/* tokenizer.json (+ tokenizer_config.json) of an HF folder. */
+static loom_status hf_vocab(loom_gguf_writer *w, const char *dir) {
+    char path[1100];
+    char *text = NULL, *cfg = NULL;
+    size_t len = 0, cfg_len = 0;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    LOOM_TRY(loom_read_text_file(path, &text, &len));
+    char cpath[1100];
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    struct stat sb;
+    if (stat(cpath, &sb) == 0 && loom_read_text_file(cpath, &cfg, &cfg_len) != LOOM_OK) loom_clear_error();
+    loom_status s = loom_tokenizer_hf_json_to_gguf(text, len, cfg, cfg_len, path, w);
+    free(text);
+    free(cfg);
+    return s;
+}
+
+/* Metadata entry i of g copied to w (general.alignment and file_type excepted). */
+loom_status loom_convert_copy_kv(const loom_gguf *g, int64_t i, loom_gguf_writer *w);
+
+static int is_gguf(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    int ok = f && fread(m, 1, 4, f) == 4 && memcmp(m, "GGUF", 4) == 0;
+    if (f) fclose(f);
+    return ok;
+}
+
+static loom_status requant(const char *in, loom_gguf_writer *w, conv_list *L, const loom_convert_params *p,
+                           loom_gguf **g) {
+    LOOM_TRY(loom_gguf_open(in, g));
+    for (int64_t i = 0; i < loom_gguf_n_kv(*g); i++) {
+        const char *k = loom_gguf_kv_key(*g, i);
+        if (strcmp(k, "general.alignment") == 0 || strcmp(k, "general.file_type") == 0) continue;
+        LOOM_TRY(loom_convert_copy_kv(*g, i, w));
+    }
+    if (p->type_set) LOOM_TRY(loom_gguf_writer_set_u32(w, "general.file_type", file_type(p->type)));
+    int64_t n = loom_gguf_n_tensors(*g);
+    L->cap = (int)n;
+    L->jobs = calloc((size_t)(n ? n : 1), sizeof *L->jobs);
+    LOOM_RETURN_IF(!L->jobs, LOOM_ERR_NOMEM, "convert: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        loom_tensor t;
+        LOOM_TRY(loom_gguf_tensor_at(*g, i, &t));
+        loom_gguf_tensor_info info;
+        LOOM_TRY(loom_gguf_tensor_info_at(*g, i, &info));
+        LOOM_TRY(add(w, L, info.name, &t, p, 0, 0));
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_convert(const char *in, const char *out, const loom_convert_params *p) {
+    LOOM_RETURN_IF(!in || !out || !p, LOOM_ERR_INVALID_ARG, "convert: NULL argument");
+    LOOM_RETURN_IF(p->type_set && !(p->type == LOOM_F32 || p->type == LOOM_F16 || p->type == LOOM_BF16 ||
+                                    loom_dtype_is_quantized(p->type)), LOOM_ERR_INVALID_ARG,
+                   "convert: target type %s is not supported", loom_dtype_name(p->type));
+    struct stat sb;
+    LOOM_RETURN_IF(stat(in, &sb) != 0, LOOM_ERR_IO, "convert: cannot open '%s': %s", in, strerror(errno));
+    loom_gguf_writer *w;
+    LOOM_TRY(loom_gguf_writer_init(&w));
+    conv_list L = {0};
+    loom_gguf *g = NULL;
+    loom_safetensors *st = NULL;
+    float *owned = NULL;
+    loom_mapped_file mf = {0};
+    loom_llama_config c;
+    loom_llama_weights lw = {0};
+    loom_status s;
+    const char *base = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
+    size_t inl = strlen(in);
+    int hf = S_ISDIR(sb.st_mode) || (inl > 12 && strcmp(in + inl - 12, ".safetensors") == 0) ||
+             (inl > 5 && strcmp(in + inl - 5, ".json") == 0);
+    if (!hf && is_gguf(in)) {
+        s = requant(in, w, &L, p, &g);
+    } else if (hf) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", in);
+        if (!S_ISDIR(sb.st_mode)) {
+            char *sl = strrchr(dir, '/');
+            if (sl) *sl = '\0';
+            else snprintf(dir, sizeof dir, ".");
+        }
+        s = loom_llama_load_safetensors(in, &st, &owned, &c, &lw);
+        if (s == LOOM_OK) s = llama_meta(w, &c, base, p, lw.layers[0].wq.dtype);
+        if (s == LOOM_OK) s = hf_vocab(w, dir);
+        if (s == LOOM_OK) s = llama_tensors(w, &L, &c, &lw, 1, p);
+    } else {
+        s = p->tokenizer ? LOOM_OK
+                         : loom_set_error(LOOM_ERR_INVALID_ARG, "convert: a llama2.c checkpoint needs its "
+                                          "tokenizer.bin (--tokenizer) for the GGUF vocabulary");
+        if (s == LOOM_OK) s = loom_llama2c_load(in, &mf, &c, &lw);
+        if (s == LOOM_OK) s = llama_meta(w, &c, base, p, lw.layers[0].wq.dtype);
+        if (s == LOOM_OK) s = llama2c_vocab(w, p->tokenizer, c.vocab_size);
+        if (s == LOOM_OK) s = llama_tensors(w, &L, &c, &lw, 0, p);
+    }
+    if (s == LOOM_OK) {
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.part", out);
+        s = loom_gguf_writer_write_file(w, tmp);
+        if (s == LOOM_OK && rename(tmp, out) != 0)
+            s = loom_set_error(LOOM_ERR_IO, "convert: cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
+        if (s != LOOM_OK) remove(tmp);
+    }
+    loom_gguf_writer_free(w);
+    free(L.jobs);
+    free(lw.layers);
+    free(owned);
+    loom_safetensors_close(st);
+    loom_gguf_close(g);
+    if (mf.data) loom_mapped_file_close(&mf);
+    return s;
+}

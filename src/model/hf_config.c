@@ -1,0 +1,178 @@
+/* Hugging Face config.json parsing (libcjson). */
+#include "model/hf_config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+
+loom_status loom_read_text_file(const char *path, char **buf, size_t *len) {
+    LOOM_RETURN_IF(!path || !buf || !len, LOOM_ERR_INVALID_ARG, "read_text_file: NULL argument");
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    LOOM_RETURN_IF(!f, LOOM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (512 << 20)) {
+        fclose(f);
+        return loom_set_error(LOOM_ERR_IO, "'%s' is not a regular file of at most 512 MiB", path);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *b = malloc(n + 1);
+    if (!b) {
+        fclose(f);
+        return loom_set_error(LOOM_ERR_NOMEM, "out of memory reading '%s'", path);
+    }
+    size_t got = fread(b, 1, n, f);
+    fclose(f);
+    if (got != n) {
+        free(b);
+        return loom_set_error(LOOM_ERR_IO, "cannot read '%s'", path);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return LOOM_OK;
+}
+
+/* An integer field in [lo, hi]: absent -> *out unchanged unless required. */
+static loom_status get_int(const cJSON *root, const char *name, const char *key, int required, int lo,
+                           int hi, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        LOOM_RETURN_IF(required, LOOM_ERR_FORMAT, "config '%s': required field \"%s\" is missing", name, key);
+        return LOOM_OK;
+    }
+    LOOM_RETURN_IF(!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble ||
+                   v->valuedouble < lo || v->valuedouble > hi, LOOM_ERR_FORMAT,
+                   "config '%s': field \"%s\" must be an integer in [%d, %d]", name, key, lo, hi);
+    *out = (int)v->valuedouble;
+    return LOOM_OK;
+}
+
+static loom_status get_float(const cJSON *root, const char *name, const char *key, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return LOOM_OK;
+    LOOM_RETURN_IF(!cJSON_IsNumber(v) || !(v->valuedouble > 0.0) || v->valuedouble > 1e30,
+                   LOOM_ERR_FORMAT, "config '%s': field \"%s\" must be a positive number", name, key);
+    *out = (float)v->valuedouble;
+    return LOOM_OK;
+}
+
+static loom_status get_str(const cJSON *root, const char *name, const char *key, char *out, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return LOOM_OK;
+    LOOM_RETURN_IF(!cJSON_IsString(v) || strlen(v->valuestring) >= cap, LOOM_ERR_FORMAT,
+                   "config '%s': field \"%s\" must be a string of fewer than %zu bytes", name, key, cap);
+    snprintf(out, cap, "%s", v->valuestring);
+    return LOOM_OK;
+}
+
+/* A token id field: an integer, or (some configs) a list whose first entry counts. */
+static loom_status get_token_id(const cJSON *root, const char *name, const char *key, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0);
+    if (!v || cJSON_IsNull(v)) return LOOM_OK;
+    LOOM_RETURN_IF(!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < 0 ||
+                   v->valuedouble > 1e9, LOOM_ERR_FORMAT,
+                   "config '%s': field \"%s\" must be a non-negative integer", name, key);
+    *out = (int)v->valuedouble;
+    return LOOM_OK;
+}
+
+static loom_status parse_root(const cJSON *root, const char *name, loom_hf_config *c) {
+    LOOM_RETURN_IF(!cJSON_IsObject(root), LOOM_ERR_FORMAT, "config '%s' is not a JSON object", name);
+    LOOM_TRY(get_str(root, name, "model_type", c->model_type, sizeof c->model_type));
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0) {
+        const cJSON *a0 = cJSON_GetArrayItem(archs, 0);
+        LOOM_RETURN_IF(!cJSON_IsString(a0), LOOM_ERR_FORMAT,
+                       "config '%s': \"architectures\" must list strings", name);
+        snprintf(c->architecture, sizeof c->architecture, "%s", a0->valuestring);
+    }
+    int bert = strcmp(c->model_type, "bert") == 0 || strncmp(c->architecture, "Bert", 4) == 0;
+    const int big = 1 << 24;
+    LOOM_TRY(get_int(root, name, "hidden_size", 1, 1, big, &c->hidden_size));
+    LOOM_TRY(get_int(root, name, "intermediate_size", 1, 1, big, &c->intermediate_size));
+    LOOM_TRY(get_int(root, name, "num_hidden_layers", 1, 1, 4096, &c->num_hidden_layers));
+    LOOM_TRY(get_int(root, name, "num_attention_heads", 1, 1, 4096, &c->num_attention_heads));
+    c->num_key_value_heads = c->num_attention_heads;
+    LOOM_TRY(get_int(root, name, "num_key_value_heads", 0, 1, 4096, &c->num_key_value_heads));
+    LOOM_TRY(get_int(root, name, "vocab_size", 1, 1, big, &c->vocab_size));
+    c->max_position_embeddings = bert ? 512 : 2048;
+    LOOM_TRY(get_int(root, name, "max_position_embeddings", 0, 1, 1 << 26, &c->max_position_embeddings));
+    c->type_vocab_size = 2;
+    LOOM_TRY(get_int(root, name, "type_vocab_size", 0, 0, 1 << 16, &c->type_vocab_size));
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+    LOOM_TRY(get_int(root, name, "head_dim", 0, 1, 4096, &c->head_dim));
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    c->tie_word_embeddings = bert ? 1 : 0;
+    if (tie && !cJSON_IsNull(tie)) {
+        LOOM_RETURN_IF(!cJSON_IsBool(tie), LOOM_ERR_FORMAT,
+                       "config '%s': field \"tie_word_embeddings\" must be true or false", name);
+        c->tie_word_embeddings = cJSON_IsTrue(tie);
+    }
+    c->rms_norm_eps = 1e-6f;
+    c->layer_norm_eps = 1e-12f;
+    c->rope_theta = 10000.0f;
+    LOOM_TRY(get_float(root, name, "rms_norm_eps", &c->rms_norm_eps));
+    LOOM_TRY(get_float(root, name, "layer_norm_eps", &c->layer_norm_eps));
+    LOOM_TRY(get_float(root, name, "rope_theta", &c->rope_theta));
+    snprintf(c->hidden_act, sizeof c->hidden_act, "%s", bert ? "gelu" : "silu");
+    LOOM_TRY(get_str(root, name, "hidden_act", c->hidden_act, sizeof c->hidden_act));
+    c->rope_scaling_factor = 1.0f;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        LOOM_RETURN_IF(!cJSON_IsObject(rs), LOOM_ERR_FORMAT,
+                       "config '%s': field \"rope_scaling\" must be an object or null", name);
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        LOOM_RETURN_IF(!cJSON_IsString(ty) || strlen(ty->valuestring) >= sizeof c->rope_scaling_type,
+                       LOOM_ERR_FORMAT, "config '%s': rope_scaling needs a \"rope_type\" string", name);
+        snprintf(c->rope_scaling_type, sizeof c->rope_scaling_type, "%s", ty->valuestring);
+        LOOM_TRY(get_float(rs, name, "factor", &c->rope_scaling_factor));
+    }
+    c->bos_token_id = c->eos_token_id = c->pad_token_id = -1;
+    LOOM_TRY(get_token_id(root, name, "bos_token_id", &c->bos_token_id));
+    LOOM_TRY(get_token_id(root, name, "eos_token_id", &c->eos_token_id));
+    LOOM_TRY(get_token_id(root, name, "pad_token_id", &c->pad_token_id));
+    LOOM_RETURN_IF(c->num_attention_heads % c->num_key_value_heads != 0, LOOM_ERR_FORMAT,
+                   "config '%s': num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                   name, c->num_attention_heads, c->num_key_value_heads);
+    LOOM_RETURN_IF(c->head_dim < 1, LOOM_ERR_FORMAT,
+                   "config '%s': hidden_size %d is smaller than num_attention_heads %d", name,
+                   c->hidden_size, c->num_attention_heads);
+    return LOOM_OK;
+}
+
+loom_status loom_hf_config_parse(const char *text, size_t len, const char *name, loom_hf_config *out) {
+    LOOM_RETURN_IF(!text || !out, LOOM_ERR_INVALID_ARG, "config: NULL argument");
+    if (!name) name = "config.json";
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    LOOM_RETURN_IF(!root, LOOM_ERR_FORMAT, "config '%s' is not valid JSON", name);
+    loom_status s = parse_root(root, name, out);
+    cJSON_Delete(root);
+    return s;
+}
+
+loom_status loom_hf_config_load(const char *path, loom_hf_config *out) {
+    LOOM_RETURN_IF(!path || !out, LOOM_ERR_INVALID_ARG, "config: NULL argument");
+    char buf[1100];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(buf, sizeof buf, "%s/config.json", path);
+        path = buf;
+    }
+    char *text;
+    size_t len;
+    LOOM_TRY(loom_read_text_file(path, &text, &len));
+    loom_status s = loom_hf_config_parse(text, len, path, out);
+    free(text);
+    return s;
+}

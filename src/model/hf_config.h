@@ -1,0 +1,44 @@
+/* Hugging Face config.json: the fields loom's Llama and BERT loaders need.
+ * Parsed with libcjson; absent optional fields keep the documented defaults. */
+#ifndef LOOM_MODEL_HF_CONFIG_H
+#define LOOM_MODEL_HF_CONFIG_H
+
+#include <stddef.h>
+
+#include "loom.h"
+
+typedef struct loom_hf_config {
+    char model_type[32];         /* "llama", "bert", "mistral", ... ("" if absent) */
+    char architecture[64];       /* architectures[0], e.g. "LlamaForCausalLM" ("" if absent) */
+    int  hidden_size;            /* required */
+    int  intermediate_size;      /* required */
+    int  num_hidden_layers;      /* required */
+    int  num_attention_heads;    /* required */
+    int  num_key_value_heads;    /* default num_attention_heads */
+    int  head_dim;               /* default hidden_size / num_attention_heads */
+    int  vocab_size;             /* required */
+    int  max_position_embeddings;/* default 2048 (Llama), 512 (BERT) */
+    int  type_vocab_size;        /* BERT, default 2 */
+    int  tie_word_embeddings;    /* default 1 for BERT-like, 0 for Llama (HF's defaults) */
+    float rms_norm_eps;          /* Llama, default 1e-6 */
+    float layer_norm_eps;        /* BERT, default 1e-12 */
+    float rope_theta;            /* default 10000 */
+    char hidden_act[32];         /* "silu", "gelu", "gelu_new", ... */
+    /* rope_scaling (null when absent): type "" means none. */
+    char  rope_scaling_type[32]; /* "linear", "dynamic", "llama3", "yarn", ... */
+    float rope_scaling_factor;   /* default 1 */
+    int   bos_token_id, eos_token_id, pad_token_id;  /* -1 when absent */
+} loom_hf_config;
+
+/* Parses config.json text[0..len); name is used in messages. Errors:
+ * LOOM_ERR_FORMAT for invalid JSON, a missing required field or a field of the
+ * wrong type or range (the message names the field). */
+loom_status loom_hf_config_parse(const char *text, size_t len, const char *name, loom_hf_config *out);
+/* Reads and parses path (a config.json, or a folder holding one). Errors as
+ * above, plus LOOM_ERR_IO. */
+loom_status loom_hf_config_load(const char *path, loom_hf_config *out);
+
+/* Reads a whole file (at most 512 MiB) into a malloc'd NUL-terminated buffer. */
+loom_status loom_read_text_file(const char *path, char **buf, size_t *len);
+
+#endif

@@ -1,0 +1,226 @@
+/*
+ * Llama-architecture models from GGUF (llama.cpp's format and tensor names).
+ *
+ * Metadata: general.architecture = "llama", then "llama."-prefixed keys:
+ * context_length, embedding_length, block_count, feed_forward_length,
+ * attention.head_count, attention.head_count_kv (default head_count),
+ * attention.layer_norm_rms_epsilon, rope.freq_base (default 10000),
+ * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
+ * linear), vocab_size (default: rows of token_embd).
+ *
+ * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+ * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
+ * token_embd). llama.cpp's converter permutes the rows of attn_q/attn_k so that
+ * RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
+ * LOOM_ROPE_INTERLEAVED. Weights stay in the mapping; nothing is copied.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "model/llama.h"
+
+#define MAX_DIM (1 << 20)
+
+/* Integer key "llama.<suffix>"; def < 0 means required. */
+static loom_status get_int(const loom_gguf *g, const char *arch, const char *suffix, int64_t def,
+                           int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (loom_gguf_find_key(g, key) < 0) {
+        LOOM_RETURN_IF(def < 0, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'",
+                       loom_gguf_path(g), key);
+        *out = (int)def;
+        return LOOM_OK;
+    }
+    int64_t v;
+    LOOM_TRY(loom_gguf_get_i64(g, key, &v));
+    LOOM_RETURN_IF(v <= 0 || v > MAX_DIM, LOOM_ERR_FORMAT, "%s: impossible %s = %lld (expected 1..%d)",
+                   loom_gguf_path(g), key, (long long)v, MAX_DIM);
+    *out = (int)v;
+    return LOOM_OK;
+}
+
+static loom_status get_float(const loom_gguf *g, const char *arch, const char *suffix, float def,
+                             float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (loom_gguf_find_key(g, key) < 0) {
+        LOOM_RETURN_IF(def < 0, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'",
+                       loom_gguf_path(g), key);
+        *out = def;
+        return LOOM_OK;
+    }
+    LOOM_TRY(loom_gguf_get_f32(g, key, out));
+    LOOM_RETURN_IF(!(*out > 0) || *out > 1e30f, LOOM_ERR_FORMAT, "%s: impossible %s = %g",
+                   loom_gguf_path(g), key, (double)*out);
+    return LOOM_OK;
+}
+
+static int str_is(const char *s, size_t n, const char *lit) {
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
+    const char *path = loom_gguf_path(g), *arch;
+    size_t alen;
+    LOOM_TRY(loom_gguf_get_str(g, "general.architecture", &arch, &alen));
+    LOOM_RETURN_IF(!str_is(arch, alen, "llama"), LOOM_ERR_UNSUPPORTED,
+                   "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
+                   "models (Llama 2/3, SmolLM2, TinyLlama)", path, (int)(alen > 64 ? 64 : alen), arch);
+    const char *a = "llama";
+    LOOM_TRY(get_int(g, a, "embedding_length", -1, &c->dim));
+    LOOM_TRY(get_int(g, a, "feed_forward_length", -1, &c->hidden_dim));
+    LOOM_TRY(get_int(g, a, "block_count", -1, &c->n_layers));
+    LOOM_TRY(get_int(g, a, "attention.head_count", -1, &c->n_heads));
+    LOOM_TRY(get_int(g, a, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
+    LOOM_TRY(get_int(g, a, "context_length", -1, &c->seq_len));
+    LOOM_TRY(get_int(g, a, "attention.key_length", c->dim / c->n_heads, &c->head_dim));
+    int vlen;
+    LOOM_TRY(get_int(g, a, "attention.value_length", c->head_dim, &vlen));
+    LOOM_RETURN_IF(vlen != c->head_dim || (int64_t)c->head_dim * c->n_heads != c->dim,
+                   LOOM_ERR_UNSUPPORTED,
+                   "%s: head sizes key %d / value %d with %d heads and width %d are not supported "
+                   "(loom needs key = value = width / heads)", path, c->head_dim, vlen, c->n_heads,
+                   c->dim);
+    LOOM_TRY(get_int(g, a, "rope.dimension_count", c->head_dim, &c->n_rot));
+    LOOM_RETURN_IF(c->n_rot > c->head_dim || c->n_rot % 2, LOOM_ERR_FORMAT,
+                   "%s: llama.rope.dimension_count %d must be even and <= head size %d", path,
+                   c->n_rot, c->head_dim);
+    LOOM_TRY(get_float(g, a, "rope.freq_base", 10000.0f, &c->rope_theta));
+    LOOM_TRY(get_float(g, a, "attention.layer_norm_rms_epsilon", -1.0f, &c->rms_eps));
+    c->rope_freq_scale = 1.0f;
+    int64_t k = loom_gguf_find_key(g, "llama.rope.scaling.type");
+    if (k >= 0) {
+        const char *t;
+        size_t tl;
+        LOOM_TRY(loom_gguf_get_str(g, "llama.rope.scaling.type", &t, &tl));
+        if (str_is(t, tl, "linear")) {
+            float f;
+            LOOM_TRY(get_float(g, a, "rope.scaling.factor", -1.0f, &f));
+            c->rope_freq_scale = 1.0f / f;
+        } else if (!str_is(t, tl, "none")) {
+            return loom_set_error(LOOM_ERR_UNSUPPORTED,
+                                  "%s: llama.rope.scaling.type '%.*s' is not supported (none, linear)",
+                                  path, (int)(tl > 32 ? 32 : tl), t);
+        }
+    } else if (loom_gguf_find_key(g, "llama.rope.scaling.factor") >= 0) {
+        /* older files: a factor alone means linear scaling */
+        float f;
+        LOOM_TRY(get_float(g, a, "rope.scaling.factor", -1.0f, &f));
+        c->rope_freq_scale = 1.0f / f;
+    }
+    LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
+                   "%s: tensor rope_freqs.weight (Llama 3.1 frequency factors) is not supported", path);
+    c->rope_mode = LOOM_ROPE_INTERLEAVED;
+    return LOOM_OK;
+}
+
+/* Takes tensor name, checking its shape (outermost first) and dtype class. */
+static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t d0, int64_t d1,
+                        int norm, loom_tensor *t) {
+    const char *path = loom_gguf_path(g);
+    LOOM_RETURN_IF(loom_gguf_find_tensor(g, name) < 0, LOOM_ERR_FORMAT,
+                   "%s: missing tensor '%s'", path, name);
+    LOOM_TRY(loom_gguf_get_tensor(g, name, t));
+    int ok = ndim == 1 ? loom_tensor_nelem(t) == d0 && (t->ndim == 1 || t->shape[0] == 1)
+                       : t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1;
+    if (!ok) {
+        char got[96];
+        int o = 0;
+        for (int i = 0; i < t->ndim && o < (int)sizeof got - 24; i++)
+            o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (ndim == 1)
+            return loom_set_error(LOOM_ERR_SHAPE, "%s: tensor '%s' has shape [%s], expected [%lld]",
+                                  path, name, got, (long long)d0);
+        return loom_set_error(LOOM_ERR_SHAPE, "%s: tensor '%s' has shape [%s], expected [%lld, %lld]",
+                              path, name, got, (long long)d0, (long long)d1);
+    }
+    if (norm) {
+        LOOM_RETURN_IF(t->dtype != LOOM_F32, LOOM_ERR_DTYPE,
+                       "%s: tensor '%s' is %s; norm weights must be f32", path, name,
+                       loom_dtype_name(t->dtype));
+        if (t->ndim != 1) {
+            const int64_t s1[1] = {d0};
+            LOOM_TRY(loom_tensor_init(t, LOOM_F32, 1, s1, t->data));
+            loom_tensor_set_name(t, "%s", name);
+        }
+    } else {
+        LOOM_RETURN_IF(t->dtype == LOOM_I32 || t->dtype == LOOM_I8, LOOM_ERR_DTYPE,
+                       "%s: tensor '%s' is %s; weights must be f32, f16, bf16, q8_0, q4_0 or q4_1",
+                       path, name, loom_dtype_name(t->dtype));
+    }
+    return LOOM_OK;
+}
+
+static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w) {
+    const int64_t D = c->dim, H = c->hidden_dim, V = c->vocab_size;
+    const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    LOOM_TRY(take(g, "token_embd.weight", 2, V, D, 0, &w->tok_embd));
+    char nm[LOOM_NAME_MAX];
+#define LAYER(field, name, nd, d0, d1, norm)                                   \
+    do {                                                                       \
+        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, name);                  \
+        LOOM_TRY(take(g, nm, nd, d0, d1, norm, &w->layers[l].field));          \
+    } while (0)
+    for (int l = 0; l < c->n_layers; l++) {
+        LAYER(attn_norm, "attn_norm", 1, D, 1, 1);
+        LAYER(wq, "attn_q", 2, QD, D, 0);
+        LAYER(wk, "attn_k", 2, KVD, D, 0);
+        LAYER(wv, "attn_v", 2, KVD, D, 0);
+        LAYER(wo, "attn_output", 2, D, QD, 0);
+        LAYER(ffn_norm, "ffn_norm", 1, D, 1, 1);
+        LAYER(w1, "ffn_gate", 2, H, D, 0);
+        LAYER(w3, "ffn_up", 2, H, D, 0);
+        LAYER(w2, "ffn_down", 2, D, H, 0);
+    }
+#undef LAYER
+    LOOM_TRY(take(g, "output_norm.weight", 1, D, 1, 1, &w->out_norm));
+    if (loom_gguf_find_tensor(g, "output.weight") >= 0) {
+        LOOM_TRY(take(g, "output.weight", 2, V, D, 0, &w->output));
+    } else {
+        w->output = w->tok_embd;
+        loom_tensor_set_name(&w->output, "output (tied to token_embd)");
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
+                                 loom_llama_weights *w) {
+    LOOM_RETURN_IF(!path || !gguf || !cfg || !w, LOOM_ERR_INVALID_ARG, "llama_load_gguf: NULL argument");
+    memset(cfg, 0, sizeof *cfg);
+    memset(w, 0, sizeof *w);
+    *gguf = NULL;
+    loom_gguf *g;
+    LOOM_TRY(loom_gguf_open(path, &g));
+    loom_status s = read_config(g, cfg);
+    if (s != LOOM_OK) goto fail;
+    /* vocabulary: the metadata count when present, else the embedding's rows */
+    int64_t ti = loom_gguf_find_tensor(g, "token_embd.weight");
+    if (ti < 0) {
+        s = loom_set_error(LOOM_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
+        goto fail;
+    }
+    loom_gguf_tensor_info info;
+    if ((s = loom_gguf_tensor_info_at(g, ti, &info)) != LOOM_OK) goto fail;
+    int64_t rows = info.n_dims >= 2 ? info.ne[1] : 0;
+    if ((s = get_int(g, "llama", "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1,
+                     &cfg->vocab_size)) != LOOM_OK)
+        goto fail;
+    cfg->shared_classifier = loom_gguf_find_tensor(g, "output.weight") < 0;
+    if ((s = loom_llama_config_check(cfg, path)) != LOOM_OK) goto fail;
+    w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
+    if (!w->layers) {
+        s = loom_set_error(LOOM_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((s = take_weights(g, cfg, w)) != LOOM_OK) goto fail;
+    *gguf = g;
+    return LOOM_OK;
+fail:
+    free(w->layers);
+    w->layers = NULL;
+    loom_gguf_close(g);
+    return s;
+}

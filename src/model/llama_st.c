@@ -1,0 +1,157 @@
+/* Llama from Hugging Face safetensors + config.json. */
+#include "model/llama_st.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "model/hf_config.h"
+
+void loom_rope_permute_rows(void *dst, const void *src, int n_head, int head_dim, int64_t cols, size_t es,
+                            int to_half) {
+    size_t row = (size_t)cols * es;
+    int half = head_dim / 2;
+    for (int h = 0; h < n_head; h++)
+        for (int i = 0; i < half; i++)
+            for (int p = 0; p < 2; p++) {
+                /* interleaved row 2i+p of the head <-> half row p*half + i */
+                size_t inter = (size_t)h * head_dim + 2 * (size_t)i + p;
+                size_t hrow = (size_t)h * head_dim + (size_t)p * half + i;
+                size_t d = to_half ? hrow : inter, s = to_half ? inter : hrow;
+                memcpy((char *)dst + d * row, (const char *)src + s * row, row);
+            }
+}
+
+static int is_llama(const loom_hf_config *h) {
+    static const char *archs[] = {"LlamaForCausalLM", "MistralForCausalLM"};
+    if (strcmp(h->model_type, "llama") == 0 || strcmp(h->model_type, "mistral") == 0) return 1;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(h->architecture, archs[i]) == 0) return 1;
+    return 0;
+}
+
+static loom_status shape_is(const loom_tensor *t, const char *name, int64_t d0, int64_t d1) {
+    int ok = t->ndim == (d1 ? 2 : 1) && t->shape[0] == d0 && (!d1 || t->shape[1] == d1);
+    if (ok) return LOOM_OK;
+    if (d1)
+        return loom_set_error(LOOM_ERR_SHAPE, "llama: tensor '%s' has shape [%lld, %lld] (ndim %d): expected "
+                              "[%lld, %lld]", name, (long long)t->shape[0],
+                              (long long)(t->ndim > 1 ? t->shape[1] : 1), t->ndim, (long long)d0, (long long)d1);
+    return loom_set_error(LOOM_ERR_SHAPE, "llama: tensor '%s' has shape [%lld] (ndim %d): expected [%lld]", name,
+                          (long long)t->shape[0], t->ndim, (long long)d0);
+}
+
+static loom_status mat(const loom_safetensors *st, const char *name, int64_t d0, int64_t d1, loom_tensor *t) {
+    LOOM_TRY(loom_safetensors_get(st, name, t));
+    return shape_is(t, name, d0, d1);
+}
+
+static loom_status vec(const loom_safetensors *st, const char *name, int64_t d0, float **next, loom_tensor *t) {
+    loom_tensor s;
+    LOOM_TRY(loom_safetensors_get(st, name, &s));
+    LOOM_TRY(shape_is(&s, name, d0, 0));
+    float *dst = *next;
+    *next += d0;
+    for (int64_t i = 0; i < d0; i++)
+        dst[i] = s.dtype == LOOM_F32   ? ((const float *)s.data)[i]
+                 : s.dtype == LOOM_F16 ? loom_f16_to_f32(((const uint16_t *)s.data)[i])
+                                       : loom_bf16_to_f32(((const uint16_t *)s.data)[i]);
+    LOOM_TRY(loom_tensor_init(t, LOOM_F32, 1, &d0, dst));
+    loom_tensor_set_name(t, "%.63s", name);
+    return LOOM_OK;
+}
+
+static loom_status config(const char *cfg_path, loom_llama_config *c) {
+    loom_hf_config h;
+    LOOM_TRY(loom_hf_config_load(cfg_path, &h));
+    LOOM_RETURN_IF(!is_llama(&h), LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
+                   "(model_type '%s'); only Llama-architecture models load from safetensors", cfg_path,
+                   h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
+    LOOM_RETURN_IF(strcmp(h.hidden_act, "silu") != 0, LOOM_ERR_UNSUPPORTED,
+                   "llama: '%s': hidden_act '%s' (only silu is supported)", cfg_path, h.hidden_act);
+    memset(c, 0, sizeof *c);
+    c->dim = h.hidden_size;
+    c->hidden_dim = h.intermediate_size;
+    c->n_layers = h.num_hidden_layers;
+    c->n_heads = h.num_attention_heads;
+    c->n_kv_heads = h.num_key_value_heads;
+    c->vocab_size = h.vocab_size;
+    c->seq_len = h.max_position_embeddings;
+    c->head_dim = h.head_dim;
+    c->rope_theta = h.rope_theta;
+    c->rms_eps = h.rms_norm_eps;
+    c->rope_mode = LOOM_ROPE_HALF;
+    c->shared_classifier = h.tie_word_embeddings;
+    if (h.rope_scaling_type[0]) {
+        LOOM_RETURN_IF(strcmp(h.rope_scaling_type, "linear") != 0, LOOM_ERR_UNSUPPORTED,
+                       "llama: '%s': rope_scaling type '%s' is not supported (linear is)", cfg_path,
+                       h.rope_scaling_type);
+        c->rope_freq_scale = 1.0f / h.rope_scaling_factor;
+    }
+    LOOM_RETURN_IF(c->head_dim * c->n_heads != c->dim, LOOM_ERR_UNSUPPORTED,
+                   "llama: '%s': head_dim %d x %d heads differs from hidden_size %d", cfg_path, c->head_dim,
+                   c->n_heads, c->dim);
+    return loom_llama_config_check(c, cfg_path);
+}
+
+loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st, float **owned,
+                                        loom_llama_config *c, loom_llama_weights *w) {
+    LOOM_RETURN_IF(!path || !st || !owned || !c || !w, LOOM_ERR_INVALID_ARG, "llama: NULL argument");
+    *st = NULL;
+    *owned = NULL;
+    memset(w, 0, sizeof *w);
+    char dir[1024];
+    struct stat sb;
+    LOOM_RETURN_IF(stat(path, &sb) != 0, LOOM_ERR_IO, "llama: cannot open '%s'", path);
+    snprintf(dir, sizeof dir, "%s", path);
+    if (!S_ISDIR(sb.st_mode)) {
+        char *sl = strrchr(dir, '/');
+        if (sl) *sl = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    LOOM_TRY(config(dir, c));
+    LOOM_TRY(loom_safetensors_open(path, st));
+    int64_t D = c->dim, H = c->hidden_dim, qd = (int64_t)c->n_heads * c->head_dim,
+            kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    float *buf = malloc(sizeof(float) * (size_t)(D * (2 * (int64_t)c->n_layers + 1)));
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    loom_status s = buf && w->layers ? LOOM_OK : loom_set_error(LOOM_ERR_NOMEM, "llama: out of memory");
+    float *next = buf;
+    if (s == LOOM_OK) s = mat(*st, "model.embed_tokens.weight", c->vocab_size, D, &w->tok_embd);
+    if (s == LOOM_OK) s = vec(*st, "model.norm.weight", D, &next, &w->out_norm);
+    if (s == LOOM_OK) {
+        int has_head = loom_safetensors_find(*st, "lm_head.weight") >= 0;
+        if (has_head && !c->shared_classifier) s = mat(*st, "lm_head.weight", c->vocab_size, D, &w->output);
+        else if (!has_head && !c->shared_classifier)
+            s = loom_set_error(LOOM_ERR_FORMAT, "llama: '%s': lm_head.weight is missing and "
+                               "tie_word_embeddings is false", path);
+        else w->output = w->tok_embd;
+    }
+    for (int l = 0; l < c->n_layers && s == LOOM_OK; l++) {
+        loom_llama_layer *y = &w->layers[l];
+        char n[128];
+#define P(x) (snprintf(n, sizeof n, "model.layers.%d.%s", l, x), n)
+        s = vec(*st, P("input_layernorm.weight"), D, &next, &y->attn_norm);
+        if (s == LOOM_OK) s = mat(*st, P("self_attn.q_proj.weight"), qd, D, &y->wq);
+        if (s == LOOM_OK) s = mat(*st, P("self_attn.k_proj.weight"), kvd, D, &y->wk);
+        if (s == LOOM_OK) s = mat(*st, P("self_attn.v_proj.weight"), kvd, D, &y->wv);
+        if (s == LOOM_OK) s = mat(*st, P("self_attn.o_proj.weight"), D, qd, &y->wo);
+        if (s == LOOM_OK) s = vec(*st, P("post_attention_layernorm.weight"), D, &next, &y->ffn_norm);
+        if (s == LOOM_OK) s = mat(*st, P("mlp.gate_proj.weight"), H, D, &y->w1);
+        if (s == LOOM_OK) s = mat(*st, P("mlp.down_proj.weight"), D, H, &y->w2);
+        if (s == LOOM_OK) s = mat(*st, P("mlp.up_proj.weight"), H, D, &y->w3);
+#undef P
+    }
+    if (s != LOOM_OK) {
+        free(buf);
+        free(w->layers);
+        w->layers = NULL;
+        loom_safetensors_close(*st);
+        *st = NULL;
+        return s;
+    }
+    *owned = buf;
+    return LOOM_OK;
+}

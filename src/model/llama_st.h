@@ -1,0 +1,27 @@
+/* Llama-architecture models from Hugging Face safetensors + config.json. */
+#ifndef LOOM_MODEL_LLAMA_ST_H
+#define LOOM_MODEL_LLAMA_ST_H
+
+#include "model/llama.h"
+#include "model/safetensors.h"
+
+/* Loads path (a folder with config.json and model.safetensors or a sharded
+ * index, or a .safetensors file with config.json beside it). model_type must
+ * be "llama" (or a *LlamaForCausalLM / MistralForCausalLM architecture);
+ * others are LOOM_ERR_UNSUPPORTED. HF's q/k projections use the NeoX ("half")
+ * RoPE pairing, so cfg->rope_mode = LOOM_ROPE_HALF. Linear rope_scaling sets
+ * rope_freq_scale = 1/factor; other scaling types are LOOM_ERR_UNSUPPORTED.
+ * Matrices are f32/f16/bf16 views into *st (close it after use); the RMSNorm
+ * weights are f32 copies in *owned (free()); layers is malloc'd. Errors name
+ * the missing tensor or the one with the wrong shape (LOOM_ERR_SHAPE). */
+loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st, float **owned,
+                                        loom_llama_config *cfg, loom_llama_weights *w);
+
+/* Row permutation between HF's half-split rotary layout and the interleaved
+ * one of llama2.c / Meta / GGUF, for a [n_head * head_dim, cols] projection
+ * with element size es: to_half = 1 maps interleaved -> half (as HF's
+ * convert_llama_weights_to_hf), 0 the inverse. dst and src must not overlap. */
+void loom_rope_permute_rows(void *dst, const void *src, int n_head, int head_dim, int64_t cols, size_t es,
+                            int to_half);
+
+#endif

@@ -1,0 +1,336 @@
+/* The analytic planner: data-less graphs of named configs, costed per node. */
+#include "model/planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "model/bert.h"
+#if defined(LOOM_HAVE_FUSION)
+#include "graph/fusion.h"
+#endif
+
+int loom_plan_have_fusion(void) {
+#if defined(LOOM_HAVE_FUSION)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static int valid_wtype(loom_dtype t) {
+    return t == LOOM_F32 || t == LOOM_F16 || t == LOOM_BF16 || t == LOOM_Q8_0 || t == LOOM_Q4_0 ||
+           t == LOOM_Q4_1;
+}
+
+static loom_status tensor2(loom_tensor *t, loom_dtype dt, int64_t rows, int64_t cols,
+                           const char *name) {
+    const int64_t shape[2] = {rows, cols};
+    LOOM_TRY(loom_tensor_init(t, dt, 2, shape, NULL));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return LOOM_OK;
+}
+
+static loom_status tensor1(loom_tensor *t, int64_t n, const char *name) {
+    LOOM_TRY(loom_tensor_init(t, LOOM_F32, 1, &n, NULL));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return LOOM_OK;
+}
+
+/* Weight descriptors (no data) in the dtype wt; norms stay f32. */
+static loom_status make_weights(const loom_llama_config *c, loom_dtype wt, loom_llama_weights *w) {
+    memset(w, 0, sizeof *w);
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    LOOM_RETURN_IF(!w->layers, LOOM_ERR_NOMEM, "plan: out of memory");
+    const int64_t D = c->dim, F = c->hidden_dim, Q = (int64_t)c->n_heads * c->head_dim,
+                  KV = (int64_t)c->n_kv_heads * c->head_dim;
+    LOOM_TRY(tensor2(&w->tok_embd, wt, c->vocab_size, D, "tok_embd"));
+    LOOM_TRY(tensor1(&w->out_norm, D, "output_norm"));
+    LOOM_TRY(tensor2(&w->output, wt, c->vocab_size, D, "output"));
+    for (int l = 0; l < c->n_layers; l++) {
+        loom_llama_layer *L = &w->layers[l];
+        LOOM_TRY(tensor1(&L->attn_norm, D, "attn_norm"));
+        LOOM_TRY(tensor2(&L->wq, wt, Q, D, "wq"));
+        LOOM_TRY(tensor2(&L->wk, wt, KV, D, "wk"));
+        LOOM_TRY(tensor2(&L->wv, wt, KV, D, "wv"));
+        LOOM_TRY(tensor2(&L->wo, wt, D, Q, "wo"));
+        LOOM_TRY(tensor1(&L->ffn_norm, D, "ffn_norm"));
+        LOOM_TRY(tensor2(&L->w1, wt, F, D, "w1"));
+        LOOM_TRY(tensor2(&L->w2, wt, D, F, "w2"));
+        LOOM_TRY(tensor2(&L->w3, wt, F, D, "w3"));
+    }
+    return LOOM_OK;
+}
+
+static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const loom_plan_params *p,
+                               loom_plan_info *info) {
+    loom_llama_weights w;
+    loom_status s = make_weights(c, p->wtype, &w);
+    int *kc = calloc((size_t)c->n_layers * 2, sizeof *kc);
+    if (s == LOOM_OK && !kc) s = loom_set_error(LOOM_ERR_NOMEM, "plan: out of memory");
+    if (s == LOOM_OK) {
+        const int n = info->n_tokens, pos = info->pos;
+        /* an int8 cache is costed as 1 byte per element (loom_plan_node); the
+         * graph ops take float caches, so the graph itself is built with f16 */
+        loom_dtype kvt = p->kv_dtype == LOOM_I8 ? LOOM_F16 : p->kv_dtype;
+        const int64_t ids_shape[1] = {n};
+        const int64_t cshape[3] = {(int64_t)pos + n, c->n_kv_heads, c->head_dim};
+        loom_tensor ids, cache;
+        s = loom_tensor_init(&ids, LOOM_I32, 1, ids_shape, NULL);
+        if (s == LOOM_OK) s = loom_tensor_init(&cache, kvt, 3, cshape, NULL);
+        if (s == LOOM_OK) {
+            snprintf(ids.name, sizeof ids.name, "ids");
+            int ids_id = loom_graph_external(g, &ids);
+            for (int l = 0; l < c->n_layers; l++) {
+                snprintf(cache.name, sizeof cache.name, "kv_cache.k.%d", l);
+                kc[l] = loom_graph_external(g, &cache);
+                snprintf(cache.name, sizeof cache.name, "kv_cache.v.%d", l);
+                kc[c->n_layers + l] = loom_graph_external(g, &cache);
+            }
+            loom_llama_build(g, c, &w, ids_id, kc, kc + c->n_layers, n, pos, p->decode);
+            s = loom_graph_status(g);
+        }
+    }
+    free(kc);
+    free(w.layers);
+    return s;
+}
+
+static loom_status vec(loom_tensor *t, int64_t n, const char *name) { return tensor1(t, n, name); }
+
+/* BERT encoder (model/bert.h): B padded sequences of S tokens, natively batched. */
+static loom_status build_bert(loom_graph *g, const loom_llama_config *nc, const loom_plan_params *p) {
+    loom_bert_config c = {.dim = nc->dim, .hidden_dim = nc->hidden_dim, .n_layers = nc->n_layers,
+                          .n_heads = nc->n_heads, .head_dim = nc->head_dim,
+                          .vocab_size = nc->vocab_size, .max_pos = nc->seq_len, .type_vocab = 2,
+                          .ln_eps = nc->rms_eps};
+    LOOM_RETURN_IF(p->seq > c.max_pos, LOOM_ERR_INVALID_ARG,
+                   "--seq %d exceeds the model's %d positions", p->seq, c.max_pos);
+    loom_bert_weights w;
+    memset(&w, 0, sizeof w);
+    w.layers = calloc((size_t)c.n_layers, sizeof *w.layers);
+    LOOM_RETURN_IF(!w.layers, LOOM_ERR_NOMEM, "plan: out of memory");
+    const int64_t D = c.dim, F = c.hidden_dim;
+    loom_dtype wt = p->wtype;
+    loom_status s = LOOM_OK;
+#define T2(t, r, k, nm) if (s == LOOM_OK) s = tensor2(&(t), wt, r, k, nm)
+#define T1(t, n, nm) if (s == LOOM_OK) s = vec(&(t), n, nm)
+    T2(w.tok_embd, c.vocab_size, D, "tok_embd");
+    T2(w.pos_embd, c.max_pos, D, "pos_embd");
+    T2(w.type_embd, c.type_vocab, D, "type_embd");
+    T1(w.emb_ln_g, D, "emb_ln_g");
+    T1(w.emb_ln_b, D, "emb_ln_b");
+    for (int l = 0; l < c.n_layers; l++) {
+        loom_bert_layer *y = &w.layers[l];
+        T2(y->wq, D, D, "wq"); T2(y->wk, D, D, "wk"); T2(y->wv, D, D, "wv"); T2(y->wo, D, D, "wo");
+        T1(y->bq, D, "bq"); T1(y->bk, D, "bk"); T1(y->bv, D, "bv"); T1(y->bo, D, "bo");
+        T1(y->ln1_g, D, "ln1_g"); T1(y->ln1_b, D, "ln1_b");
+        T1(y->ln2_g, D, "ln2_g"); T1(y->ln2_b, D, "ln2_b");
+        T2(y->w_up, F, D, "w_up"); T1(y->b_up, F, "b_up");
+        T2(y->w_down, D, F, "w_down"); T1(y->b_down, D, "b_down");
+    }
+#undef T1
+#undef T2
+    if (s == LOOM_OK) {
+        const int64_t n = (int64_t)p->batch * p->seq, mshape[4] = {p->batch, 1, p->seq, p->seq};
+        loom_tensor ids, mask;
+        s = loom_tensor_init(&ids, LOOM_I32, 1, &n, NULL);
+        if (s == LOOM_OK) s = loom_tensor_init(&mask, LOOM_I8, 4, mshape, NULL);
+        if (s == LOOM_OK) {
+            int id = loom_graph_external(g, &ids), pos = loom_graph_external(g, &ids);
+            int types = loom_graph_external(g, &ids), m = loom_graph_external(g, &mask);
+            loom_bert_build(g, &c, &w, id, pos, types, m, p->batch, p->seq);
+            s = loom_graph_status(g);
+        }
+    }
+    free(w.layers);
+    return s;
+}
+
+loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom_hw_profile *hw,
+                            loom_plan_info *info) {
+    LOOM_RETURN_IF(!g || !p || !info, LOOM_ERR_INVALID_ARG, "plan: NULL argument");
+    memset(info, 0, sizeof *info);
+    loom_named_config custom;
+    const loom_named_config *nc = &custom;
+    if (p->custom) {
+        LOOM_TRY(loom_llama_config_check(p->custom, "plan"));
+        custom = (loom_named_config){.name = "custom", .arch = LOOM_ARCH_LLAMA, .source = "custom",
+                                     .cfg = *p->custom};
+    } else {
+        nc = loom_named_config_find(p->config);
+        if (!nc) return LOOM_ERR_INVALID_ARG;
+    }
+    LOOM_RETURN_IF(nc->arch == LOOM_ARCH_BERT && p->decode, LOOM_ERR_INVALID_ARG,
+                   "BERT is an encoder: it has no decode phase");
+    LOOM_RETURN_IF(p->batch < 1 || p->batch > 4096, LOOM_ERR_INVALID_ARG,
+                   "plan: --batch %d out of range 1..4096", p->batch);
+    LOOM_RETURN_IF(p->seq < 1 || p->seq > (1 << 20), LOOM_ERR_INVALID_ARG,
+                   "plan: --seq %d out of range 1..%d", p->seq, 1 << 20);
+    LOOM_RETURN_IF((int64_t)p->batch * p->seq > (1 << 24), LOOM_ERR_INVALID_ARG,
+                   "plan: batch x seq = %lld tokens is more than %d",
+                   (long long)p->batch * p->seq, 1 << 24);
+    LOOM_RETURN_IF(p->kv_dtype != LOOM_F32 && p->kv_dtype != LOOM_F16 && p->kv_dtype != LOOM_BF16 &&
+                       p->kv_dtype != LOOM_I8,
+                   LOOM_ERR_INVALID_ARG, "plan: KV cache dtype %s: expected f32, f16, bf16 or int8",
+                   loom_dtype_name(p->kv_dtype));
+    LOOM_RETURN_IF(!valid_wtype(p->wtype), LOOM_ERR_INVALID_ARG,
+                   "plan: weight dtype %s: expected f32, f16, bf16, q8_0, q4_0 or q4_1",
+                   loom_dtype_name(p->wtype));
+#if !defined(LOOM_HAVE_FUSION)
+    LOOM_RETURN_IF(p->fused, LOOM_ERR_UNSUPPORTED,
+                   "plan: fused mode needs the fusion engine, which this build does not have");
+#endif
+    info->config = p->custom ? NULL : nc;
+    info->n_layers = nc->cfg.n_layers;
+    info->decode = p->decode;
+    info->pos = p->decode ? p->seq : 0;
+    info->n_tokens = p->decode ? p->batch : p->batch * p->seq;
+    /* the Llama graph is one flat sequence (batch fixed up in costing); BERT's is batched */
+    info->flat_batch = nc->arch == LOOM_ARCH_LLAMA ? p->batch : 1;
+    loom_graph_reset(g);
+    if (nc->arch == LOOM_ARCH_BERT) LOOM_TRY(build_bert(g, &nc->cfg, p));
+    else LOOM_TRY(build_llama(g, &nc->cfg, p, info));
+#if defined(LOOM_HAVE_FUSION)
+    if (p->fused) {
+        loom_fusion_rules *r = NULL;
+        LOOM_TRY(loom_fusion_rules_load(p->rules_path, &r));
+        loom_fusion_report rep;
+        memset(&rep, 0, sizeof rep);
+        loom_status s = p->preset ? loom_fusion_rules_preset(r, p->preset) : LOOM_OK;
+        if (s == LOOM_OK) s = loom_fusion_apply(g, r, &rep);
+        loom_fusion_rules_free(r);
+        LOOM_TRY(s);
+        info->fusion_applied = 1;
+        for (int i = 0; i < rep.n_rules && i < LOOM_FUSION_MAX_RULES; i++)
+            info->rules_fired += rep.rules[i].fired;
+    }
+#endif
+    LOOM_TRY(loom_graph_plan(g));
+    for (int n = 0; n < g->n_nodes; n++) {
+        loom_plan_node_cost c;
+        loom_plan_node(g, n, info, p->kv_dtype, hw, &c);
+        loom_node *node = &g->nodes[n];
+        const loom_op_info *op = loom_op_get(node->op);
+        node->stats.kernel = op->name;
+        node->stats.kernels = op->n_phases > 0 ? op->n_phases : 1;
+        node->stats.flops = c.flops;
+        node->stats.bytes_read = c.bytes_read;
+        node->stats.bytes_written = c.bytes_written;
+        node->stats.time_ns = c.seconds * 1e9;
+        if (c.bytes_read + c.bytes_written <= 0) info->uncosted++;
+    }
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ costing */
+
+static int storage_root(const loom_graph *g, int id) {
+    while (id >= 0 && g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
+    return id;
+}
+
+static int is_cache(const loom_graph *g, int id) {
+    int r = storage_root(g, id);
+    return r >= 0 && strncmp(g->tensors[r].t.name, "kv_cache.", 9) == 0;
+}
+
+/* The descriptor the cost function sees: B sequences instead of one flat one. */
+static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, int batch,
+                       loom_dtype kv_dtype, int post, loom_tensor *t) {
+    *t = g->tensors[id].t;
+    const int64_t n = info->n_tokens, pos = info->pos;
+    if (batch > 1 && t->ndim == 4 && t->shape[0] == 1) {
+        if (t->shape[1] == n) {
+            t->shape[0] = batch;
+            t->shape[1] = n / batch;
+        } else if (t->shape[1] == pos + n) {
+            t->shape[0] = batch;
+            t->shape[1] = pos + n / batch;
+        }
+    }
+    /* the prefill head sees the last token of every sequence */
+    if (batch > 1 && post && !info->decode && t->ndim == 2 && t->shape[0] == 1) t->shape[0] = batch;
+    if (kv_dtype != LOOM_DTYPE_COUNT && is_cache(g, id)) t->dtype = kv_dtype;
+    int64_t st = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        t->stride[d] = st;
+        st *= t->shape[d];
+    }
+}
+
+static loom_hw_prec prec_of(loom_dtype t) {
+    switch (t) {
+    case LOOM_F16: return LOOM_HW_F16;
+    case LOOM_BF16: return LOOM_HW_BF16;
+    case LOOM_F32: return LOOM_HW_F32;
+    default: return LOOM_HW_INT8;   /* i8 caches and the q* block formats */
+    }
+}
+
+/* Ops whose work is matrix products (run on the matrix engine / FMA units). */
+static int is_matrix_op(const loom_op_info *op) {
+    static const char *const names[] = {"matmul", "attention", "flash_attention_score",
+                                        "incre_flash_attention", "qkv_rope", "ffn"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(op->name, names[i]) == 0) return 1;
+    return op->decomposition && (strstr(op->decomposition, "matmul") ||
+                                 strstr(op->decomposition, "attention"));
+}
+
+void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom_dtype kv_dtype,
+                    const loom_hw_profile *hw, loom_plan_node_cost *out) {
+    memset(out, 0, sizeof *out);
+    const int batch = info->flat_batch > 0 ? info->flat_batch : 1;
+    const loom_node *node = &g->nodes[n];
+    const loom_op_info *op = loom_op_get(node->op);
+    int post = node->layer == LOOM_LAYER_POST;
+    loom_tensor src[LOOM_MAX_SRC], dst;
+    const loom_tensor *sp[LOOM_MAX_SRC] = {0};
+    loom_cost c = {0};
+    /* The graph ops take float caches only, so an int8 cache is costed by
+     * linearity: the bytes of a node are A + K * (cache element size), known
+     * from evaluations at 2 (f16) and 4 (f32) bytes; int8 is A + K. Its
+     * scales are not counted. */
+    int touches_cache = is_cache(g, node->dst);
+    for (int i = 0; i < node->n_src; i++) touches_cache |= is_cache(g, node->src[i]);
+    int evals = kv_dtype == LOOM_I8 && touches_cache ? 2 : 1;
+    loom_cost at[2];
+    memset(at, 0, sizeof at);
+    for (int e = 0; e < evals; e++) {
+        loom_dtype as = evals == 1 ? LOOM_DTYPE_COUNT : e == 0 ? LOOM_F16 : LOOM_F32;
+        for (int i = 0; i < node->n_src; i++) {
+            fix_tensor(g, node->src[i], info, batch, as, post, &src[i]);
+            sp[i] = &src[i];
+        }
+        fix_tensor(g, node->dst, info, batch, as, post, &dst);
+        if (op->cost) op->cost(sp, node->n_src, &dst, node->has_attrs ? node->attrs : NULL, &at[e]);
+    }
+    c = at[0];
+    if (evals == 2) {
+        c.bytes_read = at[0].bytes_read - (at[1].bytes_read - at[0].bytes_read) / 2.0;
+        c.bytes_written = at[0].bytes_written - (at[1].bytes_written - at[0].bytes_written) / 2.0;
+    }
+    out->flops = c.flops;
+    out->bytes_read = c.bytes_read;
+    out->bytes_written = c.bytes_written;
+    out->matrix = is_matrix_op(op);
+    /* precision: the weight (2-D external) or cache operand, else f32 */
+    loom_dtype dt = LOOM_F32;
+    for (int i = 0; i < node->n_src; i++) {
+        const loom_gtensor *gt = &g->tensors[storage_root(g, node->src[i])];
+        int cache = is_cache(g, node->src[i]);
+        loom_dtype d = cache ? kv_dtype : gt->t.dtype;
+        if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || cache)) {
+            dt = d;
+            break;
+        }
+    }
+    out->prec = prec_of(dt);
+    if (hw) {
+        out->seconds = loom_hw_time(hw, out->matrix, out->prec, c.flops, c.bytes_read + c.bytes_written);
+        double peak_t = loom_hw_time(hw, out->matrix, out->prec, c.flops, 0.0);
+        out->compute_bound = peak_t >= out->seconds && c.flops > 0;
+    }
+}

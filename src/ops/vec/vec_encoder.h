@@ -1,0 +1,15 @@
+/* Fast kernels of the encoder ops (vec_encoder.c). */
+#ifndef LOOM_OPS_VEC_VEC_ENCODER_H
+#define LOOM_OPS_VEC_VEC_ENCODER_H
+
+#include "ops/ops.h"
+
+/* gelu in float (polynomial erf); within 2^-20 of the reference's output scale. */
+loom_status loom_gelu_generic(const loom_kernel_args *a);
+
+#if defined(__x86_64__)
+/* The same with AVX-512 F/BW/VL + FMA (same polynomial erf, vec.h's exp). */
+loom_status loom_gelu_avx512(const loom_kernel_args *a);
+#endif
+
+#endif

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fused execution modes: same greedy text as step_by_step (and llama2.c),
+# checkpoints, mode from flag / LOOM_MODE / rules file, rules-file errors.
+source "$(dirname "$0")/lib.sh" "$@"
+require_shared
+M="$S260/stories260K.bin"; Z="$S260/tok512.bin"
+golden="$S260/golden_greedy_256.txt"
+same() { diff <(sed -e 's/[[:space:]]*$//' "$1") <(sed -e 's/[[:space:]]*$//' "$2") >"$TMP/diff"; }
+for mode in fused fused_with_checkpoints; do
+    for t in 1 2; do
+        name="golden --mode $mode -t $t"
+        if "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 256 -t "$t" --mode "$mode" --checkpoint-action fail \
+            >"$TMP/out" 2>"$TMP/err" && same "$golden" "$TMP/out"; then
+            pass "$name"
+        else
+            fail "$name: $(tail -3 "$TMP/err")"; head -10 "$TMP/diff" >&2
+        fi
+    done
+done
+# checkpoints: one line per layer and the logits, none beyond tolerance
+grep -qE "^  L4 output +256 " "$TMP/err" && grep -qE "^  logits +256 .* 0$" "$TMP/err" \
+    && pass "checkpoint report" || fail "checkpoint report: $(cat "$TMP/err")"
+here="$(dirname "$0")/../golden"
+for f in "$here"/stories260K_prompt_*.txt; do
+    [ -f "$f" ] || continue
+    prompt=$(sed -n '1p' "$f"); n=$(sed -n '2p' "$f")
+    tail -n +3 "$f" >"$TMP/expect"
+    if "$LOOM" run -m "$M" -z "$Z" --temp 0 -n "$n" -p "$prompt" --mode fused >"$TMP/out" 2>"$TMP/err" \
+        && same "$TMP/expect" "$TMP/out"; then pass "fused prompt '$prompt'"
+    else fail "fused prompt '$prompt': $(cat "$TMP/err")"; fi
+done
+# mode from the environment and from a rules file; --mode wins
+LOOM_MODE=fused "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 8 >/dev/null 2>"$TMP/err" \
+    && grep -q "mode fused," "$TMP/err" && pass "LOOM_MODE=fused" || fail "LOOM_MODE: $(cat "$TMP/err")"
+printf 'mode: fused_with_checkpoints\nrules: []\n' >"$TMP/r.yaml"
+"$LOOM" run -m "$M" -z "$Z" --temp 0 -n 8 --rules "$TMP/r.yaml" >/dev/null 2>"$TMP/err" \
+    && grep -q "mode fused_with_checkpoints," "$TMP/err" && pass "mode from rules file" \
+    || fail "rules mode: $(cat "$TMP/err")"
+LOOM_MODE=fused "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 8 --mode step_by_step >/dev/null 2>"$TMP/err" \
+    && grep -q "mode step_by_step," "$TMP/err" && pass "--mode beats LOOM_MODE" || fail "precedence: $(cat "$TMP/err")"
+# an empty rule set runs the primitive graph: same text
+"$LOOM" run -m "$M" -z "$Z" --temp 0 -n 64 --mode fused --rules "$TMP/r.yaml" >"$TMP/out" 2>"$TMP/err" \
+    && "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 64 >"$TMP/ref" 2>/dev/null && same "$TMP/ref" "$TMP/out" \
+    && pass "fused with no rules" || fail "no rules: $(cat "$TMP/err")"
+# rules-file errors name file:line:column
+printf 'rules:\n  - name: a\n    fused_op: ffn\n    pattern:\n      - {name: gate, op: matmull, inputs: [$x, $w]}\n' >"$TMP/bad.yaml"
+expect_error "unknown op in rules" "bad.yaml:5:.*unknown op kind 'matmull'" \
+    "$LOOM" run -m "$M" -z "$Z" -n 4 --mode fused --rules "$TMP/bad.yaml"
+printf 'rules:\n  - name: a\n   fused_op: [\n' >"$TMP/syntax.yaml"
+expect_error "YAML syntax error" "syntax.yaml:[0-9]+:[0-9]+: YAML syntax error" \
+    "$LOOM" run -m "$M" -z "$Z" -n 4 --mode fused --rules "$TMP/syntax.yaml"
+expect_error "missing rules file" "nope.yaml: cannot open" \
+    "$LOOM" run -m "$M" -z "$Z" -n 4 --mode fused --rules "$TMP/nope.yaml"
+expect_error "unknown preset" "unknown fusion preset 'huge'" \
+    "$LOOM" run -m "$M" -z "$Z" -n 4 --mode fused --fusion-preset huge
+expect_error "bad LOOM_MODE" "LOOM_MODE: unknown mode 'fast'" env LOOM_MODE=fast "$LOOM" run -m "$M" -z "$Z" -n 4
+finish

@@ -1,0 +1,76 @@
+/* libFuzzer target: the fusion rules parser (YAML) on arbitrary bytes; rules
+ * that parse are applied, with each preset, to a small data-less Llama graph
+ * so the matcher and builders see arbitrary patterns too. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/fusion.h"
+#include "model/llama.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static loom_graph *base_graph(void) {
+    static loom_graph *g;
+    static loom_llama_layer layers[2];
+    static loom_llama_weights w;
+    if (g) return g;
+    loom_llama_config c = {.dim = 16, .hidden_dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                           .vocab_size = 11, .seq_len = 8, .head_dim = 4, .rope_theta = 10000.0f,
+                           .rms_eps = 1e-5f, .rope_mode = LOOM_ROPE_INTERLEAVED};
+    const int64_t dd[2] = {16, 16}, kd[2] = {8, 16}, hd[2] = {24, 16}, dh[2] = {16, 24}, d1[1] = {16},
+                  vd[2] = {11, 16};
+    loom_tensor_init(&w.tok_embd, LOOM_F32, 2, vd, NULL);
+    loom_tensor_init(&w.out_norm, LOOM_F32, 1, d1, NULL);
+    loom_tensor_init(&w.output, LOOM_F32, 2, vd, NULL);
+    for (int l = 0; l < 2; l++) {
+        loom_llama_layer *L = &layers[l];
+        loom_tensor_init(&L->attn_norm, LOOM_F32, 1, d1, NULL);
+        loom_tensor_init(&L->ffn_norm, LOOM_F32, 1, d1, NULL);
+        loom_tensor_init(&L->wq, LOOM_F32, 2, dd, NULL);
+        loom_tensor_init(&L->wo, LOOM_F32, 2, dd, NULL);
+        loom_tensor_init(&L->wk, LOOM_F32, 2, kd, NULL);
+        loom_tensor_init(&L->wv, LOOM_F32, 2, kd, NULL);
+        loom_tensor_init(&L->w1, LOOM_F32, 2, hd, NULL);
+        loom_tensor_init(&L->w3, LOOM_F32, 2, hd, NULL);
+        loom_tensor_init(&L->w2, LOOM_F32, 2, dh, NULL);
+    }
+    w.layers = layers;
+    if (loom_graph_init(&g) != LOOM_OK) abort();
+    loom_tensor t;
+    const int64_t n[1] = {3}, cs[3] = {8, 2, 4};
+    loom_tensor_init(&t, LOOM_I32, 1, n, NULL);
+    int ids = loom_graph_external(g, &t), kc[2], vc[2];
+    for (int l = 0; l < 2; l++) {
+        loom_tensor_init(&t, LOOM_F32, 3, cs, NULL);
+        kc[l] = loom_graph_external(g, &t);
+        vc[l] = loom_graph_external(g, &t);
+    }
+    loom_llama_build(g, &c, &w, ids, kc, vc, 3, 2, 0);
+    if (loom_graph_status(g) != LOOM_OK) abort();
+    return g;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *copy = malloc(size ? size : 1);  /* exact size: ASan flags reads past the end */
+    if (!copy) return 0;
+    if (size) memcpy(copy, data, size);
+    loom_fusion_rules *r = NULL;
+    if (loom_fusion_rules_parse(copy, size, "fuzz.yaml", &r) == LOOM_OK) {
+        static const char *presets[] = {NULL, "small", "7b", "13b", "70b"};
+        loom_graph *g = NULL;
+        if (loom_graph_init(&g) == LOOM_OK) {
+            for (int p = 0; p < 5; p++) {
+                if (presets[p] && loom_fusion_rules_preset(r, presets[p]) != LOOM_OK) continue;
+                loom_fusion_report rep;
+                if (loom_graph_copy(g, base_graph()) == LOOM_OK) loom_fusion_apply(g, r, &rep);
+            }
+            loom_graph_free(g);
+        }
+        (void)loom_fusion_rules_hw(r);
+        (void)loom_fusion_rules_mode(r);
+        loom_fusion_rules_free(r);
+    }
+    free(copy);
+    return 0;
+}

@@ -1,0 +1,445 @@
+/* The fusion engine: default rules on Llama graphs, disabled rules, the three
+ * execution modes against each other on random small models, rules-file
+ * errors, traffic accounting against a hand calculation, and no allocation in
+ * decode steps. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "check.h"
+#include "graph/profile.h"
+#include "test_fusion_common.h"
+
+extern const char loom_fusion_default_yaml[];
+
+static int fired(const loom_fusion_report *r, const char *name) {
+    for (int i = 0; i < r->n_rules; i++)
+        if (!strcmp(r->rules[i].name, name)) return r->rules[i].fired;
+    return -1;
+}
+
+/* Every default rule fires on a Llama graph; kernels per layer drop from 18 to <= 7. */
+static void test_default_rules_on_llama(void) {
+    loom_fusion_rules *rules;
+    CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
+    if (!rules) return;
+    tmodel m;
+    const int L = 3;
+    tm_init(&m, 48, 4, 2, 100, L, 37, 64, 1);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 5 + 1) % 37;
+    loom_graph *g;
+    CHECK(loom_graph_init(&g) == LOOM_OK);
+    for (int round = 0; round < 4; round++) {
+        int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0;
+        tm_build(&m, g, ids, n, pos, 0);
+        CHECK(loom_graph_status(g) == LOOM_OK);
+        /* rounds 2, 3: data-less graphs (analytic planning) fuse the same way */
+        if (round >= 2)
+            for (int t = 0; t < g->n_tensors; t++) g->tensors[t].t.data = NULL;
+        for (int l = 0; l < L; l++) CHECK(tm_layer_kernels(g, l) >= 11);
+        loom_fusion_report rep;
+        CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
+        CHECK_MSG(fired(&rep, "qkv_rope_cache") == L, "qkv %d", fired(&rep, "qkv_rope_cache"));
+        CHECK(fired(&rep, "attention") == L);
+        CHECK_MSG(fired(&rep, "add_rms_norm") == 2 * L - 1, "arn %d", fired(&rep, "add_rms_norm"));
+        CHECK(fired(&rep, "ffn_residual") == 1);
+        CHECK(fired(&rep, "ffn") == L - 1);
+        CHECK(rep.nodes_after < rep.nodes_before);
+        for (int l = 0; l < L; l++) {
+            int k = tm_layer_kernels(g, l);
+            CHECK_MSG(k <= 7, "layer %d: %d kernels", l, k);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_QKV_ROPE) == 1);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 1);
+            CHECK(tm_layer_ops(g, l, phase ? LOOM_OP_INCRE_FLASH_ATTENTION : LOOM_OP_FLASH_ATTENTION) == 1);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == (l == 0 ? 1 : 2));
+            CHECK(tm_layer_ops(g, l, LOOM_OP_ROPE) == 0 && tm_layer_ops(g, l, LOOM_OP_SILU) == 0 &&
+                  tm_layer_ops(g, l, LOOM_OP_KV_APPEND) == 0);
+        }
+    }
+    loom_graph_free(g);
+    tm_free(&m);
+    loom_fusion_rules_free(rules);
+}
+
+/* Replaces the first occurrence of `what` in text by `with`. */
+static char *patched(const char *text, const char *what, const char *with) {
+    const char *at = strstr(text, what);
+    if (!at) return NULL;
+    size_t n = strlen(text) + strlen(with) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - text), text, with, at + strlen(what));
+    return out;
+}
+
+static void test_disabled_rule(void) {
+    const char *ffn_rules[2] = {"  - name: ffn_residual\n    fused_op: ffn\n", "  - name: ffn\n    fused_op: ffn\n"};
+    char *t1 = patched(loom_fusion_default_yaml, ffn_rules[0],
+                       "  - name: ffn_residual\n    fused_op: ffn\n    enabled: false\n");
+    char *t2 = t1 ? patched(t1, ffn_rules[1], "  - name: ffn\n    fused_op: ffn\n    enabled: false\n") : NULL;
+    CHECK(t2 != NULL);
+    loom_fusion_rules *rules = NULL;
+    if (t2) CHECK(loom_fusion_rules_parse(t2, strlen(t2), "t.yaml", &rules) == LOOM_OK);
+    free(t1), free(t2);
+    if (!rules) return;
+    tmodel m;
+    tm_init(&m, 32, 4, 4, 40, 2, 19, 16, 2);
+    int32_t ids[3] = {1, 2, 3};
+    loom_graph *g;
+    loom_graph_init(&g);
+    tm_build(&m, g, ids, 3, 0, 0);
+    loom_fusion_report rep;
+    CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
+    CHECK(fired(&rep, "ffn") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "qkv_rope_cache") == 2);
+    for (int l = 0; l < 2; l++) {
+        CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 0);
+        CHECK(tm_layer_ops(g, l, LOOM_OP_SILU) == 1 && tm_layer_ops(g, l, LOOM_OP_MUL) == 1);
+        CHECK(tm_layer_ops(g, l, LOOM_OP_MATMUL) == 4);  /* wo, gate, up, down */
+    }
+    /* the API switch does the same */
+    loom_fusion_rules *def;
+    CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+    CHECK(loom_fusion_rules_enable(def, "attention", 0) == LOOM_OK);
+    CHECK(loom_fusion_rules_enable(def, "no_such_rule", 0) != LOOM_OK);
+    tm_build(&m, g, ids, 3, 0, 0);
+    CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
+    CHECK(fired(&rep, "attention") == 0 && tm_layer_ops(g, 0, LOOM_OP_ATTENTION) == 1);
+    loom_fusion_rules_free(def);
+    loom_fusion_rules_free(rules);
+    loom_graph_free(g);
+    tm_free(&m);
+}
+
+/* Runs prefill + decode steps of m in mode; logits of every step into out. */
+static int run_mode(tmodel *m, loom_exec_mode mode, int threads, const int32_t *ids, int n_prompt,
+                    int steps, float *out, loom_executor **keep) {
+    int V = m->c.vocab_size, kvd = m->c.n_kv_heads * m->c.head_dim;
+    memset(m->kc, 0, (size_t)m->c.n_layers * m->ctx * kvd * sizeof(float));
+    memset(m->vc, 0, (size_t)m->c.n_layers * m->ctx * kvd * sizeof(float));
+    loom_executor *e;
+    if (loom_executor_init(&e, threads, mode) != LOOM_OK) return 0;
+    if (mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) e->ckpt_action = LOOM_CHECKPOINT_FAIL;
+    loom_graph *g;
+    loom_graph_init(&g);
+    int ok = 1;
+    for (int s = 0; s <= steps && ok; s++) {
+        int n = s == 0 ? n_prompt : 1, pos = s == 0 ? 0 : n_prompt + s - 1;
+        int lg = tm_build(m, g, ids + pos, n, pos, 0);
+        ok = loom_executor_run(e, g) == LOOM_OK;
+        if (!ok) fprintf(stderr, "%s: %s\n", loom_mode_name(mode), loom_last_error());
+        if (ok) memcpy(out + (size_t)s * V, loom_graph_tensor(g, lg)->data, (size_t)V * sizeof(float));
+    }
+    loom_graph_free(g);
+    if (keep) *keep = e;
+    else loom_executor_free(e);
+    return ok;
+}
+
+/* All three modes agree on random small models (shapes off every tile size). */
+static void test_modes_agree(void) {
+    const struct { int dim, heads, kv, hidden, layers, vocab, prompt; } cfg[] = {
+        {48, 4, 2, 100, 3, 37, 9}, {40, 5, 5, 72, 2, 23, 20}, {64, 8, 2, 172, 2, 61, 33},
+    };
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (i * 7 + 3) % 19;
+    for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+        tmodel m;
+        tm_init(&m, cfg[k].dim, cfg[k].heads, cfg[k].kv, cfg[k].hidden, cfg[k].layers, cfg[k].vocab, 64,
+                100 + k);
+        const int steps = 4, V = cfg[k].vocab;
+        float *lo[3];
+        for (int md = 0; md < 3; md++) {
+            lo[md] = calloc((size_t)(steps + 1) * V, sizeof(float));
+            loom_executor *e = NULL;
+            CHECK_MSG(run_mode(&m, (loom_exec_mode)md, 1 + (int)(k % 2), ids, cfg[k].prompt, steps, lo[md],
+                               md == 2 ? &e : NULL),
+                      "config %zu mode %d", k, md);
+            if (e) {
+                CHECK(e->n_ckpt == cfg[k].layers + 1);
+                for (int c = 0; c < e->n_ckpt; c++) CHECK(e->ckpt[c].runs == steps + 1 && e->ckpt[c].failed_runs == 0);
+                loom_executor_free(e);
+            }
+        }
+        for (int md = 1; md < 3; md++) {
+            int bad = 0;
+            for (int i = 0; i < (steps + 1) * V; i++) bad += !check_close(lo[md][i], lo[0][i], 1.0 / 2048);
+            CHECK_MSG(bad == 0, "config %zu: mode %d differs from step_by_step in %d logits", k, md, bad);
+        }
+        for (int md = 0; md < 3; md++) free(lo[md]);
+        tm_free(&m);
+    }
+}
+
+/* The fused graph ops at every kernel level (ref = their reference
+ * decomposition) against the unfused graph at the reference level. */
+static void test_fused_levels(void) {
+    tmodel m;
+    tm_init(&m, 40, 5, 5, 72, 2, 23, 48, 77);
+    int32_t ids[48];
+    for (int i = 0; i < 48; i++) ids[i] = (i * 11 + 5) % 23;
+    const int steps = 2, V = 23, n_prompt = 19;
+    float *ref = calloc((size_t)(steps + 1) * V, sizeof(float)), *got = calloc((size_t)(steps + 1) * V, sizeof(float));
+    loom_isa best = loom_cpu_best_isa();
+    CHECK(loom_cpu_set_isa(LOOM_ISA_REF) == LOOM_OK);
+    CHECK(run_mode(&m, LOOM_MODE_STEP_BY_STEP, 1, ids, n_prompt, steps, ref, NULL));
+    for (int isa = LOOM_ISA_REF; isa <= (int)best; isa++) {
+        if (loom_cpu_set_isa((loom_isa)isa) != LOOM_OK) continue;
+        CHECK(run_mode(&m, LOOM_MODE_FUSED, 2, ids, n_prompt, steps, got, NULL));
+        int bad = 0;
+        for (int i = 0; i < (steps + 1) * V; i++) bad += !check_close(got[i], ref[i], 1.0 / 2048);
+        CHECK_MSG(bad == 0, "fused at %s: %d logits differ from the reference", loom_isa_name((loom_isa)isa), bad);
+    }
+    loom_cpu_set_isa(best);
+    free(ref), free(got);
+    tm_free(&m);
+}
+
+static void expect_error(const char *text, const char *want) {
+    loom_fusion_rules *r = NULL;
+    loom_status s = loom_fusion_rules_parse(text, strlen(text), "bad.yaml", &r);
+    CHECK_MSG(s != LOOM_OK && r == NULL, "accepted: %s", text);
+    CHECK_MSG(strstr(loom_last_error(), want) != NULL, "got '%s', want '%s'", loom_last_error(), want);
+    loom_fusion_rules_free(r);
+}
+
+static void test_rules_errors(void) {
+    expect_error("rules:\n  - name: x\n    fused_op: ffn\n   pattern: [\n", "bad.yaml:");
+    expect_error("rules:\n  - name: a\n    fused_op: add_rms_norm\n    pattern:\n"
+                 "      - {name: add, op: addd, inputs: [$a, $b]}\n",
+                 "bad.yaml:5:");
+    expect_error("rules:\n  - name: a\n    fused_op: add_rms_norm\n    pattern:\n"
+                 "      - {name: add, op: addd, inputs: [$a, $b]}\n",
+                 "unknown op kind 'addd'");
+    expect_error("rules:\n  - name: a\n    fused_op: super_op\n    pattern:\n"
+                 "      - {name: add, op: add, inputs: [$a, $b]}\n",
+                 "bad.yaml:3:15: rule 'a': unknown fused op 'super_op'");
+    const char *ok_pat = "rules:\n  - name: a\n    fused_op: add_rms_norm\n    pattern:\n"
+                         "      - {name: add, op: add, inputs: [$a, $b]}\n"
+                         "      - {name: norm, op: rms_norm, inputs: [add, $g]}\n";
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s    options:\n      tile: 4\n", ok_pat);
+    expect_error(buf, "bad.yaml:8:7: rule 'a': unknown option 'tile'");
+    snprintf(buf, sizeof buf, "%s    enabled: maybe\n", ok_pat);
+    expect_error(buf, "bad.yaml:7:14: enabled: expected true or false");
+    expect_error("rules:\n  - name: a\n    fused_op: ffn\n    pattern:\n"
+                 "      - {name: gate, op: matmul, inputs: [$x, $w]}\n",
+                 "needs the pattern to name node 'up'");
+    expect_error("rules:\n  - name: a\n    fused_op: add_rms_norm\n    pattern:\n"
+                 "      - {name: add, op: add, inputs: [$a, $b]}\n"
+                 "      - {name: norm, op: rms_norm, inputs: [$c, $g]}\n",
+                 "not connected");
+    expect_error("", "bad.yaml:1:1");
+    expect_error("rules: 3\n", "bad.yaml:1:8: rules: expected a list");
+    expect_error("rulez: []\n", "unknown key 'rulez'");
+    snprintf(buf, sizeof buf, "%spresets:\n  big:\n    a: {tile: 1}\n", ok_pat);
+    expect_error(buf, "unknown option 'tile'");
+    loom_fusion_rules *r;
+    CHECK(loom_fusion_rules_load(NULL, &r) == LOOM_OK);
+    CHECK(loom_fusion_rules_preset(r, "7b") == LOOM_OK);
+    CHECK(loom_fusion_rules_preset(r, "1t") != LOOM_OK && strstr(loom_last_error(), "small"));
+    loom_fusion_rules_free(r);
+    CHECK(loom_fusion_rules_load("/nonexistent/rules.yaml", &r) != LOOM_OK &&
+          strstr(loom_last_error(), "/nonexistent/rules.yaml"));
+}
+
+/* Presets change options of the fused nodes; the hardware section overrides cpuid. */
+static void test_presets_and_hw(void) {
+    loom_fusion_rules *r;
+    CHECK(loom_fusion_rules_load(NULL, &r) == LOOM_OK);
+    if (!r) return;
+    loom_fusion_hw hw = loom_fusion_rules_hw(r);
+    CHECK(hw.l1_bytes > 0 && hw.l2_bytes > 0 && hw.l3_bytes > 0 && hw.threads >= 1);
+    CHECK(loom_fusion_rules_preset(r, "small") == LOOM_OK);
+    tmodel m;
+    tm_init(&m, 32, 4, 2, 40, 1, 19, 16, 3);
+    int32_t ids[4] = {1, 2, 3, 4};
+    loom_graph *g;
+    loom_graph_init(&g);
+    tm_build(&m, g, ids, 4, 0, 0);
+    CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+    int seen = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        if (g->nodes[n].op == LOOM_OP_QKV_ROPE) {
+            seen++;
+            CHECK(((const loom_qkv_rope_attrs *)(const void *)g->nodes[n].attrs)->block_heads == 1);
+        }
+        if (g->nodes[n].op == LOOM_OP_FFN) {
+            seen++;
+            CHECK(((const loom_ffn_attrs *)(const void *)g->nodes[n].attrs)->block_n == 64);
+        }
+    }
+    CHECK(seen == 2);
+    loom_graph_free(g);
+    tm_free(&m);
+    loom_fusion_rules_free(r);
+    const char *t = "hardware: {l1: 4096, l2: 65536, l3: auto, threads: 3}\nmode: fused\nrules: []\n";
+    CHECK(loom_fusion_rules_parse(t, strlen(t), "hw.yaml", &r) == LOOM_OK);
+    if (!r) return;
+    hw = loom_fusion_rules_hw(r);
+    CHECK(hw.l1_bytes == 4096 && hw.l2_bytes == 65536 && hw.l3_bytes > 0 && hw.threads == 3);
+    CHECK(loom_fusion_rules_mode(r) == LOOM_MODE_FUSED && loom_fusion_rules_count(r) == 0);
+    loom_fusion_rules_free(r);
+    expect_error("hardware: {l2: lots}\nrules: []\n", "bad.yaml:1:16: l2: expected an integer");
+}
+
+/* Traffic of add -> rms_norm on [M, D], by hand: unfused the sum is written
+ * and read back; fused it is written once (it is an output) and not re-read. */
+static void test_profile_bytes(void) {
+    enum { M = 5, D = 24 };
+    static float a[M * D], b[M * D], gm[D];
+    for (int i = 0; i < M * D; i++) a[i] = (float)(i % 7) - 3.0f, b[i] = 0.5f * (float)(i % 5);
+    for (int i = 0; i < D; i++) gm[i] = 1.0f + 0.01f * (float)i;
+    double unfused_r = 0, unfused_w = 0, fused_r = 0, fused_w = 0;
+    for (int md = 0; md < 2; md++) {
+        loom_graph *g;
+        loom_graph_init(&g);
+        loom_tensor t;
+        int64_t s2[2] = {M, D}, s1[1] = {D};
+        loom_tensor_init(&t, LOOM_F32, 2, s2, a);
+        int ia = loom_graph_external(g, &t);
+        loom_tensor_init(&t, LOOM_F32, 2, s2, b);
+        int ib = loom_graph_external(g, &t);
+        loom_tensor_init(&t, LOOM_F32, 1, s1, gm);
+        int ig = loom_graph_external(g, &t);
+        loom_graph_set_layer(g, 0);
+        int r = loom_g_add(g, ia, ib, "r");
+        int y = loom_g_rms_norm(g, r, ig, 1e-5f, "y");
+        loom_graph_mark_output(g, r);
+        loom_graph_mark_output(g, y);
+        loom_executor *e;
+        CHECK(loom_executor_init(&e, 1, md ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP) == LOOM_OK);
+        CHECK(loom_executor_run(e, g) == LOOM_OK);
+        loom_profile p;
+        CHECK(loom_profile_collect(loom_executor_last_graph(e), 1, "prefill", "x", M, &p) == LOOM_OK);
+        *(md ? &fused_r : &unfused_r) = p.total.bytes_read;
+        *(md ? &fused_w : &unfused_w) = p.total.bytes_written;
+        CHECK(p.total.kernels == (md ? 1 : 2));
+        /* the fused results equal the unfused ones */
+        const float *yd = loom_graph_tensor(g, y)->data, *rd = loom_graph_tensor(g, r)->data;
+        for (int i = 0; i < M; i++) {
+            double ss = 0;
+            for (int j = 0; j < D; j++) ss += (double)(a[i * D + j] + b[i * D + j]) * (a[i * D + j] + b[i * D + j]);
+            double inv = 1.0 / sqrt(ss / D + 1e-5);
+            for (int j = 0; j < D; j++) {
+                CHECK_CLOSE(rd[i * D + j], a[i * D + j] + b[i * D + j], 1e-6);
+                CHECK_CLOSE(yd[i * D + j], (a[i * D + j] + b[i * D + j]) * inv * gm[j], 1.0 / 2048);
+            }
+        }
+        loom_profile_free(&p);
+        loom_executor_free(e);
+        loom_graph_free(g);
+    }
+    const double f = 4.0;  /* bytes per f32 */
+    CHECK(unfused_r == f * (2 * M * D) + f * (M * D + D));  /* add: a, b; norm: r, gamma */
+    CHECK(unfused_w == f * (M * D) * 2);                    /* r, y */
+    CHECK(fused_r == f * (2 * M * D + D));                  /* a, b, gamma */
+    CHECK(fused_w == f * (M * D) * 2);                      /* r, y */
+}
+
+/* Counting allocator: decode steps in fused mode allocate nothing. */
+static int n_alloc_calls;
+static void *count_alloc(size_t size, size_t align, void *user) {
+    n_alloc_calls++;
+    void *p = NULL;
+    return posix_memalign(&p, align, size ? size : align) == 0 ? p : NULL;
+}
+static void count_free(void *p, void *user) { free(p); }
+
+static void test_decode_no_alloc(void) {
+    tmodel m;
+    tm_init(&m, 48, 4, 2, 100, 2, 37, 64, 9);
+    int32_t ids[32];
+    for (int i = 0; i < 32; i++) ids[i] = i % 37;
+    size_t arena[2] = {0, 0};
+    for (int md = 0; md < 2; md++) {
+        loom_executor *e;
+        CHECK(loom_executor_init(&e, 2, md ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP) == LOOM_OK);
+        loom_graph *g;
+        loom_graph_init(&g);
+        tm_build(&m, g, ids, 16, 0, 0);
+        CHECK(loom_executor_run(e, g) == LOOM_OK);
+        arena[md] = loom_executor_last_graph(e)->arena_bytes;
+        tm_build(&m, g, ids + 16, 1, 16, 0);   /* first decode step sizes the decode buffers */
+        CHECK(loom_executor_run(e, g) == LOOM_OK);
+        loom_allocator counting = {count_alloc, count_free, NULL};
+        loom_set_allocator(&counting);
+        n_alloc_calls = 0;
+        int allocs0 = e->n_allocs;
+        for (int s = 17; s < 28; s++) {
+            tm_build(&m, g, ids + s, 1, s, 0);
+            CHECK(loom_executor_run(e, g) == LOOM_OK);
+        }
+        loom_set_allocator(NULL);
+        CHECK_MSG(n_alloc_calls == 0 && e->n_allocs == allocs0, "mode %d: %d allocations in decode", md,
+                  n_alloc_calls);
+        loom_graph_free(g);
+        loom_executor_free(e);
+    }
+    /* planned peak intermediate memory: fused needs less */
+    CHECK_MSG(arena[1] < arena[0], "fused arena %zu vs step %zu", arena[1], arena[0]);
+    tm_free(&m);
+}
+
+/* Checkpoints catch a difference: a deliberately wrong fused op (add that is
+ * off by 1e-3) replaces the residual adds; with action fail the run stops and
+ * names the first layer, with warn it completes and records the errors. */
+static loom_status bad_add(const loom_tensor *const *in, int n_in, loom_tensor *out, int ith, int nth, void *u) {
+    int64_t n = loom_tensor_nelem(out), lo = n * ith / nth, hi = n * (ith + 1) / nth;
+    for (int64_t i = lo; i < hi; i++)
+        ((float *)out->data)[i] = ((const float *)in[0]->data)[i] + ((const float *)in[1]->data)[i] + 1e-3f;
+    return LOOM_OK;
+}
+
+static void test_checkpoints_detect(void) {
+    loom_fused_op_desc d = {.name = "test_bad_add", .n_inputs = 2, .kernel = bad_add, .decomposition = "add"};
+    CHECK(loom_register_fused_op(&d) == LOOM_OK);
+    CHECK(loom_register_fused_op(&d) != LOOM_OK);   /* the name is taken now */
+    const char *text = "checkpoints: {at: [layer_output, logits], action: warn}\n"
+                       "rules:\n  - name: wrong\n    fused_op: test_bad_add\n    pattern:\n"
+                       "      - {name: s, op: add, inputs: [$a, $b]}\n";
+    tmodel m;
+    tm_init(&m, 48, 4, 2, 100, 2, 37, 64, 5);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 3 + 2) % 37;
+    for (int action = 0; action < 2; action++) {
+        loom_fusion_rules *r = NULL;
+        CHECK(loom_fusion_rules_parse(text, strlen(text), "wrong.yaml", &r) == LOOM_OK);
+        loom_executor *e;
+        CHECK(loom_executor_init(&e, 1, LOOM_MODE_FUSED_WITH_CHECKPOINTS) == LOOM_OK);
+        loom_executor_set_rules(e, r);
+        if (action) e->ckpt_action = LOOM_CHECKPOINT_FAIL;
+        loom_graph *g;
+        loom_graph_init(&g);
+        tm_build(&m, g, ids, 20, 0, 0);
+        loom_status s = loom_executor_run(e, g);
+        if (action) {
+            CHECK_MSG(s != LOOM_OK && strstr(loom_last_error(), "checkpoint L0 output"), "%s", loom_last_error());
+        } else {
+            CHECK(s == LOOM_OK && e->n_ckpt == 3);
+            for (int c = 0; c < 2 && c < e->n_ckpt; c++)
+                CHECK_MSG(e->ckpt[c].failed_runs == 1 && e->ckpt[c].max_abs > 5e-4 && e->ckpt[c].max_abs < 1e-2,
+                          "%s: %g", e->ckpt[c].name, e->ckpt[c].max_abs);
+            CHECK(e->report.rules[0].fired == 4);   /* two residual adds per layer */
+            /* the head has no add: re-run from the fused input, it agrees exactly */
+            CHECK(e->n_ckpt == 3 && e->ckpt[2].layer == LOOM_LAYER_POST && e->ckpt[2].max_abs == 0);
+        }
+        loom_graph_free(g);
+        loom_executor_free(e);
+    }
+    tm_free(&m);
+}
+
+int main(void) {
+    RUN_TEST(test_checkpoints_detect);
+    RUN_TEST(test_default_rules_on_llama);
+    RUN_TEST(test_disabled_rule);
+    RUN_TEST(test_modes_agree);
+    RUN_TEST(test_fused_levels);
+    RUN_TEST(test_rules_errors);
+    RUN_TEST(test_presets_and_hw);
+    RUN_TEST(test_profile_bytes);
+    RUN_TEST(test_decode_no_alloc);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,111 @@
+/* A small random Llama built in the test: weights, caches, one graph per call. */
+#ifndef LOOM_TEST_FUSION_COMMON_H
+#define LOOM_TEST_FUSION_COMMON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "graph/exec.h"
+#include "graph/fusion.h"
+#include "model/llama.h"
+
+typedef struct tmodel {
+    loom_llama_config c;
+    loom_llama_weights w;
+    float *store;       /* all weights */
+    float *kc, *vc;     /* [L][ctx][kv_dim] */
+    int ctx;
+} tmodel;
+
+static float *tm_take(float **p, size_t n) {
+    float *r = *p;
+    *p += (n + 15) / 16 * 16;
+    return r;
+}
+
+static void tm_tensor(loom_tensor *t, float **p, int64_t d0, int64_t d1, loom_rng *r, float scale, float base) {
+    int64_t shape[2] = {d0, d1};
+    size_t n = (size_t)(d1 > 0 ? d0 * d1 : d0);
+    float *d = tm_take(p, n);
+    for (size_t i = 0; i < n; i++) d[i] = base + scale * (2.0f * loom_rng_uniform(r) - 1.0f);
+    loom_tensor_init(t, LOOM_F32, d1 > 0 ? 2 : 1, shape, d);
+}
+
+static void tm_init(tmodel *m, int dim, int heads, int kv_heads, int hidden, int layers, int vocab,
+                    int ctx, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    loom_llama_config *c = &m->c;
+    c->dim = dim, c->hidden_dim = hidden, c->n_layers = layers, c->n_heads = heads;
+    c->n_kv_heads = kv_heads, c->vocab_size = vocab, c->seq_len = ctx, c->head_dim = dim / heads;
+    c->rope_theta = 10000.0f, c->rms_eps = 1e-5f, c->rope_mode = LOOM_ROPE_INTERLEAVED;
+    m->ctx = ctx;
+    int kvd = kv_heads * c->head_dim;
+    size_t per = (size_t)(2 * dim * dim + 2 * kvd * dim + 3 * hidden * dim + 2 * dim + 64 * 9);
+    size_t total = (size_t)layers * per + 2 * (size_t)vocab * dim + dim + 256;
+    m->store = calloc(total, sizeof(float));
+    m->kc = calloc((size_t)layers * ctx * kvd, sizeof(float));
+    m->vc = calloc((size_t)layers * ctx * kvd, sizeof(float));
+    m->w.layers = calloc((size_t)layers, sizeof *m->w.layers);
+    loom_rng r;
+    loom_rng_init(&r, seed, 7);
+    float *p = m->store, s = 1.0f / sqrtf((float)dim);
+    tm_tensor(&m->w.tok_embd, &p, vocab, dim, &r, 1.0f, 0.0f);
+    for (int l = 0; l < layers; l++) {
+        loom_llama_layer *L = &m->w.layers[l];
+        tm_tensor(&L->attn_norm, &p, dim, 0, &r, 0.2f, 1.0f);
+        tm_tensor(&L->wq, &p, dim, dim, &r, s, 0);
+        tm_tensor(&L->wk, &p, kvd, dim, &r, s, 0);
+        tm_tensor(&L->wv, &p, kvd, dim, &r, s, 0);
+        tm_tensor(&L->wo, &p, dim, dim, &r, s, 0);
+        tm_tensor(&L->ffn_norm, &p, dim, 0, &r, 0.2f, 1.0f);
+        tm_tensor(&L->w1, &p, hidden, dim, &r, s, 0);
+        tm_tensor(&L->w2, &p, dim, hidden, &r, 1.0f / sqrtf((float)hidden), 0);
+        tm_tensor(&L->w3, &p, hidden, dim, &r, s, 0);
+    }
+    tm_tensor(&m->w.out_norm, &p, dim, 0, &r, 0.2f, 1.0f);
+    tm_tensor(&m->w.output, &p, vocab, dim, &r, s, 0);
+}
+
+static void tm_free(tmodel *m) {
+    free(m->store), free(m->kc), free(m->vc), free(m->w.layers);
+}
+
+/* Builds the graph of n tokens at pos into g; returns the logits id. */
+static int tm_build(tmodel *m, loom_graph *g, const int32_t *ids, int n, int pos, int all_logits) {
+    loom_graph_reset(g);
+    const loom_llama_config *c = &m->c;
+    int kvd = c->n_kv_heads * c->head_dim;
+    loom_tensor t;
+    int64_t s1[1] = {n};
+    loom_tensor_init(&t, LOOM_I32, 1, s1, (void *)ids);
+    int idt = loom_graph_external(g, &t);
+    int kc[16], vc[16];
+    int64_t cs[3] = {m->ctx, c->n_kv_heads, c->head_dim};
+    for (int l = 0; l < c->n_layers; l++) {
+        loom_tensor_init(&t, LOOM_F32, 3, cs, m->kc + (size_t)l * m->ctx * kvd);
+        kc[l] = loom_graph_external(g, &t);
+        loom_tensor_init(&t, LOOM_F32, 3, cs, m->vc + (size_t)l * m->ctx * kvd);
+        vc[l] = loom_graph_external(g, &t);
+    }
+    return loom_llama_build(g, c, &m->w, idt, kc, vc, n, pos, all_logits);
+}
+
+/* Kernels, and nodes of op, in layer l of an executed graph. */
+static int tm_layer_kernels(const loom_graph *g, int l) {
+    int k = 0;
+    for (int n = 0; n < g->n_nodes; n++)
+        if (g->nodes[n].layer == l) {
+            const loom_op_info *i = loom_op_get(g->nodes[n].op);
+            k += i->n_phases > 1 ? i->n_phases : 1;
+        }
+    return k;
+}
+
+static int tm_layer_ops(const loom_graph *g, int l, loom_op op) {
+    int k = 0;
+    for (int n = 0; n < g->n_nodes; n++) k += g->nodes[n].layer == l && g->nodes[n].op == op;
+    return k;
+}
+
+#endif

@@ -1,0 +1,258 @@
+/* safetensors reader and config.json parser: valid files (single, folder,
+ * sharded) and every kind of bad input (clear error, no crash). */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/hf_config.h"
+#include "model/safetensors.h"
+
+/* 8-byte length + header (padded with spaces to a multiple of 8) + data. */
+static unsigned char *image(const char *hdr, const void *data, size_t dsize, size_t *size) {
+    size_t hn = strlen(hdr), pad = (8 - hn % 8) % 8;
+    *size = 8 + hn + pad + dsize;
+    unsigned char *p = malloc(*size);
+    uint64_t n = hn + pad;
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(n >> (8 * i));
+    memcpy(p + 8, hdr, hn);
+    memset(p + 8 + hn, ' ', pad);
+    if (dsize) memcpy(p + 8 + hn + pad, data, dsize);
+    return p;
+}
+
+static const char *GOOD =
+    "{\"__metadata__\":{\"format\":\"pt\"},"
+    "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+    "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+    "\"ids\":{\"dtype\":\"I64\",\"shape\":[1,2],\"data_offsets\":[32,48]},"
+    "\"s\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[48,50]}}";
+
+static void good_data(unsigned char *d) {
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    memcpy(d, w, 24);
+    uint16_t b[4] = {loom_f32_to_bf16(0.5f), loom_f32_to_bf16(-1.0f), loom_f32_to_bf16(2.0f), 0};
+    memcpy(d + 24, b, 8);
+    int64_t ids[2] = {7, 9};
+    memcpy(d + 32, ids, 16);
+    uint16_t h = loom_f32_to_f16(1.5f);
+    memcpy(d + 48, &h, 2);
+}
+
+static void test_valid(void) {
+    unsigned char d[50];
+    good_data(d);
+    size_t size;
+    unsigned char *img = image(GOOD, d, sizeof d, &size);
+    loom_safetensors *st = NULL;
+    CHECK(loom_safetensors_open_memory(img, size, "good", &st) == LOOM_OK);
+    CHECK(loom_safetensors_n_tensors(st) == 4);
+    loom_tensor t;
+    CHECK(loom_safetensors_get(st, "w", &t) == LOOM_OK);
+    CHECK(t.dtype == LOOM_F32 && t.ndim == 2 && t.shape[0] == 2 && t.shape[1] == 3);
+    CHECK(((const float *)t.data)[5] == 6.0f);
+    CHECK(loom_safetensors_get(st, "b", &t) == LOOM_OK);
+    CHECK(t.dtype == LOOM_BF16 && t.shape[0] == 4);
+    CHECK(loom_bf16_to_f32(((const uint16_t *)t.data)[1]) == -1.0f);
+    CHECK(loom_safetensors_get(st, "s", &t) == LOOM_OK);
+    CHECK(t.dtype == LOOM_F16 && t.ndim == 1 && t.shape[0] == 1);
+    CHECK(loom_f16_to_f32(*(const uint16_t *)t.data) == 1.5f);
+    /* I64 is listed, but not computable: the error names the tensor */
+    CHECK(loom_safetensors_get(st, "ids", &t) == LOOM_ERR_UNSUPPORTED);
+    CHECK(strstr(loom_last_error(), "'ids'") && strstr(loom_last_error(), "I64"));
+    loom_st_tensor_info info;
+    int64_t i = loom_safetensors_find(st, "ids");
+    CHECK(i >= 0 && loom_safetensors_info_at(st, i, &info) == LOOM_OK);
+    CHECK(!info.dtype_ok && strcmp(info.dtype_str, "I64") == 0 && info.nbytes == 16);
+    CHECK(loom_safetensors_get(st, "missing", &t) == LOOM_ERR_FORMAT);
+    CHECK(strstr(loom_last_error(), "missing") != NULL);
+    CHECK(loom_safetensors_find(st, "__metadata__") < 0);
+    loom_safetensors_close(st);
+    free(img);
+}
+
+/* Each bad header must fail with LOOM_ERR_FORMAT (or UNSUPPORTED) and a message containing want. */
+static void expect_bad(const char *hdr, size_t dsize, loom_status want_st, const char *want) {
+    unsigned char d[64] = {0};
+    size_t size;
+    unsigned char *img = image(hdr, d, dsize, &size);
+    loom_safetensors *st = (loom_safetensors *)1;
+    loom_status s = loom_safetensors_open_memory(img, size, "bad", &st);
+    CHECK_MSG(s == want_st, "%s: got %s (%s)", hdr, loom_status_str(s), loom_last_error());
+    CHECK(st == NULL);
+    CHECK_MSG(strstr(loom_last_error(), want) != NULL, "'%s' not in '%s'", want, loom_last_error());
+    free(img);
+}
+
+static void test_bad_headers(void) {
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", 20, LOOM_ERR_FORMAT,
+               "outside the data section");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24, LOOM_ERR_FORMAT,
+               "need 24");
+    expect_bad("{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, LOOM_ERR_FORMAT,
+               "unknown dtype 'Q4'");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, LOOM_ERR_FORMAT,
+               "shape entry 0");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
+               LOOM_ERR_UNSUPPORTED, "5 dims");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, LOOM_ERR_FORMAT,
+               "outside");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, LOOM_ERR_FORMAT, "data_offsets");
+    expect_bad("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, LOOM_ERR_FORMAT, "dtype");
+    expect_bad("{\"w\":[1,2]}", 8, LOOM_ERR_FORMAT, "not a JSON object");
+    expect_bad("[1,2]", 8, LOOM_ERR_FORMAT, "not a JSON object");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",", 8, LOOM_ERR_FORMAT, "not valid JSON");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 16, LOOM_ERR_FORMAT,
+               "overlap");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, LOOM_ERR_FORMAT,
+               "appears twice");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+               LOOM_ERR_FORMAT, "'w'");
+    expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0.5,8]}}", 8, LOOM_ERR_FORMAT,
+               "data_offsets");
+}
+
+static void test_truncated(void) {
+    unsigned char d[50];
+    good_data(d);
+    size_t size;
+    unsigned char *img = image(GOOD, d, sizeof d, &size);
+    loom_safetensors *st;
+    /* every prefix fails cleanly */
+    for (size_t n = 0; n < size; n++) {
+        loom_status s = loom_safetensors_open_memory(img, n, "cut", &st);
+        CHECK_MSG(s == LOOM_ERR_FORMAT, "prefix %zu: %s", n, loom_status_str(s));
+    }
+    /* a header length far beyond the file */
+    img[5] = 0x7f;
+    CHECK(loom_safetensors_open_memory(img, size, "long", &st) == LOOM_ERR_FORMAT);
+    CHECK(strstr(loom_last_error(), "header length") != NULL);
+    free(img);
+}
+
+static void write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(p, 1, n, f) == n);
+    fclose(f);
+}
+
+static void test_files_and_shards(void) {
+    char dir[] = "/tmp/loom_st_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    unsigned char d[50];
+    good_data(d);
+    size_t size;
+    unsigned char *img = image(GOOD, d, sizeof d, &size);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_file(path, img, size);
+    loom_safetensors *st;
+    CHECK(loom_safetensors_open(path, &st) == LOOM_OK);
+    loom_safetensors_close(st);
+    CHECK(loom_safetensors_open(dir, &st) == LOOM_OK);  /* folder */
+    CHECK(loom_safetensors_n_tensors(st) == 4);
+    loom_safetensors_close(st);
+    unlink(path);
+    free(img);
+    /* two shards + index */
+    float a[2] = {1, 2}, b[3] = {3, 4, 5};
+    img = image("{\"x.a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", a, 8, &size);
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    write_file(path, img, size);
+    free(img);
+    img = image("{\"x.b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", b, 12, &size);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    write_file(path, img, size);
+    free(img);
+    const char *idx = "{\"metadata\":{},\"weight_map\":{\"x.a\":\"model-00001-of-00002.safetensors\","
+                      "\"x.b\":\"model-00002-of-00002.safetensors\"}}";
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    write_file(path, idx, strlen(idx));
+    CHECK(loom_safetensors_open(dir, &st) == LOOM_OK);
+    loom_tensor t;
+    CHECK(loom_safetensors_get(st, "x.b", &t) == LOOM_OK && ((const float *)t.data)[2] == 5.0f);
+    CHECK(loom_safetensors_get(st, "x.a", &t) == LOOM_OK && ((const float *)t.data)[1] == 2.0f);
+    loom_safetensors_close(st);
+    /* an index naming a tensor its shard lacks, and a shard outside the folder */
+    const char *bad1 = "{\"weight_map\":{\"x.c\":\"model-00001-of-00002.safetensors\"}}";
+    write_file(path, bad1, strlen(bad1));
+    CHECK(loom_safetensors_open(path, &st) == LOOM_ERR_FORMAT);
+    CHECK(strstr(loom_last_error(), "x.c") != NULL);
+    const char *bad2 = "{\"weight_map\":{\"x.a\":\"../evil.safetensors\"}}";
+    write_file(path, bad2, strlen(bad2));
+    CHECK(loom_safetensors_open(path, &st) == LOOM_ERR_FORMAT);
+    const char *bad3 = "{\"weight_map\":{\"x.a\":\"absent.safetensors\"}}";
+    write_file(path, bad3, strlen(bad3));
+    CHECK(loom_safetensors_open(path, &st) == LOOM_ERR_IO);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    unlink(path);
+    CHECK(loom_safetensors_open(dir, &st) == LOOM_ERR_IO);  /* empty folder */
+    CHECK(strstr(loom_last_error(), "model.safetensors") != NULL);
+    rmdir(dir);
+    CHECK(loom_safetensors_open("/nonexistent/x.safetensors", &st) == LOOM_ERR_IO);
+}
+
+static void test_hf_config(void) {
+    const char *llama = "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\","
+                        "\"hidden_size\":576,\"intermediate_size\":1536,\"num_hidden_layers\":30,"
+                        "\"num_attention_heads\":9,\"num_key_value_heads\":3,\"rms_norm_eps\":1e-05,"
+                        "\"rope_theta\":100000,\"rope_scaling\":null,\"tie_word_embeddings\":true,"
+                        "\"vocab_size\":49152,\"max_position_embeddings\":8192,\"bos_token_id\":1,"
+                        "\"eos_token_id\":[2, 3]}";
+    loom_hf_config c;
+    CHECK(loom_hf_config_parse(llama, strlen(llama), "llama", &c) == LOOM_OK);
+    CHECK(strcmp(c.model_type, "llama") == 0 && strcmp(c.architecture, "LlamaForCausalLM") == 0);
+    CHECK(c.hidden_size == 576 && c.num_key_value_heads == 3 && c.head_dim == 64);
+    CHECK(c.tie_word_embeddings == 1 && c.vocab_size == 49152 && c.max_position_embeddings == 8192);
+    CHECK(c.rope_theta == 100000.0f && c.rms_norm_eps == 1e-5f && c.rope_scaling_type[0] == '\0');
+    CHECK(c.bos_token_id == 1 && c.eos_token_id == 2 && strcmp(c.hidden_act, "silu") == 0);
+    const char *bert = "{\"model_type\":\"bert\",\"hidden_size\":384,\"intermediate_size\":1536,"
+                       "\"num_hidden_layers\":6,\"num_attention_heads\":12,\"vocab_size\":30522,"
+                       "\"hidden_act\":\"gelu\",\"layer_norm_eps\":1e-12,\"type_vocab_size\":2}";
+    CHECK(loom_hf_config_parse(bert, strlen(bert), "bert", &c) == LOOM_OK);
+    CHECK(c.num_key_value_heads == 12 && c.max_position_embeddings == 512 && c.head_dim == 32);
+    CHECK(c.layer_norm_eps == 1e-12f && c.type_vocab_size == 2);
+    const char *scaled = "{\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                         "\"num_attention_heads\":4,\"vocab_size\":100,"
+                         "\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}";
+    CHECK(loom_hf_config_parse(scaled, strlen(scaled), "s", &c) == LOOM_OK);
+    CHECK(strcmp(c.rope_scaling_type, "linear") == 0 && c.rope_scaling_factor == 4.0f);
+    struct { const char *json, *want; } bad[] = {
+        {"{\"hidden_size\":64}", "intermediate_size"},
+        {"{\"hidden_size\":\"64\",\"intermediate_size\":1,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":1,\"vocab_size\":1}", "hidden_size"},
+        {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":0,"
+         "\"num_attention_heads\":1,\"vocab_size\":1}", "num_hidden_layers"},
+        {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"num_key_value_heads\":3,\"vocab_size\":1}", "multiple"},
+        {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":1,\"rms_norm_eps\":-1}", "rms_norm_eps"},
+        {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":1,\"rope_scaling\":{\"factor\":2}}", "rope_type"},
+        {"{\"hidden_size\":64,", "not valid JSON"},
+        {"[]", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(loom_hf_config_parse(bad[i].json, strlen(bad[i].json), "bad", &c) == LOOM_ERR_FORMAT,
+                  "%s", bad[i].json);
+        CHECK_MSG(strstr(loom_last_error(), bad[i].want) != NULL, "'%s' not in '%s'", bad[i].want,
+                  loom_last_error());
+    }
+    CHECK(loom_hf_config_load("/nonexistent/config.json", &c) == LOOM_ERR_IO);
+}
+
+int main(void) {
+    RUN_TEST(test_valid);
+    RUN_TEST(test_bad_headers);
+    RUN_TEST(test_truncated);
+    RUN_TEST(test_files_and_shards);
+    RUN_TEST(test_hf_config);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,199 @@
+/* Tokenizers from Hugging Face tokenizer.json. The shared GGUF test
+ * vocabularies (bert-bge, gpt-2) are rewritten as tokenizer.json text in
+ * Hugging Face's conventions ("##" continuations, byte-level merges), loaded
+ * through loom_tokenizer_load_hf_json_memory, and must reproduce the
+ * reference ids of ../shared/vocab exactly. Also: bad tokenizer.json input. */
+#include <cJSON.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+static char vocab_dir[4096];
+
+static char *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (size) *size = (size_t)n;
+    return buf;
+}
+
+/* tokenizer.json text for a GGUF test vocabulary (bert or gpt2). */
+static char *json_from_gguf(const char *name, int bert) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", vocab_dir, name);
+    loom_gguf *g;
+    if (loom_gguf_open(path, &g) != LOOM_OK) return NULL;
+    loom_gguf_type et;
+    uint64_t n, nm = 0;
+    loom_gguf_get_arr_info(g, "tokenizer.ggml.tokens", &et, &n);
+    const char **tok = malloc(sizeof *tok * n);
+    uint64_t *len = malloc(sizeof *len * n);
+    int32_t *type = malloc(sizeof *type * n);
+    loom_gguf_get_arr_str(g, "tokenizer.ggml.tokens", tok, len, n);
+    loom_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", type, n);
+    cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *added = cJSON_AddArrayToObject(root, "added_tokens");
+    char buf[1024];
+    for (uint64_t i = 0; i < n; i++) {
+        size_t l = len[i] < 1000 ? len[i] : 1000;
+        if (bert && type[i] == 1) {  /* llama.cpp marks word starts with U+2581; HF marks continuations */
+            if (l >= 3 && memcmp(tok[i], "\xe2\x96\x81", 3) == 0) snprintf(buf, sizeof buf, "%.*s", (int)l - 3, tok[i] + 3);
+            else snprintf(buf, sizeof buf, "##%.*s", (int)l, tok[i]);
+        } else {
+            snprintf(buf, sizeof buf, "%.*s", (int)l, tok[i]);
+        }
+        cJSON_AddItemToObject(vocab, buf, cJSON_CreateNumber((double)i));
+        if (type[i] == 3) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddStringToObject(a, "content", buf);
+            cJSON_AddBoolToObject(a, "special", 1);
+            cJSON_AddItemToArray(added, a);
+        }
+    }
+    if (bert) {
+        cJSON_AddStringToObject(model, "type", "WordPiece");
+        cJSON *nz = cJSON_AddObjectToObject(root, "normalizer");
+        cJSON_AddStringToObject(nz, "type", "BertNormalizer");
+        cJSON_AddBoolToObject(nz, "lowercase", 1);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "pre_tokenizer"), "type", "BertPreTokenizer");
+    } else {
+        cJSON_AddStringToObject(model, "type", "BPE");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "pre_tokenizer"), "type", "ByteLevel");
+        loom_gguf_get_arr_info(g, "tokenizer.ggml.merges", &et, &nm);
+        const char **ms = malloc(sizeof *ms * nm);
+        uint64_t *ml = malloc(sizeof *ml * nm);
+        loom_gguf_get_arr_str(g, "tokenizer.ggml.merges", ms, ml, nm);
+        cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+        for (uint64_t i = 0; i < nm; i++) {
+            snprintf(buf, sizeof buf, "%.*s", (int)(ml[i] < 1000 ? ml[i] : 1000), ms[i]);
+            cJSON_AddItemToArray(merges, cJSON_CreateString(buf));
+        }
+        free(ms);
+        free(ml);
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    free(tok);
+    free(len);
+    free(type);
+    loom_gguf_close(g);
+    return text;
+}
+
+static void run_vectors(const char *name, int bert) {
+    char *json = json_from_gguf(name, bert);
+    CHECK_MSG(json != NULL, "%s: cannot build tokenizer.json", name);
+    if (!json) return;
+    loom_tokenizer *t = NULL;
+    loom_status st = loom_tokenizer_load_hf_json_memory(json, strlen(json), NULL, 0, name, &t);
+    CHECK_MSG(st == LOOM_OK, "%s: %s", name, loom_last_error());
+    free(json);
+    if (!t) return;
+    CHECK(strcmp(loom_tokenizer_kind_name(t), bert ? "bert" : "gpt2") == 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.inp", vocab_dir, name);
+    char *inp = read_all(path, NULL);
+    snprintf(path, sizeof path, "%s/%s.out", vocab_dir, name);
+    char *out = read_all(path, NULL);
+    CHECK(inp && out);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    int n = 0, ok = 0;
+    char *p = inp, *line = out;
+    for (char *q; inp && out && (q = strstr(p, sep)) != NULL; p = q + sizeof sep - 1, n++) {
+        *q = '\0';
+        char *eol = strchr(line, '\n');
+        if (!eol) break;
+        *eol = '\0';
+        int32_t want[512], got[1024];
+        int nw = 0, ng = 0;
+        for (char *tk = strtok(line, " "); tk && nw < 512; tk = strtok(NULL, " ")) want[nw++] = atoi(tk);
+        line = eol + 1;
+        st = loom_tokenizer_encode_ex(t, p, strlen(p), 0, got, 1024, &ng);
+        if (st == LOOM_OK && ng == nw && memcmp(got, want, sizeof(int32_t) * (size_t)nw) == 0) ok++;
+        else fprintf(stderr, "  %s case %d mismatch: '%.60s'\n", name, n, p);
+    }
+    fprintf(stderr, "  %s via tokenizer.json: %d / %d cases match\n", name, ok, n);
+    CHECK(n > 10 && ok == n);
+    if (bert) {  /* [CLS] ... [SEP] framing */
+        int32_t ids[8];
+        int ni = 0;
+        CHECK(loom_tokenizer_encode_ex(t, "hello", 5, LOOM_TOK_BOS | LOOM_TOK_EOS, ids, 8, &ni) == LOOM_OK);
+        CHECK(ni == 3 && ids[0] == 101 && ids[2] == 102);
+    }
+    free(inp);
+    free(out);
+    loom_tokenizer_free(t);
+}
+
+static void test_bert_vectors(void) { run_vectors("ggml-vocab-bert-bge.gguf", 1); }
+static void test_gpt2_vectors(void) { run_vectors("ggml-vocab-gpt-2.gguf", 0); }
+
+static void expect_bad(const char *json, loom_status want, const char *msg) {
+    loom_tokenizer *t = (loom_tokenizer *)1;
+    loom_status st = loom_tokenizer_load_hf_json_memory(json, strlen(json), NULL, 0, "bad", &t);
+    CHECK_MSG(st == want, "%s: got %s (%s)", json, loom_status_str(st), loom_last_error());
+    CHECK(t == NULL);
+    CHECK_MSG(strstr(loom_last_error(), msg) != NULL, "'%s' not in '%s'", msg, loom_last_error());
+}
+
+static void test_bad_input(void) {
+    const char *wp = "\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":true},"
+                     "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"}";
+    char buf[1024];
+    expect_bad("{\"model\":", LOOM_ERR_FORMAT, "not valid JSON");
+    expect_bad("{}", LOOM_ERR_FORMAT, "\"model\"");
+    expect_bad("{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", LOOM_ERR_UNSUPPORTED, "Unigram");
+    snprintf(buf, sizeof buf, "{%s,\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0,\"b\":2}}}", wp);
+    expect_bad(buf, LOOM_ERR_FORMAT, "no piece has id 1");
+    snprintf(buf, sizeof buf, "{%s,\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0,\"b\":0}}}", wp);
+    expect_bad(buf, LOOM_ERR_FORMAT, "used twice");
+    snprintf(buf, sizeof buf, "{%s,\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":-1}}}", wp);
+    expect_bad(buf, LOOM_ERR_FORMAT, "valid id");
+    snprintf(buf, sizeof buf, "{%s,\"model\":{\"type\":\"WordPiece\",\"vocab\":[]}}", wp);
+    expect_bad(buf, LOOM_ERR_FORMAT, "model.vocab");
+    expect_bad("{\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":false},\"pre_tokenizer\":"
+               "{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+               LOOM_ERR_UNSUPPORTED, "cased");
+    expect_bad("{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+               "\"merges\":[]}}", LOOM_ERR_UNSUPPORTED, "ByteLevel");
+    expect_bad("{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+               "\"merges\":[3]}}", LOOM_ERR_FORMAT, "merge 0");
+    loom_tokenizer *t;
+    CHECK(loom_tokenizer_load_hf_json("/nonexistent/tokenizer.json", &t) == LOOM_ERR_IO);
+}
+
+int main(void) {
+    const char *dir = getenv("LOOM_SHARED_DIR");
+    snprintf(vocab_dir, sizeof vocab_dir, "%s/vocab", dir && *dir ? dir : "../shared");
+    RUN_TEST(test_bad_input);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/ggml-vocab-bert-bge.gguf", vocab_dir);
+    if (access(probe, R_OK) != 0) {
+        const char *ci = getenv("CI");
+        if (ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0) {
+            fprintf(stderr, "FAIL: %s missing and CI is set\n", probe);
+            return 1;
+        }
+        if (check_failures_) return TEST_SUMMARY();
+        printf("SKIP: %s missing (set LOOM_SHARED_DIR to the shared folder)\n", probe);
+        return 77;
+    }
+    RUN_TEST(test_bert_vectors);
+    RUN_TEST(test_gpt2_vectors);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,236 @@
+/* loom bench: prompt processing and generation speed with llama-bench's
+ * semantics. For every mode x thread count x test:
+ *   ppN  N prompt tokens (BOS then pseudo-random ids) in one forward pass from
+ *        an empty cache; tokens/s = N / time.
+ *   tgN  N tokens generated one at a time from an empty cache; tokens/s = N / time.
+ * One warm-up run per test, then -r repetitions: median, min, max, stdev.
+ * Also peak RSS of the process so far and the planned intermediate memory
+ * (the arena the planner assigned to the graph). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "args.h"
+#include "base/timer.h"
+#include "cli.h"
+#include "model/model.h"
+
+#define MAX_LIST 16
+
+/* "1,2,4" -> values; 0 on success. */
+static int parse_int_list(const char *opt, const char *s, int *v, int *n, int min) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || x < min || x > 1000000 || *n >= MAX_LIST) {
+            fprintf(stderr, "loom bench: option '%s' expects a comma-separated list of integers >= %d, "
+                            "got '%s'\n", opt, min, s);
+            return 1;
+        }
+        v[(*n)++] = (int)x;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "loom bench: option '%s' is empty\n", opt);
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct result {
+    const char *mode;
+    int threads;
+    char test[32];
+    int n_tokens;
+    double median, min, max, stdev;  /* tokens/s */
+    double peak_rss_mib, planned_mib;
+} result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : 0.0;
+}
+
+static void summarise(result *r, double *tps, int n) {
+    qsort(tps, (size_t)n, sizeof *tps, cmp_double);
+    r->median = n % 2 ? tps[n / 2] : 0.5 * (tps[n / 2 - 1] + tps[n / 2]);
+    r->min = tps[0];
+    r->max = tps[n - 1];
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += tps[i] / n;
+    for (int i = 0; i < n; i++) var += (tps[i] - mean) * (tps[i] - mean) / (n > 1 ? n - 1 : 1);
+    r->stdev = sqrt(var);
+}
+
+/* One timed run of a test; returns seconds or < 0 on error. */
+static double run_once(loom_model *m, const int32_t *toks, int pp, int tg, float *logits) {
+    double t0 = loom_time_s();
+    if (pp > 0) {
+        if (loom_model_forward(m, toks, pp, 0, logits) != LOOM_OK) return -1;
+    } else {
+        for (int i = 0; i < tg; i++)
+            if (loom_model_forward(m, &toks[i], 1, i, logits) != LOOM_OK) return -1;
+    }
+    return loom_time_s() - t0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL;
+    int reps = 5, json = 0;
+    const arg_opt opts[] = {
+        {"-m", "--model", ARG_STR, &model_path, "MODEL",
+         "GGUF model or llama2.c checkpoint (default: SmolLM2-135M-Instruct)"},
+        {"-p", "--n-prompt", ARG_STR, &p_s, "N[,N..]", "prompt lengths, 0 = none (default 512)"},
+        {"-n", "--n-gen", ARG_STR, &n_s, "N[,N..]", "generated tokens, 0 = none (default 128)"},
+        {"-t", "--threads", ARG_STR, &t_s, "N[,N..]", "thread counts (default 1)"},
+        {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
+         "execution modes (default: $LOOM_MODE, the rules', step_by_step)"},
+        {"-r", "--repetitions", ARG_INT, &reps, "N", "timed runs per test after one warm-up (default 5)"},
+        {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of a table"},
+    };
+    const char *usage = "[-m MODEL] [-p 512] [-n 128] [-t 1,2] [--mode fused,step_by_step] [-r 5] [--json]";
+    int r = args_parse("bench", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
+    if (r != 0) return r > 0 ? 0 : 2;
+    int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], np, nn, nt, nm = 0;
+    if (parse_int_list("-p", p_s, pv, &np, 0) || parse_int_list("-n", n_s, nv, &nn, 0) ||
+        parse_int_list("-t", t_s, tv, &nt, 1))
+        return 1;
+    if (reps < 1 || reps > 1000) {
+        fprintf(stderr, "loom bench: -r must be in 1..1000, got %d\n", reps);
+        return 1;
+    }
+    loom_exec_mode modes[MAX_LIST];
+    char mode_buf[256];
+    if (!mode_s) {  /* as loom run chooses it */
+        loom_model_params dp = loom_model_default_params();
+        if (loom_model_params_set_mode(&dp, NULL) != LOOM_OK) return cli_fail("bench", "mode");
+        mode_s = loom_mode_name(dp.mode);
+    }
+    snprintf(mode_buf, sizeof mode_buf, "%s", mode_s);
+    for (char *save = NULL, *tok = strtok_r(mode_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (nm >= MAX_LIST || loom_mode_parse(tok, &modes[nm]) != LOOM_OK) return cli_fail("bench", "--mode");
+        nm++;
+    }
+    if (nm == 0) {
+        fprintf(stderr, "loom bench: --mode is empty\n");
+        return 1;
+    }
+    int any = 0;
+    for (int i = 0; i < np; i++) any |= pv[i] > 0;
+    for (int i = 0; i < nn; i++) any |= nv[i] > 0;
+    if (!any) {
+        fprintf(stderr, "loom bench: nothing to run: -p and -n are all 0\n");
+        return 1;
+    }
+    char def[1024];
+    if (cli_resolve_model("bench", &model_path, def, sizeof def)) return 1;
+    int max_tokens = 1;
+    for (int i = 0; i < np; i++) max_tokens = pv[i] > max_tokens ? pv[i] : max_tokens;
+    for (int i = 0; i < nn; i++) max_tokens = nv[i] > max_tokens ? nv[i] : max_tokens;
+
+    result *res = calloc((size_t)nm * nt * (np + nn), sizeof *res);
+    double *tps = malloc((size_t)reps * sizeof *tps);
+    int32_t *toks = malloc((size_t)max_tokens * sizeof *toks);
+    float *logits = NULL;
+    int n_res = 0, failed = 0, rc = 1;
+    loom_model_info info = {0};
+    if (!res || !tps || !toks) goto done;
+    for (int mi = 0; mi < nm; mi++) {
+        for (int ti = 0; ti < nt; ti++) {
+            loom_model_params mp = loom_model_default_params();
+            mp.n_threads = tv[ti];
+            mp.n_ctx = max_tokens;
+            mp.mode = modes[mi];
+            loom_model *m = NULL;
+            if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
+                fprintf(stderr, "loom bench: mode %s, %d threads: cannot load model: %s\n",
+                        loom_mode_name(modes[mi]), tv[ti], loom_last_error());
+                failed++;
+                continue;
+            }
+            info = loom_model_get_info(m);
+            if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
+            if (!logits) {
+                loom_model_free(m);
+                goto done;
+            }
+            /* BOS-like first id, then a fixed pseudo-random sequence (llama-bench: rand() % vocab) */
+            uint32_t s = 12345;
+            for (int i = 0; i < max_tokens; i++) {
+                s = s * 1103515245u + 12345u;
+                toks[i] = i == 0 ? 1 % info.vocab_size : (int32_t)((s >> 8) % (uint32_t)info.vocab_size);
+            }
+            for (int k = 0; k < np + nn; k++) {
+                int pp = k < np ? pv[k] : 0, tg = k < np ? 0 : nv[k - np];
+                if (pp == 0 && tg == 0) continue;
+                result *re = &res[n_res];
+                re->mode = loom_mode_name(modes[mi]);
+                re->threads = tv[ti];
+                re->n_tokens = pp ? pp : tg;
+                snprintf(re->test, sizeof re->test, "%s%d", pp ? "pp" : "tg", re->n_tokens);
+                int ok = run_once(m, toks, pp ? pp : 0, pp ? 0 : (tg < 2 ? tg : 1), logits) >= 0;
+                for (int i = 0; ok && i < reps; i++) {
+                    double t = run_once(m, toks, pp, tg, logits);
+                    ok = t >= 0;
+                    tps[i] = re->n_tokens / (t > 0 ? t : 1e-9);
+                }
+                if (!ok) {
+                    fprintf(stderr, "loom bench: mode %s, %d threads, %s: %s\n", re->mode, re->threads,
+                            re->test, loom_last_error());
+                    failed++;
+                    continue;
+                }
+                summarise(re, tps, reps);
+                re->peak_rss_mib = peak_rss_mib();
+                re->planned_mib = m->graph->arena_bytes / (1024.0 * 1024.0);
+                n_res++;
+            }
+            loom_model_free(m);
+        }
+    }
+    if (json) {
+        printf("{\"model\": \"");
+        for (const char *c = model_path; *c; c++) {  /* a JSON string */
+            if (*c == '"' || *c == '\\') putchar('\\');
+            if ((unsigned char)*c >= 0x20) putchar(*c);
+        }
+        printf("\", \"n_layers\": %d, \"dim\": %d, \"vocab\": %d, \"repetitions\": %d, \"results\": [",
+               info.n_layers, info.dim, info.vocab_size, reps);
+        for (int i = 0; i < n_res; i++) {
+            const result *re = &res[i];
+            printf("%s\n  {\"mode\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"n_tokens\": %d, "
+                   "\"tps_median\": %.3f, \"tps_min\": %.3f, \"tps_max\": %.3f, \"tps_stdev\": %.3f, "
+                   "\"peak_rss_mib\": %.1f, \"planned_intermediate_mib\": %.3f}",
+                   i ? "," : "", re->mode, re->threads, re->test, re->n_tokens, re->median, re->min,
+                   re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+        }
+        printf("\n]}\n");
+    } else {
+        printf("model %s: %d layers, dim %d, vocab %d; %d repetitions after a warm-up\n\n", model_path,
+               info.n_layers, info.dim, info.vocab_size, reps);
+        printf("| mode | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | planned MiB |\n");
+        printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < n_res; i++) {
+            const result *re = &res[i];
+            printf("| %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", re->mode, re->threads,
+                   re->test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+        }
+    }
+    rc = n_res > 0 ? 0 : 1;
+    if (failed && n_res > 0) fprintf(stderr, "loom bench: %d configuration(s) failed (see above)\n", failed);
+done:
+    free(res);
+    free(tps);
+    free(toks);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,279 @@
+/* loom chat: an interactive conversation with a chat model. One line of
+ * stdin is one user message (a line ending in '\' continues on the next);
+ * the reply streams to stdout token by token; Ctrl-D (end of input) ends.
+ * The KV cache is kept across turns: each turn runs only its own tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "base/timer.h"
+#include "cli.h"
+#include "model/chat.h"
+#include "model/model.h"
+
+typedef struct chat_state {
+    loom_model *model;
+    loom_tokenizer *tok;
+    loom_sampler *sampler;
+    loom_chat_template tmpl;
+    const char *system;
+    float *logits;
+    int32_t *ids;       /* [ids_cap] one turn's tokens */
+    size_t ids_cap;
+    int n_ctx, vocab;
+    int pos;            /* tokens in the KV cache */
+    int first;          /* next turn starts the conversation */
+    int n_predict;      /* reply limit in tokens */
+    int verbose;
+} chat_state;
+
+/* Reads one message (joining lines that end in '\'); NULL at end of input. */
+static char *read_message(FILE *in) {
+    char *msg = NULL, *line = NULL;
+    size_t len = 0, cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+        int more = n > 0 && line[n - 1] == '\\';
+        if (more) line[--n] = '\n';
+        char *m = realloc(msg, len + (size_t)n + 1);
+        if (!m) break;
+        msg = m;
+        memcpy(msg + len, line, (size_t)n);
+        len += (size_t)n;
+        msg[len] = '\0';
+        if (!more) break;
+    }
+    free(line);
+    return msg;
+}
+
+/* Appends the ids of text[0..len) (control tokens written in it parsed). */
+static int encode_piece(chat_state *c, const char *text, size_t len, int flags, int *n) {
+    int got = 0;
+    if (loom_tokenizer_encode_ex(c->tok, text, len, flags, c->ids + *n, (int)(c->ids_cap - (size_t)*n),
+                                 &got) != LOOM_OK) {
+        cli_fail("chat", "cannot tokenize the message");
+        return 1;
+    }
+    *n += got;
+    return 0;
+}
+
+/* Encodes the turn's text; 1 on error (message printed). Llama 2's "<s>" and
+ * "</s>" become the vocabulary's BOS and EOS ids whatever their token types
+ * say (converted vocabularies may not mark them as control tokens). */
+static int encode_turn(chat_state *c, const char *text, int *n) {
+    size_t len = strlen(text);
+    if (len + 4 > c->ids_cap) {  /* at most one id per byte, plus BOS */
+        int32_t *p = len + 4 < (size_t)1 << 28 ? realloc(c->ids, (len + 4) * sizeof *p) : NULL;
+        if (!p) {
+            fprintf(stderr, "loom chat: the message of %zu bytes is too long\n", len);
+            return 1;
+        }
+        c->ids = p;
+        c->ids_cap = len + 4;
+    }
+    *n = 0;
+    int flags = LOOM_TOK_PARSE_SPECIAL;
+    if (c->tmpl.format == LOOM_CHAT_CHATML) {
+        /* chatml carries no BOS in its text: add it when the vocabulary asks */
+        if (c->first && loom_tokenizer_add_bos(c->tok)) flags |= LOOM_TOK_BOS;
+        return encode_piece(c, text, len, flags, n);
+    }
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *b = strstr(p, "<s>"), *e = strstr(p, "</s>");
+        const char *mark = b && (!e || b < e) ? b : e;
+        size_t seg = mark ? (size_t)(mark - p) : (size_t)(end - p);
+        if (seg && encode_piece(c, p, seg, flags, n)) return 1;
+        if (!mark) break;
+        int id = mark == b ? loom_tokenizer_bos(c->tok) : loom_tokenizer_eos(c->tok);
+        if (id >= 0) c->ids[(*n)++] = id;
+        p = mark + (mark == b ? 3 : 4);
+    }
+    return 0;
+}
+
+/* One turn: render, run, stream the reply. 0 ok, 1 on a message that was
+ * refused (the conversation goes on), -1 on a fatal error. */
+static int chat_turn(chat_state *c, const char *user) {
+    char *text = NULL;
+    int n = 0;
+    if (loom_chat_render_turn(&c->tmpl, c->first, c->system, user, &text) != LOOM_OK)
+        return cli_fail("chat", "cannot render the chat template"), -1;
+    int rc = encode_turn(c, text, &n);
+    free(text);
+    if (rc) return 1;
+    if (!c->first && c->pos + n + 1 > c->n_ctx) {
+        fprintf(stderr, "loom chat: the context is full (%d of %d tokens); starting a new "
+                        "conversation (raise -c for longer ones)\n", c->pos, c->n_ctx);
+        c->first = 1;
+        c->pos = 0;
+        if (loom_chat_render_turn(&c->tmpl, 1, c->system, user, &text) != LOOM_OK)
+            return cli_fail("chat", "cannot render the chat template"), -1;
+        rc = encode_turn(c, text, &n);
+        free(text);
+        if (rc) return 1;
+    }
+    if (c->pos + n + 1 > c->n_ctx) {
+        fprintf(stderr, "loom chat: this message is %d tokens; with the conversation it does not fit "
+                        "the context of %d tokens (-c)\n", n, c->n_ctx);
+        return 1;
+    }
+    double t0 = loom_time_s();
+    if (loom_model_forward(c->model, c->ids, n, c->pos, c->logits) != LOOM_OK)
+        return cli_fail("chat", "forward pass failed"), -1;
+    c->pos += n;
+    c->first = 0;
+    double t1 = loom_time_s();
+    int prev = -1, n_gen = 0, cut = 0;
+    int eos = loom_tokenizer_eos(c->tok);
+    for (;;) {
+        int32_t next;
+        if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK)
+            return cli_fail("chat", "sampling failed"), -1;
+        /* the end of the reply: EOS or any control token (<|im_end|>, ...);
+         * it is not run: the next turn's text starts with the template's close */
+        if (next == eos || loom_tokenizer_is_control(c->tok, next)) break;
+        size_t len = 0;
+        const char *p = loom_tokenizer_decode(c->tok, prev, next, &len);
+        if (p && len) fwrite(p, 1, len, stdout);
+        fflush(stdout);
+        prev = next;
+        n_gen++;
+        if (n_gen >= c->n_predict) {
+            cut = 1;
+            break;
+        }
+        if (c->pos + 2 > c->n_ctx) {  /* keep one position for the close */
+            fprintf(stdout, "\n");
+            fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
+            break;
+        }
+        if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK)
+            return cli_fail("chat", "forward pass failed"), -1;
+        c->pos++;
+    }
+    double t2 = loom_time_s();
+    printf("\n");
+    fflush(stdout);
+    if (cut && c->verbose) fprintf(stderr, "loom chat: reply cut at -n %d tokens\n", c->n_predict);
+    if (c->verbose)
+        fprintf(stderr, "[prompt %d tokens, %.1f tok/s | reply %d tokens, %.1f tok/s | context %d/%d]\n",
+                n, n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
+                n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, c->pos, c->n_ctx);
+    return 0;
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL, *system = NULL, *tmpl_name = NULL,
+               *mode = NULL;
+    int n_predict = 512, threads = 1, n_ctx = 4096, top_k = 40, verbose = 0;
+    float temp = 0.7f, top_p = 0.9f;
+    uint64_t seed = UINT64_MAX;
+    const arg_opt opts[] = {
+        {"-m", "--model", ARG_STR, &model_path, "MODEL",
+         "GGUF chat model (default: SmolLM2-135M-Instruct from scripts/fetch-models.sh)"},
+        {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "tokenizer (default: the model's own)"},
+        {"-s", "--system", ARG_STR, &system, "TEXT", "system message (default: the template's)"},
+        {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
+         "chatml or llama2 (default: from the model's tokenizer.chat_template)"},
+        {"-n", "--n-predict", ARG_INT, &n_predict, "N", "longest reply in tokens (default 512)"},
+        {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 0.7)"},
+        {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},
+        {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
+        {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
+        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
+        {"-c", "--ctx-size", ARG_INT, &n_ctx, "N",
+         "context length, 0 = the model's (default 4096, at most the model's)"},
+        {NULL, "--mode", ARG_STR, &mode, "MODE",
+         "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', step_by_step)"},
+        {"-v", "--verbose", ARG_FLAG, &verbose, NULL, "print speed and context use after each reply"},
+    };
+    const char *usage = "[-m MODEL] [-s SYSTEM] [--chat-template chatml|llama2] [-n N] [--temp T] "
+                        "[--top-k K] [--top-p P] [--seed S] [-t N] [-c N] [--mode MODE] [-v]";
+    int r = args_parse("chat", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
+    if (threads <= 0 || n_predict <= 0 || n_ctx < 0) {
+        fprintf(stderr, "loom chat: -t and -n must be >= 1 and -c >= 0 (got %d, %d, %d)\n", threads,
+                n_predict, n_ctx);
+        return 1;
+    }
+    chat_state c = {0};
+    if (tmpl_name && loom_chat_template_from_name(tmpl_name, &c.tmpl) != LOOM_OK)
+        return cli_fail("chat", "--chat-template");
+    loom_model_params mp = loom_model_default_params();
+    mp.n_threads = threads;
+    if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("chat", "--mode");
+    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
+    loom_sampler_free(c.sampler);
+    c.sampler = NULL;
+
+    /* the model's trained context caps -c; load once to learn it */
+    char def[1024];
+    if (cli_resolve_model("chat", &model_path, def, sizeof def)) return 1;
+    mp.n_ctx = n_ctx;
+    loom_model *probe = NULL;
+    {
+        loom_model_params pp = mp;
+        pp.n_ctx = 1;
+        if (loom_model_load(model_path, &pp, &probe) != LOOM_OK) return cli_fail("chat", "cannot load model");
+        int max = loom_model_get_info(probe).max_seq_len;
+        if (n_ctx == 0 || n_ctx > max) mp.n_ctx = max;
+        loom_model_free(probe);
+    }
+    if (cli_load("chat", model_path, tok_path, &mp, &c.model, &c.tok)) return 1;
+    int rc = 1;
+    if (!tmpl_name) {
+        if (c.model->format != LOOM_MODEL_GGUF) {
+            fprintf(stderr, "loom chat: %s has no chat template; choose one with --chat-template\n",
+                    model_path);
+            goto done;
+        }
+        if (loom_chat_template_from_gguf(c.model->gguf, &c.tmpl) != LOOM_OK) {
+            cli_fail("chat", "chat template");
+            goto done;
+        }
+    }
+    loom_model_info info = loom_model_get_info(c.model);
+    c.n_ctx = info.n_ctx;
+    c.vocab = info.vocab_size;
+    c.system = system;
+    c.first = 1;
+    c.n_predict = n_predict;
+    c.verbose = verbose;
+    c.logits = malloc((size_t)c.vocab * sizeof *c.logits);
+    c.ids_cap = (size_t)c.n_ctx + 4;
+    c.ids = malloc(c.ids_cap * sizeof *c.ids);
+    if (!c.logits || !c.ids || loom_sampler_init(&c.sampler, c.vocab, &sp) != LOOM_OK) {
+        cli_fail("chat", "cannot set up sampling");
+        goto done;
+    }
+    int tty = isatty(0);
+    if (tty)
+        fprintf(stderr, "loom chat: %s, template %s, context %d. Type a message; Ctrl-D ends.\n",
+                model_path, loom_chat_format_name(c.tmpl.format), c.n_ctx);
+    for (;;) {
+        if (tty) fprintf(stderr, "> ");
+        char *msg = read_message(stdin);
+        if (!msg) break;
+        int t = msg[0] ? chat_turn(&c, msg) : 0;
+        free(msg);
+        if (t < 0) goto done;
+    }
+    if (tty) fprintf(stderr, "\n");
+    rc = 0;
+done:
+    free(c.logits);
+    free(c.ids);
+    loom_sampler_free(c.sampler);
+    loom_tokenizer_free(c.tok);
+    loom_model_free(c.model);
+    return rc;
+}
