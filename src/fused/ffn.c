@@ -69,11 +69,22 @@ static loom_matmul_args sub_gemm(const loom_ffn_args *a, const void *w, int64_t 
     return g;
 }
 
+/* Scratch: the sub-GEMM's, the up tile, then x quantized once for all column
+ * blocks (quantized weights on the GEMM path; every sub-GEMM would otherwise
+ * quantize all of x again). */
+static size_t up_tile_offset(const loom_ffn_args *a, int64_t bn) {
+    loom_matmul_args g = sub_gemm(a, a->w_gate, 0, bn, NULL, bn);
+    return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+}
+
+static size_t xq_offset(const loom_ffn_args *a, int64_t bn) {
+    return up_tile_offset(a, bn) + (((size_t)(a->M * bn) * sizeof(float) + 63) & ~(size_t)63);
+}
+
 size_t loom_ffn_gate_up_scratch(const loom_ffn_args *a) {
     int64_t bn = block_cols(a);
     loom_matmul_args g = sub_gemm(a, a->w_gate, 0, bn, NULL, bn);
-    size_t mm = (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
-    return mm + (size_t)(a->M * bn) * sizeof(float) + 64;
+    return xq_offset(a, bn) + loom_matmul_xq_bytes(&g) + 64;
 }
 
 typedef struct { loom_act_fn act; void *user; const float *up; int64_t ldu; } custom_ep;
@@ -91,18 +102,24 @@ loom_status loom_ffn_gate_up_kernel(const loom_ffn_args *a, loom_isa isa, int it
                                     void *scratch) {
     int64_t bn = block_cols(a), nblocks = (a->H + bn - 1) / bn, b0, b1;
     loom_matmul_split(nblocks, 1, ith, nth, &b0, &b1);
+    if (b0 >= b1) return LOOM_OK;
+    float *up = (float *)((char *)scratch + up_tile_offset(a, bn));
+    void *xq = NULL;
     loom_matmul_args probe = sub_gemm(a, a->w_gate, 0, bn, NULL, bn);
-    size_t mm = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
-    float *up = (float *)((char *)scratch + mm);
+    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
+        xq = (char *)scratch + xq_offset(a, bn);
+        loom_matmul_quantize_x(&probe, isa, 0, a->M, xq);
+    }
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = a->H - n0 < bn ? a->H - n0 : bn;
         loom_matmul_args u = sub_gemm(a, a->w_up, n0, nb, up, nb);
+        u.xq = xq;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, scratch));
         custom_ep cep = {a->p.custom_act, a->p.custom_user, up, nb};
         loom_epilogue ep = {.act = a->p.act, .mul = up, .ld_mul = nb};
         if (a->p.custom_act) ep = (loom_epilogue){.fn = custom_act_times_up, .user = &cep};
         loom_matmul_args g = sub_gemm(a, a->w_gate, n0, nb, a->h + n0, a->ldh);
-        g.ep = &ep;
+        g.ep = &ep, g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, scratch));
     }
     return LOOM_OK;

@@ -131,13 +131,21 @@ static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn) {
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 
+/* Phase 0 scratch: the sub-GEMM's, the up tile, then x quantized once for
+ * all column blocks (quantized weights: each sub-GEMM would otherwise
+ * quantize all of x again). */
+static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn) {
+    return gate_up_mm_bytes(src, bn) + (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
+}
+
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
     int64_t M = src[0]->shape[0], bn = block_cols(attrs, M, src[1]->shape[0]);
     loom_epilogue ep;
     loom_tensor y = *dst;
     loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep);
-    size_t a = gate_up_mm_bytes(src, bn) + (size_t)(M * bn) * sizeof(float) + 64;
+    loom_matmul_args g = block_gemm(src[0], src[1], 0, bn, NULL, bn);
+    size_t a = xq_offset(src, M, bn) + loom_matmul_xq_bytes(&g) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     return a > b ? a : b;
 }
@@ -151,13 +159,22 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     const loom_tensor *x = a->src[0], *h = a->dst_extra[0];
     int64_t M = x->shape[0], H = a->src[1]->shape[0], bn = block_cols(at, M, H), b0, b1;
     loom_ref_split((H + bn - 1) / bn, a->ith, a->nth, &b0, &b1);
+    if (b0 >= b1) return LOOM_OK;
     float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn));
+    void *xq = NULL;
+    loom_matmul_args probe = block_gemm(x, a->src[1], 0, bn, NULL, bn);
+    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
+        xq = (char *)a->scratch + xq_offset(a->src, M, bn);
+        loom_matmul_quantize_x(&probe, isa, 0, M, xq);
+    }
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
         float *hb = (float *)h->data + n0;
         loom_matmul_args u = block_gemm(x, a->src[2], n0, nb, up, nb);
+        u.xq = xq;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
         loom_matmul_args g = block_gemm(x, a->src[1], n0, nb, hb, h->stride[0]);
+        g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         loom_tensor th, tu;
         const int64_t shape[2] = {M, nb};

@@ -32,7 +32,7 @@ typedef struct qkv_ctx {
     loom_isa isa;
     const loom_vec_fns *f;
     unsigned char *scratch;
-    size_t per, mm_bytes;
+    size_t per, mm_bytes, xq_off, xq_bytes;   /* xq: x quantized once (quantized W) */
     loom_status status;
     char error[256];
 } qkv_ctx;
@@ -98,6 +98,13 @@ static void qkv_worker(int ith, int nth, void *arg) {
     float *cs = (float *)(s + c->mm_bytes), *sn = cs + c->T * aw, *tile = sn + c->T * aw;
     if (lo < hi) angles(c, cs, sn);
     size_t wrow = loom_dtype_row_bytes(c->wtype, c->ldw);
+    void *xq = NULL;
+    if (lo < hi && c->xq_bytes > 0) {
+        xq = s + c->xq_off;
+        loom_matmul_args g = {.x = c->x->data, .ldx = c->x->stride[0], .w = c->w[0], .ldw = c->ldw,
+                              .wtype = c->wtype, .M = c->T, .N = c->hb * c->D, .K = c->hidden};
+        loom_matmul_quantize_x(&g, c->isa, 0, c->T, xq);
+    }
     for (int64_t it = lo; it < hi; it++) {
         int part;
         int64_t h0, nh;
@@ -108,7 +115,7 @@ static void qkv_worker(int ith, int nth, void *arg) {
         loom_matmul_args g = {.x = c->x->data, .ldx = c->x->stride[0],
                               .w = (const char *)c->w[part] + wrow * (size_t)(h0 * c->D), .ldw = c->ldw,
                               .wtype = c->wtype, .y = y, .ldy = ldy, .M = c->T, .N = nh * c->D,
-                              .K = c->hidden};
+                              .K = c->hidden, .xq = xq};
         loom_status st = loom_matmul_run(&g, c->isa, 0, 1, s);
         if (st == LOOM_OK && part < 2) rotate(c, y, ldy, nh, cs, sn);
         if (st == LOOM_OK && part > 0)
@@ -189,8 +196,9 @@ loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const lo
     LOOM_TRY(loom_matmul_check(&probe));
     c.mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
     int64_t aw = p->rope_mode == LOOM_ROPE_INTERLEAVED ? n_rot : n_rot / 2;
-    c.per = c.mm_bytes + (size_t)(2 * T * aw + T * c.hb * D) * sizeof(float) + 64;
-    c.per = (c.per + 63) & ~(size_t)63;
+    c.xq_off = (c.mm_bytes + (size_t)(2 * T * aw + T * c.hb * D) * sizeof(float) + 63) & ~(size_t)63;
+    c.xq_bytes = c.isa == LOOM_ISA_REF ? 0 : loom_matmul_xq_bytes(&probe);
+    c.per = (c.xq_off + c.xq_bytes + 64 + 63) & ~(size_t)63;
     int nth = pool ? loom_pool_size(pool) : 1;
     c.scratch = loom_alloc_aligned(c.per * (size_t)nth, LOOM_ALIGN);
     LOOM_RETURN_IF(!c.scratch, LOOM_ERR_NOMEM, "qkv_rope: cannot allocate scratch");

@@ -76,10 +76,10 @@ static loom_matmul_args block_gemm(const loom_tensor *x, const loom_tensor *w, i
     return g;
 }
 
-static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
-                          const void *attrs) {
-    const loom_qkv_rope_attrs *at = attrs;
-    int64_t hb = heads_per_block(at, src[0]->shape[0]);
+/* Scratch: the block GEMM's and RoPE's (they run one after the other), then
+ * x quantized once for all items when the weights are quantized (the front
+ * part's size decides where that starts). */
+static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
     size_t mm = 0;
     for (int i = 1; i <= 3; i++) {
         loom_matmul_args g = block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim);
@@ -88,10 +88,20 @@ static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_t
     }
     loom_tensor tile;
     const int64_t shape[3] = {1, 1, at->head_dim};
-    if (loom_tensor_init(&tile, LOOM_F32, 3, shape, NULL) != LOOM_OK) return mm;
-    const loom_tensor *ts[1] = {&tile};
-    size_t rope = loom_vec_rope_scratch(ts, 1, &tile, &at->rope);
-    return mm > rope ? mm : rope;
+    if (loom_tensor_init(&tile, LOOM_F32, 3, shape, NULL) == LOOM_OK) {
+        const loom_tensor *ts[1] = {&tile};
+        size_t rope = loom_vec_rope_scratch(ts, 1, &tile, &at->rope);
+        if (rope > mm) mm = rope;
+    }
+    return (mm + 63) & ~(size_t)63;
+}
+
+static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                          const void *attrs) {
+    const loom_qkv_rope_attrs *at = attrs;
+    int64_t hb = heads_per_block(at, src[0]->shape[0]);
+    loom_matmul_args g = block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+    return qkv_front(src, at, hb) + loom_matmul_xq_bytes(&g) + 64;
 }
 
 static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -112,6 +122,14 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     int64_t hb = heads_per_block(at, T), nq = (H + hb - 1) / hb, nk = (HKV + hb - 1) / hb, lo, hi;
     loom_ref_split(nq + 2 * nk, a->ith, a->nth, &lo, &hi);
     loom_kernel_fn rope = loom_op_kernel(LOOM_OP_ROPE, isa);
+    /* Quantized weights: x is quantized once here, not by every item's GEMM.
+     * Its place follows what the GEMM and RoPE use (qkv_scratch). */
+    void *xq = NULL;
+    loom_matmul_args probe = block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D);
+    if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
+        xq = (char *)a->scratch + qkv_front(a->src, at, hb);
+        loom_matmul_quantize_x(&probe, isa, 0, T, xq);
+    }
     for (int64_t it = lo; it < hi; it++) {
         int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
         int64_t h0 = (part == 0 ? it : part == 1 ? it - nq : it - nq - nk) * hb;
@@ -125,6 +143,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
             y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
         }
         loom_matmul_args g = block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
+        g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part == 2) continue;
         loom_tensor tile;

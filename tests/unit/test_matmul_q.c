@@ -145,6 +145,61 @@ static void test_nan_rows(void) {
         }
 }
 
+/* x quantized once by loom_matmul_quantize_x and passed as xq (as the fused
+ * FFN and QKV kernels do for their column blocks) gives exactly the output of
+ * the GEMM quantizing x itself, for every format, level, thread split and
+ * column block, with an epilogue; the reference and GEMV paths ignore xq. */
+static void test_prequantized_x(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 37, 0);
+    const int64_t Ms[3] = {8, 37, 130}, Ns[2] = {45, 96};
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 3; i++) {
+                mq p;
+                mq_init(&p, Ms[i], Ns[i % 2], 32 * (1 + i * 3), 1, qtypes[d], &rng);
+                mq_set_ep(&p, EP_BIAS | EP_RES, LOOM_ACT_SILU);
+                CHECK(mq_run(&p, levels[l], 2) == LOOM_OK);
+                float *want = falloc(p.M * p.ldy);
+                memcpy(want, p.y, (size_t)(p.M * p.ldy) * sizeof(float));
+                loom_matmul_args a = mq_args(&p, p.y, p.ldy);
+                size_t xb = loom_matmul_xq_bytes(&a);
+                CHECK(xb == (size_t)p.M * loom_q8_act_bytes(p.K));
+                void *xq = loom_alloc_aligned(xb, LOOM_ALIGN);
+                memset(xq, 0x5A, xb);
+                loom_matmul_quantize_x(&a, levels[l], 0, p.M / 2, xq);  /* in two pieces */
+                loom_matmul_quantize_x(&a, levels[l], p.M / 2, p.M, xq);
+                /* column blocks of 16, one thread each, like a fused kernel's items */
+                for (int64_t n0 = 0; n0 < p.N; n0 += 16) {
+                    loom_matmul_args b = a;
+                    int64_t nb = p.N - n0 < 16 ? p.N - n0 : 16;
+                    b.w = (const char *)p.w + (size_t)n0 * loom_dtype_row_bytes(p.wt, p.ldw);
+                    b.y = p.y + n0, b.N = nb, b.xq = xq;
+                    loom_epilogue e = p.ep;
+                    e.bias = p.bias + n0, e.residual = p.res + n0;
+                    b.ep = &e;
+                    for (int64_t m = 0; m < p.M; m++)
+                        for (int64_t n = 0; n < nb; n++) p.y[m * p.ldy + n0 + n] = bits_f(SENTINEL);
+                    size_t sb = loom_matmul_scratch_size(&b);
+                    void *s = loom_alloc_aligned(sb, LOOM_ALIGN);
+                    memset(s, 0xA7, sb);
+                    CHECK(loom_matmul_run(&b, levels[l], 0, 1, s) == LOOM_OK);
+                    loom_free_aligned(s);
+                }
+                int same = memcmp(want, p.y, (size_t)(p.M * p.ldy) * sizeof(float)) == 0;
+                CHECK_MSG(same, "%s %s M=%lld: prequantized x changes the output",
+                          loom_isa_name(levels[l]), loom_dtype_name(p.wt), (long long)p.M);
+                loom_free_aligned(xq);
+                free(want);
+                mq_free(&p);
+            }
+    /* f32 weights and the GEMV path: nothing to pre-quantize */
+    loom_matmul_args f = {.M = 64, .N = 8, .K = 64, .wtype = LOOM_F32};
+    CHECK(loom_matmul_xq_bytes(&f) == 0);
+    f.wtype = LOOM_Q8_0, f.M = LOOM_GEMM_MIN_M - 1;
+    CHECK(loom_matmul_xq_bytes(&f) == 0);
+}
+
 int main(void) {
     find_levels();
     RUN_TEST(test_random_shapes);
@@ -153,5 +208,6 @@ int main(void) {
     RUN_TEST(test_registry);
     RUN_TEST(test_bound_reached);
     RUN_TEST(test_nan_rows);
+    RUN_TEST(test_prequantized_x);
     return TEST_SUMMARY();
 }

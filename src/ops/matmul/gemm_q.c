@@ -139,22 +139,38 @@ static const loom_gemm_q_kset *pick_kset(loom_isa isa) {
     return loom_gemm_q_kset_generic();
 }
 
+static int32_t bias_mul_for(const loom_matmul_args *a, const loom_gemm_q_kset *ks) {
+    return a->wtype == LOOM_Q4_0 ? -8 : a->wtype == LOOM_Q8_0 && ks->q8_unsigned ? -128 : 0;
+}
+
+void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
+    int32_t bias_mul = bias_mul_for(a, pick_kset(isa));
+    size_t xrow = loom_q8_act_bytes(a->K);
+    loom_q8_act x0 = loom_q8_act_view(xq, a->K);
+    for (int64_t m = m0; m < m1; m++)
+        loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul, act_shift(x0, (size_t)m * xrow));
+}
+
 loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
     const loom_gemm_q_kset *ks = pick_kset(isa);
     int64_t lo, hi;
     loom_matmul_split(a->N, ks->nr, ith, nth, &lo, &hi);
     if (lo >= hi) return LOOM_OK;
     int64_t K = a->K, nb = K / 32, mc = mc_rows(a);
-    int32_t bias_mul = a->wtype == LOOM_Q4_0 ? -8 : a->wtype == LOOM_Q8_0 && ks->q8_unsigned ? -128 : 0;
+    int32_t bias_mul = bias_mul_for(a, ks);
     size_t xrow = loom_q8_act_bytes(K), wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
     size_t bb = loom_gemm_q_panel_block_bytes(ks->nr);
     char *xbuf = scratch, *panel = xbuf + align64((size_t)mc * xrow);
     float *tile = (float *)(panel + (size_t)nb * loom_gemm_q_panel_block_bytes(LOOM_GEMM_Q_MAX_NR));
-    loom_q8_act x0 = loom_q8_act_view(xbuf, K);
+    loom_q8_act xall = a->xq ? loom_q8_act_view((void *)a->xq, K) : loom_q8_act_view(xbuf, K);
+    if (a->xq) mc = a->M; /* everything is quantized already */
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         int64_t mrows = a->M - m0 < mc ? a->M - m0 : mc;
-        for (int64_t i = 0; i < mrows; i++)
-            loom_quantize_act(isa, a->x + (m0 + i) * a->ldx, K, bias_mul, act_shift(x0, (size_t)i * xrow));
+        loom_q8_act x0 = xall;
+        if (a->xq) x0 = act_shift(xall, (size_t)m0 * xrow);
+        else
+            for (int64_t i = 0; i < mrows; i++)
+                loom_quantize_act(isa, a->x + (m0 + i) * a->ldx, K, bias_mul, act_shift(x0, (size_t)i * xrow));
         for (int64_t n0 = lo; n0 < hi; n0 += ks->nr) {
             int cols = (int)(hi - n0 < ks->nr ? hi - n0 : ks->nr);
             ks->pack(a->wtype, (const char *)a->w + (size_t)n0 * wrow, wrow, cols, nb, panel);
