@@ -2,6 +2,7 @@
  * incre_flash_attention): attributes to params, shape inference, cost,
  * scratch, the reference decomposition and one kernel per level. */
 #include "fused/flash_attention_internal.h"
+#include <string.h>
 
 #include "base/status.h"
 #include "fused/ref/attention_ref.h"
@@ -38,40 +39,101 @@ static loom_incre_flash_attention_params inc_params(const void *attrs) {
 
 /* A node's tensors. Before data exists (shape inference, planning) the
  * descriptors are copied with a placeholder pointer: validation never reads
- * data, and dst is modelled on q. */
+ * data, and dst is modelled on q.
+ *
+ * Prefill with input_layout TND (packed variable-length sequences, self
+ * attention): the fourth source is not a mask but the cumulative sequence
+ * ends, an i32 [num_seqs] tensor (num_seqs <= TND_MAX_SEQS) used as both
+ * actual_seq_qlen and actual_seq_kvlen. Without its data (analytic planning) the num_seqs
+ * sequences are taken to be of equal length: the problem is then the BSND one
+ * [num_seqs, T / num_seqs, N, D], which is the same memory. */
+#define TND_MAX_SEQS 512
 typedef struct op_tensors {
     loom_tensor q, k, v, mask, out;
     int has_mask;
+    const int64_t *cu;   /* TND with data: cumulative ends (in cu_buf) */
+    int64_t cu_buf[TND_MAX_SEQS];
+    int64_t n_cu;
+    int even_bsnd;       /* TND without data: viewed as BSND */
 } op_tensors;
 
 static char placeholder;
 
+/* [T, N, D] -> [B, T / B, N, D] */
+static void as_bsnd(loom_tensor *t, int64_t B) {
+    int64_t T = t->shape[0], N = t->shape[1], D = t->shape[2];
+    loom_tensor_init(t, t->dtype, 4, (const int64_t[4]){B, T / B, N, D}, t->data);
+}
+
 static loom_status op_tensors_init(const char *name, const loom_tensor *const *src, int n_src,
-                                   const loom_tensor *dst, op_tensors *o) {
+                                   const loom_tensor *dst, int tnd, op_tensors *o) {
     LOOM_TRY(loom_ref_check_arity(name, src, n_src, 3, 4));
+    memset(o, 0, sizeof *o);
     o->q = *src[0], o->k = *src[1], o->v = *src[2];
-    o->has_mask = n_src == 4;
-    if (o->has_mask) o->mask = *src[3];
+    if (tnd) {
+        LOOM_RETURN_IF(n_src != 4, LOOM_ERR_INVALID_ARG,
+                       "%s: input_layout TND takes a fourth input, the cumulative sequence ends", name);
+        const loom_tensor *cu = src[3];
+        LOOM_RETURN_IF(cu->dtype != LOOM_I32 || cu->ndim != 1 || cu->shape[0] < 1, LOOM_ERR_SHAPE,
+                       "%s: input 3 (cumulative sequence ends) must be i32 [num_seqs >= 1]", name);
+        o->n_cu = cu->shape[0];
+        if (cu->data) {
+            LOOM_RETURN_IF(o->n_cu > TND_MAX_SEQS, LOOM_ERR_UNSUPPORTED,
+                           "%s: %lld sequences in one TND call; at most %d", name, (long long)o->n_cu,
+                           TND_MAX_SEQS);
+            for (int64_t i = 0; i < o->n_cu; i++)
+                o->cu_buf[i] = ((const int32_t *)cu->data)[i * cu->stride[0]];
+            o->cu = o->cu_buf;
+        }
+    } else {
+        o->has_mask = n_src == 4;
+        if (o->has_mask) o->mask = *src[3];
+    }
     loom_tensor *all[4] = {&o->q, &o->k, &o->v, &o->mask};
     for (int i = 0; i < 3 + o->has_mask; i++)
         if (!all[i]->data) all[i]->data = &placeholder;
     if (dst && dst->data) o->out = *dst;
     else o->out = o->q;
+    if (tnd && !o->cu) {
+        LOOM_RETURN_IF(o->q.ndim != 3 || o->k.ndim != 3 || o->v.ndim != 3 || o->out.ndim != 3,
+                       LOOM_ERR_SHAPE, "%s: input_layout TND takes 3-D q, k, v [T, N, D]", name);
+        int64_t B = o->n_cu;
+        if (o->q.shape[0] % B || o->k.shape[0] % B || o->q.shape[0] != o->k.shape[0]) B = 1;
+        o->even_bsnd = 1;
+        as_bsnd(&o->q, B), as_bsnd(&o->k, B), as_bsnd(&o->v, B), as_bsnd(&o->out, B);
+    }
+    return LOOM_OK;
+}
+
+static int attrs_tnd(const void *attrs) {
+    return attrs && ((const loom_flash_attention_attrs *)attrs)->input_layout == LOOM_ATTN_TND;
+}
+
+/* The op-level params and tensors of a node (TND: the lengths from src[3]). */
+static loom_status fa_setup(const loom_tensor *const *src, int n_src, const void *attrs,
+                            const loom_tensor *dst, op_tensors *o, loom_flash_attention_params *p,
+                            loom_flash_attention_tensors *t) {
+    LOOM_TRY(op_tensors_init("flash_attention_score", src, n_src, dst, attrs_tnd(attrs), o));
+    *p = fa_params(attrs);
+    if (o->cu) p->actual_seq_qlen = p->actual_seq_kvlen = o->cu, p->num_seqs = o->n_cu;
+    if (o->even_bsnd) p->input_layout = LOOM_ATTN_BSND;
+    loom_flash_attention_tensors tt = {&o->q, &o->k, &o->v, o->has_mask ? &o->mask : NULL, &o->out,
+                                       NULL};
+    *t = tt;
     return LOOM_OK;
 }
 
 static loom_status fa_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
                               const loom_tensor *dst, op_tensors *o, attn_problem *pr) {
-    LOOM_TRY(op_tensors_init("flash_attention_score", src, n_src, dst, o));
-    loom_flash_attention_params p = fa_params(attrs);
-    loom_flash_attention_tensors t = {&o->q, &o->k, &o->v, o->has_mask ? &o->mask : NULL,
-                                      &o->out, NULL};
+    loom_flash_attention_params p;
+    loom_flash_attention_tensors t;
+    LOOM_TRY(fa_setup(src, n_src, attrs, dst, o, &p, &t));
     return attn_resolve_prefill(&t, &p, pr);
 }
 
 static loom_status inc_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
                                const loom_tensor *dst, op_tensors *o, attn_problem *pr) {
-    LOOM_TRY(op_tensors_init("incre_flash_attention", src, n_src, dst, o));
+    LOOM_TRY(op_tensors_init("incre_flash_attention", src, n_src, dst, 0, o));
     loom_incre_flash_attention_params p = inc_params(attrs);
     loom_incre_flash_attention_tensors t = {.query = &o->q, .key = &o->k, .value = &o->v,
                                             .atten_mask = o->has_mask ? &o->mask : NULL,
@@ -134,9 +196,9 @@ static loom_status fa_kernel(const loom_kernel_args *a, loom_isa isa) {
     LOOM_TRY(fa_resolve(a->src, a->n_src, a->attrs, a->dst, &o, &pr));
     size_t bytes = attn_prefill_scratch_all(&pr);
     if (isa == LOOM_ISA_REF) {
-        loom_flash_attention_params p = fa_params(a->attrs);
-        loom_flash_attention_tensors t = {a->src[0], a->src[1], a->src[2],
-                                          a->n_src == 4 ? a->src[3] : NULL, a->dst, NULL};
+        loom_flash_attention_params p;
+        loom_flash_attention_tensors t;
+        LOOM_TRY(fa_setup(a->src, a->n_src, a->attrs, a->dst, &o, &p, &t));
         return loom_attn_ref_flash(&t, &p, a->ith, a->nth, a->scratch, bytes);
     }
     return attn_prefill_run(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch, bytes);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "fused/attention.h"
 #include "model/hf_config.h"
 
 typedef struct loader {
@@ -149,12 +150,12 @@ void loom_bert_weights_free(loom_bert_weights *w) {
 }
 
 int loom_bert_build(loom_graph *g, const loom_bert_config *c, const loom_bert_weights *w, int ids,
-                    int pos, int types, int mask, int B, int S) {
-    int64_t T = (int64_t)B * S;
+                    int pos, int types, int cu, int64_t T) {
     loom_layer_norm_attrs ln = {c->ln_eps};
     loom_gelu_attrs ga = {c->gelu_tanh};
-    loom_flash_attention_attrs fa = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;  /* BSND, 1/sqrt(D), no band */
-    int64_t bsnd[4] = {B, S, c->n_heads, c->head_dim}, flat[2] = {T, c->dim};
+    loom_flash_attention_attrs fa = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;  /* 1/sqrt(D), no band */
+    fa.input_layout = LOOM_ATTN_TND;
+    int64_t tnd[3] = {T, c->n_heads, c->head_dim}, flat[2] = {T, c->dim};
 #define EXT(t) loom_graph_external(g, &(t))
     loom_graph_set_layer(g, LOOM_LAYER_PRE);
     int x = loom_g_add(g, loom_g_get_rows(g, EXT(w->tok_embd), ids, "tok_embd"),
@@ -174,8 +175,8 @@ int loom_bert_build(loom_graph *g, const loom_bert_config *c, const loom_bert_we
         LINEAR(q, x, y->wq, y->bq, "q");
         LINEAR(k, x, y->wk, y->bk, "k");
         LINEAR(v, x, y->wv, y->bv, "v");
-        int at[4] = {loom_graph_reshape(g, q, 4, bsnd), loom_graph_reshape(g, k, 4, bsnd),
-                     loom_graph_reshape(g, v, 4, bsnd), mask};
+        int at[4] = {loom_graph_reshape(g, q, 3, tnd), loom_graph_reshape(g, k, 3, tnd),
+                     loom_graph_reshape(g, v, 3, tnd), cu};
         int a = loom_graph_op(g, LOOM_OP_FLASH_ATTENTION, at, 4, &fa, "attn.%d", l);
         LINEAR(o, loom_graph_reshape(g, a, 2, flat), y->wo, y->bo, "attn_out");
         src[0] = loom_g_add(g, o, x, "attn_res");

@@ -51,13 +51,17 @@ loom_status loom_bert_load_weights(const char *config_path, const loom_safetenso
                                    loom_bert_config *cfg, loom_bert_weights *w);
 void loom_bert_weights_free(loom_bert_weights *w);
 
-/* Appends the encoder graph for a padded batch of B sequences of S tokens:
- * ids, pos and types are I32 [B*S] tensor ids, mask an I8 [B, 1, S, S]
- * tensor id (nonzero = key not visible, i.e. padding). Attention is the
- * fused flash attention graph op (BSND with the mask). Returns the id of
- * the last hidden states [B*S, dim] (marked as output), -1 on error. */
+/* Appends the encoder graph for a variable-length batch packed without
+ * padding: T tokens of num_seqs sequences one after another. ids, pos and
+ * types are I32 [T] tensor ids (pos restarts at 0 for every sequence); cu is
+ * an I32 [num_seqs] tensor id of cumulative sequence ends (the last is T).
+ * Attention is the fused flash attention graph op in layout TND, so every
+ * token attends to the tokens of its own sequence only and no padding is
+ * computed. Without data in cu (loom plan) the sequences are taken to be of
+ * equal length. Returns the id of the last hidden states [T, dim] (marked as
+ * output), -1 on error. */
 int loom_bert_build(loom_graph *g, const loom_bert_config *c, const loom_bert_weights *w, int ids,
-                    int pos, int types, int mask, int B, int S);
+                    int pos, int types, int cu, int64_t T);
 
 /* ---- sentence embeddings: the model folder's weights, tokenizer, executor */
 

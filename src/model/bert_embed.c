@@ -1,5 +1,6 @@
-/* Sentence embeddings with a BERT encoder: folder loading, padded batches,
- * mean pooling over real tokens, L2 normalisation. */
+/* Sentence embeddings with a BERT encoder: folder loading, variable-length
+ * batches packed without padding (TND attention), mean pooling, L2
+ * normalisation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 #include "model/bert.h"
 #include "model/hf_config.h"
 
-#define BERT_BATCH_TOKENS 4096  /* padded tokens per forward pass */
+#define BERT_BATCH_TOKENS 4096  /* tokens per forward pass (more when one input is longer) */
 #define BERT_BATCH_SEQS 64
 
 struct loom_bert {
@@ -87,48 +88,46 @@ loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
     return LOOM_OK;
 }
 
-/* One padded batch: sequences idx[0..nb) of length lens, padded to S. */
+/* One batch: sequences idx[0..nb) packed one after another (T tokens, no
+ * padding), attention per sequence through the TND flash attention. */
 static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, const int *idx, int nb,
-                             int S, int normalize, float *out) {
-    int64_t T = (int64_t)nb * S, D = m->cfg.dim;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T * 3);
-    int8_t *mask = malloc((size_t)nb * (size_t)S * (size_t)S);
-    if (!tok || !mask) {
-        free(tok);
-        free(mask);
-        return loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory for a batch of %d x %d", nb, S);
-    }
-    int32_t *pos = tok + T, *types = tok + 2 * T;
+                             int normalize, float *out) {
+    int64_t T = 0, D = m->cfg.dim;
+    for (int b = 0; b < nb; b++) T += lens[idx[b]];
+    int32_t *tok = malloc(sizeof(int32_t) * ((size_t)T * 3 + (size_t)nb));
+    if (!tok) return loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory for a batch of %lld tokens", (long long)T);
+    int32_t *pos = tok + T, *types = tok + 2 * T, *cu = tok + 3 * T;
+    int64_t t = 0;
     for (int b = 0; b < nb; b++) {
         int n = lens[idx[b]];
-        for (int j = 0; j < S; j++) {
-            tok[b * S + j] = j < n ? ids[idx[b]][j] : 0;
-            pos[b * S + j] = j;
-            types[b * S + j] = 0;
+        for (int j = 0; j < n; j++, t++) {
+            tok[t] = ids[idx[b]][j];
+            pos[t] = j;
+            types[t] = 0;
         }
-        for (int i = 0; i < S; i++)
-            for (int j = 0; j < S; j++) mask[((size_t)b * S + i) * S + j] = (int8_t)(j >= n);
+        cu[b] = (int32_t)t;
     }
     loom_graph *g = m->graph;
     loom_graph_reset(g);
-    loom_tensor t_ids, t_pos, t_types, t_mask;
-    int64_t mshape[4] = {nb, 1, S, S};
+    loom_tensor t_ids, t_pos, t_types, t_cu;
+    int64_t n_seqs = nb;
     loom_tensor_init(&t_ids, LOOM_I32, 1, &T, tok);
     loom_tensor_init(&t_pos, LOOM_I32, 1, &T, pos);
     loom_tensor_init(&t_types, LOOM_I32, 1, &T, types);
-    loom_tensor_init(&t_mask, LOOM_I8, 4, mshape, mask);
+    loom_tensor_init(&t_cu, LOOM_I32, 1, &n_seqs, cu);
     int x = loom_bert_build(g, &m->cfg, &m->w, loom_graph_external(g, &t_ids), loom_graph_external(g, &t_pos),
-                            loom_graph_external(g, &t_types), loom_graph_external(g, &t_mask), nb, S);
+                            loom_graph_external(g, &t_types), loom_graph_external(g, &t_cu), T);
     loom_status s = loom_graph_status(g);
     if (s == LOOM_OK) s = loom_executor_run(m->exec, g);
     if (s == LOOM_OK) {
         const float *hs = loom_graph_tensor(g, x)->data;
         for (int b = 0; b < nb; b++) {
             int n = lens[idx[b]];
+            const float *rows = hs + (size_t)(cu[b] - n) * (size_t)D;
             float *o = out + (size_t)idx[b] * (size_t)D;
             for (int64_t d = 0; d < D; d++) {
                 double acc = 0.0;
-                for (int j = 0; j < n; j++) acc += hs[((size_t)b * S + j) * D + d];
+                for (int j = 0; j < n; j++) acc += rows[(size_t)j * D + d];
                 o[d] = (float)(acc / n);
             }
             if (normalize) {
@@ -140,15 +139,7 @@ static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int 
         }
     }
     free(tok);
-    free(mask);
     return s;
-}
-
-static const int *sort_lens;
-static int by_len(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    if (sort_lens[x] != sort_lens[y]) return sort_lens[x] - sort_lens[y];
-    return x - y;
 }
 
 loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, const int *lens, int n,
@@ -166,19 +157,18 @@ loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, cons
     int *idx = malloc(sizeof(int) * (size_t)(n ? n : 1));
     LOOM_RETURN_IF(!idx, LOOM_ERR_NOMEM, "bert: out of memory");
     for (int i = 0; i < n; i++) idx[i] = i;
-    /* similar lengths together: less padding (results do not depend on the grouping) */
-    sort_lens = lens;
-    qsort(idx, (size_t)n, sizeof *idx, by_len);
+    /* inputs in order, packed into batches of at most BERT_BATCH_TOKENS tokens
+     * and BERT_BATCH_SEQS sequences (results do not depend on the grouping) */
     loom_status s = LOOM_OK;
     for (int i = 0; i < n && s == LOOM_OK;) {
-        int nb = 0, S = 0;
+        int nb = 0;
+        int64_t tokens = 0;
         while (i + nb < n && nb < BERT_BATCH_SEQS) {
-            int l = lens[idx[i + nb]], s2 = l > S ? l : S;
-            if (nb > 0 && (int64_t)(nb + 1) * s2 > BERT_BATCH_TOKENS) break;
-            S = s2;
+            if (nb > 0 && tokens + lens[i + nb] > BERT_BATCH_TOKENS) break;
+            tokens += lens[i + nb];
             nb++;
         }
-        s = run_batch(m, ids, lens, idx + i, nb, S, normalize, out);
+        s = run_batch(m, ids, lens, idx + i, nb, normalize, out);
         i += nb;
     }
     free(idx);

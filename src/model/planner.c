@@ -99,7 +99,7 @@ static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const 
 
 static loom_status vec(loom_tensor *t, int64_t n, const char *name) { return tensor1(t, n, name); }
 
-/* BERT encoder (model/bert.h): B padded sequences of S tokens, natively batched. */
+/* BERT encoder (model/bert.h): B sequences of S tokens, packed (TND). */
 static loom_status build_bert(loom_graph *g, const loom_llama_config *nc, const loom_plan_params *p) {
     loom_bert_config c = {.dim = nc->dim, .hidden_dim = nc->hidden_dim, .n_layers = nc->n_layers,
                           .n_heads = nc->n_heads, .head_dim = nc->head_dim,
@@ -133,14 +133,15 @@ static loom_status build_bert(loom_graph *g, const loom_llama_config *nc, const 
 #undef T1
 #undef T2
     if (s == LOOM_OK) {
-        const int64_t n = (int64_t)p->batch * p->seq, mshape[4] = {p->batch, 1, p->seq, p->seq};
-        loom_tensor ids, mask;
+        /* B sequences of S tokens packed (TND); no data: equal lengths */
+        const int64_t n = (int64_t)p->batch * p->seq, nseq = p->batch;
+        loom_tensor ids, cu;
         s = loom_tensor_init(&ids, LOOM_I32, 1, &n, NULL);
-        if (s == LOOM_OK) s = loom_tensor_init(&mask, LOOM_I8, 4, mshape, NULL);
+        if (s == LOOM_OK) s = loom_tensor_init(&cu, LOOM_I32, 1, &nseq, NULL);
         if (s == LOOM_OK) {
             int id = loom_graph_external(g, &ids), pos = loom_graph_external(g, &ids);
-            int types = loom_graph_external(g, &ids), m = loom_graph_external(g, &mask);
-            loom_bert_build(g, &c, &w, id, pos, types, m, p->batch, p->seq);
+            int types = loom_graph_external(g, &ids), m = loom_graph_external(g, &cu);
+            loom_bert_build(g, &c, &w, id, pos, types, m, n);
             s = loom_graph_status(g);
         }
     }

@@ -87,12 +87,14 @@ typedef struct {
 
 /* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
  * inline). Field meanings are those of loom_flash_attention_params /
- * loom_incre_flash_attention_params; per-batch lengths, TND, paged and i8
- * caches, softmax_lse are op-level API only. Start from the _DEFAULT
+ * loom_incre_flash_attention_params; per-batch lengths, paged and i8 caches,
+ * softmax_lse are op-level API only. Prefill TND (self-attention of packed
+ * sequences) takes the i32 cumulative sequence ends as its fourth input
+ * instead of a mask (fused/flash_attention_op.c). Start from the _DEFAULT
  * initialiser (zero pre/next_tokens would be a diagonal band); NULL attrs =
  * defaults. */
 typedef struct {
-    int32_t  input_layout;         /* loom_attn_layout: 0 BSND, 1 BNSD, 2 BSH */
+    int32_t  input_layout;         /* loom_attn_layout: 0 BSND, 1 BNSD, 2 BSH, 3 TND */
     int32_t  num_heads;            /* 0: from q (required for BSH) */
     int32_t  num_key_value_heads;  /* 0: from k */
     int32_t  sparse_mode;          /* 0..4 */

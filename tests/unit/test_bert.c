@@ -1,5 +1,5 @@
 /* The BERT encoder on a tiny random model (written as a Hugging Face folder):
- * loom_bert_embed_tokens over a padded batch of different lengths against a
+ * loom_bert_embed_tokens over a packed (TND) batch of different lengths against a
  * naive per-sequence implementation in double; loading errors. */
 #include <string.h>
 #include <sys/stat.h>

@@ -308,11 +308,94 @@ static void test_op_table(void) {
     fa_teardown(&d);
 }
 
+/* The graph op in layout TND (what the BERT encoder uses): q, k, v packed
+ * [T, N, D] and a fourth input of i32 cumulative sequence ends. Each sequence
+ * (lengths 1, 0, 7, 19, 3: an empty one, one spanning tiles) attends to its
+ * own tokens only: equal to the primitive attention op run on every
+ * sequence's slice alone, at every level. Cost counts sum(len^2) pairs; with
+ * no data in the lengths (planning) the sequences count as equal. Errors:
+ * no lengths input, a wrong dtype, an end past T. */
+static void test_op_table_tnd(void) {
+    const loom_op_info *info = loom_op_get(LOOM_OP_FLASH_ATTENTION);
+    enum { NS = 5, T = 30, N = 4, NKV = 2, D = 40 };
+    const int32_t lens[NS] = {1, 0, 7, 19, 3};
+    int32_t cu[NS];
+    for (int i = 0, t = 0; i < NS; i++) cu[i] = t += lens[i];
+    CHECK(cu[NS - 1] == T);
+    loom_rng r;
+    loom_rng_init(&r, 22, 1);
+    float *q = malloc(sizeof(float) * T * N * D), *k = malloc(sizeof(float) * T * NKV * D),
+          *v = malloc(sizeof(float) * T * NKV * D), *out = malloc(sizeof(float) * T * N * D),
+          *ref = malloc(sizeof(float) * T * N * D);
+    for (int i = 0; i < T * N * D; i++) q[i] = 2.0f * loom_rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < T * NKV * D; i++) k[i] = 2.0f * loom_rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < T * NKV * D; i++) v[i] = 2.0f * loom_rng_uniform(&r) - 1.0f;
+    /* reference: the primitive op per sequence, [1, len, heads, D] slices */
+    for (int b = 0, t0 = 0; b < NS; t0 += lens[b], b++) {
+        if (lens[b] == 0) continue;
+        loom_tensor tq, tk, tv, to;
+        loom_tensor_init(&tq, LOOM_F32, 4, (const int64_t[4]){1, lens[b], N, D}, q + t0 * N * D);
+        loom_tensor_init(&tk, LOOM_F32, 4, (const int64_t[4]){1, lens[b], NKV, D}, k + t0 * NKV * D);
+        loom_tensor_init(&tv, LOOM_F32, 4, (const int64_t[4]){1, lens[b], NKV, D}, v + t0 * NKV * D);
+        loom_tensor_init(&to, LOOM_F32, 4, (const int64_t[4]){1, lens[b], N, D}, ref + t0 * N * D);
+        const loom_tensor *ps[3] = {&tq, &tk, &tv};
+        loom_attention_attrs prim = {0.0f, 0, 0};
+        CHECK(loom_op_run(LOOM_OP_ATTENTION, ps, 3, &prim, &to, LOOM_ISA_REF) == LOOM_OK);
+    }
+    loom_tensor tq, tk, tv, to, tcu;
+    loom_tensor_init(&tq, LOOM_F32, 3, (const int64_t[3]){T, N, D}, q);
+    loom_tensor_init(&tk, LOOM_F32, 3, (const int64_t[3]){T, NKV, D}, k);
+    loom_tensor_init(&tv, LOOM_F32, 3, (const int64_t[3]){T, NKV, D}, v);
+    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, N, D}, out);
+    loom_tensor_init(&tcu, LOOM_I32, 1, (const int64_t[1]){NS}, cu);
+    loom_flash_attention_attrs at = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+    at.input_layout = LOOM_ATTN_TND;
+    const loom_tensor *src[4] = {&tq, &tk, &tv, &tcu};
+    loom_tensor dst;
+    memset(&dst, 0, sizeof dst);
+    CHECK_MSG(info->infer(src, 4, &at, &dst) == LOOM_OK && dst.ndim == 3 && dst.shape[0] == T,
+              "%s", loom_last_error());
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
+        for (int i = 0; i < T * N * D; i++) out[i] = NAN;
+        CHECK_MSG(loom_op_run(LOOM_OP_FLASH_ATTENTION, src, 4, &at, &to, (loom_isa)isa) == LOOM_OK, "%s",
+                  loom_last_error());
+        double worst = 0.0;
+        for (int i = 0; i < T * N * D; i++) {
+            double e = fabs((double)out[i] - (double)ref[i]);
+            if (!(e <= worst)) worst = e; /* NaN sticks */
+        }
+        CHECK_MSG(worst <= 1.0 / 2048, "%s: TND vs per-sequence attention: max error %g",
+                  loom_op_kernel_name(LOOM_OP_FLASH_ATTENTION, (loom_isa)isa), worst);
+    }
+    loom_cost c = {0};
+    info->cost(src, 4, &to, &at, &c);
+    double pairs = 0.0;
+    for (int b = 0; b < NS; b++) pairs += (double)lens[b] * lens[b];
+    CHECK(c.flops == 4.0 * N * D * pairs);
+    /* no data (loom plan): 5 sequences of 6 */
+    loom_tensor nodata = tcu;
+    nodata.data = NULL;
+    const loom_tensor *src2[4] = {&tq, &tk, &tv, &nodata};
+    CHECK(info->infer(src2, 4, &at, &dst) == LOOM_OK);
+    info->cost(src2, 4, &to, &at, &c);
+    CHECK(c.flops == 4.0 * N * D * NS * 6.0 * 6.0);
+    /* errors */
+    CHECK_ERR(info->infer(src, 3, &at, &dst), "TND");
+    loom_tensor bad = tcu;
+    bad.dtype = LOOM_F32;
+    const loom_tensor *src3[4] = {&tq, &tk, &tv, &bad};
+    CHECK_ERR(info->infer(src3, 4, &at, &dst), "cumulative");
+    cu[NS - 1] = T + 1;
+    CHECK_ERR(info->infer(src, 4, &at, &dst), "actual_seq_qlen");
+    free(q), free(k), free(v), free(out), free(ref);
+}
+
 int main(void) {
     RUN_TEST(test_masked_rows_and_skipped_tiles);
     RUN_TEST(test_dropout);
     RUN_TEST(test_pool_and_blocks);
     RUN_TEST(test_errors);
     RUN_TEST(test_op_table);
+    RUN_TEST(test_op_table_tnd);
     return TEST_SUMMARY();
 }
