@@ -49,15 +49,21 @@ loom_status loom_swiglu(const loom_tensor *x, loom_act act, loom_tensor *y, loom
 
 /* ------------------------------------------------------------ FFN gate/up */
 
+int64_t loom_ffn_block_cols(int64_t M, int64_t H) {
+    if (H < 1) return 1;
+    if (M < LOOM_GEMM_MIN_M) return H < 128 ? H : 128;
+    int64_t l3 = loom_cpu_get()->l3_bytes > 0 ? loom_cpu_get()->l3_bytes : (8 << 20);
+    int64_t bn = l3 / 8 / (4 * M);
+    if (bn < 64) bn = 64;
+    int64_t nb = (H + bn - 1) / bn;
+    nb = (nb + 3) / 4 * 4;
+    bn = (H + nb - 1) / nb;
+    bn = (bn + 31) / 32 * 32;
+    return bn < H ? bn : H;
+}
+
 static int64_t block_cols(const loom_ffn_args *a) {
-    if (a->p.block_n > 0) return a->p.block_n;
-    /* keep the up tile within a quarter of L2 */
-    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
-    int64_t bn = l2 / 4 / (4 * (a->M > 0 ? a->M : 1));
-    bn = bn / 32 * 32;
-    if (bn < 32) bn = 32;
-    if (bn > 1024) bn = 1024;
-    return bn;
+    return a->p.block_n > 0 ? a->p.block_n : loom_ffn_block_cols(a->M, a->H);
 }
 
 static loom_matmul_args sub_gemm(const loom_ffn_args *a, const void *w, int64_t n0, int64_t bn,

@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "base/status.h"
 #include "fused/fused.h"
+#include "fused/fused_internal.h"
 #include "ops/matmul/matmul.h"
 #include "ops/ref/ref.h"
 
@@ -104,15 +105,9 @@ static loom_matmul_args down_args(const loom_tensor *const *src, int n_src, cons
     return g;
 }
 
-/* Hidden columns per work item: the up tile (M x bn) within a quarter of L2. */
+/* Hidden columns per work item (loom_ffn_block_cols unless the rule gives block_n). */
 static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
-    int64_t bn = at->block_n;
-    if (bn <= 0) {
-        int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
-        bn = l2 / 4 / (4 * (M > 0 ? M : 1)) / 32 * 32;
-        if (bn < 32) bn = 32;
-        if (bn > 1024) bn = 1024;
-    }
+    int64_t bn = at->block_n > 0 ? at->block_n : loom_ffn_block_cols(M, H);
     return bn < H ? bn : (H > 0 ? H : 1);
 }
 

@@ -16,6 +16,22 @@ loom_status loom_fused_check_2d(const char *op, const char *name, const loom_ten
 /* Runs fn on pool (or inline with nth = 1 when pool is NULL). */
 void loom_fused_run(loom_pool *pool, loom_pool_fn fn, void *arg);
 
+/* ffn.c: hidden columns per gate/up work item when not given. Prefill: the
+ * up tile (M x block) within an eighth of L3 (it is re-read by the gate
+ * epilogue from cache), few blocks because every block's GEMMs repack or
+ * convert all of x; the count rounded up to a multiple of 4 and the columns
+ * shared evenly, so 1, 2 or 4 threads get equal work. Decode (GEMV): 128, so
+ * threads get equal shares of the weights. */
+int64_t loom_ffn_block_cols(int64_t M, int64_t H);
+
+/* qkv_rope.c: heads per work item (Q, K or V heads of one GEMM). Prefill: the
+ * T x heads*D tile within an eighth of L3 (RoPE and the cache write re-read
+ * it from cache) and few items, because every item's GEMM repacks or
+ * converts all of x; a divisor of n_kv_heads, so all items are the same
+ * size, and an even count (or at least 12) so 2 threads get equal work.
+ * Decode (GEMV): 1, so threads get equal shares of the weights. */
+int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads);
+
 /* kv_write.c: writes heads [h0, h0+nh) of T tokens (x row stride ldx) into a cache
  * with n_kv heads; x NULL validates only. */
 loom_status loom_kv_write_rows(const loom_kv_write_params *p, loom_tensor *cache, const char *name,

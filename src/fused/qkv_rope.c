@@ -129,6 +129,18 @@ static void qkv_worker(int ith, int nth, void *arg) {
     }
 }
 
+int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads) {
+    if (T < LOOM_GEMM_MIN_M || n_kv_heads < 1) return 1;
+    int64_t l3 = loom_cpu_get()->l3_bytes > 0 ? loom_cpu_get()->l3_bytes : (8 << 20);
+    int64_t target = l3 / 8 / (4 * T * (D > 0 ? D : 1));
+    for (int64_t hb = target < n_kv_heads ? target : n_kv_heads; hb > 1; hb--) {
+        if (n_kv_heads % hb) continue;
+        int64_t items = (n_heads + hb - 1) / hb + 2 * (n_kv_heads / hb);
+        if (items % 2 == 0 || items >= 12) return hb;
+    }
+    return 1;
+}
+
 static loom_status check_w(const char *name, const loom_tensor *w, int64_t rows, int64_t cols) {
     LOOM_RETURN_IF(!w || !w->data, LOOM_ERR_INVALID_ARG, "qkv_rope: %s is missing", name);
     LOOM_RETURN_IF(w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols || w->stride[1] != 1,
@@ -186,11 +198,7 @@ loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const lo
     /* validate the caches and every token's slot before any thread writes */
     LOOM_TRY(loom_kv_write_rows(&p->cache, key_cache, "key_cache", 0, NULL, 0, T, NKV, 0, NKV, D));
     LOOM_TRY(loom_kv_write_rows(&p->cache, value_cache, "value_cache", 1, NULL, 0, T, NKV, 0, NKV, D));
-    /* heads per block: the block's T x heads*D tile within a quarter of L2 */
-    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
-    c.hb = l2 / 4 / (4 * (T > 0 ? T : 1) * D);
-    if (c.hb < 1) c.hb = 1;
-    if (c.hb > NKV) c.hb = NKV;
+    c.hb = loom_qkv_heads_per_block(T, D, N, NKV);
     loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c.w[0], .ldw = c.ldw, .wtype = c.wtype,
                               .y = q_out->data, .ldy = c.hb * D, .M = T, .N = c.hb * D, .K = hid};
     LOOM_TRY(loom_matmul_check(&probe));

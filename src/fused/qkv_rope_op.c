@@ -8,6 +8,7 @@
  * primitive kernels of the same level on sub-blocks, so results equal the
  * unfused graph's. Caches: f32 [S_max, N_kv, D], contiguous. */
 #include "fused/fused_graph_ops.h"
+#include "fused/fused_internal.h"
 
 #include "base/cpu.h"
 #include "base/status.h"
@@ -57,10 +58,10 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->bytes_written = 4.0 * T * (nq + 2.0 * nkv);   /* q and the new cache rows */
 }
 
-/* Heads per work item: the T x heads*D tile within a quarter of L2. */
+/* Heads per work item (loom_qkv_heads_per_block unless the rule gives block_heads). */
 static int64_t heads_per_block(const loom_qkv_rope_attrs *at, int64_t T) {
-    int64_t l2 = loom_cpu_get()->l2_bytes > 0 ? loom_cpu_get()->l2_bytes : (1 << 20);
-    int64_t hb = at->block_heads > 0 ? at->block_heads : l2 / 4 / (4 * (T > 0 ? T : 1) * at->head_dim);
+    int64_t hb = at->block_heads > 0 ? at->block_heads
+                                     : loom_qkv_heads_per_block(T, at->head_dim, at->n_heads, at->n_kv_heads);
     if (hb < 1) hb = 1;
     if (hb > at->n_kv_heads) hb = at->n_kv_heads;
     return hb;
@@ -96,12 +97,55 @@ static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs
     return (mm + 63) & ~(size_t)63;
 }
 
+/* Then the cos/sin tables of all T positions, computed once per thread
+ * instead of once per item (loom_vec_rope_table), when they fit in
+ * ROPE_TABLE_MAX bytes (else every item's RoPE computes its own). */
+#define ROPE_TABLE_MAX ((size_t)8 << 20)
+
+static int64_t rope_dims(const loom_qkv_rope_attrs *at) {
+    return at->rope.n_rot > 0 ? at->rope.n_rot : at->head_dim;
+}
+
+static size_t rope_table_bytes(const loom_qkv_rope_attrs *at, int64_t T) {
+    size_t freq = ((size_t)rope_dims(at) / 2 + 15) & ~(size_t)15; /* padded, see qkv_kernel */
+    size_t n = (freq + 2 * (size_t)T * (size_t)rope_dims(at)) * sizeof(float);
+    return n <= ROPE_TABLE_MAX ? (n + 63) & ~(size_t)63 : 0;
+}
+
+static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
+    loom_matmul_args g = block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+    return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
+}
+
 static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
     const loom_qkv_rope_attrs *at = attrs;
     int64_t hb = heads_per_block(at, src[0]->shape[0]);
-    loom_matmul_args g = block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
-    return qkv_front(src, at, hb) + loom_matmul_xq_bytes(&g) + 64;
+    return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, src[0]->shape[0]) + 64;
+}
+
+/* Rows of tile y (T x nh heads of D, row stride ldy) rotated in place with the tables. */
+static void rope_tile(const loom_qkv_rope_attrs *at, const loom_vec_fns *f, const float *tab, float *y,
+                      int64_t ldy, int64_t T, int64_t nh) {
+    int64_t n_rot = rope_dims(at), D = at->head_dim;
+    for (int64_t t = 0; t < T; t++) {
+        const float *cs = tab + (size_t)t * 2 * n_rot, *sn = cs + n_rot;
+        for (int64_t h = 0; h < nh; h++) {
+            float *v = y + t * ldy + h * D;
+            if (at->rope.mode != LOOM_ROPE_HALF) f->rope_interleaved(v, v, cs, sn, n_rot);
+            else f->rope_half(v, v, cs, sn, n_rot / 2);
+        }
+    }
+}
+
+/* The row functions the rope op's kernel of level isa uses (ops/vec/register.c). */
+static const loom_vec_fns *level_fns(loom_isa isa) {
+#if defined(__x86_64__)
+    if (isa >= LOOM_ISA_AVX512) return &loom_vec_avx512;
+    if (isa >= LOOM_ISA_AVX2) return &loom_vec_avx2;
+#endif
+    (void)isa;
+    return &loom_vec_generic;
 }
 
 static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -130,6 +174,19 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         xq = (char *)a->scratch + qkv_front(a->src, at, hb);
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
     }
+    /* RoPE tables for every position, once (the items rotate the same positions) */
+    const float *tab = NULL;
+    int any_rope = lo < nq + nk && hi > lo;
+    if (any_rope && isa != LOOM_ISA_REF && rope_table_bytes(at, T) > 0) {
+        float *freq = (float *)((char *)a->scratch + qkv_front(a->src, at, hb) + xq_bytes(a->src, at, hb));
+        int64_t n_rot = rope_dims(at);
+        float *t0 = freq + ((n_rot / 2 + 15) & ~(int64_t)15);
+        loom_vec_rope_freqs(&at->rope, n_rot, freq);
+        for (int64_t t = 0; t < T; t++)
+            loom_vec_rope_table(&at->rope, n_rot, freq, t, t0 + (size_t)t * 2 * n_rot,
+                                t0 + (size_t)t * 2 * n_rot + n_rot);
+        tab = t0;
+    }
     for (int64_t it = lo; it < hi; it++) {
         int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
         int64_t h0 = (part == 0 ? it : part == 1 ? it - nq : it - nq - nk) * hb;
@@ -146,6 +203,10 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part == 2) continue;
+        if (tab) {
+            rope_tile(at, level_fns(isa), tab, y, ldy, T, nh);
+            continue;
+        }
         loom_tensor tile;
         const int64_t shape[3] = {T, nh, D};
         LOOM_TRY(loom_tensor_init(&tile, LOOM_F32, 3, shape, y));

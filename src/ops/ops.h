@@ -120,7 +120,7 @@ typedef struct {
 typedef struct {
     loom_rope_attrs rope;   /* as the rope nodes it replaced (pos_offset = first cache row) */
     int32_t n_heads, n_kv_heads, head_dim;
-    int32_t block_heads;    /* heads per work item, 0 = auto (tile within L2/4) */
+    int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 typedef struct {

@@ -137,6 +137,15 @@ static loom_gemv_kernel pick_kernel(loom_isa isa, loom_dtype wt, int32_t *bias_m
     return k;
 }
 
+void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
+    int32_t bias_mul;
+    (void)pick_kernel(isa, a->wtype, &bias_mul);
+    size_t rb = loom_q8_act_bytes(a->K);
+    for (int64_t m = m0; m < m1; m++)
+        loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul,
+                          loom_q8_act_view((char *)xq + (size_t)m * rb, a->K));
+}
+
 loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
     int64_t lo, hi;
     loom_matmul_split(a->N, 16, ith, nth, &lo, &hi);
@@ -148,6 +157,10 @@ loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int 
     if (loom_dtype_is_quantized(a->wtype)) {
         size_t rb = loom_q8_act_bytes(a->K);
         for (int64_t m = 0; m < a->M; m++, sp += rb) {
+            if (a->xq) { /* quantized by the caller (loom_matmul_quantize_x) */
+                xq[m] = loom_q8_act_view((char *)a->xq + (size_t)m * rb, a->K);
+                continue;
+            }
             xq[m] = loom_q8_act_view(sp, a->K);
             loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul, xq[m]);
         }

@@ -17,6 +17,7 @@ size_t loom_gemm_scratch_size(const loom_matmul_args *a);
 /* GEMM with block-quantized weights (gemm_q*.c): q8_0, q4_0, q4_1. */
 loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch);
 size_t loom_gemm_q_scratch_size(const loom_matmul_args *a);
+void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 
 /* Reference product for rows/columns [m0, m1) x [n0, n1) (f64 accumulation,

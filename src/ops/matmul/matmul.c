@@ -83,13 +83,14 @@ size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
 }
 
 size_t loom_matmul_xq_bytes(const loom_matmul_args *a) {
-    if (use_gemv(a) || !loom_dtype_is_quantized(a->wtype)) return 0;
+    if (!loom_dtype_is_quantized(a->wtype)) return 0;
     return (size_t)a->M * loom_q8_act_bytes(a->K);
 }
 
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     if (loom_matmul_xq_bytes(a) == 0 || isa == LOOM_ISA_REF) return;
-    loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
+    if (use_gemv(a)) loom_gemv_quantize_x(a, isa, m0, m1, xq);
+    else loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
 }
 
 void loom_matmul_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {

@@ -76,11 +76,12 @@ typedef struct loom_matmul_args {
     float       *y;  int64_t ldy;      /* [M, N] f32; overwritten, never read (beta = 0) */
     int64_t      M, N, K;
     const loom_epilogue *ep;           /* NULL: plain product */
-    /* Optional, quantized W on the GEMM path only: x already quantized by
-     * loom_matmul_quantize_x for the same wtype, K, isa (all M rows, row i at
-     * i * loom_q8_act_bytes(K)). Callers that run many GEMMs over one x (the
-     * column blocks of a fused FFN or QKV) quantize it once instead of once
-     * per GEMM. Ignored by the reference and the GEMV path. */
+    /* Optional, quantized W only: x already quantized by
+     * loom_matmul_quantize_x for the same wtype, M, K and isa (all M rows,
+     * row i at i * loom_q8_act_bytes(K); the layout depends on the path M
+     * selects). Callers that run many matmuls over one x (the column blocks
+     * of a fused FFN or QKV) quantize it once instead of once per call.
+     * Ignored by the reference. */
     const void  *xq;
 } loom_matmul_args;
 
@@ -88,8 +89,7 @@ typedef struct loom_matmul_args {
 loom_status loom_matmul_check(const loom_matmul_args *a);
 /* Per-thread scratch bytes the optimised kernels need for a at any level. */
 size_t loom_matmul_scratch_size(const loom_matmul_args *a);
-/* Bytes of the pre-quantized x for a (0 when a would not use it: f32/f16/bf16
- * W, or M below the GEMM path). */
+/* Bytes of the pre-quantized x for a (0 for f32/f16/bf16 W, which take x as is). */
 size_t loom_matmul_xq_bytes(const loom_matmul_args *a);
 /* Quantizes rows m0..m1 of a->x into xq (laid out for a->xq) as the GEMM path
  * of level isa would. */

@@ -67,6 +67,14 @@ loom_status loom_vec_copy(const loom_kernel_args *a, const loom_vec_fns *f);
 /* Scratch bytes per thread of loom_vec_rope: frequencies and a position's cos/sin. */
 size_t loom_vec_rope_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                              const void *attrs);
+/* The pieces of loom_vec_rope's angle computation, for fused kernels that
+ * rotate many tiles of the same positions and must match it bit for bit:
+ * freq[n_rot / 2], then the cos/sin table of position s (pos_offset + s):
+ * n_rot entries each, duplicated per pair in interleaved mode, the first
+ * n_rot / 2 in half mode (the layout rope_interleaved / rope_half take). */
+void loom_vec_rope_freqs(const loom_rope_attrs *at, int64_t n_rot, float *freq);
+void loom_vec_rope_table(const loom_rope_attrs *at, int64_t n_rot, const float *freq, int64_t s,
+                         float *cs, float *sn);
 
 /* Polynomial exp shared in spirit by all levels: x clamped to [-110, 88.8]
  * (beyond, exp is 0 or +Inf in f32), n = round(x / ln2), r = x - n ln2 in two

@@ -188,6 +188,30 @@ size_t loom_vec_rope_scratch(const loom_tensor *const *src, int n_src, const loo
     return (size_t)(n_rot / 2 + 2 * n_rot) * sizeof(float) + 64;
 }
 
+void loom_vec_rope_freqs(const loom_rope_attrs *at, int64_t n_rot, float *freq) {
+    for (int64_t i = 0; i < n_rot / 2; i++)
+        freq[i] = 1.0f / powf(at->theta, (float)(2 * i) / (float)n_rot);
+}
+
+void loom_vec_rope_table(const loom_rope_attrs *at, int64_t n_rot, const float *freq, int64_t s,
+                         float *cs, float *sn) {
+    int64_t half = n_rot / 2;
+    int interleaved = at->mode != LOOM_ROPE_HALF;
+    float fscale = at->freq_scale != 0.0f ? at->freq_scale : 1.0f;
+    float p = (float)(at->pos_offset + s) * fscale;
+    for (int64_t i = 0; i < half; i++) {
+        float angle = p * freq[i];
+        float c = cosf(angle), sv = sinf(angle);
+        if (interleaved) {
+            cs[2 * i] = cs[2 * i + 1] = c;
+            sn[2 * i] = sn[2 * i + 1] = sv;
+        } else {
+            cs[i] = c;
+            sn[i] = sv;
+        }
+    }
+}
+
 loom_status loom_vec_rope(const loom_kernel_args *a, const loom_vec_fns *f) {
     const loom_tensor *x = a->src[0], *y = a->dst;
     const loom_rope_attrs *at = a->attrs;
@@ -197,12 +221,10 @@ loom_status loom_vec_rope(const loom_kernel_args *a, const loom_vec_fns *f) {
     int64_t D = x->shape[last];
     int64_t n_rot = rope_n_rot(x, at), half = n_rot / 2;
     int interleaved = at->mode != LOOM_ROPE_HALF;
-    float fscale = at->freq_scale != 0.0f ? at->freq_scale : 1.0f;
     float *freq = a->scratch, *cs = freq + half, *sn = cs + n_rot;
     /* The same float expressions as the reference (and llama2.c): the angles
      * must agree to the last bit for greedy output to match byte for byte. */
-    for (int64_t i = 0; i < half; i++)
-        freq[i] = 1.0f / powf(at->theta, (float)(2 * i) / (float)n_rot);
+    loom_vec_rope_freqs(at, n_rot, freq);
     const float *xd = x->data;
     float *yd = y->data;
     int64_t lo, hi, cur_s = -1;
@@ -214,18 +236,7 @@ loom_status loom_vec_rope(const loom_kernel_args *a, const loom_vec_fns *f) {
     for (int64_t r = lo; r < hi; r++, row_iter_next(&ix), row_iter_next(&iy)) {
         int64_t s = ix.idx[nd - 3];
         if (s != cur_s) { /* rows run over heads first: one table per position */
-            float p = (float)(at->pos_offset + s) * fscale;
-            for (int64_t i = 0; i < half; i++) {
-                float angle = p * freq[i];
-                float c = cosf(angle), sv = sinf(angle);
-                if (interleaved) {
-                    cs[2 * i] = cs[2 * i + 1] = c;
-                    sn[2 * i] = sn[2 * i + 1] = sv;
-                } else {
-                    cs[i] = c;
-                    sn[i] = sv;
-                }
-            }
+            loom_vec_rope_table(at, n_rot, freq, s, cs, sn);
             cur_s = s;
         }
         const float *xr = xd + ix.off;

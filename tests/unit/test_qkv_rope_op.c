@@ -1,0 +1,158 @@
+/* The qkv_rope graph op (what the fusion engine puts in place of three
+ * matmuls, two ropes and two kv_appends) against that decomposition run with
+ * the primitive kernels of the same level: bit-identical Q and cache rows, at
+ * every level, for both RoPE pairings, partial rotation (n_rot < D), GQA,
+ * decode (T < 8: GEMV, one head per item) and prefill (T >= 8), f32 and q8_0
+ * weights (x quantized once per kernel), 1 and 3 threads, explicit and
+ * automatic heads per item; rows of the caches outside [pos, pos + T) stay
+ * untouched. */
+#include <string.h>
+
+#include "check.h"
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "ops/ops.h"
+#include "ops/quant.h"
+
+typedef struct qcase {
+    int64_t T, hid, H, HKV, D, n_rot, S_max;
+    int pos, mode, block_heads, nth;
+    loom_dtype wt;
+} qcase;
+
+static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
+
+/* Weights [rows, hid] of wt, filled from r. */
+static void *make_w(loom_dtype wt, int64_t rows, int64_t hid, loom_rng *r, loom_tensor *t) {
+    size_t rb = loom_dtype_row_bytes(wt, hid);
+    char *w = malloc((size_t)rows * rb);
+    float *row = malloc(sizeof(float) * (size_t)hid);
+    for (int64_t n = 0; n < rows; n++) {
+        for (int64_t k = 0; k < hid; k++) row[k] = rnd(r);
+        if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
+        else loom_quantize_row(wt, row, w + (size_t)n * rb, hid);
+    }
+    free(row);
+    loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, hid}, w);
+    return w;
+}
+
+/* Runs every thread of kernel fn (each with its own scratch, phases in order). */
+static loom_status run_threads(loom_op op, loom_kernel_fn fn, loom_kernel_args a, int nth) {
+    const loom_op_info *info = loom_op_get(op);
+    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    int phases = info->n_phases > 0 ? info->n_phases : 1;
+    for (int p = 0; p < phases; p++)
+        for (int i = 0; i < nth; i++) {
+            void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
+            memset(s, 0xA5, bytes + 64);
+            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
+            loom_status st = fn(&a);
+            loom_free_aligned(s);
+            if (st != LOOM_OK) return st;
+        }
+    return LOOM_OK;
+}
+
+static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,
+                          const void *attrs, loom_tensor *dst, int nth) {
+    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs};
+    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
+    return run_threads(op, loom_op_kernel(op, isa), a, nth);
+}
+
+static void check_case(const qcase *c, loom_isa isa, uint64_t seed) {
+    loom_rng r;
+    loom_rng_init(&r, seed, 3);
+    int64_t T = c->T, H = c->H, HKV = c->HKV, D = c->D;
+    float *x = malloc(sizeof(float) * (size_t)(T * c->hid));
+    for (int64_t i = 0; i < T * c->hid; i++) x[i] = rnd(&r);
+    loom_tensor tx, tw[3];
+    loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, c->hid}, x);
+    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, &tw[1]),
+                  make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
+    size_t cache_n = (size_t)(c->S_max * HKV * D);
+    float *kc[2], *vc[2], *q[2];
+    for (int i = 0; i < 2; i++) {
+        kc[i] = malloc(sizeof(float) * cache_n), vc[i] = malloc(sizeof(float) * cache_n);
+        q[i] = malloc(sizeof(float) * (size_t)(T * H * D));
+        for (size_t j = 0; j < cache_n; j++) kc[i][j] = vc[i][j] = (float)j * 0.25f; /* old rows */
+        for (int64_t j = 0; j < T * H * D; j++) q[i][j] = NAN;
+    }
+    loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f,
+                            .freq_scale = 1.0f, .pos_offset = c->pos};
+    /* decomposition: matmul x3, rope q and k, kv_append k and v */
+    {
+        float *yq = malloc(sizeof(float) * (size_t)(T * H * D)), *yk = malloc(sizeof(float) * (size_t)(T * HKV * D)),
+              *yv = malloc(sizeof(float) * (size_t)(T * HKV * D));
+        loom_tensor mq, mk, mv;
+        loom_tensor_init(&mq, LOOM_F32, 2, (const int64_t[2]){T, H * D}, yq);
+        loom_tensor_init(&mk, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yk);
+        loom_tensor_init(&mv, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yv);
+        loom_tensor *outs[3] = {&mq, &mk, &mv};
+        for (int i = 0; i < 3; i++) {
+            const loom_tensor *s[2] = {&tx, &tw[i]};
+            CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, NULL, outs[i], c->nth) == LOOM_OK);
+        }
+        loom_tensor rq, rk, rqo, cK, cV, sk, sv;
+        loom_tensor_init(&rq, LOOM_F32, 3, (const int64_t[3]){T, H, D}, yq);
+        loom_tensor_init(&rqo, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[0]);
+        loom_tensor_init(&rk, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yk);
+        const loom_tensor *s1[1] = {&rq};
+        CHECK(run_op(LOOM_OP_ROPE, isa, s1, 1, &rope, &rqo, c->nth) == LOOM_OK);
+        const loom_tensor *s2[1] = {&rk};
+        CHECK(run_op(LOOM_OP_ROPE, isa, s2, 1, &rope, &rk, c->nth) == LOOM_OK);
+        loom_tensor_init(&cK, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[0]);
+        loom_tensor_init(&cV, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[0]);
+        loom_tensor_init(&sk, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yk);
+        loom_tensor_init(&sv, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yv);
+        loom_kv_append_attrs ka = {c->pos};
+        const loom_tensor *s3[2] = {&cK, &sk}, *s4[2] = {&cV, &sv};
+        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s3, 2, &ka, &cK, c->nth) == LOOM_OK);
+        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s4, 2, &ka, &cV, c->nth) == LOOM_OK);
+        free(yq), free(yk), free(yv);
+    }
+    /* the fused op */
+    loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
+                              .block_heads = c->block_heads};
+    loom_tensor to, cK, cV;
+    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
+    loom_tensor_init(&cK, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
+    loom_tensor_init(&cV, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[1]);
+    loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2]}, .n_src = 4, .dst = &to, .attrs = &at,
+                          .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
+    loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
+    CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
+    int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
+               memcmp(kc[0], kc[1], sizeof(float) * cache_n) == 0 &&
+               memcmp(vc[0], vc[1], sizeof(float) * cache_n) == 0;
+    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d: "
+              "fused qkv_rope differs from matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
+              (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
+              loom_dtype_name(c->wt), c->block_heads, c->nth);
+    for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]);
+    for (int i = 0; i < 3; i++) free(w[i]);
+    free(x);
+}
+
+static void test_against_decomposition(void) {
+    const qcase cases[] = {
+        /* T, hid, H, HKV, D, n_rot, S_max, pos, mode, block_heads, nth, wt */
+        {1, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32},
+        {3, 96, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32},
+        {19, 64, 4, 4, 16, 16, 40, 7, LOOM_ROPE_HALF, 0, 3, LOOM_F32},
+        {37, 96, 9, 3, 32, 32, 64, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32},
+        {37, 96, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0},
+        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0},
+    };
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_case(&cases[i], (loom_isa)isa, 100 + i);
+}
+
+int main(void) {
+    RUN_TEST(test_against_decomposition);
+    return TEST_SUMMARY();
+}
