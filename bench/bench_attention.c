@@ -24,12 +24,14 @@
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,bf16]
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8]
  *                   [--sets prefill,decode] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
- *                   [--fused-only] [--cpu-time] [--machine]
+ *                   [--fused-only] [--cpu-time] [--hot] [--machine]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
  * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
  * if the fused and unfused outputs differ beyond DESIGN.md's tolerance. --fused-only skips the
  * unfused path (tile-size sweeps); --cpu-time times 1-thread rows by the
- * thread's CPU time (loaded machines).
+ * thread's CPU time (loaded machines); --hot gives decode one copy of the
+ * caches instead of rotating through DRAM-sized copies, so caches that fit
+ * in L3 measure the kernel's compute time.
  */
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +97,7 @@ static double read_bandwidth(loom_pool *pool, int nt, int reps) {
     return (double)bytes / t / 1e9;
 }
 static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
+static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
 
 static void *xalloc(size_t bytes) {
     void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
@@ -330,6 +333,7 @@ static void bench_decode(const opts *o, const double *read_bw, loom_dtype ct, in
     double want = 8.0 * l3 > (double)(512 << 20) ? 8.0 * l3 : (double)(512 << 20);
     int n_copies = (int)(want / (2.0 * (double)half)) + 1;
     if (n_copies > MAX_COPIES) n_copies = MAX_COPIES;
+    if (dec_hot) n_copies = 1;
     static dec_ctx c;
     memset(&c, 0, sizeof c);
     c.n_copies = n_copies;
@@ -429,6 +433,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--machine") == 0) { machine_lines = 1; continue; }
         if (strcmp(a, "--fused-only") == 0) { fused_only = 1; continue; }
+        if (strcmp(a, "--hot") == 0) { dec_hot = 1; continue; }
         if (strcmp(a, "--cpu-time") == 0) { cpu_time = 1; continue; }
         if (!v) { fprintf(stderr, "bench_attention: %s needs a value\n", a); return 2; }
         int ok = 1;
