@@ -37,42 +37,53 @@ typedef struct fr_state {
     unsigned char *in_match;
 } fr_state;
 
-static loom_status build_index(fr_state *st) {
+typedef struct fr_pending { int last; loom_node node; } fr_pending;
+
+/* Working memory of one rule, carved from the graph's workspace (reused by
+ * every pass: a decode step re-fusing a graph of the same size allocates
+ * nothing): the consumer index, the match state, the pending fused nodes and
+ * the rewritten node list. */
+typedef struct fr_mem {
+    int *fill;
+    fr_pending *pend;
+    loom_node *nodes;
+} fr_mem;
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static loom_status build_index(fr_state *st, fr_mem *mem) {
     loom_graph *g = st->g;
     int nt = g->n_tensors, nn = g->n_nodes, total = 0;
-    st->cons_start = calloc((size_t)nt + 1, sizeof *st->cons_start);
-    st->out_src = calloc((size_t)nt + 1, sizeof *st->out_src);
-    st->taken = calloc((size_t)nn + 1, 1);
-    st->in_match = calloc((size_t)nn + 1, 1);
-    LOOM_RETURN_IF(!st->cons_start || !st->out_src || !st->taken || !st->in_match, LOOM_ERR_NOMEM,
-                   "fusion: out of memory");
+    for (int n = 0; n < nn; n++) total += g->nodes[n].n_src;
+    size_t ti = up64(((size_t)nt + 1) * sizeof(int)), tc = up64(((size_t)total + 1) * sizeof(int));
+    size_t nb = up64((size_t)nn + 1), np = up64(((size_t)nn + 1) * sizeof(fr_pending));
+    size_t nd = up64(((size_t)nn + 1) * sizeof(loom_node));
+    unsigned char *w = loom_graph_workspace(g, 3 * ti + tc + 2 * nb + np + nd);
+    LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
+    st->cons_start = (int *)w, w += ti;
+    st->out_src = (int *)w, w += ti;
+    mem->fill = (int *)w, w += ti;
+    st->cons = (int *)w, w += tc;
+    st->taken = w, w += nb;
+    st->in_match = w, w += nb;
+    mem->pend = (fr_pending *)w, w += np;
+    mem->nodes = (loom_node *)w;
+    memset(st->cons_start, 0, ((size_t)nt + 1) * sizeof(int));
+    memset(st->out_src, 0, ((size_t)nt + 1) * sizeof(int));
+    memset(mem->fill, 0, ((size_t)nt + 1) * sizeof(int));
+    memset(st->taken, 0, (size_t)nn + 1);
+    memset(st->in_match, 0, (size_t)nn + 1);
     for (int n = 0; n < nn; n++)
-        for (int i = 0; i < g->nodes[n].n_src; i++) {
-            st->cons_start[fr_source(g, g->nodes[n].src[i]) + 1]++;
-            total++;
-        }
+        for (int i = 0; i < g->nodes[n].n_src; i++) st->cons_start[fr_source(g, g->nodes[n].src[i]) + 1]++;
     for (int t = 0; t < nt; t++) st->cons_start[t + 1] += st->cons_start[t];
-    st->cons = malloc(((size_t)total + 1) * sizeof *st->cons);
-    int *fill = calloc((size_t)nt + 1, sizeof *fill);
-    if (!st->cons || !fill) {
-        free(fill);
-        return loom_set_error(LOOM_ERR_NOMEM, "fusion: out of memory");
-    }
     for (int n = 0; n < nn; n++)
         for (int i = 0; i < g->nodes[n].n_src; i++) {
             int s = fr_source(g, g->nodes[n].src[i]);
-            st->cons[st->cons_start[s] + fill[s]++] = n;
+            st->cons[st->cons_start[s] + mem->fill[s]++] = n;
         }
-    free(fill);
     for (int t = 0; t < nt; t++)
         if (g->tensors[t].is_output) st->out_src[fr_source(g, t)] = 1;
     return LOOM_OK;
-}
-
-static void free_index(fr_state *st) {
-    free(st->cons_start), free(st->cons), free(st->out_src), free(st->taken), free(st->in_match);
-    st->cons_start = st->cons = st->out_src = NULL;
-    st->taken = st->in_match = NULL;
 }
 
 /* Does graph input id satisfy pattern reference ref? Binds unbound variables. */
@@ -198,20 +209,17 @@ static int fused_valid(const loom_graph *g, const fr_fused *f) {
     return 1;
 }
 
-typedef struct fr_pending { int last; loom_node node; } fr_pending;
-
-/* Rebuilds the node list: unmatched nodes in order, each fused node at the
- * position of its match's last node; producers recomputed. */
-static loom_status rewrite(loom_graph *g, const unsigned char *taken, const fr_pending *pend, int n_pend) {
-    loom_node *nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *nodes);
-    LOOM_RETURN_IF(!nodes, LOOM_ERR_NOMEM, "fusion: out of memory");
+/* Rebuilds the node list (into nodes: room for g->n_nodes): unmatched nodes
+ * in order, each fused node at the position of its match's last node;
+ * producers recomputed. */
+static loom_status rewrite(loom_graph *g, const unsigned char *taken, const fr_pending *pend, int n_pend,
+                           loom_node *nodes) {
     int out = 0, p = 0;
     for (int n = 0; n < g->n_nodes; n++) {
         if (!taken[n]) nodes[out++] = g->nodes[n];
         while (p < n_pend && pend[p].last == n) nodes[out++] = pend[p++].node;
     }
     memcpy(g->nodes, nodes, (size_t)out * sizeof *nodes);
-    free(nodes);
     g->n_nodes = out;
     for (int t = 0; t < g->n_tensors; t++) g->tensors[t].producer = -1;
     for (int n = 0; n < g->n_nodes; n++) {
@@ -229,12 +237,12 @@ static int by_last(const void *a, const void *b) {
 /* One rule over the whole graph: every match that holds becomes a fused node. */
 static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired) {
     fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
+    fr_mem mem = {0};
     *fired = 0;
-    loom_status s = build_index(&st);
-    fr_pending *pend = NULL;
+    LOOM_TRY(build_index(&st, &mem));
+    fr_pending *pend = mem.pend;
     int n_pend = 0;
-    if (s == LOOM_OK) pend = malloc(((size_t)g->n_nodes + 1) * sizeof *pend);
-    if (s == LOOM_OK && !pend) s = loom_set_error(LOOM_ERR_NOMEM, "fusion: out of memory");
+    loom_status s = LOOM_OK;
     const fr_rule *r = st.rule;
     loom_fusion_hw hw = loom_fusion_rules_hw(rs);
     int64_t max_block = rs->max_fusion_block_size;
@@ -290,10 +298,8 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
     }
     if (s == LOOM_OK && n_pend) {
         qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
-        s = rewrite(g, st.taken, pend, n_pend);
+        s = rewrite(g, st.taken, pend, n_pend, mem.nodes);
     }
-    free(pend);
-    free_index(&st);
     return s;
 }
 

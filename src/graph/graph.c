@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 
 loom_status loom_graph_init(loom_graph **g) {
@@ -20,7 +21,17 @@ void loom_graph_free(loom_graph *g) {
     if (!g) return;
     free(g->tensors);
     free(g->nodes);
+    loom_free_aligned(g->ws);
     free(g);
+}
+
+void *loom_graph_workspace(loom_graph *g, size_t bytes) {
+    if (bytes <= g->ws_cap && g->ws) return g->ws;
+    size_t cap = g->ws_cap * 2 > bytes ? g->ws_cap * 2 : bytes;
+    loom_free_aligned(g->ws);
+    g->ws = loom_alloc_aligned(cap, 64);
+    g->ws_cap = g->ws ? cap : 0;
+    return g->ws;
 }
 
 void loom_graph_reset(loom_graph *g) {

@@ -74,6 +74,11 @@ typedef struct loom_graph {
     size_t scratch_bytes;   /* per-thread scratch the kernels need */
     int    planned;
     int    fused;           /* 1 after a fusion pass rewrote the graph */
+    /* working memory of the passes over the graph (planner, fusion), kept
+     * across resets: re-planning or re-fusing a graph no larger than before
+     * (every decode step) allocates nothing */
+    unsigned char *ws;
+    size_t         ws_cap;
 } loom_graph;
 
 loom_status loom_graph_init(loom_graph **g);
@@ -82,6 +87,10 @@ void loom_graph_free(loom_graph *g);
 void loom_graph_reset(loom_graph *g);
 /* LOOM_OK or the first builder error (also set as the thread's last error). */
 loom_status loom_graph_status(const loom_graph *g);
+/* A block of at least bytes (64-byte aligned, contents undefined) for one
+ * pass over g; valid until the next call or loom_graph_free. NULL when out
+ * of memory. */
+void *loom_graph_workspace(loom_graph *g, size_t bytes);
 void loom_graph_set_layer(loom_graph *g, int layer);
 
 /* A tensor whose memory the caller owns; the descriptor is copied. */

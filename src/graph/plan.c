@@ -20,13 +20,11 @@ static int storage_of(const loom_graph *g, int id) {
     return id;
 }
 
-static const loom_graph *sort_graph;  /* qsort has no context argument */
+typedef struct { size_t size; int id; } plan_item;
 static int by_size_desc(const void *a, const void *b) {
-    const loom_gtensor *ta = &sort_graph->tensors[*(const int *)a];
-    const loom_gtensor *tb = &sort_graph->tensors[*(const int *)b];
-    size_t sa = loom_tensor_nbytes(&ta->t), sb = loom_tensor_nbytes(&tb->t);
-    if (sa != sb) return sa < sb ? 1 : -1;
-    return *(const int *)a - *(const int *)b;  /* deterministic */
+    const plan_item *x = a, *y = b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->id - y->id;  /* deterministic */
 }
 
 loom_status loom_graph_plan(loom_graph *g) {
@@ -63,14 +61,18 @@ loom_status loom_graph_plan(loom_graph *g) {
         if (g->tensors[i].is_output) g->tensors[storage_of(g, i)].last_use = g->n_nodes;
 
     size_t n_alloc = g->n_tensors > 0 ? (size_t)g->n_tensors : 1;
-    int *order = malloc(n_alloc * sizeof *order);
-    LOOM_RETURN_IF(!order, LOOM_ERR_NOMEM, "plan: out of memory");
+    plan_item *items = loom_graph_workspace(g, n_alloc * (sizeof(plan_item) + sizeof(int)));
+    LOOM_RETURN_IF(!items, LOOM_ERR_NOMEM, "plan: out of memory");
+    int *order = (int *)(items + n_alloc);
     int n_inter = 0;
     for (int i = 0; i < g->n_tensors; i++)
         /* intermediates without a producer were removed by fusion */
-        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE && g->tensors[i].producer >= 0) order[n_inter++] = i;
-    sort_graph = g;
-    qsort(order, (size_t)n_inter, sizeof *order, by_size_desc);
+        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE && g->tensors[i].producer >= 0) {
+            items[n_inter].size = loom_tensor_nbytes(&g->tensors[i].t);
+            items[n_inter++].id = i;
+        }
+    qsort(items, (size_t)n_inter, sizeof *items, by_size_desc);
+    for (int a = 0; a < n_inter; a++) order[a] = items[a].id;
 
     size_t total = 0;
     for (int a = 0; a < n_inter; a++) {
@@ -93,7 +95,6 @@ loom_status loom_graph_plan(loom_graph *g) {
         t->offset = off;
         if (off + size > total) total = off + size;
     }
-    free(order);
     g->arena_bytes = total;
     g->scratch_bytes = align_up(scratch);
     g->planned = 1;

@@ -363,6 +363,7 @@ static void test_decode_no_alloc(void) {
         arena[md] = loom_executor_last_graph(e)->arena_bytes;
         tm_build(&m, g, ids + 16, 1, 16, 0);   /* first decode step sizes the decode buffers */
         CHECK(loom_executor_run(e, g) == LOOM_OK);
+        /* counts every loom allocation: arena, scratch, the graphs' pass workspaces */
         loom_allocator counting = {count_alloc, count_free, NULL};
         loom_set_allocator(&counting);
         n_alloc_calls = 0;
