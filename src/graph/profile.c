@@ -64,6 +64,20 @@ loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *
     return LOOM_OK;
 }
 
+loom_status loom_profile_add_section(loom_profile *p, const char *name, const char *kernel,
+                                     const loom_profile_section *vals) {
+    loom_profile_section *s = realloc(p->sections, ((size_t)p->n_sections + 1) * sizeof *s);
+    LOOM_RETURN_IF(!s, LOOM_ERR_NOMEM, "profile: out of memory");
+    p->sections = s;
+    loom_profile_section *n = &s[p->n_sections++];
+    memset(n, 0, sizeof *n);
+    snprintf(n->name, sizeof n->name, "%s", name);
+    accumulate(n, vals);
+    accumulate(&p->total, vals);
+    loom_profile_add_kind(p, kernel, vals);
+    return append_chain(n, kernel);
+}
+
 void loom_profile_free(loom_profile *p) {
     if (!p) return;
     for (int i = 0; i < p->n_sections; i++) free(p->sections[i].chain);

@@ -56,6 +56,11 @@ void loom_profile_print_compare_json(FILE *f, const loom_profile *step, const lo
 /* Adds one kernel launch's numbers (one.kernels etc.) to p's per-kind totals;
  * kinds beyond LOOM_PROFILE_MAX_KINDS are summed under "other". */
 void loom_profile_add_kind(loom_profile *p, const char *kernel, const loom_profile_section *one);
+/* Appends a section of work done outside the graph (the sampler after the
+ * LM head): one step named kernel with the counts in vals, added to the total
+ * and to the per-kind totals. */
+loom_status loom_profile_add_section(loom_profile *p, const char *name, const char *kernel,
+                                     const loom_profile_section *vals);
 /* SVG bar chart of traffic (MB read + written) and time per op kind,
  * step_by_step vs fused side by side; either may be NULL. Axes, labels and a
  * legend; bars carry class="bar step|fused" and data-kind="NAME". */

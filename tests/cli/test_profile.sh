@@ -10,8 +10,9 @@ else
 fi
 grep -q "^prefill: " "$TMP/table" && grep -q "^decode: 1 token" "$TMP/table" \
     && pass "table has prefill and decode" || fail "table lacks phases"
-grep -qE "^L4 " "$TMP/table" && grep -qE "^head " "$TMP/table" && grep -qE "^total " "$TMP/table" \
-    && pass "table has layers, head, total" || fail "table rows missing"
+grep -qE "^L4 " "$TMP/table" && grep -qE "^head " "$TMP/table" && grep -qE "^sample " "$TMP/table" \
+    && grep -qE "^total " "$TMP/table" \
+    && pass "table has layers, head, sampling, total" || fail "table rows missing"
 
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 2 --json --mode step_by_step >"$TMP/json" 2>"$TMP/err" \
     && pass "profile --json runs" || fail "profile --json: $(cat "$TMP/err")"
@@ -30,8 +31,8 @@ for phase, n, pos in (("prefill", 37, 0), ("decode", 1, 37)):
     p = profs[phase]
     assert p["tokens"] == n and p["mode"] == "step_by_step"
     secs = p["sections"]
-    assert [s["name"] for s in secs] == ["embed"] + [f"L{i}" for i in range(L)] + ["head"]
-    for s in secs[1:-1]:
+    assert [s["name"] for s in secs] == ["embed"] + [f"L{i}" for i in range(L)] + ["head", "sample"]
+    for s in secs[1:-2]:
         assert s["kernels"] == len(chain), s
         assert [k.split(".")[0] for k in s["chain"]] == chain, s["chain"]
         # weights: wq, wo (dim x dim), wk, wv (kv_dim x dim), w1, w2, w3 (hid x dim), 2 norms
@@ -40,13 +41,16 @@ for phase, n, pos in (("prefill", 37, 0), ("decode", 1, 37)):
         mm = 2 * n * (2 * dim * dim + 2 * KV * hd * dim + 3 * hid * dim)
         assert s["flops"] >= mm, (s["flops"], mm)
         assert s["time_ms"] >= 0
-    head = secs[-1]
+    head, sample = secs[-2], secs[-1]
     assert [k.split(".")[0] for k in head["chain"]] == ["rms_norm", "matmul"], head["chain"]
     assert head["bytes_written"] >= 4 * V
+    # the sampler reads the logits once
+    assert sample["chain"] == ["sample"] and sample["kernels"] == 1 and sample["bytes_read"] == 4 * V, sample
+    assert sample["time_ms"] > 0, sample
     tot = p["total"]
     for key in ("kernels", "bytes_read", "bytes_written", "flops"):
         assert abs(tot[key] - sum(s[key] for s in secs)) <= 1e-6 * max(1, tot[key]), key
-    assert tot["kernels"] == 1 + L * len(chain) + 2
+    assert tot["kernels"] == 1 + L * len(chain) + 2 + 1
 PY
 then pass "JSON accounting consistent with the model"; else fail "JSON accounting"; fi
 
@@ -61,7 +65,7 @@ assert set(profs) == {(ph, m) for ph in ("prefill", "decode") for m in ("step_by
 assert profs[("decode", "fused")]["tokens"] == 1
 for ph in ("prefill", "decode"):
     s, f = profs[(ph, "step_by_step")], profs[(ph, "fused")]
-    for a, b in zip(s["sections"][1:-1], f["sections"][1:-1]):
+    for a, b in zip(s["sections"][1:-2], f["sections"][1:-2]):
         assert a["kernels"] >= 11 and b["kernels"] <= 7, (a["kernels"], b["kernels"])
         assert b["bytes_read"] + b["bytes_written"] < a["bytes_read"] + a["bytes_written"]
         kinds = [k.split(".")[0] for k in b["chain"]]
@@ -74,6 +78,6 @@ assert cmp["prefill"]["arena_bytes_fused"] < cmp["prefill"]["arena_bytes_step"],
 PY
 then pass "fused profile: fewer kernels and bytes per layer"; else fail "fused profile"; fi
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
-    && grep -q "^prefill: traffic .* kernels 93 -> 38" "$TMP/table2" \
+    && grep -q "^prefill: traffic .* kernels 94 -> 39" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"
 finish

@@ -6,6 +6,8 @@
 
 #include "args.h"
 #include "cli.h"
+#include "base/status.h"
+#include "base/timer.h"
 #include "graph/profile.h"
 #include "model/model.h"
 
@@ -13,6 +15,35 @@ typedef struct prof_opts {
     const char *model_path, *tok_path, *prompt, *rules, *preset;
     int threads, n_ctx, prompt_len, decode_steps;
 } prof_opts;
+
+/* The sampler after the LM head, as `loom run` samples by default
+ * (temperature, top-p): median time of 5 draws from logits, which it reads
+ * once (softmax, then the nucleus over the sorted candidates). */
+static loom_status add_sampling(loom_profile *p, const float *logits, int vocab) {
+    loom_sampler_params sp = loom_sampler_default_params();
+    loom_sampler *s;
+    LOOM_TRY(loom_sampler_init(&s, vocab, &sp));
+    double t[5];
+    for (int i = 0; i < 5; i++) {
+        int32_t tok;
+        uint64_t t0 = loom_time_ns();
+        loom_status st = loom_sampler_sample(s, logits, &tok);
+        t[i] = (double)(loom_time_ns() - t0);
+        if (st != LOOM_OK) {
+            loom_sampler_free(s);
+            return st;
+        }
+    }
+    loom_sampler_free(s);
+    for (int i = 1; i < 5; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    loom_profile_section v = {.kernels = 1, .bytes_read = 4.0 * vocab, .bytes_written = 4.0,
+                              .flops = 4.0 * vocab, .time_ns = t[2]};
+    return loom_profile_add_section(p, "sample", "sample", &v);
+}
 
 /* Loads the model in mode, runs the prefill and decode steps, collects profiles. */
 static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *pre, loom_profile *dec,
@@ -53,7 +84,8 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
         goto done;
     }
     if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "prefill", loom_mode_name(mode),
-                             n, pre) != LOOM_OK)
+                             n, pre) != LOOM_OK ||
+        add_sampling(pre, logits, info.vocab_size) != LOOM_OK)
         goto done;
     for (int s = 0; s < o->decode_steps; s++) {
         int32_t next = 0;
@@ -66,7 +98,8 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
     }
     /* the last decode step (the longest cache) */
     if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "decode", loom_mode_name(mode),
-                             1, dec) != LOOM_OK)
+                             1, dec) != LOOM_OK ||
+        add_sampling(dec, logits, info.vocab_size) != LOOM_OK)
         goto done;
     rc = 0;
 done:
