@@ -50,9 +50,13 @@ loom_status loom_swiglu(const loom_tensor *x, loom_act act, loom_tensor *y, loom
 /* ------------------------------------------------------------ FFN gate/up */
 
 int64_t loom_ffn_block_cols(int64_t M, int64_t H) {
+    return loom_ffn_block_cols_for(M, H, loom_cpu_get()->l3_bytes);
+}
+
+int64_t loom_ffn_block_cols_for(int64_t M, int64_t H, int64_t l3_bytes) {
     if (H < 1) return 1;
     if (M < LOOM_GEMM_MIN_M) return H < 128 ? H : 128;
-    int64_t l3 = loom_cpu_get()->l3_bytes > 0 ? loom_cpu_get()->l3_bytes : (8 << 20);
+    int64_t l3 = l3_bytes > 0 ? l3_bytes : (8 << 20);
     int64_t bn = l3 / 8 / (4 * M);
     if (bn < 64) bn = 64;
     int64_t nb = (H + bn - 1) / bn;

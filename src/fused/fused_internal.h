@@ -23,6 +23,8 @@ void loom_fused_run(loom_pool *pool, loom_pool_fn fn, void *arg);
  * shared evenly, so 1, 2 or 4 threads get equal work. Decode (GEMV): 128, so
  * threads get equal shares of the weights. */
 int64_t loom_ffn_block_cols(int64_t M, int64_t H);
+/* The same for an L3 of l3_bytes (the fusion rules' hardware section). */
+int64_t loom_ffn_block_cols_for(int64_t M, int64_t H, int64_t l3_bytes);
 
 /* qkv_rope.c: heads per work item (Q, K or V heads of one GEMM). Prefill: the
  * T x heads*D tile within an eighth of L3 (RoPE and the cache write re-read
@@ -31,6 +33,9 @@ int64_t loom_ffn_block_cols(int64_t M, int64_t H);
  * size, and an even count (or at least 12) so 2 threads get equal work.
  * Decode (GEMV): 1, so threads get equal shares of the weights. */
 int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads);
+/* The same for an L3 of l3_bytes (the fusion rules' hardware section). */
+int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,
+                                     int64_t l3_bytes);
 
 /* kv_write.c: writes heads [h0, h0+nh) of T tokens (x row stride ldx) into a cache
  * with n_kv heads; x NULL validates only. */

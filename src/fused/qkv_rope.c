@@ -130,8 +130,13 @@ static void qkv_worker(int ith, int nth, void *arg) {
 }
 
 int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads) {
+    return loom_qkv_heads_per_block_for(T, D, n_heads, n_kv_heads, loom_cpu_get()->l3_bytes);
+}
+
+int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,
+                                     int64_t l3_bytes) {
     if (T < LOOM_GEMM_MIN_M || n_kv_heads < 1) return 1;
-    int64_t l3 = loom_cpu_get()->l3_bytes > 0 ? loom_cpu_get()->l3_bytes : (8 << 20);
+    int64_t l3 = l3_bytes > 0 ? l3_bytes : (8 << 20);
     int64_t target = l3 / 8 / (4 * T * (D > 0 ? D : 1));
     for (int64_t hb = target < n_kv_heads ? target : n_kv_heads; hb > 1; hb--) {
         if (n_kv_heads % hb) continue;

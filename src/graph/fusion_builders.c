@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "fused/attention.h"
 #include "fused/fused_graph_ops.h"
+#include "fused/fused_internal.h"
 #include "ops/matmul/matmul.h"
 
 int fr_node(const fr_ctx *c, const char *name) {
@@ -54,7 +55,11 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
         return 0;
     loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1],
                              .n_kv_heads = (int32_t)k->shape[1], .head_dim = (int32_t)q->shape[2],
-                             .block_heads = (int32_t)fr_opt(c, "block_heads", 0)};
+                             .block_heads = 0};
+    /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
+    a.block_heads = (int32_t)fr_opt(c, "block_heads",
+                                    loom_qkv_heads_per_block_for(x->shape[0], a.head_dim, a.n_heads,
+                                                                 a.n_kv_heads, c->hw.l3_bytes));
     if (k->shape[2] != a.head_dim) return 0;
     f->op = LOOM_OP_QKV_ROPE;
     f->n_src = 4;
@@ -134,7 +139,10 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     const loom_tensor *x = gt(c, fr_var(c, "x"));
     int a = act_of(act);
     if (a < 0 || x->ndim != 2 || x->stride[1] != 1 || act->n_src != 1) return 0;
-    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", 0), .has_residual = res >= 0};
+    const loom_tensor *wg = gt(c, fr_var(c, "w_gate"));
+    /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
+    int64_t bn_auto = loom_ffn_block_cols_for(x->shape[0], wg->shape[0], c->hw.l3_bytes);
+    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto), .has_residual = res >= 0};
     f->op = LOOM_OP_FFN;
     f->n_src = 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "graph/profile.h"
 #include "test_fusion_common.h"
+#include "fused/fused_internal.h"
 
 extern const char loom_fusion_default_yaml[];
 
@@ -432,6 +433,83 @@ static void test_checkpoints_detect(void) {
     tm_free(&m);
 }
 
+/* `auto` block sizes come from the rules' hardware section: the same graph
+ * fused with l3 = 16 KiB and l3 = 32 MiB gets smaller FFN column blocks and
+ * fewer QKV heads per item with the small cache, each equal to the
+ * kernels' own formula for that L3; decode (T < 8) uses the decode sizes. */
+static void test_auto_blocks_from_hw(void) {
+    const char *body =
+        "rules:\n"
+        "  - name: qkv\n"
+        "    fused_op: qkv_rope\n"
+        "    pattern:\n"
+        "      - {name: q, op: matmul, inputs: [$x, $wq]}\n"
+        "      - {name: k, op: matmul, inputs: [$x, $wk]}\n"
+        "      - {name: v, op: matmul, inputs: [$x, $wv]}\n"
+        "      - {name: q_rope, op: rope, inputs: [q]}\n"
+        "      - {name: k_rope, op: rope, inputs: [k]}\n"
+        "      - {name: k_cache, op: kv_append, inputs: [$k_store, k_rope]}\n"
+        "      - {name: v_cache, op: kv_append, inputs: [$v_store, v]}\n"
+        "    options: {block_heads: auto}\n"
+        "  - name: ffn\n"
+        "    fused_op: ffn\n"
+        "    pattern:\n"
+        "      - {name: gate, op: matmul, inputs: [$x, $w_gate]}\n"
+        "      - {name: up, op: matmul, inputs: [$x, $w_up]}\n"
+        "      - {name: act, op: silu, inputs: [gate]}\n"
+        "      - {name: mul, op: mul, inputs: [act, up]}\n"
+        "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n"
+        "      - {name: residual, op: add, inputs: [$res, down]}\n"
+        "    options: {block_n: auto}\n";
+    const int64_t l3s[2] = {16 << 10, 32 << 20};
+    int64_t bn[2][2] = {{0}}, hb[2][2] = {{0}};
+    tmodel m;
+    tm_init(&m, 64, 8, 4, 1024, 1, 19, 80, 5);  /* head_dim 8, hidden 1024 */
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = i % 19;
+    for (int h = 0; h < 2; h++) {
+        char text[2048];
+        snprintf(text, sizeof text, "hardware: {l3: %lld}\n%s", (long long)l3s[h], body);
+        loom_fusion_rules *r = NULL;
+        CHECK_MSG(loom_fusion_rules_parse(text, strlen(text), "hw.yaml", &r) == LOOM_OK, "%s", loom_last_error());
+        if (!r) continue;
+        for (int ph = 0; ph < 2; ph++) { /* prefill of 64 tokens, then a decode step */
+            loom_graph *g;
+            loom_graph_init(&g);
+            tm_build(&m, g, ph ? ids + 63 : ids, ph ? 1 : 63, ph ? 63 : 0, 0);
+            CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+            int64_t T = ph ? 1 : 63;
+            for (int n = 0; n < g->n_nodes; n++) {
+                const void *at = g->nodes[n].attrs;
+                if (g->nodes[n].op == LOOM_OP_QKV_ROPE) {
+                    hb[h][ph] = ((const loom_qkv_rope_attrs *)at)->block_heads;
+                    CHECK(hb[h][ph] == loom_qkv_heads_per_block_for(T, 8, 8, 4, l3s[h]));
+                }
+                if (g->nodes[n].op == LOOM_OP_FFN) {
+                    bn[h][ph] = ((const loom_ffn_attrs *)at)->block_n;
+                    CHECK(bn[h][ph] == loom_ffn_block_cols_for(T, 1024, l3s[h]));
+                }
+            }
+            loom_graph_free(g);
+        }
+        loom_fusion_rules_free(r);
+    }
+    CHECK_MSG(bn[0][0] < bn[1][0] && bn[0][0] >= 32, "block_n %lld vs %lld", (long long)bn[0][0], (long long)bn[1][0]);
+    CHECK_MSG(hb[0][0] < hb[1][0], "block_heads %lld vs %lld", (long long)hb[0][0], (long long)hb[1][0]);
+    CHECK(bn[0][1] == 128 && bn[1][1] == 128 && hb[0][1] == 1 && hb[1][1] == 1);
+    /* the formulas: equal blocks in multiples of 4 (prefill), divisors of n_kv_heads */
+    for (int64_t H = 1; H <= 3000; H += 37) {
+        int64_t b = loom_ffn_block_cols_for(512, H, 32 << 20), nb = (H + b - 1) / b;
+        CHECK_MSG(b >= 1 && b <= H && (b == H || b % 32 == 0) && (nb % 4 == 0 || nb < 4 || b * (nb - 1) < H),
+                  "H %lld: block %lld", (long long)H, (long long)b);
+    }
+    for (int64_t kv = 1; kv <= 32; kv++) {
+        int64_t b = loom_qkv_heads_per_block_for(512, 128, 4 * kv, kv, 32 << 20);
+        CHECK_MSG(b >= 1 && kv % b == 0, "kv %lld: %lld heads per item", (long long)kv, (long long)b);
+    }
+    tm_free(&m);
+}
+
 int main(void) {
     RUN_TEST(test_checkpoints_detect);
     RUN_TEST(test_default_rules_on_llama);
@@ -440,6 +518,7 @@ int main(void) {
     RUN_TEST(test_fused_levels);
     RUN_TEST(test_rules_errors);
     RUN_TEST(test_presets_and_hw);
+    RUN_TEST(test_auto_blocks_from_hw);
     RUN_TEST(test_profile_bytes);
     RUN_TEST(test_decode_no_alloc);
     return TEST_SUMMARY();
