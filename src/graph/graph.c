@@ -22,6 +22,7 @@ void loom_graph_free(loom_graph *g) {
     free(g->tensors);
     free(g->nodes);
     loom_free_aligned(g->ws);
+    loom_free_aligned(g->plan_cache);
     free(g);
 }
 

@@ -79,6 +79,12 @@ typedef struct loom_graph {
      * (every decode step) allocates nothing */
     unsigned char *ws;
     size_t         ws_cap;
+    /* the planner's last placement: per intermediate (tensor order) its id,
+     * size, lifetime and offset. A graph whose list is the same (every decode
+     * step of a fused graph) reuses the placement: planned once per shape. */
+    struct loom_plan_entry *plan_cache;
+    int            plan_n, plan_cap;
+    size_t         plan_arena;
 } loom_graph;
 
 loom_status loom_graph_init(loom_graph **g);
