@@ -68,6 +68,7 @@ void loom_executor_free(loom_executor *e) {
     loom_free_aligned(e->scratch);
     free(e->dump_dir);
     loom_fusion_rules_free(e->rules);
+    loom_fusion_memo_free(e->memo);
     loom_graph_free(e->fg);
     loom_graph_free(e->rg);
     loom_free_aligned(e->ref_arena);
@@ -241,6 +242,8 @@ void loom_exec_bind(loom_executor *e, loom_graph *g, unsigned char *arena) {
 void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r) {
     loom_fusion_rules_free(e->rules);
     e->rules = r;
+    loom_fusion_memo_free(e->memo); /* it remembers matches of the old rules */
+    e->memo = NULL;
 }
 
 loom_status loom_executor_load_rules(loom_executor *e, const char *path, const char *preset) {
@@ -291,8 +294,14 @@ loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
     LOOM_TRY(loom_graph_status(g));
     if (!e->rules) LOOM_TRY(loom_fusion_rules_load(NULL, &e->rules));
     if (!e->fg) LOOM_TRY(loom_graph_init(&e->fg));
+    if (!e->memo) LOOM_TRY(loom_fusion_memo_init(&e->memo));
     LOOM_TRY(loom_graph_copy(e->fg, g));
-    LOOM_TRY(loom_fusion_apply(e->fg, e->rules, &e->report));
+    int replayed = 0;
+    LOOM_TRY(loom_fusion_apply_memo(e->fg, e->rules, &e->report, e->memo, &replayed));
+    if (replayed < 0) { /* a replay that stopped part way: fuse afresh */
+        LOOM_TRY(loom_graph_copy(e->fg, g));
+        LOOM_TRY(loom_fusion_apply_memo(e->fg, e->rules, &e->report, e->memo, &replayed));
+    }
     if (e->mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_exec_keep_layer_values(e->fg, g);
     loom_status s = loom_exec_graph(e, e->fg, &e->arena, &e->arena_cap, 0, 0);
     if (e->dump_dir) e->dump_seq++;

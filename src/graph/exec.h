@@ -30,6 +30,7 @@ typedef struct loom_executor {
     /* fused modes */
     loom_fusion_rules *rules;   /* owned; the built-in default is loaded at the first fused run */
     loom_graph     *fg;         /* the fused copy of the last graph run */
+    loom_fusion_memo *memo;     /* decode steps re-fuse without searching (fusion.h) */
     loom_fusion_report report;  /* what the last fusion pass did */
     int             ckpt_action;   /* -1: the rules file's; else loom_checkpoint_action */
     /* checkpoints: the primitive graph re-run layer by layer from the fused values */

@@ -15,6 +15,7 @@
 #include "graph/fusion_internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,8 +235,158 @@ static int by_last(const void *a, const void *b) {
     return ((const fr_pending *)a)->last - ((const fr_pending *)b)->last;
 }
 
+/* Turns an accepted match into a pending fused node (and its hidden buffer,
+ * if the builder asks for one). Returns 0 when that is impossible; *s is set
+ * on an error of the graph. */
+static int commit_match(loom_graph *g, fr_state *st, int ri, int last, fr_fused *fp, fr_pending *pend,
+                        int *n_pend, loom_status *s) {
+    fr_fused f = *fp;
+    const fr_rule *r = st->rule;
+    if (f.hidden_rows > 0) {
+        loom_tensor h;
+        const int64_t shape[2] = {f.hidden_rows, f.hidden_cols};
+        if (loom_tensor_init(&h, LOOM_F32, 2, shape, NULL) != LOOM_OK) return 0;
+        snprintf(h.name, sizeof h.name, "%.40s.hidden", g->tensors[f.dst].t.name);
+        int id = loom_graph_intermediate(g, &h);
+        if (id < 0 || f.n_extra >= LOOM_MAX_EXTRA_DST) {
+            *s = loom_graph_status(g);
+            return 0;
+        }
+        f.extra[f.n_extra++] = id;
+    }
+    loom_node *fn = &pend[*n_pend].node;
+    memset(fn, 0, sizeof *fn);
+    fn->op = f.op;
+    fn->n_src = f.n_src;
+    memcpy(fn->src, f.src, sizeof fn->src);
+    fn->dst = f.dst;
+    fn->n_dst_extra = f.n_extra;
+    memcpy(fn->dst_extra, f.extra, sizeof fn->dst_extra);
+    fn->layer = g->nodes[last].layer;
+    fn->rule = ri;
+    const loom_op_info *info = loom_op_get(f.op);
+    if (info->attr_size) {
+        memcpy(fn->attrs, f.attrs, info->attr_size);
+        fn->has_attrs = 1;
+    }
+    pend[(*n_pend)++].last = last;
+    for (int i = 0; i < r->n_nodes; i++) st->taken[st->m.node[i]] = 1;
+    return 1;
+}
+
+/* ------------------------------------------------------------ replay memo
+ *
+ * A decode step builds the same primitive graph as the step before, up to
+ * the attributes and view lengths that carry the position. The memo keeps the
+ * structure of the last graph fused and, per rule, the matches that were
+ * fused; a graph with the same structure is fused by re-running only the
+ * builders on those matches (attributes recomputed from the new graph),
+ * the conditions that depend on shapes and the fused op's shape check,
+ * skipping the pattern search. The pattern search depends on the structure
+ * alone, so it would find the same candidates; a candidate the last pass
+ * turned down for its shapes (a rule condition or the fused op's shape
+ * check) might hold now, so such a pass is not replayed. Anything that no
+ * longer holds makes the replay fail and the caller runs the full pass. */
+typedef struct memo_node {
+    int op, n_src, src[LOOM_MAX_SRC], dst, n_extra, extra[LOOM_MAX_EXTRA_DST], layer;
+} memo_node;
+typedef struct memo_tensor {
+    int kind, dtype, ndim, view_of, is_output, producer;
+    int64_t shape[4];
+} memo_tensor;
+
+struct loom_fusion_memo {
+    const loom_fusion_rules *rules;
+    int valid;
+    int n_nodes, n_tensors, cap_nodes, cap_tensors;
+    memo_node *nodes;
+    memo_tensor *tensors;
+    fr_match *m;
+    int n_m, cap_m;
+    int rejects;       /* pattern matches the last full pass turned down */
+    int rule_start[LOOM_FUSION_MAX_RULES + 1];
+    long replays;
+};
+
+loom_status loom_fusion_memo_init(loom_fusion_memo **out) {
+    *out = calloc(1, sizeof **out);
+    LOOM_RETURN_IF(!*out, LOOM_ERR_NOMEM, "fusion: out of memory");
+    return LOOM_OK;
+}
+
+void loom_fusion_memo_free(loom_fusion_memo *m) {
+    if (!m) return;
+    free(m->nodes), free(m->tensors), free(m->m);
+    free(m);
+}
+
+long loom_fusion_memo_replays(const loom_fusion_memo *m) { return m ? m->replays : 0; }
+
+static void memo_sig_node(memo_node *d, const loom_node *n) {
+    memset(d, 0, sizeof *d);
+    d->op = (int)n->op, d->n_src = n->n_src, d->dst = n->dst, d->n_extra = n->n_dst_extra, d->layer = n->layer;
+    for (int i = 0; i < n->n_src; i++) d->src[i] = n->src[i];
+    for (int i = 0; i < n->n_dst_extra; i++) d->extra[i] = n->dst_extra[i];
+}
+
+/* View lengths carry the position (cache rows [0, pos+T)): only their rank counts. */
+static void memo_sig_tensor(memo_tensor *d, const loom_gtensor *t) {
+    memset(d, 0, sizeof *d);
+    d->kind = (int)t->kind, d->dtype = (int)t->t.dtype, d->ndim = t->t.ndim, d->view_of = t->view_of;
+    d->is_output = t->is_output, d->producer = t->producer;
+    if (t->kind != LOOM_TK_VIEW)
+        for (int i = 0; i < t->t.ndim && i < 4; i++) d->shape[i] = t->t.shape[i];
+}
+
+static int memo_matches(const loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
+    /* a match turned down for its shapes might hold at the new ones: search again */
+    if (!m->valid || m->rejects || m->rules != r || m->n_nodes != g->n_nodes || m->n_tensors != g->n_tensors)
+        return 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        memo_node x;
+        memo_sig_node(&x, &g->nodes[n]);
+        if (memcmp(&x, &m->nodes[n], sizeof x)) return 0;
+    }
+    for (int t = 0; t < g->n_tensors; t++) {
+        memo_tensor x;
+        memo_sig_tensor(&x, &g->tensors[t]);
+        if (memcmp(&x, &m->tensors[t], sizeof x)) return 0;
+    }
+    return 1;
+}
+
+static loom_status memo_start(loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
+    m->valid = 0;
+    if (g->n_nodes > m->cap_nodes) {
+        memo_node *p = realloc(m->nodes, (size_t)g->n_nodes * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
+        m->nodes = p, m->cap_nodes = g->n_nodes;
+    }
+    if (g->n_tensors > m->cap_tensors) {
+        memo_tensor *p = realloc(m->tensors, (size_t)g->n_tensors * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
+        m->tensors = p, m->cap_tensors = g->n_tensors;
+    }
+    for (int n = 0; n < g->n_nodes; n++) memo_sig_node(&m->nodes[n], &g->nodes[n]);
+    for (int t = 0; t < g->n_tensors; t++) memo_sig_tensor(&m->tensors[t], &g->tensors[t]);
+    m->n_nodes = g->n_nodes, m->n_tensors = g->n_tensors, m->rules = r, m->n_m = 0, m->rejects = 0;
+    return LOOM_OK;
+}
+
+static loom_status memo_add(loom_fusion_memo *m, const fr_match *x) {
+    if (m->n_m == m->cap_m) {
+        int cap = m->cap_m ? 2 * m->cap_m : 64;
+        fr_match *p = realloc(m->m, (size_t)cap * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
+        m->m = p, m->cap_m = cap;
+    }
+    m->m[m->n_m++] = *x;
+    return LOOM_OK;
+}
+
 /* One rule over the whole graph: every match that holds becomes a fused node. */
-static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired) {
+static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired,
+                              loom_fusion_memo *memo) {
     fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
     fr_mem mem = {0};
     *fired = 0;
@@ -251,6 +402,13 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
         for (int i = 0; i < FR_MAX_VARS; i++) st.m.var[i] = -1;
         if (!try_node(&st, 0, n)) continue;
         int ok = conditions_hold(&st);
+        /* the rules' conditions (shape ranges) and the fused op's shape check
+         * look at shapes that change between decode steps (view lengths): a
+         * match they turn down might hold later, so the memo is not replayed.
+         * The built-in builders turn matches down for structure or for
+         * attributes that decode steps keep consistent (positions of RoPE,
+         * cache and attention move together); escapes are structure. */
+        int shape_reject = !ok;
         int last = -1;
         for (int i = 0; i < r->n_nodes; i++)
             if (st.m.node[i] > last) last = st.m.node[i];
@@ -258,41 +416,16 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
         memset(&f, 0, sizeof f);
         fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = max_block};
         if (ok) ok = r->builder->build(&ctx, &f);
-        if (ok) ok = escapes_ok(&st, &f, last) && fused_valid(g, &f);
-        if (ok && f.hidden_rows > 0) {
-            loom_tensor h;
-            const int64_t shape[2] = {f.hidden_rows, f.hidden_cols};
-            if (loom_tensor_init(&h, LOOM_F32, 2, shape, NULL) != LOOM_OK) ok = 0;
-            else {
-                snprintf(h.name, sizeof h.name, "%.40s.hidden", g->tensors[f.dst].t.name);
-                int id = loom_graph_intermediate(g, &h);
-                if (id < 0 || f.n_extra >= LOOM_MAX_EXTRA_DST) {
-                    s = loom_graph_status(g);
-                    ok = 0;
-                } else {
-                    f.extra[f.n_extra++] = id;
-                }
-            }
-        }
         if (ok) {
-            loom_node *fn = &pend[n_pend].node;
-            memset(fn, 0, sizeof *fn);
-            fn->op = f.op;
-            fn->n_src = f.n_src;
-            memcpy(fn->src, f.src, sizeof fn->src);
-            fn->dst = f.dst;
-            fn->n_dst_extra = f.n_extra;
-            memcpy(fn->dst_extra, f.extra, sizeof fn->dst_extra);
-            fn->layer = g->nodes[last].layer;
-            fn->rule = ri;
-            const loom_op_info *info = loom_op_get(f.op);
-            if (info->attr_size) {
-                memcpy(fn->attrs, f.attrs, info->attr_size);
-                fn->has_attrs = 1;
-            }
-            pend[n_pend++].last = last;
-            for (int i = 0; i < r->n_nodes; i++) st.taken[st.m.node[i]] = 1;
+            ok = fused_valid(g, &f);
+            shape_reject = !ok;
+        }
+        if (shape_reject && memo) memo->rejects++;
+        if (ok) ok = escapes_ok(&st, &f, last);
+        if (ok) ok = commit_match(g, &st, ri, last, &f, pend, &n_pend, &s);
+        if (ok) {
             (*fired)++;
+            if (memo) s = memo_add(memo, &st.m);
         }
         for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
     }
@@ -303,22 +436,69 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
     return s;
 }
 
-static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
-    if (rep) {
-        memset(rep, 0, sizeof *rep);
-        rep->n_rules = r->n_rules;
-        rep->nodes_before = g->n_nodes;
+/* Rule ri again over the matches the memo recorded for it (same structure:
+ * same nodes, same order). *ok = 0 when one of them no longer holds. */
+static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, const fr_match *ms, int n_ms,
+                               int *ok) {
+    fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
+    fr_mem mem = {0};
+    *ok = 1;
+    if (n_ms == 0) return LOOM_OK;
+    LOOM_TRY(build_index(&st, &mem));
+    const fr_rule *r = st.rule;
+    loom_fusion_hw hw = loom_fusion_rules_hw(rs);
+    int n_pend = 0;
+    loom_status s = LOOM_OK;
+    for (int k = 0; k < n_ms && *ok && s == LOOM_OK; k++) {
+        st.m = ms[k];
+        int last = -1;
+        for (int i = 0; i < r->n_nodes && *ok; i++) {
+            int n = st.m.node[i];
+            *ok = n >= 0 && n < g->n_nodes && !st.taken[n] && (int)g->nodes[n].op == r->nodes[i].op;
+            if (n > last) last = n;
+        }
+        fr_fused f;
+        memset(&f, 0, sizeof f);
+        fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = rs->max_fusion_block_size};
+        if (!*ok) break;
+        for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 1; /* for single_use */
+        *ok = conditions_hold(&st) && r->builder->build(&ctx, &f) && fused_valid(g, &f);
+        for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
+        if (*ok) *ok = commit_match(g, &st, ri, last, &f, mem.pend, &n_pend, &s);
     }
+    if (s == LOOM_OK && *ok) {
+        qsort(mem.pend, (size_t)n_pend, sizeof *mem.pend, by_last);
+        s = rewrite(g, st.taken, mem.pend, n_pend, mem.nodes);
+    }
+    return s;
+}
+
+static void report_begin(loom_fusion_report *rep, const loom_graph *g, const loom_fusion_rules *r) {
+    if (!rep) return;
+    memset(rep, 0, sizeof *rep);
+    rep->n_rules = r->n_rules;
+    rep->nodes_before = g->n_nodes;
+}
+
+static void report_rule(loom_fusion_report *rep, const loom_fusion_rules *r, int i, int fired) {
+    if (!rep) return;
+    snprintf(rep->rules[i].name, sizeof rep->rules[i].name, "%s", r->rules[i].name);
+    snprintf(rep->rules[i].fused_op, sizeof rep->rules[i].fused_op, "%s", r->rules[i].fused_op);
+    rep->rules[i].fired = fired;
+    rep->rules[i].enabled = r->rules[i].enabled;
+}
+
+static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep,
+                             loom_fusion_memo *memo) {
+    report_begin(rep, g, r);
+    if (memo) LOOM_TRY(memo_start(memo, g, r));
     for (int i = 0; i < r->n_rules; i++) {
         int fired = 0;
-        if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired));
-        if (rep) {
-            snprintf(rep->rules[i].name, sizeof rep->rules[i].name, "%s", r->rules[i].name);
-            snprintf(rep->rules[i].fused_op, sizeof rep->rules[i].fused_op, "%s", r->rules[i].fused_op);
-            rep->rules[i].fired = fired;
-            rep->rules[i].enabled = r->rules[i].enabled;
-        }
+        if (memo) memo->rule_start[i] = memo->n_m;
+        if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired, memo));
+        report_rule(rep, r, i, fired);
     }
+    if (memo) memo->rule_start[r->n_rules] = memo->n_m, memo->valid = 1;
     g->fused = 1;
     if (rep) rep->nodes_after = g->n_nodes;
     return LOOM_OK;
@@ -327,7 +507,32 @@ static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fus
 loom_status loom_fusion_apply(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
     LOOM_RETURN_IF(!g || !r, LOOM_ERR_INVALID_ARG, "fusion_apply: NULL argument");
     LOOM_TRY(loom_graph_status(g));
-    return apply_all(g, r, rep);
+    return apply_all(g, r, rep, NULL);
+}
+
+loom_status loom_fusion_apply_memo(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep,
+                                   loom_fusion_memo *memo, int *replayed) {
+    LOOM_RETURN_IF(!g || !r || !memo, LOOM_ERR_INVALID_ARG, "fusion_apply_memo: NULL argument");
+    LOOM_TRY(loom_graph_status(g));
+    *replayed = 0;
+    if (!memo_matches(memo, g, r)) return apply_all(g, r, rep, memo);
+    report_begin(rep, g, r);
+    int ok = 1;
+    for (int i = 0; i < r->n_rules && ok; i++) {
+        int a = memo->rule_start[i], b = memo->rule_start[i + 1];
+        LOOM_TRY(replay_rule(g, r, i, memo->m + a, b - a, &ok));
+        report_rule(rep, r, i, b - a);
+    }
+    if (!ok) { /* g is part way: the caller starts again from the primitive graph */
+        memo->valid = 0;
+        *replayed = -1;
+        return LOOM_OK;
+    }
+    g->fused = 1;
+    if (rep) rep->nodes_after = g->n_nodes;
+    memo->replays++;
+    *replayed = 1;
+    return LOOM_OK;
 }
 
 void loom_fusion_report_print(FILE *f, const loom_fusion_report *rep) {

@@ -510,6 +510,83 @@ static void test_auto_blocks_from_hw(void) {
     tm_free(&m);
 }
 
+/* Decode steps re-fuse by replaying the memo (no pattern search): the logits
+ * of every step equal those of an executor that fuses each step's graph from
+ * scratch, bit for bit; the memo replayed all decode steps after the first;
+ * a graph of another structure (a second prefill) is fused afresh and
+ * correctly; new rules drop the memo. */
+static void test_fusion_memo_replay(void) {
+    tmodel m;
+    tm_init(&m, 48, 4, 2, 100, 2, 37, 64, 21);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (i * 5 + 1) % 37;
+    const int V = 37, n_prompt = 11, steps = 6;
+    loom_executor *e;
+    CHECK(loom_executor_init(&e, 2, LOOM_MODE_FUSED) == LOOM_OK);
+    loom_graph *g, *g2;
+    loom_graph_init(&g);
+    loom_graph_init(&g2);
+    float *kc0 = malloc((size_t)m.c.n_layers * m.ctx * m.c.n_kv_heads * m.c.head_dim * sizeof(float));
+    size_t kv_bytes = (size_t)m.c.n_layers * m.ctx * m.c.n_kv_heads * m.c.head_dim * sizeof(float);
+    float *vc0 = malloc(kv_bytes);
+    memset(m.kc, 0, kv_bytes), memset(m.vc, 0, kv_bytes);
+    for (int s = 0; s <= steps; s++) {
+        int n = s == 0 ? n_prompt : 1, pos = s == 0 ? 0 : n_prompt + s - 1;
+        /* the same step on a fresh executor (full fusion), from the same caches */
+        memcpy(kc0, m.kc, kv_bytes), memcpy(vc0, m.vc, kv_bytes);
+        loom_executor *fresh;
+        CHECK(loom_executor_init(&fresh, 2, LOOM_MODE_FUSED) == LOOM_OK);
+        int lg2 = tm_build(&m, g2, ids + pos, n, pos, 0);
+        CHECK(loom_executor_run(fresh, g2) == LOOM_OK);
+        float want[64];
+        memcpy(want, loom_graph_tensor(g2, lg2)->data, (size_t)V * sizeof(float));
+        loom_executor_free(fresh);
+        memcpy(m.kc, kc0, kv_bytes), memcpy(m.vc, vc0, kv_bytes);
+        int lg = tm_build(&m, g, ids + pos, n, pos, 0);
+        CHECK_MSG(loom_executor_run(e, g) == LOOM_OK, "%s", loom_last_error());
+        CHECK_MSG(memcmp(want, loom_graph_tensor(g, lg)->data, (size_t)V * sizeof(float)) == 0,
+                  "step %d: replayed fusion differs from a fresh one", s);
+    }
+    CHECK_MSG(loom_fusion_memo_replays(e->memo) == steps - 1, "%ld replays", loom_fusion_memo_replays(e->memo));
+    /* another structure: full pass, still right */
+    tm_build(&m, g, ids, 5, 0, 0);
+    CHECK(loom_executor_run(e, g) == LOOM_OK);
+    CHECK(loom_fusion_memo_replays(e->memo) == steps - 1);
+    CHECK(e->report.rules[0].fired > 0 || e->report.n_rules > 0);
+    loom_executor_set_rules(e, NULL);
+    CHECK(e->memo == NULL);
+    /* a rule whose condition depends on the cache length (a view): turned
+     * down while the context is short, so the memo is not replayed and the
+     * rule fires as soon as it holds */
+    const char *t = "rules:\n"
+                    "  - name: attention\n"
+                    "    fused_op: fused_infer_attention\n"
+                    "    pattern:\n"
+                    "      - {name: attn, op: attention, inputs: [$q, $k, $v]}\n"
+                    "    conditions:\n"
+                    "      dims:\n"
+                    "        - {of: $k, dim: 1, min: 14}\n";
+    loom_fusion_rules *r = NULL;
+    CHECK(loom_fusion_rules_parse(t, strlen(t), "len.yaml", &r) == LOOM_OK);
+    loom_executor_set_rules(e, r);
+    memset(m.kc, 0, kv_bytes), memset(m.vc, 0, kv_bytes);
+    int fused_at = -1;
+    for (int s2 = 0; s2 <= 6; s2++) {
+        int n = s2 == 0 ? 9 : 1, pos = s2 == 0 ? 0 : 9 + s2 - 1;
+        tm_build(&m, g, ids + pos, n, pos, 0);
+        CHECK(loom_executor_run(e, g) == LOOM_OK);
+        int has = 0;
+        for (int k = 0; k < e->fg->n_nodes; k++) has |= e->fg->nodes[k].op == LOOM_OP_INCRE_FLASH_ATTENTION;
+        if (has && fused_at < 0) fused_at = pos + n;
+        CHECK_MSG(has == (pos + n >= 14), "cache length %d: attention fused %d", pos + n, has);
+    }
+    CHECK(fused_at == 14);
+    free(kc0), free(vc0);
+    loom_graph_free(g), loom_graph_free(g2);
+    loom_executor_free(e);
+    tm_free(&m);
+}
+
 int main(void) {
     RUN_TEST(test_checkpoints_detect);
     RUN_TEST(test_default_rules_on_llama);
@@ -521,5 +598,6 @@ int main(void) {
     RUN_TEST(test_auto_blocks_from_hw);
     RUN_TEST(test_profile_bytes);
     RUN_TEST(test_decode_no_alloc);
+    RUN_TEST(test_fusion_memo_replay);
     return TEST_SUMMARY();
 }
