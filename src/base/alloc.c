@@ -26,12 +26,20 @@ static void *default_alloc(size_t size, size_t align, void *user) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (size >= LOOM_HUGE_MIN && align <= LOOM_HUGE_PAGE) {
         if (posix_memalign(&p, LOOM_HUGE_PAGE, size) != 0) return NULL;
-        madvise(p, (size + LOOM_HUGE_PAGE - 1) & ~(LOOM_HUGE_PAGE - 1), MADV_HUGEPAGE);
+        loom_advise_huge_pages(p, size);
         return p;
     }
 #endif
     if (posix_memalign(&p, align, size) != 0) return NULL;
     return p;
+}
+
+void loom_advise_huge_pages(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p && bytes >= LOOM_HUGE_MIN) madvise(p, bytes, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 static void default_free(void *p, void *user) {

@@ -11,6 +11,10 @@
  * loom_free_aligned(NULL) is a no-op. size 0 returns a valid unique pointer. */
 void *loom_alloc_aligned(size_t size, size_t align);
 void  loom_free_aligned(void *p);
+/* Advises transparent huge pages for a page-aligned block of at least 8 MiB
+ * that is streamed (weights, KV caches); smaller blocks and other systems:
+ * nothing. loom_alloc_aligned does it for its own large blocks. */
+void  loom_advise_huge_pages(void *p, size_t bytes);
 
 /* Allocation hooks, for counting allocators in tests. NULL restores the default. */
 typedef struct loom_allocator {

@@ -193,14 +193,12 @@ static size_t inc_scratch(const loom_tensor *const *src, int n_src, const loom_t
 static loom_status fa_kernel(const loom_kernel_args *a, loom_isa isa) {
     op_tensors o;
     attn_problem pr;
-    LOOM_TRY(fa_resolve(a->src, a->n_src, a->attrs, a->dst, &o, &pr));
+    loom_flash_attention_params p;
+    loom_flash_attention_tensors t;
+    LOOM_TRY(fa_setup(a->src, a->n_src, a->attrs, a->dst, &o, &p, &t));
+    LOOM_TRY(attn_resolve_prefill(&t, &p, &pr));
     size_t bytes = attn_prefill_scratch_all(&pr);
-    if (isa == LOOM_ISA_REF) {
-        loom_flash_attention_params p;
-        loom_flash_attention_tensors t;
-        LOOM_TRY(fa_setup(a->src, a->n_src, a->attrs, a->dst, &o, &p, &t));
-        return loom_attn_ref_flash(&t, &p, a->ith, a->nth, a->scratch, bytes);
-    }
+    if (isa == LOOM_ISA_REF) return loom_attn_ref_flash(&t, &p, a->ith, a->nth, a->scratch, bytes);
     return attn_prefill_run(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch, bytes);
 }
 

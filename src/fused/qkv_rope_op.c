@@ -166,19 +166,21 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     int64_t hb = heads_per_block(at, T), nq = (H + hb - 1) / hb, nk = (HKV + hb - 1) / hb, lo, hi;
     loom_ref_split(nq + 2 * nk, a->ith, a->nth, &lo, &hi);
     loom_kernel_fn rope = loom_op_kernel(LOOM_OP_ROPE, isa);
-    /* Quantized weights: x is quantized once here, not by every item's GEMM.
-     * Its place follows what the GEMM and RoPE use (qkv_scratch). */
+    /* Scratch (qkv_scratch): the GEMM's and RoPE's, then x quantized once
+     * here for quantized weights (not by every item's GEMM), then the RoPE
+     * tables of every position, built once (the items rotate the same
+     * positions). */
+    unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
     void *xq = NULL;
     loom_matmul_args probe = block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D);
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = (char *)a->scratch + qkv_front(a->src, at, hb);
+        xq = front;
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
     }
-    /* RoPE tables for every position, once (the items rotate the same positions) */
     const float *tab = NULL;
     int any_rope = lo < nq + nk && hi > lo;
     if (any_rope && isa != LOOM_ISA_REF && rope_table_bytes(at, T) > 0) {
-        float *freq = (float *)((char *)a->scratch + qkv_front(a->src, at, hb) + xq_bytes(a->src, at, hb));
+        float *freq = (float *)(front + xq_bytes(a->src, at, hb));
         int64_t n_rot = rope_dims(at);
         float *t0 = freq + ((n_rot / 2 + 15) & ~(int64_t)15);
         loom_vec_rope_freqs(&at->rope, n_rot, freq);

@@ -88,20 +88,20 @@ loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
     return LOOM_OK;
 }
 
-/* One batch: sequences idx[0..nb) packed one after another (T tokens, no
+/* One batch: sequences 0..nb of ids/lens packed one after another (T tokens, no
  * padding), attention per sequence through the TND flash attention. */
-static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, const int *idx, int nb,
+static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, int nb,
                              int normalize, float *out) {
     int64_t T = 0, D = m->cfg.dim;
-    for (int b = 0; b < nb; b++) T += lens[idx[b]];
+    for (int b = 0; b < nb; b++) T += lens[b];
     int32_t *tok = malloc(sizeof(int32_t) * ((size_t)T * 3 + (size_t)nb));
     if (!tok) return loom_set_error(LOOM_ERR_NOMEM, "bert: out of memory for a batch of %lld tokens", (long long)T);
     int32_t *pos = tok + T, *types = tok + 2 * T, *cu = tok + 3 * T;
     int64_t t = 0;
     for (int b = 0; b < nb; b++) {
-        int n = lens[idx[b]];
+        int n = lens[b];
         for (int j = 0; j < n; j++, t++) {
-            tok[t] = ids[idx[b]][j];
+            tok[t] = ids[b][j];
             pos[t] = j;
             types[t] = 0;
         }
@@ -122,9 +122,9 @@ static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int 
     if (s == LOOM_OK) {
         const float *hs = loom_graph_tensor(g, x)->data;
         for (int b = 0; b < nb; b++) {
-            int n = lens[idx[b]];
+            int n = lens[b];
             const float *rows = hs + (size_t)(cu[b] - n) * (size_t)D;
-            float *o = out + (size_t)idx[b] * (size_t)D;
+            float *o = out + (size_t)b * (size_t)D;
             for (int64_t d = 0; d < D; d++) {
                 double acc = 0.0;
                 for (int j = 0; j < n; j++) acc += rows[(size_t)j * D + d];
@@ -154,9 +154,6 @@ loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, cons
                            "bert: input %d token %d is id %d (0..%d allowed)", i, j, ids[i][j],
                            m->cfg.vocab_size - 1);
     }
-    int *idx = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    LOOM_RETURN_IF(!idx, LOOM_ERR_NOMEM, "bert: out of memory");
-    for (int i = 0; i < n; i++) idx[i] = i;
     /* inputs in order, packed into batches of at most BERT_BATCH_TOKENS tokens
      * and BERT_BATCH_SEQS sequences (results do not depend on the grouping) */
     loom_status s = LOOM_OK;
@@ -168,10 +165,9 @@ loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, cons
             tokens += lens[i + nb];
             nb++;
         }
-        s = run_batch(m, ids, lens, idx + i, nb, normalize, out);
+        s = run_batch(m, ids + i, lens + i, nb, normalize, out + (size_t)i * (size_t)m->cfg.dim);
         i += nb;
     }
-    free(idx);
     return s;
 }
 

@@ -20,9 +20,7 @@ static float *cache_alloc(size_t bytes) {
      * kernel offers them (decode streams the cache: fewer TLB misses) */
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-#if defined(MADV_HUGEPAGE)
-    if (bytes >= ((size_t)8 << 20)) madvise(p, bytes, MADV_HUGEPAGE);
-#endif
+    loom_advise_huge_pages(p, bytes);
     return p;
 }
 
