@@ -20,12 +20,7 @@ loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **are
                             int filter, int only_layer);
 void loom_exec_bind(loom_executor *e, loom_graph *g, unsigned char *arena);
 
-static int storage_of(const loom_graph *g, int id) {
-    while (g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
-    return id;
-}
-
-/* The layer of the node producing tensor id's storage, or INT32_MIN for none. */
+/* The layer of the node producing tensor id, or -1000 (no layer) for none. */
 static int producer_layer(const loom_graph *g, int id) {
     int p = g->tensors[id].producer;
     return p >= 0 ? g->nodes[p].layer : -1000;
@@ -34,7 +29,7 @@ static int producer_layer(const loom_graph *g, int id) {
 void loom_exec_keep_layer_values(loom_graph *fg, const loom_graph *g) {
     for (int n = 0; n < g->n_nodes; n++)
         for (int i = 0; i < g->nodes[n].n_src; i++) {
-            int s = storage_of(g, g->nodes[n].src[i]);
+            int s = loom_graph_storage(g, g->nodes[n].src[i]);
             if (g->tensors[s].kind == LOOM_TK_INTERMEDIATE && producer_layer(g, s) != g->nodes[n].layer)
                 fg->tensors[s].is_output = 1;
         }
@@ -130,7 +125,7 @@ loom_status loom_exec_checkpoints(loom_executor *e, loom_graph *g) {
         loom_exec_bind(e, rg, e->ref_arena);
         for (int k = n; k <= last; k++)
             for (int i = 0; i < rg->nodes[k].n_src; i++) {
-                int s = storage_of(rg, rg->nodes[k].src[i]);
+                int s = loom_graph_storage(rg, rg->nodes[k].src[i]);
                 if (rg->tensors[s].kind == LOOM_TK_INTERMEDIATE && producer_layer(rg, s) != layer)
                     rg->tensors[s].t.data = e->fg->tensors[s].t.data;
             }

@@ -26,6 +26,11 @@ void loom_graph_free(loom_graph *g) {
     free(g);
 }
 
+int loom_graph_storage(const loom_graph *g, int id) {
+    while (id >= 0 && g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
+    return id;
+}
+
 void *loom_graph_workspace(loom_graph *g, size_t bytes) {
     if (bytes <= g->ws_cap && g->ws) return g->ws;
     size_t cap = g->ws_cap * 2 > bytes ? g->ws_cap * 2 : bytes;

@@ -97,6 +97,8 @@ loom_status loom_graph_status(const loom_graph *g);
  * pass over g; valid until the next call or loom_graph_free. NULL when out
  * of memory. */
 void *loom_graph_workspace(loom_graph *g, size_t bytes);
+/* The tensor that owns the memory of id (follows view chains; -1 stays -1). */
+int loom_graph_storage(const loom_graph *g, int id);
 void loom_graph_set_layer(loom_graph *g, int layer);
 
 /* A tensor whose memory the caller owns; the descriptor is copied. */

@@ -72,7 +72,6 @@ static double core_flops(void) {
         double fl = 2.0 * 12.0 * lanes * (double)iters / (s > 0 ? s : 1e-9);
         if (fl > best) best = fl;
     }
-    (void)f;
     return best;
 }
 

@@ -14,12 +14,6 @@
 
 static size_t align_up(size_t x) { return (x + LOOM_ALIGN - 1) & ~(size_t)(LOOM_ALIGN - 1); }
 
-/* The tensor that owns the memory of id (follows view chains). */
-static int storage_of(const loom_graph *g, int id) {
-    while (g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
-    return id;
-}
-
 typedef struct { size_t size; int id; } plan_item;
 
 struct loom_plan_entry { size_t size, offset; int id, first_use, last_use; };
@@ -72,14 +66,14 @@ loom_status loom_graph_plan(loom_graph *g) {
     for (int n = 0; n < g->n_nodes; n++) {
         const loom_node *node = &g->nodes[n];
         for (int i = 0; i < node->n_src; i++) {
-            int s = storage_of(g, node->src[i]);
+            int s = loom_graph_storage(g, node->src[i]);
             if (g->tensors[s].last_use < n) g->tensors[s].last_use = n;
         }
         /* an in-place output keeps its storage alive as well */
-        int d = storage_of(g, node->dst);
+        int d = loom_graph_storage(g, node->dst);
         if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
         for (int e = 0; e < node->n_dst_extra; e++) {
-            d = storage_of(g, node->dst_extra[e]);
+            d = loom_graph_storage(g, node->dst_extra[e]);
             if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
         }
         const loom_op_info *info = loom_op_get(node->op);
@@ -92,7 +86,7 @@ loom_status loom_graph_plan(loom_graph *g) {
         }
     }
     for (int i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].is_output) g->tensors[storage_of(g, i)].last_use = g->n_nodes;
+        if (g->tensors[i].is_output) g->tensors[loom_graph_storage(g, i)].last_use = g->n_nodes;
 
     size_t n_alloc = g->n_tensors > 0 ? (size_t)g->n_tensors : 1;
     plan_item *items = loom_graph_workspace(g, n_alloc * (2 * sizeof(plan_item) + sizeof(int)));

@@ -16,13 +16,14 @@ void loom_profile_add_kind(loom_profile *p, const char *kernel, const loom_profi
     int k = 0;
     while (k < p->n_kinds && strcmp(p->kinds[k].name, name) != 0) k++;
     if (k == p->n_kinds) {
-        if (p->n_kinds == LOOM_PROFILE_MAX_KINDS) {
-            k = LOOM_PROFILE_MAX_KINDS - 1;
-            snprintf(p->kinds[k].name, sizeof p->kinds[k].name, "other");
-        } else {
+        /* the last slot collects every kind beyond the others, named "other"
+         * from the start (it never holds a named kind's totals) */
+        int last = k >= LOOM_PROFILE_MAX_KINDS - 1;
+        if (last) k = LOOM_PROFILE_MAX_KINDS - 1;
+        if (k == p->n_kinds) {
             p->n_kinds++;
             memset(&p->kinds[k], 0, sizeof p->kinds[k]);
-            snprintf(p->kinds[k].name, sizeof p->kinds[k].name, "%s", name);
+            snprintf(p->kinds[k].name, sizeof p->kinds[k].name, "%s", last ? "other" : name);
         }
     }
     loom_profile_kind *d = &p->kinds[k];

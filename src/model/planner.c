@@ -97,8 +97,6 @@ static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const 
     return s;
 }
 
-static loom_status vec(loom_tensor *t, int64_t n, const char *name) { return tensor1(t, n, name); }
-
 /* BERT encoder (model/bert.h): B sequences of S tokens, packed (TND). */
 static loom_status build_bert(loom_graph *g, const loom_llama_config *nc, const loom_plan_params *p) {
     loom_bert_config c = {.dim = nc->dim, .hidden_dim = nc->hidden_dim, .n_layers = nc->n_layers,
@@ -115,7 +113,7 @@ static loom_status build_bert(loom_graph *g, const loom_llama_config *nc, const 
     loom_dtype wt = p->wtype;
     loom_status s = LOOM_OK;
 #define T2(t, r, k, nm) if (s == LOOM_OK) s = tensor2(&(t), wt, r, k, nm)
-#define T1(t, n, nm) if (s == LOOM_OK) s = vec(&(t), n, nm)
+#define T1(t, n, nm) if (s == LOOM_OK) s = tensor1(&(t), n, nm)
     T2(w.tok_embd, c.vocab_size, D, "tok_embd");
     T2(w.pos_embd, c.max_pos, D, "pos_embd");
     T2(w.type_embd, c.type_vocab, D, "type_embd");
@@ -227,13 +225,8 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
 
 /* ------------------------------------------------------------ costing */
 
-static int storage_root(const loom_graph *g, int id) {
-    while (id >= 0 && g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
-    return id;
-}
-
 static int is_cache(const loom_graph *g, int id) {
-    int r = storage_root(g, id);
+    int r = loom_graph_storage(g, id);
     return r >= 0 && strncmp(g->tensors[r].t.name, "kv_cache.", 9) == 0;
 }
 
@@ -320,7 +313,7 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     /* precision: the weight (2-D external) or cache operand, else f32 */
     loom_dtype dt = LOOM_F32;
     for (int i = 0; i < node->n_src; i++) {
-        const loom_gtensor *gt = &g->tensors[storage_root(g, node->src[i])];
+        const loom_gtensor *gt = &g->tensors[loom_graph_storage(g, node->src[i])];
         int cache = is_cache(g, node->src[i]);
         loom_dtype d = cache ? kv_dtype : gt->t.dtype;
         if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || cache)) {

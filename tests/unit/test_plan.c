@@ -280,6 +280,21 @@ static void test_svg(void) {
     }
     CHECK(a.n_kinds == 4 && strcmp(a.kinds[0].name, "matmul") == 0 && a.kinds[0].kernels == 2);
     CHECK(a.kinds[0].bytes_read == 4e6);
+    {   /* more kinds than the table holds: the last slot is "other" and holds only the overflow */
+        loom_profile c;
+        memset(&c, 0, sizeof c);
+        loom_profile_section unit = {.kernels = 1};
+        char nm[32];
+        for (int i = 0; i < LOOM_PROFILE_MAX_KINDS + 8; i++) {
+            snprintf(nm, sizeof nm, "op%d.avx512", i);
+            loom_profile_add_kind(&c, nm, &unit);
+        }
+        CHECK(c.n_kinds == LOOM_PROFILE_MAX_KINDS);
+        CHECK(strcmp(c.kinds[LOOM_PROFILE_MAX_KINDS - 2].name, "op30") == 0 &&
+              c.kinds[LOOM_PROFILE_MAX_KINDS - 2].kernels == 1);
+        CHECK(strcmp(c.kinds[LOOM_PROFILE_MAX_KINDS - 1].name, "other") == 0 &&
+              c.kinds[LOOM_PROFILE_MAX_KINDS - 1].kernels == 9);
+    }
     loom_profile_section one = {.kernels = 2, .bytes_read = 3e6, .time_ns = 2e5};
     loom_profile_add_kind(&b, "qkv_rope.avx512", &one);
     loom_profile_add_kind(&b, "matmul.avx512", &one);
