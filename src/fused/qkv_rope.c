@@ -56,26 +56,17 @@ static void item_of(const qkv_ctx *c, int64_t it, int *part, int64_t *h0, int64_
     *nh = heads - *h0 < c->hb ? heads - *h0 : c->hb;
 }
 
-/* cos/sin of every (token, pair), with the reference's float formulas so the
- * rotation matches the primitive rope op bit for bit. Interleaved mode stores
- * each value twice (pair lanes), half mode once. */
-static void angles(const qkv_ctx *c, float *cs, float *sn) {
-    int64_t half = c->n_rot / 2, w = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : half;
-    float fscale = c->p->freq_scale != 0.0f ? c->p->freq_scale : 1.0f;
+/* cos/sin of every (token, pair) with the primitive rope op's own functions,
+ * so the rotation matches it bit for bit: per token w = n_rot (interleaved,
+ * each value twice) or n_rot / 2 (half) entries. freq: n_rot / 2 floats. */
+static void angles(const qkv_ctx *c, float *cs, float *sn, float *freq) {
+    int64_t w = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : c->n_rot / 2;
+    loom_rope_attrs ra = {.mode = c->p->rope_mode, .n_rot = (int)c->n_rot, .theta = c->p->theta,
+                          .freq_scale = c->p->freq_scale, .pos_offset = 0};
+    loom_vec_rope_freqs(&ra, c->n_rot, freq);
     for (int64_t t = 0; t < c->T; t++) {
         int64_t pos = c->p->cache.positions[t] > 0 ? c->p->cache.positions[t] : 0;
-        float p = (float)pos * fscale;
-        for (int64_t i = 0; i < half; i++) {
-            float freq = 1.0f / powf(c->p->theta, (float)(2 * i) / (float)c->n_rot);
-            float a = p * freq, cv = cosf(a), sv = sinf(a);
-            if (w == half) {
-                cs[t * w + i] = cv;
-                sn[t * w + i] = sv;
-            } else {
-                cs[t * w + 2 * i] = cs[t * w + 2 * i + 1] = cv;
-                sn[t * w + 2 * i] = sn[t * w + 2 * i + 1] = sv;
-            }
-        }
+        loom_vec_rope_table(&ra, c->n_rot, freq, pos, cs + t * w, sn + t * w);
     }
 }
 
@@ -96,7 +87,7 @@ static void qkv_worker(int ith, int nth, void *arg) {
     unsigned char *s = c->scratch + c->per * (size_t)ith;
     int64_t aw = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : c->n_rot / 2;
     float *cs = (float *)(s + c->mm_bytes), *sn = cs + c->T * aw, *tile = sn + c->T * aw;
-    if (lo < hi) angles(c, cs, sn);
+    if (lo < hi) angles(c, cs, sn, tile); /* the tile (>= n_rot / 2 floats) is free until the GEMMs */
     size_t wrow = loom_dtype_row_bytes(c->wtype, c->ldw);
     void *xq = NULL;
     if (lo < hi && c->xq_bytes > 0) {

@@ -138,16 +138,6 @@ static void rope_tile(const loom_qkv_rope_attrs *at, const loom_vec_fns *f, cons
     }
 }
 
-/* The row functions the rope op's kernel of level isa uses (ops/vec/register.c). */
-static const loom_vec_fns *level_fns(loom_isa isa) {
-#if defined(__x86_64__)
-    if (isa >= LOOM_ISA_AVX512) return &loom_vec_avx512;
-    if (isa >= LOOM_ISA_AVX2) return &loom_vec_avx2;
-#endif
-    (void)isa;
-    return &loom_vec_generic;
-}
-
 static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_qkv_rope_attrs *at = a->attrs;
     LOOM_RETURN_IF(a->n_dst_extra < 2 || !a->dst_extra[0] || !a->dst_extra[1], LOOM_ERR_INVALID_ARG,
@@ -206,7 +196,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part == 2) continue;
         if (tab) {
-            rope_tile(at, level_fns(isa), tab, y, ldy, T, nh);
+            rope_tile(at, loom_fused_vec(isa), tab, y, ldy, T, nh);
             continue;
         }
         loom_tensor tile;

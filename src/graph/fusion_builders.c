@@ -142,7 +142,7 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     const loom_tensor *wg = gt(c, fr_var(c, "w_gate"));
     /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
     int64_t bn_auto = loom_ffn_block_cols_for(x->shape[0], wg->shape[0], c->hw.l3_bytes);
-    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto), .has_residual = res >= 0};
+    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto)};
     f->op = LOOM_OP_FFN;
     f->n_src = 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
@@ -158,7 +158,7 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     }
     memcpy(f->attrs, &at, sizeof at);
     f->hidden_rows = x->shape[0];
-    f->hidden_cols = gt(c, fr_var(c, "w_gate"))->shape[0];
+    f->hidden_cols = wg->shape[0];
     return 1;
 }
 

@@ -58,9 +58,11 @@ static loom_status get_int(const cJSON *root, const char *name, const char *key,
 static loom_status get_float(const cJSON *root, const char *name, const char *key, float *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!v || cJSON_IsNull(v)) return LOOM_OK;
-    LOOM_RETURN_IF(!cJSON_IsNumber(v) || !(v->valuedouble > 0.0) || v->valuedouble > 1e30,
-                   LOOM_ERR_FORMAT, "config '%s': field \"%s\" must be a positive number", name, key);
-    *out = (float)v->valuedouble;
+    /* checked after the conversion: a tiny positive double becomes float 0 */
+    float f = cJSON_IsNumber(v) ? (float)v->valuedouble : 0.0f;
+    LOOM_RETURN_IF(!(f > 0.0f) || f > 1e30f, LOOM_ERR_FORMAT,
+                   "config '%s': field \"%s\" must be a positive number", name, key);
+    *out = f;
     return LOOM_OK;
 }
 

@@ -126,7 +126,6 @@ typedef struct { float eps; } loom_add_rms_norm_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
-    int32_t has_residual;
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
 

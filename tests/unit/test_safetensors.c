@@ -234,6 +234,9 @@ static void test_hf_config(void) {
          "\"num_attention_heads\":4,\"num_key_value_heads\":3,\"vocab_size\":1}", "multiple"},
         {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
          "\"num_attention_heads\":4,\"vocab_size\":1,\"rms_norm_eps\":-1}", "rms_norm_eps"},
+        /* positive as a double, 0 as a float */
+        {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":1,\"rope_theta\":1e-60}", "rope_theta"},
         {"{\"hidden_size\":64,\"intermediate_size\":1,\"num_hidden_layers\":1,"
          "\"num_attention_heads\":4,\"vocab_size\":1,\"rope_scaling\":{\"factor\":2}}", "rope_type"},
         {"{\"hidden_size\":64,", "not valid JSON"},
