@@ -150,18 +150,27 @@ static int ref_tensor(const fr_state *st, int ref) {
     return ref < FR_VAR_REF ? st->g->nodes[st->m.node[ref]].dst : st->m.var[ref - FR_VAR_REF];
 }
 
-static int conditions_hold(const fr_state *st) {
+/* The rules' shape ranges: the only conditions that can change between graphs
+ * of the same structure (view lengths). */
+static int dims_hold(const fr_state *st) {
+    const fr_rule *r = st->rule;
+    const loom_graph *g = st->g;
+    for (int i = 0; i < r->n_dims; i++) {
+        const loom_tensor *t = &g->tensors[ref_tensor(st, r->dims[i].ref)].t;
+        int d = r->dims[i].dim < 0 ? t->ndim + r->dims[i].dim : r->dims[i].dim;
+        if (d < 0 || d >= t->ndim || t->shape[d] < r->dims[i].min || t->shape[d] > r->dims[i].max) return 0;
+    }
+    return 1;
+}
+
+/* The rules' other conditions: dtypes and single use, fixed by the structure. */
+static int structure_holds(const fr_state *st) {
     const fr_rule *r = st->rule;
     const loom_graph *g = st->g;
     for (int i = 1; i < r->n_same_dtype; i++)
         if (g->tensors[ref_tensor(st, r->same_dtype[i])].t.dtype !=
             g->tensors[ref_tensor(st, r->same_dtype[0])].t.dtype)
             return 0;
-    for (int i = 0; i < r->n_dims; i++) {
-        const loom_tensor *t = &g->tensors[ref_tensor(st, r->dims[i].ref)].t;
-        int d = r->dims[i].dim < 0 ? t->ndim + r->dims[i].dim : r->dims[i].dim;
-        if (d < 0 || d >= t->ndim || t->shape[d] < r->dims[i].min || t->shape[d] > r->dims[i].max) return 0;
-    }
     if (r->single_use)
         for (int i = 0; i < r->n_nodes; i++) {
             int d = g->nodes[st->m.node[i]].dst, inside = 0, used_inside = 0;
@@ -401,14 +410,15 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
     for (int n = 0; n < n0 && s == LOOM_OK; n++) {
         for (int i = 0; i < FR_MAX_VARS; i++) st.m.var[i] = -1;
         if (!try_node(&st, 0, n)) continue;
-        int ok = conditions_hold(&st);
-        /* the rules' conditions (shape ranges) and the fused op's shape check
-         * look at shapes that change between decode steps (view lengths): a
-         * match they turn down might hold later, so the memo is not replayed.
-         * The built-in builders turn matches down for structure or for
-         * attributes that decode steps keep consistent (positions of RoPE,
-         * cache and attention move together); escapes are structure. */
+        /* the rules' shape ranges and the fused op's shape check look at
+         * shapes that change between decode steps (view lengths): a match they
+         * turn down might hold later, so the memo is not replayed. The other
+         * conditions and escapes are structure; the built-in builders turn
+         * matches down for structure or for attributes that decode steps keep
+         * consistent (positions of RoPE, cache and attention move together). */
+        int ok = dims_hold(&st);
         int shape_reject = !ok;
+        if (ok) ok = structure_holds(&st);
         int last = -1;
         for (int i = 0; i < r->n_nodes; i++)
             if (st.m.node[i] > last) last = st.m.node[i];
@@ -444,7 +454,13 @@ static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int r
     fr_mem mem = {0};
     *ok = 1;
     if (n_ms == 0) return LOOM_OK;
-    LOOM_TRY(build_index(&st, &mem));
+    /* no consumer index: the structure (hence single_use, dtypes, escapes)
+     * is the one the memo checked; only shape ranges are looked at again */
+    size_t nn = (size_t)g->n_nodes, nb = up64(nn + 1), np = up64((nn + 1) * sizeof(fr_pending));
+    unsigned char *w = loom_graph_workspace(g, nb + np + up64((nn + 1) * sizeof(loom_node)));
+    LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
+    st.taken = w, mem.pend = (fr_pending *)(w + nb), mem.nodes = (loom_node *)(w + nb + np);
+    memset(st.taken, 0, nn + 1);
     const fr_rule *r = st.rule;
     loom_fusion_hw hw = loom_fusion_rules_hw(rs);
     int n_pend = 0;
@@ -461,9 +477,7 @@ static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int r
         memset(&f, 0, sizeof f);
         fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = rs->max_fusion_block_size};
         if (!*ok) break;
-        for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 1; /* for single_use */
-        *ok = conditions_hold(&st) && r->builder->build(&ctx, &f) && fused_valid(g, &f);
-        for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
+        *ok = dims_hold(&st) && r->builder->build(&ctx, &f) && fused_valid(g, &f);
         if (*ok) *ok = commit_match(g, &st, ri, last, &f, mem.pend, &n_pend, &s);
     }
     if (s == LOOM_OK && *ok) {
