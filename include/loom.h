@@ -133,6 +133,7 @@ typedef struct loom_model loom_model;   /* weights (mmap), KV cache, graph, exec
 typedef struct loom_model_params {
     int n_threads;            /* >= 1 */
     int n_ctx;                /* context length; 0 = the model's maximum */
+    int n_ctx_clamp;          /* nonzero: an n_ctx beyond the model's maximum becomes it (else an error) */
     loom_exec_mode mode;
     const char *dump_dir;     /* if set, every intermediate of every forward pass is written here */
     /* fusion (docs/fusion.md): rules file (NULL = built-in default), a preset of

@@ -77,6 +77,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     }
     const loom_llama_config *c = &m->cfg;
     m->n_ctx = params.n_ctx ? params.n_ctx : c->seq_len;
+    if (params.n_ctx_clamp && m->n_ctx > c->seq_len) m->n_ctx = c->seq_len;
     if (m->n_ctx > c->seq_len) {
         s = loom_set_error(LOOM_ERR_INVALID_ARG,
                            "context %d exceeds the model's maximum sequence length %d",
@@ -177,24 +178,23 @@ loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int
     return loom_graph_status(g);
 }
 
-loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
+/* Builds and runs the graph; copies the last position's logits, or all n. */
+static loom_status forward(loom_model *m, const int32_t *tokens, int n, int pos, int all, float *logits) {
     LOOM_RETURN_IF(!m || !tokens || !logits, LOOM_ERR_INVALID_ARG, "forward: NULL argument");
     int out;
-    LOOM_TRY(loom_model_build(m, tokens, n, pos, &out));
+    LOOM_TRY(loom_model_build_ex(m, tokens, n, pos, all, &out));
     LOOM_TRY(loom_executor_run(m->exec, m->graph));
     const loom_tensor *lt = loom_graph_tensor(m->graph, out);
-    memcpy(logits, lt->data, (size_t)m->cfg.vocab_size * sizeof(float));
+    memcpy(logits, lt->data, (size_t)(all ? n : 1) * (size_t)m->cfg.vocab_size * sizeof(float));
     return LOOM_OK;
 }
 
+loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
+    return forward(m, tokens, n, pos, 0, logits);
+}
+
 loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
-    LOOM_RETURN_IF(!m || !tokens || !logits, LOOM_ERR_INVALID_ARG, "forward: NULL argument");
-    int out;
-    LOOM_TRY(loom_model_build_ex(m, tokens, n, pos, 1, &out));
-    LOOM_TRY(loom_executor_run(m->exec, m->graph));
-    const loom_tensor *lt = loom_graph_tensor(m->graph, out);
-    memcpy(logits, lt->data, (size_t)n * (size_t)m->cfg.vocab_size * sizeof(float));
-    return LOOM_OK;
+    return forward(m, tokens, n, pos, 1, logits);
 }
 
 void loom_model_report_checkpoints(const loom_model *m) {

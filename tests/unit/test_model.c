@@ -119,6 +119,23 @@ static void test_formats_agree(const char *legacy, const char *v1) {
     loom_model_free(b);
 }
 
+/* n_ctx beyond the model's maximum: an error, or the maximum with n_ctx_clamp. */
+static void test_ctx_clamp(const char *path) {
+    loom_model_params p = loom_model_default_params();
+    p.n_ctx = 1 << 20;
+    loom_model *m = NULL;
+    CHECK(loom_model_load(path, &p, &m) == LOOM_ERR_INVALID_ARG && m == NULL);
+    p.n_ctx_clamp = 1;
+    CHECK(loom_model_load(path, &p, &m) == LOOM_OK);
+    if (!m) return;
+    loom_model_info i = loom_model_get_info(m);
+    CHECK(i.n_ctx == i.max_seq_len && i.max_seq_len < (1 << 20));
+    loom_model_free(m);
+    p.n_ctx = 7;
+    CHECK(loom_model_load(path, &p, &m) == LOOM_OK && m && loom_model_get_info(m).n_ctx == 7);
+    loom_model_free(m);
+}
+
 static void test_forward_vs_naive(const char *path, int threads) {
     loom_model_params p = loom_model_default_params();
     p.n_threads = threads;
@@ -193,6 +210,7 @@ int main(void) {
         return getenv("CI") ? 1 : 77;
     }
     test_formats_agree(legacy, v1);
+    test_ctx_clamp(legacy);
     test_forward_vs_naive(legacy, 1);
     test_forward_vs_naive(v1, 2);
     test_threads_bit_identical(legacy);

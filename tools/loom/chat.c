@@ -215,19 +215,11 @@ int cmd_chat(int argc, char **argv) {
     loom_sampler_free(c.sampler);
     c.sampler = NULL;
 
-    /* the model's trained context caps -c; load once to learn it */
+    /* the model's trained context caps -c */
     char def[1024];
     if (cli_resolve_model("chat", &model_path, def, sizeof def)) return 1;
     mp.n_ctx = n_ctx;
-    loom_model *probe = NULL;
-    {
-        loom_model_params pp = mp;
-        pp.n_ctx = 1;
-        if (loom_model_load(model_path, &pp, &probe) != LOOM_OK) return cli_fail("chat", "cannot load model");
-        int max = loom_model_get_info(probe).max_seq_len;
-        if (n_ctx == 0 || n_ctx > max) mp.n_ctx = max;
-        loom_model_free(probe);
-    }
+    mp.n_ctx_clamp = 1;
     if (cli_load("chat", model_path, tok_path, &mp, &c.model, &c.tok)) return 1;
     int rc = 1;
     if (!tmpl_name) {
