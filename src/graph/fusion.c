@@ -306,6 +306,7 @@ typedef struct memo_tensor {
 
 struct loom_fusion_memo {
     const loom_fusion_rules *rules;
+    unsigned rules_version;  /* the rules' settings the memo was made under */
     int valid;
     int n_nodes, n_tensors, cap_nodes, cap_tensors;
     memo_node *nodes;
@@ -349,7 +350,8 @@ static void memo_sig_tensor(memo_tensor *d, const loom_gtensor *t) {
 
 static int memo_matches(const loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
     /* a match turned down for its shapes might hold at the new ones: search again */
-    if (!m->valid || m->rejects || m->rules != r || m->n_nodes != g->n_nodes || m->n_tensors != g->n_tensors)
+    if (!m->valid || m->rejects || m->rules != r || m->rules_version != r->version ||
+        m->n_nodes != g->n_nodes || m->n_tensors != g->n_tensors)
         return 0;
     for (int n = 0; n < g->n_nodes; n++) {
         memo_node x;
@@ -379,6 +381,7 @@ static loom_status memo_start(loom_fusion_memo *m, const loom_graph *g, const lo
     for (int n = 0; n < g->n_nodes; n++) memo_sig_node(&m->nodes[n], &g->nodes[n]);
     for (int t = 0; t < g->n_tensors; t++) memo_sig_tensor(&m->tensors[t], &g->tensors[t]);
     m->n_nodes = g->n_nodes, m->n_tensors = g->n_tensors, m->rules = r, m->n_m = 0, m->rejects = 0;
+    m->rules_version = r->version;
     return LOOM_OK;
 }
 
@@ -534,7 +537,7 @@ loom_status loom_fusion_apply_memo(loom_graph *g, const loom_fusion_rules *r, lo
     int ok = 1;
     for (int i = 0; i < r->n_rules && ok; i++) {
         int a = memo->rule_start[i], b = memo->rule_start[i + 1];
-        LOOM_TRY(replay_rule(g, r, i, memo->m + a, b - a, &ok));
+        LOOM_TRY(replay_rule(g, r, i, b > a ? memo->m + a : NULL, b - a, &ok));
         report_rule(rep, r, i, b - a);
     }
     if (!ok) { /* g is part way: the caller starts again from the primitive graph */

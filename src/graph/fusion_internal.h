@@ -52,6 +52,7 @@ struct loom_fusion_rules {
     loom_fusion_hw hw;       /* 0 = auto */
     int     mode;            /* -1 none */
     double  ckpt_tol;
+    unsigned version;        /* bumped by every change after parsing (presets, enable) */
     loom_checkpoint_action ckpt_action;
     int     ckpt_layers, ckpt_logits;   /* checkpoint sets */
     int64_t max_fusion_block_size;      /* 0 = none */

@@ -520,6 +520,7 @@ loom_status loom_fusion_rules_load(const char *path, loom_fusion_rules **out) {
 
 loom_status loom_fusion_rules_preset(loom_fusion_rules *r, const char *preset) {
     LOOM_RETURN_IF(!r || !preset, LOOM_ERR_INVALID_ARG, "fusion_rules_preset: NULL argument");
+    r->version++; /* fusion memos of the old settings no longer apply */
     for (int i = 0; i < r->n_presets; i++) {
         const fr_preset *ps = &r->presets[i];
         if (strcmp(ps->name, preset)) continue;
@@ -554,6 +555,7 @@ loom_status loom_fusion_rules_enable(loom_fusion_rules *r, const char *rule, int
     int i = r && rule ? rule_index(r, rule) : -1;
     LOOM_RETURN_IF(i < 0, LOOM_ERR_INVALID_ARG, "no fusion rule named '%s'", rule ? rule : "(null)");
     r->rules[i].enabled = enabled != 0;
+    r->version++;
     return LOOM_OK;
 }
 

@@ -1,7 +1,11 @@
 /* libFuzzer target: the Hugging Face file parsers on arbitrary bytes. The
  * first byte picks the parser (mod 3): 0 a safetensors image (every tensor
- * that opens is viewed and read), 1 config.json, 2 tokenizer.json (loaded
- * as a tokenizer and fed a fixed text). */
+ * that opens is read and must lie inside the image, with a sane shape, be
+ * found again by its name, and view exactly its bytes), 1 config.json (a
+ * config that parses has positive sizes and finite positive constants),
+ * 2 tokenizer.json (loaded as a tokenizer and fed a fixed text: ids inside
+ * the vocabulary, every id decodes). */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +23,16 @@ static void safetensors(const uint8_t *p, size_t n) {
     for (int64_t i = 0; i < loom_safetensors_n_tensors(st); i++) {
         loom_st_tensor_info info;
         if (loom_safetensors_info_at(st, i, &info) != LOOM_OK) continue;
-        for (uint64_t b = 0; b < info.nbytes; b++) sum += ((const uint8_t *)info.data)[b];
+        const uint8_t *d = info.data;
+        if (info.nbytes && (d < p || info.nbytes > (uint64_t)(p + n - d))) abort(); /* outside the image */
+        if (info.ndim < 0 || info.ndim > LOOM_ST_MAX_DIMS) abort();
+        for (int k = 0; k < info.ndim; k++)
+            if (info.shape[k] < 0) abort();
+        if (loom_safetensors_find(st, info.name) != i) abort();
+        for (uint64_t b = 0; b < info.nbytes; b++) sum += d[b];
         loom_tensor t;
-        if (loom_safetensors_get(st, info.name, &t) == LOOM_OK && loom_tensor_nbytes(&t) != info.nbytes &&
-            info.ndim > 0)
+        if (loom_safetensors_get(st, info.name, &t) == LOOM_OK &&
+            (loom_tensor_nbytes(&t) != info.nbytes || t.data != info.data))
             abort();  /* the view must cover exactly the tensor's bytes */
     }
     (void)sum;
@@ -31,7 +41,14 @@ static void safetensors(const uint8_t *p, size_t n) {
 
 static void config(const uint8_t *p, size_t n) {
     loom_hf_config c;
-    loom_hf_config_parse((const char *)p, n, "fuzz.json", &c);
+    if (loom_hf_config_parse((const char *)p, n, "fuzz.json", &c) != LOOM_OK) return;
+    if (c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 || c.num_attention_heads < 1 ||
+        c.num_key_value_heads < 1 || c.num_attention_heads % c.num_key_value_heads || c.head_dim < 1 ||
+        c.vocab_size < 1 || c.max_position_embeddings < 1)
+        abort();
+    const float f[] = {c.rms_norm_eps, c.layer_norm_eps, c.rope_theta, c.rope_scaling_factor};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!(f[i] > 0.0f) || !isfinite(f[i])) abort();
 }
 
 static void tokenizer(const uint8_t *p, size_t n) {
@@ -42,7 +59,10 @@ static void tokenizer(const uint8_t *p, size_t n) {
     int n_ids = 0;
     if (loom_tokenizer_encode_ex(t, text, sizeof text - 1, LOOM_TOK_BOS | LOOM_TOK_EOS, ids, 256, &n_ids) ==
         LOOM_OK)
-        for (int i = 0; i < n_ids; i++) loom_tokenizer_decode(t, i ? ids[i - 1] : -1, ids[i], NULL);
+        for (int i = 0; i < n_ids; i++) {
+            if (ids[i] < 0 || ids[i] >= loom_tokenizer_vocab_size(t)) abort();
+            if (!loom_tokenizer_decode(t, i ? ids[i - 1] : -1, ids[i], NULL)) abort();
+        }
     loom_tokenizer_free(t);
 }
 

@@ -548,6 +548,14 @@ static void test_fusion_memo_replay(void) {
                   "step %d: replayed fusion differs from a fresh one", s);
     }
     CHECK_MSG(loom_fusion_memo_replays(e->memo) == steps - 1, "%ld replays", loom_fusion_memo_replays(e->memo));
+    /* rules changed in place (enable): searched again, the attention stays primitive */
+    CHECK(loom_fusion_rules_enable(e->rules, "attention", 0) == LOOM_OK);
+    tm_build(&m, g, ids + n_prompt + steps, 1, n_prompt + steps, 0);
+    CHECK(loom_executor_run(e, g) == LOOM_OK);
+    CHECK(loom_fusion_memo_replays(e->memo) == steps - 1);
+    int attn = 0;
+    for (int k = 0; k < e->fg->n_nodes; k++) attn += e->fg->nodes[k].op == LOOM_OP_ATTENTION;
+    CHECK(attn == 2);
     /* another structure: full pass, still right */
     tm_build(&m, g, ids, 5, 0, 0);
     CHECK(loom_executor_run(e, g) == LOOM_OK);

@@ -80,8 +80,10 @@ static void check_layer(const char *what, const loom_llama_config *m, loom_plan_
     CHECK_MSG(s == LOOM_OK, "%s: %s", what, loom_last_error());
     CHECK(s != LOOM_OK || info.uncosted == 0);
     loom_profile prof;
-    if (s == LOOM_OK &&
-        loom_profile_collect(g, info.n_layers, "x", "step_by_step", info.n_tokens, &prof) == LOOM_OK) {
+    loom_status cs = s == LOOM_OK ? loom_profile_collect(g, info.n_layers, "x", "step_by_step", info.n_tokens, &prof)
+                                  : s;
+    CHECK_MSG(s != LOOM_OK || cs == LOOM_OK, "%s: profile: %s", what, loom_last_error());
+    if (cs == LOOM_OK) {
         CHECK(prof.n_sections == m->n_layers + 2);
         for (int l = 1; l <= m->n_layers; l++) {
             const loom_profile_section *L = &prof.sections[l];
