@@ -12,6 +12,7 @@
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
+#include "model/model.h"
 #include "model/llama_st.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_hfjson.h"
@@ -239,14 +240,6 @@ static loom_status hf_vocab(loom_gguf_writer *w, const char *dir) {
 /* Metadata entry i of g copied to w (general.alignment and file_type excepted). */
 loom_status loom_convert_copy_kv(const loom_gguf *g, int64_t i, loom_gguf_writer *w);
 
-static int is_gguf(const char *path) {
-    FILE *f = fopen(path, "rb");
-    char m[4] = {0};
-    int ok = f && fread(m, 1, 4, f) == 4 && memcmp(m, "GGUF", 4) == 0;
-    if (f) fclose(f);
-    return ok;
-}
-
 static loom_status requant(const char *in, loom_gguf_writer *w, conv_list *L, const loom_convert_params *p,
                            loom_gguf **g) {
     LOOM_TRY(loom_gguf_open(in, g));
@@ -288,10 +281,9 @@ loom_status loom_convert(const char *in, const char *out, const loom_convert_par
     loom_llama_weights lw = {0};
     loom_status s;
     const char *base = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
-    size_t inl = strlen(in);
-    int hf = S_ISDIR(sb.st_mode) || (inl > 12 && strcmp(in + inl - 12, ".safetensors") == 0) ||
-             (inl > 5 && strcmp(in + inl - 5, ".json") == 0);
-    if (!hf && is_gguf(in)) {
+    loom_model_format fmt = loom_model_detect_format(in);
+    int hf = fmt == LOOM_MODEL_SAFETENSORS;
+    if (fmt == LOOM_MODEL_GGUF) {
         s = requant(in, w, &L, p, &g);
     } else if (hf) {
         char dir[1024];

@@ -28,30 +28,32 @@ static void cache_free(float *p, size_t bytes) {
     if (p) munmap(p, bytes);
 }
 
-/* Picks the loader: a folder or .safetensors file (Hugging Face), else by the
- * file's first bytes: "GGUF" or a llama2.c checkpoint. */
-static loom_status load_weights(const char *path, loom_model *m) {
-    LOOM_RETURN_IF(!path, LOOM_ERR_INVALID_ARG, "model_load: NULL path");
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+loom_model_format loom_model_detect_format(const char *path) {
     struct stat st;
-    size_t plen = strlen(path);
-    int st_name = plen >= 12 && strcmp(path + plen - 12, ".safetensors") == 0;
-    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || st_name) {
-        /* Hugging Face: a folder with config.json + model.safetensors, or the file itself */
-        m->format = LOOM_MODEL_SAFETENSORS;
-        return loom_llama_load_safetensors(path, &m->st, &m->st_owned, &m->cfg, &m->w);
-    }
+    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, ".safetensors") ||
+        ends_with(path, ".json"))
+        return LOOM_MODEL_SAFETENSORS;
     unsigned char magic[4] = {0};
     FILE *f = fopen(path, "rb");
-    if (f) {
-        size_t got = fread(magic, 1, 4, f);
-        fclose(f);
-        if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
-            m->format = LOOM_MODEL_GGUF;
-            return loom_llama_load_gguf(path, &m->gguf, &m->cfg, &m->w);
-        }
+    int gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (f) fclose(f);
+    return gguf ? LOOM_MODEL_GGUF : LOOM_MODEL_LLAMA2C;
+}
+
+static loom_status load_weights(const char *path, loom_model *m) {
+    LOOM_RETURN_IF(!path, LOOM_ERR_INVALID_ARG, "model_load: NULL path");
+    m->format = loom_model_detect_format(path);
+    switch (m->format) {
+    case LOOM_MODEL_SAFETENSORS: /* a folder with config.json + weights, the file, or its index */
+        return loom_llama_load_safetensors(path, &m->st, &m->st_owned, &m->cfg, &m->w);
+    case LOOM_MODEL_GGUF: return loom_llama_load_gguf(path, &m->gguf, &m->cfg, &m->w);
+    default: return loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
     }
-    m->format = LOOM_MODEL_LLAMA2C;
-    return loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
 }
 
 loom_model_params loom_model_default_params(void) {

@@ -6,6 +6,11 @@
 
 typedef enum { LOOM_MODEL_LLAMA2C = 0, LOOM_MODEL_GGUF, LOOM_MODEL_SAFETENSORS } loom_model_format;
 
+/* The format of a model path: a folder, a .safetensors file or a shard index
+ * (.json) is Hugging Face; a file starting with "GGUF" is GGUF; anything else
+ * is taken as a llama2.c checkpoint (whose loader validates it). */
+loom_model_format loom_model_detect_format(const char *path);
+
 typedef struct loom_safetensors loom_safetensors;
 
 struct loom_model {

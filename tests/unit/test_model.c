@@ -119,6 +119,19 @@ static void test_formats_agree(const char *legacy, const char *v1) {
     loom_model_free(b);
 }
 
+/* Which loader a path goes to: by name for Hugging Face (folder, file, shard
+ * index), by magic for GGUF, else llama2.c. */
+static void test_detect_format(const char *llama2c) {
+    char gguf[1024];
+    shared_path("vocab/ggml-vocab-gpt-2.gguf", gguf, sizeof gguf);
+    CHECK(loom_model_detect_format(llama2c) == LOOM_MODEL_LLAMA2C);
+    CHECK(loom_model_detect_format(gguf) == LOOM_MODEL_GGUF);
+    CHECK(loom_model_detect_format("/tmp") == LOOM_MODEL_SAFETENSORS);
+    CHECK(loom_model_detect_format("no/such/model.safetensors") == LOOM_MODEL_SAFETENSORS);
+    CHECK(loom_model_detect_format("no/such/model.safetensors.index.json") == LOOM_MODEL_SAFETENSORS);
+    CHECK(loom_model_detect_format("no/such/file.bin") == LOOM_MODEL_LLAMA2C);
+}
+
 /* n_ctx beyond the model's maximum: an error, or the maximum with n_ctx_clamp. */
 static void test_ctx_clamp(const char *path) {
     loom_model_params p = loom_model_default_params();
@@ -211,6 +224,7 @@ int main(void) {
     }
     test_formats_agree(legacy, v1);
     test_ctx_clamp(legacy);
+    test_detect_format(legacy);
     test_forward_vs_naive(legacy, 1);
     test_forward_vs_naive(v1, 2);
     test_threads_bit_identical(legacy);
