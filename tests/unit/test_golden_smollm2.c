@@ -14,8 +14,8 @@
  *     reference kernels (LOOM_ISA=ref: weights dequantized, activations f32)
  *     the same file matches to 1e-4, so the bound is 1e-3 there: the model
  *     itself is exact, the difference is the activation quantization.
- *   - an F16 copy written here with loom's GGUF writer (the dequantized
- *     weights rounded to f16; activations stay f32): the same reference up to
+ *   - an F16 copy written here with loom_convert (GGUF -> GGUF --type f16:
+ *     the dequantized weights rounded to f16; activations stay f32): the same reference up to
  *     f16 weight rounding (2^-11 relative). Bound: 0.1 absolute.
  * The model comes from scripts/fetch-models.sh; missing: skip, or fail in CI. */
 #include <stdlib.h>
@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model/convert.h"
 #include "model/model.h"
-#include "ops/quant.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
@@ -86,60 +86,6 @@ static int load_golden(const char *path, golden_prompt *p, int *np, int *topk) {
     }
     fclose(f);
     return bad || *np == 0 ? -2 : 0;
-}
-
-/* An F16 copy of the model: every non-f32 tensor dequantized and rounded to f16. */
-typedef struct f16_ctx { const loom_gguf *g; } f16_ctx;
-
-static loom_status fill_f16(void *ctx, const char *name, void *dst, size_t nbytes) {
-    const loom_gguf *g = ((f16_ctx *)ctx)->g;
-    loom_tensor t;
-    loom_status st = loom_gguf_get_tensor(g, name, &t);
-    if (st != LOOM_OK) return st;
-    int64_t cols = t.shape[t.ndim - 1], rows = loom_tensor_nelem(&t) / cols;
-    size_t rb = loom_dtype_row_bytes(t.dtype, cols);
-    float *row = malloc((size_t)cols * sizeof *row);
-    if (!row) return LOOM_ERR_NOMEM;
-    for (int64_t r = 0; r < rows; r++) {
-        loom_row_to_f32(t.dtype, (const unsigned char *)t.data + r * rb, row, cols);
-        for (int64_t c = 0; c < cols; c++) ((uint16_t *)dst)[r * cols + c] = loom_f32_to_f16(row[c]);
-    }
-    free(row);
-    (void)nbytes;
-    return LOOM_OK;
-}
-
-static int write_f16_copy(const loom_model *m, const char *path) {
-    const loom_llama_config *c = &m->cfg;
-    const loom_gguf *g = m->gguf;
-    loom_gguf_writer *w;
-    f16_ctx ctx = {g};
-    if (loom_gguf_writer_init(&w) != LOOM_OK) return -1;
-    int ok = loom_gguf_writer_set_str(w, "general.architecture", "llama") == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)c->seq_len) == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)c->dim) == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)c->n_layers) == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim) == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads) == LOOM_OK &&
-             loom_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads) == LOOM_OK &&
-             loom_gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_theta) == LOOM_OK &&
-             loom_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps) == LOOM_OK;
-    for (int64_t i = 0; ok && i < loom_gguf_n_tensors(g); i++) {
-        loom_gguf_tensor_info ti;
-        loom_tensor t;
-        ok = loom_gguf_tensor_info_at(g, i, &ti) == LOOM_OK && loom_gguf_tensor_at(g, i, &t) == LOOM_OK;
-        if (!ok) break;
-        if (t.dtype == LOOM_F32)
-            ok = loom_gguf_writer_add_tensor(w, ti.name, LOOM_GGML_F32, t.ndim, t.shape, t.data,
-                                             loom_tensor_nbytes(&t)) == LOOM_OK;
-        else
-            ok = loom_gguf_writer_add_tensor_fn(w, ti.name, LOOM_GGML_F16, t.ndim, t.shape, fill_f16,
-                                                &ctx) == LOOM_OK;
-    }
-    ok = ok && loom_gguf_writer_write_file(w, path) == LOOM_OK;
-    if (!ok) fprintf(stderr, "f16 copy: %s\n", loom_last_error());
-    loom_gguf_writer_free(w);
-    return ok ? 0 : -1;
 }
 
 static void compare(const char *what, const char *path, const golden_prompt *gp, int np, int topk,
@@ -227,13 +173,11 @@ int main(void) {
     CHECK(fd >= 0);
     if (fd >= 0) {
         close(fd);
-        loom_model_params p = loom_model_default_params();
-        p.n_ctx = 8;
-        loom_model *m = NULL;
-        CHECK(loom_model_load(mpath, &p, &m) == LOOM_OK);
-        if (m && write_f16_copy(m, f16) == 0) compare("f16 copy", f16, gp, np, topk, 0.1, 1);
-        else CHECK_MSG(0, "could not write the f16 copy");
-        loom_model_free(m);
+        /* loom convert GGUF -> GGUF: every matrix dequantized and rounded to f16 */
+        loom_convert_params cp = {.type_set = 1, .type = LOOM_F16};
+        loom_status cs = loom_convert(mpath, f16, &cp);
+        CHECK_MSG(cs == LOOM_OK, "could not write the f16 copy: %s", loom_last_error());
+        if (cs == LOOM_OK) compare("f16 copy", f16, gp, np, topk, 0.1, 1);
         unlink(f16);
     }
     printf("test_golden_smollm2: %d checks, %d failed\n", check_count_, check_failures_);
