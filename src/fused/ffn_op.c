@@ -111,18 +111,8 @@ static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
     return bn < H ? bn : (H > 0 ? H : 1);
 }
 
-static loom_matmul_args block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
-                                   float *y, int64_t ldy) {
-    size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
-    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
-                          .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
-                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
-                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
-    return g;
-}
-
 static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn) {
-    loom_matmul_args g = block_gemm(src[0], src[1], 0, bn, NULL, bn);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn);
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 
@@ -139,7 +129,7 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
     loom_epilogue ep;
     loom_tensor y = *dst;
     loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep);
-    loom_matmul_args g = block_gemm(src[0], src[1], 0, bn, NULL, bn);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn);
     size_t a = xq_offset(src, M, bn) + loom_matmul_xq_bytes(&g) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     return a > b ? a : b;
@@ -157,7 +147,7 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     if (b0 >= b1) return LOOM_OK;
     float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn));
     void *xq = NULL;
-    loom_matmul_args probe = block_gemm(x, a->src[1], 0, bn, NULL, bn);
+    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn);
     if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = (char *)a->scratch + xq_offset(a->src, M, bn);
         loom_matmul_quantize_x(&probe, isa, 0, M, xq);
@@ -165,10 +155,10 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
         float *hb = (float *)h->data + n0;
-        loom_matmul_args u = block_gemm(x, a->src[2], n0, nb, up, nb);
+        loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb);
         u.xq = xq;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
-        loom_matmul_args g = block_gemm(x, a->src[1], n0, nb, hb, h->stride[0]);
+        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0]);
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         loom_tensor th, tu;

@@ -1,5 +1,7 @@
-/* Registration of the fused graph ops and the empty custom slots. */
+/* Registration of the fused graph ops and the empty custom slots, and the
+ * sub-GEMM helper the graph ops share. */
 #include "fused/fused_graph_ops.h"
+#include "fused/fused_internal.h"
 
 #include "base/status.h"
 #include "ops/ref/ref.h"
@@ -38,4 +40,14 @@ void loom_register_fused_graph_ops(loom_op_info *table) {
     loom_register_ffn_op(&table[LOOM_OP_FFN]);
     for (int op = LOOM_OP_CUSTOM0; op <= LOOM_OP_CUSTOM_LAST; op++)
         loom_register_custom_slot(&table[op], op - LOOM_OP_CUSTOM0);
+}
+
+loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
+                                       float *y, int64_t ldy) {
+    size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
+    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
+                          .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
+                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
+                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
+    return g;
 }

@@ -37,6 +37,17 @@ int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t 
 int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,
                                      int64_t l3_bytes);
 
+/* The GEMM of x [M, K] against rows n0 .. n0+nn of the weight tensor w
+ * (graph-op tensors; w->data may be NULL while sizing scratch). */
+loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
+                                       float *y, int64_t ldy);
+
+/* qkv_rope.c: RoPE in place on a tile of T rows of nh heads of D floats (row
+ * stride ldy); row t's cos/sin at cs/sn + t * ld_tab, laid out as
+ * loom_vec_rope_table writes them. */
+void loom_fused_rope_tile(const loom_vec_fns *f, int interleaved, int64_t n_rot, int64_t D, const float *cs,
+                          const float *sn, int64_t ld_tab, float *y, int64_t ldy, int64_t T, int64_t nh);
+
 /* kv_write.c: writes heads [h0, h0+nh) of T tokens (x row stride ldx) into a cache
  * with n_kv heads; x NULL validates only. */
 loom_status loom_kv_write_rows(const loom_kv_write_params *p, loom_tensor *cache, const char *name,

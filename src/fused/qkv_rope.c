@@ -70,13 +70,13 @@ static void angles(const qkv_ctx *c, float *cs, float *sn, float *freq) {
     }
 }
 
-static void rotate(const qkv_ctx *c, float *y, int64_t ldy, int64_t nh, const float *cs, const float *sn) {
-    int64_t half = c->n_rot / 2, w = c->p->rope_mode == LOOM_ROPE_INTERLEAVED ? c->n_rot : half;
-    for (int64_t t = 0; t < c->T; t++)
+void loom_fused_rope_tile(const loom_vec_fns *f, int interleaved, int64_t n_rot, int64_t D, const float *cs,
+                          const float *sn, int64_t ld_tab, float *y, int64_t ldy, int64_t T, int64_t nh) {
+    for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++) {
-            float *v = y + t * ldy + h * c->D;
-            if (c->p->rope_mode == LOOM_ROPE_INTERLEAVED) c->f->rope_interleaved(v, v, cs + t * w, sn + t * w, c->n_rot);
-            else c->f->rope_half(v, v, cs + t * w, sn + t * w, half);
+            float *v = y + t * ldy + h * D;
+            if (interleaved) f->rope_interleaved(v, v, cs + t * ld_tab, sn + t * ld_tab, n_rot);
+            else f->rope_half(v, v, cs + t * ld_tab, sn + t * ld_tab, n_rot / 2);
         }
 }
 
@@ -108,7 +108,11 @@ static void qkv_worker(int ith, int nth, void *arg) {
                               .wtype = c->wtype, .y = y, .ldy = ldy, .M = c->T, .N = nh * c->D,
                               .K = c->hidden, .xq = xq};
         loom_status st = loom_matmul_run(&g, c->isa, 0, 1, s);
-        if (st == LOOM_OK && part < 2) rotate(c, y, ldy, nh, cs, sn);
+        if (st == LOOM_OK && part < 2) {
+            int inter = c->p->rope_mode == LOOM_ROPE_INTERLEAVED;
+            loom_fused_rope_tile(c->f, inter, c->n_rot, c->D, cs, sn, inter ? c->n_rot : c->n_rot / 2, y, ldy,
+                                 c->T, nh);
+        }
         if (st == LOOM_OK && part > 0)
             st = loom_kv_write_rows(&c->p->cache, part == 1 ? c->kc : c->vc, part == 1 ? "key_cache" : "value_cache",
                                     part == 2, y, ldy, c->T, c->NKV, h0, nh, c->D);

@@ -67,23 +67,13 @@ static int64_t heads_per_block(const loom_qkv_rope_attrs *at, int64_t T) {
     return hb;
 }
 
-static loom_matmul_args block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
-                                   float *y, int64_t ldy) {
-    size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
-    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
-                          .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
-                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
-                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
-    return g;
-}
-
 /* Scratch: the block GEMM's and RoPE's (they run one after the other), then
  * x quantized once for all items when the weights are quantized (the front
  * part's size decides where that starts). */
 static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
     size_t mm = 0;
     for (int i = 1; i <= 3; i++) {
-        loom_matmul_args g = block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+        loom_matmul_args g = loom_fused_block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim);
         size_t s = loom_matmul_scratch_size(&g);
         if (s > mm) mm = s;
     }
@@ -113,7 +103,7 @@ static size_t rope_table_bytes(const loom_qkv_rope_attrs *at, int64_t T) {
 }
 
 static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
-    loom_matmul_args g = block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
     return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
 }
 
@@ -122,20 +112,6 @@ static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_t
     const loom_qkv_rope_attrs *at = attrs;
     int64_t hb = heads_per_block(at, src[0]->shape[0]);
     return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, src[0]->shape[0]) + 64;
-}
-
-/* Rows of tile y (T x nh heads of D, row stride ldy) rotated in place with the tables. */
-static void rope_tile(const loom_qkv_rope_attrs *at, const loom_vec_fns *f, const float *tab, float *y,
-                      int64_t ldy, int64_t T, int64_t nh) {
-    int64_t n_rot = rope_dims(at), D = at->head_dim;
-    for (int64_t t = 0; t < T; t++) {
-        const float *cs = tab + (size_t)t * 2 * n_rot, *sn = cs + n_rot;
-        for (int64_t h = 0; h < nh; h++) {
-            float *v = y + t * ldy + h * D;
-            if (at->rope.mode != LOOM_ROPE_HALF) f->rope_interleaved(v, v, cs, sn, n_rot);
-            else f->rope_half(v, v, cs, sn, n_rot / 2);
-        }
-    }
 }
 
 static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -162,7 +138,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
      * positions). */
     unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
     void *xq = NULL;
-    loom_matmul_args probe = block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D);
+    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D);
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = front;
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
@@ -191,12 +167,13 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
             const loom_tensor *cache = a->dst_extra[part - 1];
             y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
         }
-        loom_matmul_args g = block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
+        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part == 2) continue;
         if (tab) {
-            rope_tile(at, loom_fused_vec(isa), tab, y, ldy, T, nh);
+            loom_fused_rope_tile(loom_fused_vec(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
+                                 tab + rope_dims(at), 2 * rope_dims(at), y, ldy, T, nh);
             continue;
         }
         loom_tensor tile;
