@@ -90,7 +90,7 @@ loom_status loom_executor_set_dump(loom_executor *e, const char *dir) {
 }
 
 /* Grows *buf to at least need bytes (never shrinks: decode steps reuse it). */
-static loom_status ensure(loom_executor *e, unsigned char **buf, size_t *cap, size_t need) {
+loom_status loom_exec_ensure(loom_executor *e, unsigned char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return LOOM_OK;
     loom_free_aligned(*buf);
     *buf = loom_alloc_aligned(need, LOOM_ALIGN);
@@ -100,14 +100,19 @@ static loom_status ensure(loom_executor *e, unsigned char **buf, size_t *cap, si
     return LOOM_OK;
 }
 
-/* Gives every non-external tensor its address: arena slot or base + offset. */
-static void bind(loom_executor *e, loom_graph *g) {
+/* Points every view at its base + offset (bases precede views). */
+void loom_exec_bind_views(loom_graph *g) {
     for (int i = 0; i < g->n_tensors; i++) {
         loom_gtensor *t = &g->tensors[i];
-        if (t->kind == LOOM_TK_INTERMEDIATE) t->t.data = e->arena + t->offset;
-        else if (t->kind == LOOM_TK_VIEW)  /* bases precede views */
-            t->t.data = (char *)g->tensors[t->view_of].t.data + t->view_offset;
+        if (t->kind == LOOM_TK_VIEW) t->t.data = (char *)g->tensors[t->view_of].t.data + t->view_offset;
     }
+}
+
+/* Gives every non-external tensor its address: its slot in arena, or (views) base + offset. */
+void loom_exec_bind(loom_graph *g, unsigned char *arena) {
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].kind == LOOM_TK_INTERMEDIATE) g->tensors[i].t.data = arena + g->tensors[i].offset;
+    loom_exec_bind_views(g);
 }
 
 static void dump_node(loom_executor *e, const loom_graph *g, int n) {
@@ -208,7 +213,7 @@ static void fill_static_stats(loom_executor *e, loom_graph *g) {
 loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **arena, size_t *arena_cap,
                             int filter, int only_layer) {
     if (!g->planned) LOOM_TRY(loom_graph_plan(g));
-    LOOM_TRY(ensure(e, arena, arena_cap, g->arena_bytes));
+    LOOM_TRY(loom_exec_ensure(e, arena, arena_cap, g->arena_bytes));
     if (g->scratch_bytes > e->scratch_cap) {
         size_t per = g->scratch_bytes;
         loom_free_aligned(e->scratch);
@@ -218,10 +223,7 @@ loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **are
         e->n_allocs++;
     }
     if (!filter) {
-        unsigned char *saved = e->arena;
-        e->arena = *arena;
-        bind(e, g);
-        e->arena = saved;
+        loom_exec_bind(g, *arena);
         fill_static_stats(e, g);
     }
     run_ctx rc = {.e = e, .g = g, .status = LOOM_OK, .filter = filter, .only_layer = only_layer};
@@ -231,13 +233,6 @@ loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **are
     return LOOM_OK;
 }
 
-/* Binds the non-external tensors of g to arena (views follow their bases). */
-void loom_exec_bind(loom_executor *e, loom_graph *g, unsigned char *arena) {
-    unsigned char *saved = e->arena;
-    e->arena = arena;
-    bind(e, g);
-    e->arena = saved;
-}
 
 void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r) {
     loom_fusion_rules_free(e->rules);
@@ -280,8 +275,6 @@ loom_status loom_mode_resolve(const char *flag, const loom_fusion_rules *rules, 
 }
 
 /* exec_checkpoint.c */
-loom_status loom_exec_checkpoints(loom_executor *e, loom_graph *g);
-void loom_exec_keep_layer_values(loom_graph *fg, const loom_graph *g);
 
 loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
     LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");

@@ -69,4 +69,18 @@ void loom_executor_print_checkpoints(const loom_executor *e, FILE *f);
 /* Mode from, in order: flag (may be NULL), $LOOM_MODE, the rules' `mode:`, step_by_step. */
 loom_status loom_mode_resolve(const char *flag, const loom_fusion_rules *rules, loom_exec_mode *out);
 
+/* Between exec.c and exec_checkpoint.c. */
+/* Plans g if needed into *arena (grown), binds (unless filter), runs its nodes
+ * (with filter: only those of layer only_layer, no stats). */
+loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **arena, size_t *arena_cap,
+                            int filter, int only_layer);
+/* Intermediates at their arena slots, then views at base + offset; views only. */
+void loom_exec_bind(loom_graph *g, unsigned char *arena);
+void loom_exec_bind_views(loom_graph *g);
+/* Grows *buf to at least need bytes (counted in n_allocs). */
+loom_status loom_exec_ensure(loom_executor *e, unsigned char **buf, size_t *cap, size_t need);
+/* fused_with_checkpoints: keep layer inputs alive in the fused graph; compare layers. */
+void loom_exec_keep_layer_values(loom_graph *fg, const loom_graph *g);
+loom_status loom_exec_checkpoints(loom_executor *e, loom_graph *g);
+
 #endif

@@ -16,10 +16,6 @@
 #include "base/status.h"
 #include "graph/exec.h"
 
-loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **arena, size_t *arena_cap,
-                            int filter, int only_layer);
-void loom_exec_bind(loom_executor *e, loom_graph *g, unsigned char *arena);
-
 /* The layer of the node producing tensor id, or -1000 (no layer) for none. */
 static int producer_layer(const loom_graph *g, int id) {
     int p = g->tensors[id].producer;
@@ -114,25 +110,15 @@ loom_status loom_exec_checkpoints(loom_executor *e, loom_graph *g) {
         int last = n;
         while (last + 1 < rg->n_nodes && rg->nodes[last + 1].layer == layer) last++;
         /* bind to the reference arena, then point the layer's inputs at the fused values */
-        if (rg->arena_bytes > e->ref_arena_cap) {
-            loom_free_aligned(e->ref_arena);
-            e->ref_arena = loom_alloc_aligned(rg->arena_bytes, LOOM_ALIGN);
-            e->ref_arena_cap = e->ref_arena ? rg->arena_bytes : 0;
-            LOOM_RETURN_IF(!e->ref_arena, LOOM_ERR_NOMEM, "checkpoints: cannot allocate %zu bytes",
-                           rg->arena_bytes);
-            e->n_allocs++;
-        }
-        loom_exec_bind(e, rg, e->ref_arena);
+        LOOM_TRY(loom_exec_ensure(e, &e->ref_arena, &e->ref_arena_cap, rg->arena_bytes));
+        loom_exec_bind(rg, e->ref_arena);
         for (int k = n; k <= last; k++)
             for (int i = 0; i < rg->nodes[k].n_src; i++) {
                 int s = loom_graph_storage(rg, rg->nodes[k].src[i]);
                 if (rg->tensors[s].kind == LOOM_TK_INTERMEDIATE && producer_layer(rg, s) != layer)
                     rg->tensors[s].t.data = e->fg->tensors[s].t.data;
             }
-        for (int i = 0; i < rg->n_tensors; i++)
-            if (rg->tensors[i].kind == LOOM_TK_VIEW)
-                rg->tensors[i].t.data = (char *)rg->tensors[rg->tensors[i].view_of].t.data +
-                                        rg->tensors[i].view_offset;
+        loom_exec_bind_views(rg);
         LOOM_TRY(kv_rows(e, rg, layer, 1));
         loom_status s = loom_exec_graph(e, rg, &e->ref_arena, &e->ref_arena_cap, 1, layer);
         LOOM_TRY(kv_rows(e, rg, layer, 0));
