@@ -233,20 +233,35 @@ static int option_known(const fr_rule *r, const char *key) {
     return 0;
 }
 
-static loom_status set_option(pctx *p, fr_rule *r, yaml_node_t *k, yaml_node_t *v) {
-    const char *key = scalar(k);
-    if (!key || !option_known(r, key))
+/* The option key of k, when rule r's fused op takes it (else an error naming the expected ones). */
+static loom_status option_key(pctx *p, const fr_rule *r, yaml_node_t *k, const char **key) {
+    *key = scalar(k);
+    if (!*key || !option_known(r, *key))
         return perr(p, k, "rule '%s': unknown option '%s' for fused op %s (expected: %s%smax_fusion_block_size)",
-                    r->name, key ? key : "?", r->fused_op, r->builder->options,
+                    r->name, *key ? *key : "?", r->fused_op, r->builder->options,
                     r->builder->options[0] ? " " : "");
+    return LOOM_OK;
+}
+
+/* Rule r's slot for option key: the existing one or a new one (NULL when full). */
+static fr_option *opt_slot(fr_rule *r, const char *key) {
     int idx = 0;
     while (idx < r->n_opts && strcmp(r->opts[idx].key, key)) idx++;
-    if (idx == FR_MAX_OPTS) return perr(p, k, "rule '%s': too many options", r->name);
-    fr_option *o = &r->opts[idx];
-    snprintf(o->key, sizeof o->key, "%s", key);
-    LOOM_TRY(get_int(p, v, key, 0, INT32_MAX, 1, &o->value, &o->is_auto));
-    if (idx == r->n_opts) r->n_opts++;
-    return LOOM_OK;
+    if (idx == FR_MAX_OPTS) return NULL;
+    if (idx == r->n_opts) {
+        r->n_opts++;
+        memset(&r->opts[idx], 0, sizeof r->opts[idx]);
+        snprintf(r->opts[idx].key, sizeof r->opts[idx].key, "%s", key);
+    }
+    return &r->opts[idx];
+}
+
+static loom_status set_option(pctx *p, fr_rule *r, yaml_node_t *k, yaml_node_t *v) {
+    const char *key;
+    LOOM_TRY(option_key(p, r, k, &key));
+    fr_option *o = opt_slot(r, key);
+    if (!o) return perr(p, k, "rule '%s': too many options", r->name);
+    return get_int(p, v, key, 0, INT32_MAX, 1, &o->value, &o->is_auto);
 }
 
 static loom_status check_builder_names(pctx *p, fr_rule *r, yaml_node_t *at) {
@@ -396,8 +411,7 @@ static loom_status parse_presets(pctx *p, yaml_node_t *m) {
                     LOOM_TRY(get_bool(p, ov, "enabled", &b));
                     ps->o[ps->n].value = b;
                 } else {
-                    fr_rule tmp = p->r->rules[ri];
-                    LOOM_TRY(set_option(p, &tmp, ok, ov));  /* validates the key and value */
+                    LOOM_TRY(option_key(p, &p->r->rules[ri], ok, &key));
                     snprintf(ps->o[ps->n].key, FR_NAME, "%s", key);
                     LOOM_TRY(get_int(p, ov, key, 0, INT32_MAX, 1, &ps->o[ps->n].value, &ps->o[ps->n].is_auto));
                 }
@@ -520,23 +534,20 @@ loom_status loom_fusion_rules_load(const char *path, loom_fusion_rules **out) {
 
 loom_status loom_fusion_rules_preset(loom_fusion_rules *r, const char *preset) {
     LOOM_RETURN_IF(!r || !preset, LOOM_ERR_INVALID_ARG, "fusion_rules_preset: NULL argument");
-    r->version++; /* fusion memos of the old settings no longer apply */
     for (int i = 0; i < r->n_presets; i++) {
         const fr_preset *ps = &r->presets[i];
         if (strcmp(ps->name, preset)) continue;
+        r->version++; /* fusion memos of the old settings no longer apply */
         for (int k = 0; k < ps->n; k++) {
             fr_rule *rule = &r->rules[ps->o[k].rule];
             if (ps->o[k].is_enabled) {
                 rule->enabled = (int)ps->o[k].value;
                 continue;
             }
-            int idx = 0;
-            while (idx < rule->n_opts && strcmp(rule->opts[idx].key, ps->o[k].key)) idx++;
-            if (idx == FR_MAX_OPTS) continue;
-            snprintf(rule->opts[idx].key, FR_NAME, "%s", ps->o[k].key);
-            rule->opts[idx].value = ps->o[k].value;
-            rule->opts[idx].is_auto = ps->o[k].is_auto;
-            if (idx == rule->n_opts) rule->n_opts++;
+            fr_option *o = opt_slot(rule, ps->o[k].key);
+            if (!o) continue;
+            o->value = ps->o[k].value;
+            o->is_auto = ps->o[k].is_auto;
         }
         return LOOM_OK;
     }
