@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "base/cpu.h"
+#include "base/file.h"
 #include "base/status.h"
 
 extern const char loom_fusion_default_yaml[];  /* generated from configs/fusion/default.yaml */
@@ -507,26 +508,9 @@ loom_status loom_fusion_rules_load(const char *path, loom_fusion_rules **out) {
         return loom_fusion_rules_parse(loom_fusion_default_yaml, strlen(loom_fusion_default_yaml),
                                        "default.yaml (built in)", out);
     LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "fusion_rules_load: NULL argument");
-    FILE *f = fopen(path, "rb");
-    LOOM_RETURN_IF(!f, LOOM_ERR_IO, "%s: cannot open rules file: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *nb = cap <= (64u << 20) ? realloc(buf, cap) : NULL;
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return loom_set_error(LOOM_ERR_NOMEM, "%s: rules file too large", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
+    char *buf;
+    size_t n;
+    LOOM_TRY(loom_read_file(path, (size_t)64 << 20, &buf, &n));
     loom_status s = loom_fusion_rules_parse(buf, n, path, out);
     free(buf);
     return s;

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
+#include "base/file.h"
 #include "base/status.h"
 
 static const char *const prec_names[LOOM_HW_PREC_COUNT] = {"f32", "f16", "bf16", "int8"};
@@ -195,8 +197,8 @@ loom_status loom_hw_load(const char *name, int measure, loom_hw_profile *out) {
         snprintf(file, sizeof file, "configs/hw/%s.yaml (built in)", name);
         return loom_hw_parse(text, strlen(text), file, measure, out);
     }
-    FILE *f = fopen(name, "rb");
-    if (!f) {
+    struct stat sb;
+    if (stat(name, &sb) != 0) {
         char known[128] = "";
         for (const char *const *n = loom_hw_builtin_names(); *n; n++) {
             size_t len = strlen(known);
@@ -205,19 +207,9 @@ loom_status loom_hw_load(const char *name, int measure, loom_hw_profile *out) {
         return loom_set_error(LOOM_ERR_IO, "hw profile '%s': not a built-in profile (%s) and "
                               "cannot open it as a file: %s", name, known, strerror(errno));
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    loom_status s = LOOM_OK;
-    if (!buf) s = loom_set_error(LOOM_ERR_NOMEM, "%s: out of memory", name);
-    while (s == LOOM_OK) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-        if (len == cap) s = loom_set_error(LOOM_ERR_FORMAT, "%s: larger than 64 KiB: not a "
-                                           "hardware profile", name);
-    }
-    if (s == LOOM_OK && ferror(f)) s = loom_set_error(LOOM_ERR_IO, "%s: read error", name);
-    fclose(f);
+    char *buf;
+    size_t len;
+    loom_status s = loom_read_file(name, (size_t)64 << 10, &buf, &len); /* larger is not a profile */
     if (s == LOOM_OK) s = loom_hw_parse(buf, len, name, measure, out);
     free(buf);
     return s;

@@ -9,35 +9,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "base/status.h"
 
 loom_status loom_read_text_file(const char *path, char **buf, size_t *len) {
-    LOOM_RETURN_IF(!path || !buf || !len, LOOM_ERR_INVALID_ARG, "read_text_file: NULL argument");
-    *buf = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    LOOM_RETURN_IF(!f, LOOM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (512 << 20)) {
-        fclose(f);
-        return loom_set_error(LOOM_ERR_IO, "'%s' is not a regular file of at most 512 MiB", path);
-    }
-    size_t n = (size_t)sb.st_size;
-    char *b = malloc(n + 1);
-    if (!b) {
-        fclose(f);
-        return loom_set_error(LOOM_ERR_NOMEM, "out of memory reading '%s'", path);
-    }
-    size_t got = fread(b, 1, n, f);
-    fclose(f);
-    if (got != n) {
-        free(b);
-        return loom_set_error(LOOM_ERR_IO, "cannot read '%s'", path);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return LOOM_OK;
+    return loom_read_file(path, (size_t)512 << 20, buf, len);
 }
 
 /* An integer field in [lo, hi]: absent -> *out unchanged unless required. */
