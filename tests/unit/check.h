@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <math.h>
 
 static int check_failures_ = 0;
@@ -51,5 +53,25 @@ static inline int check_close(double a, double b, double tol) {
 #define TEST_SUMMARY()                                                        \
     (fprintf(stderr, "%d checks, %d failed\n", check_count_, check_failures_), \
      check_failures_ == 0 && check_count_ > 0 ? 0 : 1)
+
+/* CI is set (and not "0" or "false"): missing test data is a failure there. */
+static inline int check_in_ci(void) {
+    const char *ci = getenv("CI");
+    return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
+/* In main: returns when the data file path is missing: status 1 in CI, else
+ * a visible SKIP (77, or the summary when checks already failed). */
+#define CHECK_NEED_FILE(path, hint)                                           \
+    do {                                                                      \
+        if (access((path), R_OK) != 0) {                                      \
+            if (check_in_ci()) {                                              \
+                fprintf(stderr, "FAIL: %s missing (%s)\n", (path), (hint));   \
+                return 1;                                                     \
+            }                                                                 \
+            fprintf(stderr, "SKIP: %s missing (%s)\n", (path), (hint));       \
+            return check_failures_ ? TEST_SUMMARY() : 77;                     \
+        }                                                                     \
+    } while (0)
 
 #endif

@@ -146,14 +146,7 @@ int main(void) {
     const char *dir = getenv("LOOM_MODELS_DIR"), *home = getenv("HOME");
     if (dir && *dir) snprintf(mpath, sizeof mpath, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
     else snprintf(mpath, sizeof mpath, "%s/.cache/loom/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    if (access(mpath, R_OK) != 0) {
-        if (getenv("CI")) {
-            fprintf(stderr, "FAIL: %s missing (scripts/setup.sh runs scripts/fetch-models.sh)\n", mpath);
-            return 1;
-        }
-        fprintf(stderr, "SKIP: %s missing (run scripts/fetch-models.sh)\n", mpath);
-        return 77;
-    }
+    CHECK_NEED_FILE(mpath, "scripts/setup.sh runs scripts/fetch-models.sh");
     static golden_prompt gp[MAX_PROMPTS];
     int np, topk;
     int r = load_golden(gpath, gp, &np, &topk);

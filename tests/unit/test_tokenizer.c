@@ -565,8 +565,7 @@ static int find_files(void) {
 
 int main(void) {
     if (!find_files()) {
-        const char *ci = getenv("CI");
-        if (ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0) {
+        if (check_in_ci()) {
             fprintf(stderr, "FAIL: tokenizer vocabularies missing and CI is set\n");
             return 1;
         }
