@@ -23,37 +23,37 @@
 
 #define MAX_DIM (1 << 20)
 
-/* Integer key "llama.<suffix>"; def < 0 means required. */
-static loom_status get_int(const loom_gguf *g, const char *arch, const char *suffix, int64_t def,
-                           int *out) {
+/* Key "llama.<suffix>" into key; *present = 0 when g lacks it, an error when
+ * it is required. */
+static loom_status meta_key(const loom_gguf *g, const char *suffix, int required, char key[128], int *present) {
+    snprintf(key, 128, "llama.%s", suffix);
+    *present = loom_gguf_find_key(g, key) >= 0;
+    LOOM_RETURN_IF(!*present && required, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'", loom_gguf_path(g),
+                   key);
+    return LOOM_OK;
+}
+
+/* Integer key "llama.<suffix>" in 1..MAX_DIM; def < 0 means required. */
+static loom_status get_int(const loom_gguf *g, const char *suffix, int64_t def, int *out) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (loom_gguf_find_key(g, key) < 0) {
-        LOOM_RETURN_IF(def < 0, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'",
-                       loom_gguf_path(g), key);
-        *out = (int)def;
-        return LOOM_OK;
-    }
-    int64_t v;
-    LOOM_TRY(loom_gguf_get_i64(g, key, &v));
-    LOOM_RETURN_IF(v <= 0 || v > MAX_DIM, LOOM_ERR_FORMAT, "%s: impossible %s = %lld (expected 1..%d)",
-                   loom_gguf_path(g), key, (long long)v, MAX_DIM);
+    int present;
+    LOOM_TRY(meta_key(g, suffix, def < 0, key, &present));
+    int64_t v = def;
+    if (present) LOOM_TRY(loom_gguf_get_i64(g, key, &v));
+    LOOM_RETURN_IF(present && (v <= 0 || v > MAX_DIM), LOOM_ERR_FORMAT,
+                   "%s: impossible %s = %lld (expected 1..%d)", loom_gguf_path(g), key, (long long)v, MAX_DIM);
     *out = (int)v;
     return LOOM_OK;
 }
 
-static loom_status get_float(const loom_gguf *g, const char *arch, const char *suffix, float def,
-                             float *out) {
+/* Positive float key "llama.<suffix>"; def < 0 means required. */
+static loom_status get_float(const loom_gguf *g, const char *suffix, float def, float *out) {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (loom_gguf_find_key(g, key) < 0) {
-        LOOM_RETURN_IF(def < 0, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'",
-                       loom_gguf_path(g), key);
-        *out = def;
-        return LOOM_OK;
-    }
-    LOOM_TRY(loom_gguf_get_f32(g, key, out));
-    LOOM_RETURN_IF(!(*out > 0) || *out > 1e30f, LOOM_ERR_FORMAT, "%s: impossible %s = %g",
+    int present;
+    LOOM_TRY(meta_key(g, suffix, def < 0, key, &present));
+    *out = def;
+    if (present) LOOM_TRY(loom_gguf_get_f32(g, key, out));
+    LOOM_RETURN_IF(present && (!(*out > 0) || *out > 1e30f), LOOM_ERR_FORMAT, "%s: impossible %s = %g",
                    loom_gguf_path(g), key, (double)*out);
     return LOOM_OK;
 }
@@ -69,46 +69,41 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     LOOM_RETURN_IF(!str_is(arch, alen, "llama"), LOOM_ERR_UNSUPPORTED,
                    "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
                    "models (Llama 2/3, SmolLM2, TinyLlama)", path, (int)(alen > 64 ? 64 : alen), arch);
-    const char *a = "llama";
-    LOOM_TRY(get_int(g, a, "embedding_length", -1, &c->dim));
-    LOOM_TRY(get_int(g, a, "feed_forward_length", -1, &c->hidden_dim));
-    LOOM_TRY(get_int(g, a, "block_count", -1, &c->n_layers));
-    LOOM_TRY(get_int(g, a, "attention.head_count", -1, &c->n_heads));
-    LOOM_TRY(get_int(g, a, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
-    LOOM_TRY(get_int(g, a, "context_length", -1, &c->seq_len));
-    LOOM_TRY(get_int(g, a, "attention.key_length", c->dim / c->n_heads, &c->head_dim));
+    LOOM_TRY(get_int(g, "embedding_length", -1, &c->dim));
+    LOOM_TRY(get_int(g, "feed_forward_length", -1, &c->hidden_dim));
+    LOOM_TRY(get_int(g, "block_count", -1, &c->n_layers));
+    LOOM_TRY(get_int(g, "attention.head_count", -1, &c->n_heads));
+    LOOM_TRY(get_int(g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
+    LOOM_TRY(get_int(g, "context_length", -1, &c->seq_len));
+    LOOM_TRY(get_int(g, "attention.key_length", c->dim / c->n_heads, &c->head_dim));
     int vlen;
-    LOOM_TRY(get_int(g, a, "attention.value_length", c->head_dim, &vlen));
+    LOOM_TRY(get_int(g, "attention.value_length", c->head_dim, &vlen));
     LOOM_RETURN_IF(vlen != c->head_dim || (int64_t)c->head_dim * c->n_heads != c->dim,
                    LOOM_ERR_UNSUPPORTED,
                    "%s: head sizes key %d / value %d with %d heads and width %d are not supported "
                    "(loom needs key = value = width / heads)", path, c->head_dim, vlen, c->n_heads,
                    c->dim);
-    LOOM_TRY(get_int(g, a, "rope.dimension_count", c->head_dim, &c->n_rot));
+    LOOM_TRY(get_int(g, "rope.dimension_count", c->head_dim, &c->n_rot));
     LOOM_RETURN_IF(c->n_rot > c->head_dim || c->n_rot % 2, LOOM_ERR_FORMAT,
                    "%s: llama.rope.dimension_count %d must be even and <= head size %d", path,
                    c->n_rot, c->head_dim);
-    LOOM_TRY(get_float(g, a, "rope.freq_base", 10000.0f, &c->rope_theta));
-    LOOM_TRY(get_float(g, a, "attention.layer_norm_rms_epsilon", -1.0f, &c->rms_eps));
+    LOOM_TRY(get_float(g, "rope.freq_base", 10000.0f, &c->rope_theta));
+    LOOM_TRY(get_float(g, "attention.layer_norm_rms_epsilon", -1.0f, &c->rms_eps));
+    /* linear RoPE scaling: type "linear", or (older files) a factor alone */
     c->rope_freq_scale = 1.0f;
-    int64_t k = loom_gguf_find_key(g, "llama.rope.scaling.type");
-    if (k >= 0) {
+    int linear = loom_gguf_find_key(g, "llama.rope.scaling.factor") >= 0;
+    if (loom_gguf_find_key(g, "llama.rope.scaling.type") >= 0) {
         const char *t;
         size_t tl;
         LOOM_TRY(loom_gguf_get_str(g, "llama.rope.scaling.type", &t, &tl));
-        if (str_is(t, tl, "linear")) {
-            float f;
-            LOOM_TRY(get_float(g, a, "rope.scaling.factor", -1.0f, &f));
-            c->rope_freq_scale = 1.0f / f;
-        } else if (!str_is(t, tl, "none")) {
-            return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                                  "%s: llama.rope.scaling.type '%.*s' is not supported (none, linear)",
-                                  path, (int)(tl > 32 ? 32 : tl), t);
-        }
-    } else if (loom_gguf_find_key(g, "llama.rope.scaling.factor") >= 0) {
-        /* older files: a factor alone means linear scaling */
+        linear = str_is(t, tl, "linear");
+        LOOM_RETURN_IF(!linear && !str_is(t, tl, "none"), LOOM_ERR_UNSUPPORTED,
+                       "%s: llama.rope.scaling.type '%.*s' is not supported (none, linear)", path,
+                       (int)(tl > 32 ? 32 : tl), t);
+    }
+    if (linear) {
         float f;
-        LOOM_TRY(get_float(g, a, "rope.scaling.factor", -1.0f, &f));
+        LOOM_TRY(get_float(g, "rope.scaling.factor", -1.0f, &f));
         c->rope_freq_scale = 1.0f / f;
     }
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
@@ -205,7 +200,7 @@ loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_
     loom_gguf_tensor_info info;
     if ((s = loom_gguf_tensor_info_at(g, ti, &info)) != LOOM_OK) goto fail;
     int64_t rows = info.n_dims >= 2 ? info.ne[1] : 0;
-    if ((s = get_int(g, "llama", "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1,
+    if ((s = get_int(g, "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1,
                      &cfg->vocab_size)) != LOOM_OK)
         goto fail;
     cfg->shared_classifier = loom_gguf_find_tensor(g, "output.weight") < 0;

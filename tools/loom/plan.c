@@ -7,6 +7,7 @@
 #include "args.h"
 #include "cli.h"
 #include "graph/profile.h"
+#include "model/convert.h"
 #include "model/planner.h"
 
 typedef struct plan_mode {
@@ -280,9 +281,7 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "loom plan: --kv-dtype '%s': expected f32, f16, bf16 or int8\n", kv);
         return 1;
     }
-    static const char *const w_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
-    static const loom_dtype w_vals[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_Q8_0, LOOM_Q4_0, LOOM_Q4_1};
-    if (parse_dtype(wt, w_names, w_vals, 6, &p.wtype)) {
+    if (loom_convert_parse_type(wt, &p.wtype) != LOOM_OK) { /* the weight types loom convert writes */
         fprintf(stderr, "loom plan: --wtype '%s': expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", wt);
         return 1;
     }
