@@ -54,22 +54,9 @@
 static int machine_lines, fused_only, cpu_time;
 static void *xalloc(size_t bytes);
 
-/* As bench_time, but with --cpu-time and one thread it measures the calling
- * thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a loaded machine that leaves
- * out the time the thread was preempted (cache and memory contention remain). */
+/* bench_time, or with --cpu-time and one thread the thread's CPU time. */
 static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int reps) {
-    if (!cpu_time || nt != 1) return bench_time(fn, arg, warmup, reps);
-    double t[64];
-    if (reps > 64) reps = 64;
-    for (int i = 0; i < warmup; i++) fn(arg);
-    for (int i = 0; i < reps; i++) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-        fn(arg);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        t[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    }
-    return bench_median(t, reps);
+    return cpu_time && nt == 1 ? bench_time_cpu(fn, arg, warmup, reps) : bench_time(fn, arg, warmup, reps);
 }
 
 typedef struct { const float *buf; size_t n; volatile float sink; } probe_ctx;

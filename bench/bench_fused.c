@@ -197,21 +197,9 @@ static void run_fused(void *arg) {
 
 typedef struct opts { int threads[8], n_threads, reps, cpu_time; } opts;
 
-/* bench_time, or with --cpu-time and one thread the calling thread's CPU time
- * (CLOCK_THREAD_CPUTIME_ID: leaves out preemption on a loaded machine). */
+/* bench_time, or with --cpu-time and one thread the thread's CPU time. */
 static double time_it(const opts *o, void (*fn)(void *), void *arg, int nt) {
-    if (!o->cpu_time || nt != 1) return bench_time(fn, arg, 1, o->reps);
-    double t[64];
-    int reps = o->reps > 64 ? 64 : o->reps;
-    fn(arg);
-    for (int i = 0; i < reps; i++) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-        fn(arg);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        t[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    }
-    return bench_median(t, reps);
+    return o->cpu_time && nt == 1 ? bench_time_cpu(fn, arg, 1, o->reps) : bench_time(fn, arg, 1, o->reps);
 }
 
 static double max_diff(const float *a, const float *b, int64_t n) {

@@ -2,6 +2,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -35,6 +36,20 @@ double bench_time(void (*fn)(void *), void *arg, int warmup, int reps) {
         double t0 = loom_time_s();
         fn(arg);
         t[i] = loom_time_s() - t0;
+    }
+    return bench_median(t, reps);
+}
+
+double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps) {
+    for (int i = 0; i < warmup; i++) fn(arg);
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < reps; i++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        fn(arg);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        t[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     }
     return bench_median(t, reps);
 }

@@ -11,6 +11,10 @@
 double bench_median(const double *v, int n);
 /* Runs fn(arg) warmup times, then reps times; returns the median seconds per call. */
 double bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
+/* As bench_time, but the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
+ * on a loaded machine it leaves out the time the thread was preempted (cache
+ * and memory contention remain). For one-thread rows. */
+double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps);
 /* Read bandwidth in GB/s: nth threads of pool sum disjoint parts of a bytes-sized
  * buffer (larger than the caches); median of reps. */
 double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps);
