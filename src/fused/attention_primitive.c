@@ -1,8 +1,8 @@
 /* Optimised kernels of the primitive ops over the KV cache: kv_append (row
  * copies) and attention.
  *
- * attention (LOOM_OP_ATTENTION (LOOM_OP_ATTENTION:
- * softmax(q.k^T * scale + mask).v with GQA and an optional causal mask):
+ * attention (LOOM_OP_ATTENTION: softmax(q.k^T * scale + mask).v with GQA and
+ * an optional causal mask):
  * the same computation, run by the FlashAttention prefill driver instead of
  * the f64 reference loop. The graph is unchanged (one primitive node); only
  * the kernel that executes it differs, so step_by_step keeps its meaning
@@ -44,26 +44,22 @@ static loom_status prim_resolve(const loom_tensor *const *src, int n_src, const 
 static size_t prim_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                            const void *attrs) {
     size_t ref = loom_ref_attention_scratch(src, n_src, dst, attrs);
-    if (!dst || !src[0]->data || !src[1]->data || !src[2]->data) {
-        /* planning: descriptors without data; the resolver never reads data */
-        static char placeholder;
-        loom_tensor q = *src[0], k = *src[1], v = *src[2], m, o = dst ? *dst : *src[0];
-        const loom_tensor *s2[4] = {&q, &k, &v, NULL};
-        q.data = q.data ? q.data : &placeholder;
-        k.data = k.data ? k.data : &placeholder;
-        v.data = v.data ? v.data : &placeholder;
-        o.data = &placeholder;
-        if (n_src == 4) {
-            m = *src[3];
-            m.data = m.data ? m.data : &placeholder;
-            s2[3] = &m;
-        }
-        attn_problem pr;
-        size_t fa = prim_resolve(s2, n_src, attrs, &o, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
-        return fa > ref ? fa : ref;
+    /* planning passes descriptors without data: the resolver never reads data,
+     * but wants non-NULL pointers, so missing ones get a placeholder */
+    static char placeholder;
+    loom_tensor q = *src[0], k = *src[1], v = *src[2], m, o = dst ? *dst : *src[0];
+    const loom_tensor *s2[4] = {&q, &k, &v, NULL};
+    q.data = q.data ? q.data : &placeholder;
+    k.data = k.data ? k.data : &placeholder;
+    v.data = v.data ? v.data : &placeholder;
+    o.data = o.data ? o.data : &placeholder;
+    if (n_src == 4) {
+        m = *src[3];
+        m.data = m.data ? m.data : &placeholder;
+        s2[3] = &m;
     }
     attn_problem pr;
-    size_t fa = prim_resolve(src, n_src, attrs, dst, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
+    size_t fa = prim_resolve(s2, n_src, attrs, &o, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
     return fa > ref ? fa : ref;
 }
 
