@@ -30,6 +30,10 @@ loom_status loom_tokenizer_load_llama2c(const char *path, loom_tokenizer **out);
  * pre-tokenizer. *out is NULL on error. */
 loom_status loom_tokenizer_load_gguf(const char *path, loom_tokenizer **out);
 
+/* The same from a GGUF file already open (a model's: nothing is read twice). */
+struct loom_gguf;
+loom_status loom_tokenizer_from_gguf(const struct loom_gguf *g, loom_tokenizer **out);
+
 /* The same over a GGUF image in memory (data must outlive the call only). */
 loom_status loom_tokenizer_load_gguf_memory(const void *data, size_t size, const char *name,
                                             loom_tokenizer **out);

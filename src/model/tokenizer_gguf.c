@@ -403,6 +403,12 @@ loom_status loom_tokenizer_load_gguf_memory(const void *data, size_t size, const
     return st;
 }
 
+loom_status loom_tokenizer_from_gguf(const loom_gguf *g, loom_tokenizer **out) {
+    LOOM_RETURN_IF(!out || !g, LOOM_ERR_INVALID_ARG, "tokenizer: gguf and out must not be NULL");
+    *out = NULL;
+    return load_from(g, out);
+}
+
 loom_status loom_tokenizer_load_gguf(const char *path, loom_tokenizer **out) {
     LOOM_RETURN_IF(!out || !path, LOOM_ERR_INVALID_ARG, "tokenizer: path and out must not be NULL");
     *out = NULL;

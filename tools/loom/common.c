@@ -54,8 +54,8 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         *model = NULL;
         return 1;
     }
-    /* a GGUF model carries its vocabulary: -z is optional */
-    /* GGUF: its own vocabulary; Hugging Face: tokenizer.json beside the weights */
+    /* GGUF: its own vocabulary (from the file already open); Hugging Face:
+     * tokenizer.json beside the weights; -z overrides both */
     char hf[1200];
     if (!tok_path && (*model)->format == LOOM_MODEL_SAFETENSORS) {
         struct stat sb;
@@ -65,7 +65,9 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         else snprintf(hf, sizeof hf, "%.*stokenizer.json", slash ? (int)(slash - model_path + 1) : 0, model_path);
         tok_path = hf;
     }
-    loom_status ts = tok_path ? loom_tokenizer_load(tok_path, tok) : loom_tokenizer_load_gguf(model_path, tok);
+    loom_status ts = tok_path                                   ? loom_tokenizer_load(tok_path, tok)
+                     : (*model)->format == LOOM_MODEL_GGUF ? loom_tokenizer_from_gguf((*model)->gguf, tok)
+                                                           : loom_tokenizer_load_gguf(model_path, tok);
     if (ts != LOOM_OK) {
         loom_model_free(*model);
         *model = NULL;
