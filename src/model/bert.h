@@ -73,8 +73,6 @@ typedef struct loom_bert loom_bert;
 loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out);
 void loom_bert_free(loom_bert *m);
 int loom_bert_dim(const loom_bert *m);
-const loom_bert_config *loom_bert_get_config(const loom_bert *m);
-const loom_tokenizer *loom_bert_tokenizer(const loom_bert *m);
 
 /* Embeddings of n token sequences (ids[i][0..lens[i]), [CLS]/[SEP] included)
  * into out[n * dim]: mean over each sequence's tokens of the last hidden

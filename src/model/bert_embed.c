@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cJSON.h>
+
 #include "base/status.h"
 #include "model/bert.h"
 #include "model/hf_config.h"
@@ -25,8 +27,6 @@ struct loom_bert {
 };
 
 int loom_bert_dim(const loom_bert *m) { return m ? m->cfg.dim : 0; }
-const loom_bert_config *loom_bert_get_config(const loom_bert *m) { return m ? &m->cfg : NULL; }
-const loom_tokenizer *loom_bert_tokenizer(const loom_bert *m) { return m ? m->tok : NULL; }
 
 void loom_bert_free(loom_bert *m) {
     if (!m) return;
@@ -49,11 +49,12 @@ static int sbert_max_len(const char *dir) {
         loom_clear_error();
         return 0;
     }
-    const char *p = strstr(text, "\"max_seq_length\"");
-    int v = 0;
-    if (p && (p = strchr(p, ':')) != NULL) v = atoi(p + 1);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *m = root ? cJSON_GetObjectItemCaseSensitive(root, "max_seq_length") : NULL;
+    int v = cJSON_IsNumber(m) && m->valuedouble >= 1 && m->valuedouble <= 1 << 20 ? (int)m->valuedouble : 0;
+    cJSON_Delete(root);
     free(text);
-    return v > 0 ? v : 0;
+    return v;
 }
 
 loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
