@@ -9,25 +9,18 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "base/file.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
 static char vocab_dir[4096];
 
+/* The whole file, NUL-terminated (NULL when unreadable). */
 static char *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (size) *size = (size_t)n;
+    char *buf;
+    size_t n;
+    if (loom_read_file(path, (size_t)64 << 20, &buf, &n) != LOOM_OK) return NULL;
+    if (size) *size = n;
     return buf;
 }
 
