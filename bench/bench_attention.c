@@ -17,8 +17,11 @@
  * (BNSD, default) or [B, S, N_kv, D] (BSND, --layout)):
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
- *   real decode step does); effective GB/s = K+V bytes / time, against the
- *   read bandwidth measured in the same run; and the prefill kernel called
+ *   real decode step does); effective GB/s = K+V bytes / time. Each sample
+ *   (a batch of calls over >= 128 MiB of K/V) follows a read-bandwidth probe
+ *   of its own (a 256 MiB sum on the same threads): the host's bandwidth
+ *   drifts by tens of percent over minutes, so "% of read BW" is the median of
+ *   the per-sample ratios, and "read BW" the median probe. And the prefill kernel called
  *   with S_q = 1 on the same caches (f32/bf16 only), ratio prefill/decode time.
  *
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,bf16]
@@ -42,6 +45,7 @@
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/rng.h"
+#include "base/timer.h"
 #include "bench_util.h"
 #include "fused/attention.h"
 #include "ops/matmul/matmul.h"
@@ -312,7 +316,8 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-static void bench_decode(const opts *o, const double *read_bw, loom_dtype ct, int64_t L) {
+static void bench_decode(const opts *o, const double *read_bw, bench_probe *probe, loom_dtype ct,
+                         int64_t L) {
     const int64_t N = HEADS, Nkv = 8, D = HEAD_DIM;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
@@ -365,7 +370,24 @@ static void bench_decode(const opts *o, const double *read_bw, loom_dtype ct, in
         if (loom_pool_init(&c.pool, nt) != LOOM_OK) exit(1);
         c.prefill = 0;
         int reps = o->reps * 3 < 64 ? o->reps * 3 : 64;
-        double td = time_it(run_decode, &c, nt, 2, reps);
+        double td, bw, frac;
+        if (cpu_time && nt == 1) { /* CPU time against the probe measured up front */
+            td = time_it(run_decode, &c, nt, 2, reps);
+            bw = read_bw[ti], frac = bytes / td / 1e9 / bw;
+        } else { /* each sample next to a read-bandwidth probe of its own */
+            double ts[64], bws[64], fr[64];
+            int batch = (int)((double)(128 << 20) / bytes) + 1; /* >= 128 MiB of K/V per sample */
+            if (batch > 256) batch = 256;
+            for (int w = 0; w < 2; w++) run_decode(&c);
+            for (int r = 0; r < reps; r++) {
+                bws[r] = bench_probe_gbs(probe, c.pool);
+                double t0 = loom_time_s();
+                for (int b = 0; b < batch; b++) run_decode(&c);
+                ts[r] = (loom_time_s() - t0) / batch;
+                fr[r] = bytes / ts[r] / 1e9 / bws[r];
+            }
+            td = bench_median(ts, reps), bw = bench_median(bws, reps), frac = bench_median(fr, reps);
+        }
         double tp = 0.0;
         if (ct != LOOM_I8) {
             c.prefill = 1;
@@ -382,12 +404,11 @@ static void bench_decode(const opts *o, const double *read_bw, loom_dtype ct, in
             snprintf(ratio, sizeof ratio, "%.2f×", tp / td);
         }
         printf("| %s | %lld | %d | %.3f | %.1f | %.1f | %.0f%% | %s | %s | %d |\n", loom_dtype_name(ct),
-               (long long)L, nt, td * 1e3, gbs, read_bw[ti], 100.0 * gbs / read_bw[ti], pf, ratio,
-               n_copies);
+               (long long)L, nt, td * 1e3, gbs, bw, 100.0 * frac, pf, ratio, n_copies);
         if (machine_lines)
             printf("@decode cache=%s L=%lld N=%lld Nkv=%lld D=%lld threads=%d decode_ms=%.4f gbs=%.2f read_bw=%.2f\n",
                    loom_dtype_name(ct), (long long)L, (long long)N, (long long)Nkv, (long long)D, nt,
-                   td * 1e3, gbs, read_bw[ti]);
+                   td * 1e3, gbs, bw);
         fflush(stdout);
         loom_pool_free(c.pool);
     }
@@ -468,8 +489,8 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (strstr(sets, "decode")) {
-        double read_bw[8];
-        for (int t = 0; t < o.n_threads; t++) {
+        double read_bw[8] = {0};
+        for (int t = 0; t < o.n_threads && cpu_time; t++) { /* only 1-thread CPU-time rows use it */
             loom_pool *pool;
             if (loom_pool_init(&pool, o.threads[t]) != LOOM_OK) return 1;
             read_bw[t] = read_bandwidth(pool, o.threads[t], o.reps);
@@ -477,6 +498,8 @@ int main(int argc, char **argv) {
             printf("read bandwidth, %d thread%s: %.1f GB/s\n", o.threads[t], o.threads[t] > 1 ? "s" : "",
                    read_bw[t]);
         }
+        bench_probe *probe = bench_probe_new((size_t)256 << 20);
+        if (!probe) { fprintf(stderr, "bench_attention: cannot allocate the read probe\n"); return 1; }
         printf("\n## Decode: q_len 1, N=32, N_kv=8, D=128, contiguous %s cache\n\n",
                loom_attn_layout_name(dec_layout));
         printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
@@ -488,8 +511,9 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
                 return 2;
             }
-            for (int l = 0; l < n_ctx; l++) bench_decode(&o, read_bw, t, ctx[l]);
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, read_bw, probe, t, ctx[l]);
         }
+        bench_probe_free(probe);
     }
     return 0;
 }

@@ -98,21 +98,50 @@ static void read_worker(int ith, int nth, void *arg) {
 }
 
 typedef struct { loom_pool *pool; read_ctx *ctx; } read_job;
+
 static void read_once(void *arg) {
     read_job *j = arg;
-    loom_pool_run(j->pool, read_worker, j->ctx);
+    if (j->pool) loom_pool_run(j->pool, read_worker, j->ctx);
+    else read_worker(0, 1, j->ctx);
+}
+
+struct bench_probe { read_ctx c; };
+
+bench_probe *bench_probe_new(size_t bytes) {
+    bench_probe *p = calloc(1, sizeof *p);
+    size_t n = bytes / sizeof(float);
+    float *buf = p ? loom_alloc_aligned(n * sizeof(float), 64) : NULL;
+    if (!buf) {
+        free(p);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    p->c.buf = buf, p->c.n = n;
+    return p;
+}
+
+double bench_probe_gbs(bench_probe *p, loom_pool *pool) {
+    read_job j = {pool, &p->c};
+    double t0 = loom_time_s();
+    read_once(&j);
+    double t = loom_time_s() - t0;
+    return t > 0.0 ? (double)(p->c.n * sizeof(float)) / t / 1e9 : 0.0;
+}
+
+void bench_probe_free(bench_probe *p) {
+    if (!p) return;
+    loom_free_aligned((void *)p->c.buf);
+    free(p);
 }
 
 double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps) {
-    size_t n = bytes / sizeof(float);
-    float *buf = loom_alloc_aligned(n * sizeof(float), 64);
-    if (!buf) return 0.0;
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
-    read_ctx c = {.buf = buf, .n = n};
-    read_job j = {pool, &c};
+    bench_probe *p = bench_probe_new(bytes);
+    if (!p) return 0.0;
+    read_job j = {pool, &p->c};
     double t = bench_time(read_once, &j, 1, reps);
-    loom_free_aligned(buf);
-    return (double)(n * sizeof(float)) / t / 1e9;
+    double gbs = (double)(p->c.n * sizeof(float)) / t / 1e9;
+    bench_probe_free(p);
+    return gbs;
 }
 
 int bench_parse_ints(const char *s, int *out, int n) {

@@ -18,6 +18,14 @@ double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps);
 /* Read bandwidth in GB/s: nth threads of pool sum disjoint parts of a bytes-sized
  * buffer (larger than the caches); median of reps. */
 double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps);
+/* The same probe kept for repeated use, so a benchmark can measure the
+ * bandwidth right next to each of its own samples (the machine's bandwidth
+ * drifts by tens of percent over minutes on a shared host). NULL: no memory. */
+typedef struct bench_probe bench_probe;
+bench_probe *bench_probe_new(size_t bytes);
+/* One pass over the buffer with every thread of pool (NULL: this thread); GB/s. */
+double bench_probe_gbs(bench_probe *p, loom_pool *pool);
+void bench_probe_free(bench_probe *p);
 /* Parses "1,2,4" into out (max n entries); returns the count or -1. */
 int bench_parse_ints(const char *s, int *out, int n);
 

@@ -221,8 +221,8 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .pv_bf16 = pv_bf16_avx512,
     .softmax_cols = softmax_cols_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
-    .dec_dot = loom_attn_dec_dot_avx512,
-    .dec_pv = loom_attn_dec_pv_avx512,
+    .dec_dot = loom_attn_dec_dot_avx512bf,
+    .dec_pv = loom_attn_dec_pv_avx512bf,
     .softmax_rows = loom_attn_softmax_rows_avx512,
     .dec_self_prefetch = 1,
 };

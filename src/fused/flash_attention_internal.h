@@ -197,6 +197,12 @@ void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq
 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                              const void *const *rows, loom_dtype dt, int nc, int d,
                              const float *alpha);
+/* As the two above; bf16 caches with d = 64 or 128 use vdpbf16ps (AVX512_BF16 CPUs). */
+void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                                const void *const *rows, loom_dtype dt, int nc, int d);
+void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                               const void *const *rows, loom_dtype dt, int nc, int d,
+                               const float *alpha);
 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                    float *alpha);
 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n);

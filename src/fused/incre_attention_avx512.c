@@ -273,6 +273,160 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
     }
 }
 
+/* ---------------------------------------------------------- bf16 caches with AVX512_BF16 */
+
+/* Scores against a bf16 K with vdpbf16ps, d = 32 NQ (64 or 128). Each q row is
+ * split into q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 bits
+ * (relative error <= 2^-17) and every product is exact in f32: the scores stay
+ * as accurate as the widening kernel's at half the instructions (no widening).
+ * One row at a time (16 q registers would leave too few for 16 keys). */
+ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float *q, int64_t ldq,
+                                      int nr, const void *const *rows, int nc) {
+    for (int r = 0; r < nr; r++) {
+        __m512i qh[4], ql[4];
+        const float *qr = q + r * ldq;
+#pragma GCC unroll 4
+        for (int v = 0; v < NQ; v++) {
+            __m512 a = _mm512_loadu_ps(qr + 32 * v), b = _mm512_loadu_ps(qr + 32 * v + 16);
+            __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
+            __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
+            __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+            qh[v] = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
+            ql[v] = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(ra)),
+                                       (__m256i)_mm512_cvtneps_pbh(rb), 1);
+        }
+        for (int c0 = 0; c0 < nc; c0 += 16) {
+            int ncv = nc - c0 < 16 ? nc - c0 : 16;
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+                acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+                for (int v = 0; v < NQ; v++) {
+                    attn_dec_prefetch(kp, 64 * v);
+                    __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
+                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
+                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
+                }
+            }
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+                for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
+            _mm512_mask_storeu_ps(s + r * lds + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16(a));
+        }
+    }
+}
+
+ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
+                                            int nr, const void *const *rows, loom_dtype dt, int nc,
+                                            int d) {
+    if (dt == LOOM_BF16 && d == 128) dot_bf16(4, s, lds, q, ldq, nr, rows, nc);
+    else if (dt == LOOM_BF16 && d == 64) dot_bf16(2, s, lds, q, ldq, nr, rows, nc);
+    else loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d);
+}
+
+/* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values
+ * (unpacked lo/hi within 128-bit lanes) leaves x = 8L + i in lane 4L + i of
+ * "lo" and x = 8L + 4 + i in lane 4L + i of "hi" (L = 0..3, i = 0..3). */
+ATTN_INLINE ATTN_T512BF void pv_bf16_to_pairs(__m512 n0, __m512 n1, __m512 *lo, __m512 *hi) {
+    const __m512i il = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i ih = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    *lo = _mm512_permutex2var_ps(n0, il, n1);
+    *hi = _mm512_permutex2var_ps(n0, ih, n1);
+}
+ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m512 *n1) {
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    *n0 = _mm512_permutex2var_ps(lo, i0, hi);
+    *n1 = _mm512_permutex2var_ps(lo, i1, hi);
+}
+
+/* P.V against a bf16 V with vdpbf16ps over key pairs, P rounded to bf16 (as the
+ * prefill kernel's bf16 path: relative error <= 2^-9 per probability), d = 32 NC.
+ * RB rows (2 NC accumulators each); an odd last key pairs with zeros. pb holds
+ * the rows' probabilities as bf16, ldb apart, zero padded to even length. */
+ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
+                                          const uint16_t *pb, int64_t ldb,
+                                          const void *const *rows, int nc, const float *alpha) {
+    __m512 ac[2][8];
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++) {
+        __m512 al = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++)
+            pv_bf16_to_pairs(_mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j)),
+                             _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j + 16)),
+                             &ac[r][2 * j], &ac[r][2 * j + 1]);
+    }
+    for (int c = 0; c < nc; c += 2) {
+        const char *v0 = rows[c], *v1 = c + 1 < nc ? rows[c + 1] : NULL;
+        __m512i pp[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < RB; r++) {
+            uint32_t pair;
+            memcpy(&pair, pb + r * ldb + c, sizeof pair);
+            pp[r] = _mm512_set1_epi32((int)pair);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            attn_dec_prefetch(v0, 64 * j);
+            __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
+            if (v1) {
+                attn_dec_prefetch(v1, 64 * j);
+                b = _mm512_loadu_si512(v1 + 64 * j);
+            }
+            __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 2
+            for (int r = 0; r < RB; r++) {
+                ac[r][2 * j] = _mm512_dpbf16_ps(ac[r][2 * j], (__m512bh)lo, (__m512bh)pp[r]);
+                ac[r][2 * j + 1] = _mm512_dpbf16_ps(ac[r][2 * j + 1], (__m512bh)hi, (__m512bh)pp[r]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            __m512 n0, n1;
+            pv_bf16_from_pairs(ac[r][2 * j], ac[r][2 * j + 1], &n0, &n1);
+            _mm512_storeu_ps(acc + r * lda + 32 * j, n0);
+            _mm512_storeu_ps(acc + r * lda + 32 * j + 16, n1);
+        }
+}
+
+ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                           int nr, const void *const *rows, loom_dtype dt, int nc,
+                                           int d, const float *alpha) {
+    if (dt != LOOM_BF16 || (d != 128 && d != 64) || nc > ATTN_DEC_TILE) {
+        loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha);
+        return;
+    }
+    /* probabilities as bf16, two rows at a time, zero padded to an even count */
+    uint16_t pb[2][ATTN_DEC_TILE + 32];
+    const int ldb = ATTN_DEC_TILE + 32;
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        int rb = nr - r0 < 2 ? nr - r0 : 2;
+        for (int r = 0; r < rb; r++) {
+            const float *pr = p + (r0 + r) * ldp;
+            for (int c = 0; c < nc; c += 16) {
+                __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+                _mm256_storeu_si256((__m256i *)(pb[r] + c), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, pr + c)));
+            }
+        }
+        float *ar = acc + r0 * lda;
+        if (rb == 2) {
+            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+        } else {
+            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+        }
+    }
+}
+
 ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m,
                                              float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
