@@ -125,6 +125,16 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
 
 /* ------------------------------------------------------------ micro-kernels */
 
+/* Rows a decode kernel prefetches while it computes on others: the V rows of
+ * the tile during Q.K^T, the next tile's K rows during P.V, so that both
+ * streams stay in flight instead of each one starting cold when its phase
+ * begins. Row c (c < n, bytes each) is asked for while key c is processed. */
+typedef struct attn_dec_pf {
+    const void *const *rows;
+    int n;
+    int64_t bytes;
+} attn_dec_pf;
+
 typedef struct loom_attn_kernels {
     const char *name;
     /* Prefill, rows of the tile in vector lanes (mp a multiple of ATTN_ROW_PAD):
@@ -152,12 +162,16 @@ typedef struct loom_attn_kernels {
     /* n contiguous f32/f16/bf16/i8 elements to f32. */
     void (*to_f32)(float *dst, const void *src, loom_dtype dt, int64_t n);
     /* Decode: s[r][c] = sum_x q[r][x] * row_c[x], rows of dtype dt (f32/f16/bf16/i8),
-     * d elements each; q rows hold at least round_up(d, 16) floats (zero padded). */
+     * d elements each; q rows hold at least round_up(d, 16) floats (zero padded).
+     * pf (may be NULL, may be ignored): rows of the other stream to prefetch
+     * along the way, see attn_dec_pf. */
     void (*dec_dot)(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                    const void *const *rows, loom_dtype dt, int nc, int d);
+                    const void *const *rows, loom_dtype dt, int nc, int d,
+                    const attn_dec_pf *pf);
     /* Decode: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x]. */
     void (*dec_pv)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
-                   const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha);
+                   const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
+                   const attn_dec_pf *pf);
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols. */
     void (*softmax_rows)(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                          float *alpha);
@@ -177,32 +191,36 @@ const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 
 /* Decode micro-kernels live in incre_attention_<isa>.c. */
 void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                               const void *const *rows, loom_dtype dt, int nc, int d);
+                               const void *const *rows, loom_dtype dt, int nc, int d,
+        const attn_dec_pf *pf);
 void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                               const void *const *rows, loom_dtype dt, int nc, int d,
-                              const float *alpha);
+                              const float *alpha, const attn_dec_pf *pf);
 void loom_attn_softmax_rows_generic(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                     float *alpha);
 void loom_attn_to_f32_generic(float *dst, const void *src, loom_dtype dt, int64_t n);
 #if defined(__x86_64__)
 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                            const void *const *rows, loom_dtype dt, int nc, int d);
+                            const void *const *rows, loom_dtype dt, int nc, int d,
+        const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                            const void *const *rows, loom_dtype dt, int nc, int d,
-                           const float *alpha);
+                           const float *alpha, const attn_dec_pf *pf);
 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                  float *alpha);
 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                              const void *const *rows, loom_dtype dt, int nc, int d);
+                              const void *const *rows, loom_dtype dt, int nc, int d,
+        const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                              const void *const *rows, loom_dtype dt, int nc, int d,
-                             const float *alpha);
+                             const float *alpha, const attn_dec_pf *pf);
 /* As the two above; bf16 caches with d = 64 or 128 use vdpbf16ps (AVX512_BF16 CPUs). */
 void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                                const void *const *rows, loom_dtype dt, int nc, int d);
+                                const void *const *rows, loom_dtype dt, int nc, int d,
+        const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                const void *const *rows, loom_dtype dt, int nc, int d,
-                               const float *alpha);
+                               const float *alpha, const attn_dec_pf *pf);
 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                    float *alpha);
 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n);

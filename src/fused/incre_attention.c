@@ -42,7 +42,7 @@ typedef struct dec_scratch {
     float *q, *s, *acc, *m, *l, *alpha, *bias, *qsum, *extra, *tsc, *tof;
     float *fm, *fl, *facc;              /* the running fold of a unit */
     float *row;
-    const void **krows, **vrows;
+    const void **krows, **vrows, **knext; /* knext: the next tile's K rows (prefetch) */
 } dec_scratch;
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
@@ -54,16 +54,17 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     int64_t M = pl->M, ld = pl->ldq;
-    int64_t sizes[17] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
-                         2 * T, 2 * T};
+    int64_t sizes[18] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
+                         2 * T, 2 * T, 2 * T};
     float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
                      &sc->extra, &sc->tsc, &sc->tof, &sc->fm, &sc->fl, &sc->facc, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < 18; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 15) *f[i] = (float *)p;
         else if (i == 15) sc->krows = (const void **)p;
-        else sc->vrows = (const void **)p;
+        else if (i == 16) sc->vrows = (const void **)p;
+        else sc->knext = (const void **)p;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -150,6 +151,20 @@ static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, 
     }
 }
 
+/* Addresses of cache rows j0 .. j0+n-1 of the unit (K or V view). */
+static void dec_rows(const attn_problem *pr, const attn_view *v, const dec_unit *u, int64_t j0,
+                     int n, const void **rows) {
+    if (pr->paged) {
+        for (int c = 0; c < n; c++)
+            rows[c] = v->data + attn_kv_offset(pr, v, u->b, j0 + c, u->hkv) * v->esize;
+        return;
+    }
+    if (n <= 0) return;
+    const char *r0 = v->data + attn_kv_offset(pr, v, u->b, j0, u->hkv) * v->esize;
+    int64_t stride = v->ss * v->esize; /* contiguous: rows a fixed stride apart */
+    for (int c = 0; c < n; c++) rows[c] = r0 + c * stride;
+}
+
 /* Partial (m, l, acc) of chunk k into pm, pl_, pacc (rows of ldq floats). */
 static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const dec_scratch *sc,
                       float *pm, float *pl_, float *pacc) {
@@ -170,12 +185,16 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
             part |= lo > j0 || hi < j0 + nc;
         }
         if (!any) continue; /* fully masked tile: skipped */
-        for (int c = 0; c < nc; c++) {
-            sc->krows[c] = pr->k.data + attn_kv_offset(pr, &pr->k, u->b, j0 + c, u->hkv) * pr->k.esize;
-            sc->vrows[c] = pr->v.data + attn_kv_offset(pr, &pr->v, u->b, j0 + c, u->hkv) * pr->v.esize;
-        }
+        dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
+        dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
+        int nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
+        if (nn < 0) nn = 0;
+        dec_rows(pr, &pr->k, u, j0 + T, nn, sc->knext);
+        /* i8 tiles are compute-bound: extra requests only slowed them down */
+        int xpf = pr->k.esize > 1 && kn->dec_self_prefetch;
+        attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize}, pf_k = {sc->knext, nn, D * pr->k.esize};
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
-        kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D);
+        kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);
             for (int64_t r = 0; r < M; r++)
@@ -218,7 +237,8 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
                 sc->extra[r] = e;
             }
         }
-        kn->dec_pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha);
+        kn->dec_pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha,
+                   xpf ? &pf_k : NULL);
     }
     if (vq->mode == LOOM_ANTIQUANT_PER_CHANNEL) {
         for (int64_t r = 0; r < M; r++)

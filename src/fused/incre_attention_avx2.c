@@ -56,7 +56,9 @@ ATTN_INLINE ATTN_T256 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
 }
 
 ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                                      const void *const *rows, loom_dtype dt, int nc, int d) {
+                                      const void *const *rows, loom_dtype dt, int nc, int d,
+                                      const attn_dec_pf *pf) {
+    (void)pf; /* the AVX2 kernels keep their own in-row prefetch only */
     switch (dt) {
     case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d); break;
     case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d); break;
@@ -108,7 +110,8 @@ ATTN_INLINE ATTN_T256 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 
 ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
-                                     const float *alpha) {
+                                     const float *alpha, const attn_dec_pf *pf) {
+    (void)pf;
     switch (dt) {
     case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
     case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;

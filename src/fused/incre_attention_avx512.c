@@ -22,8 +22,17 @@
  * reading past a cache's end is harmless. */
 #include "fused/flash_attention_internal.h"
 
+#include "base/cpu.h"
+
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
+
+/* Every line of row c of the other stream (attn_dec_pf), if there is one. */
+ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
+    if (!pf || c >= pf->n) return;
+    const char *row = pf->rows[c];
+    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
+}
 
 /* Lane r*KB + k of z is s[r][k]: row by row with masked stores (KB = 16/RB). */
 ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, int nrv, int ncv) {
@@ -99,7 +108,8 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
  * that; reading a few rows side by side defeats it). KB keys at a time give
  * RB*KB <= 16 accumulators, reduced 16 at once. */
 ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float *s, int64_t lds,
-                                   const float *q, int64_t ldq, const void *const *rows, int nc) {
+                                   const float *q, int64_t ldq, const void *const *rows, int nc,
+                                   const attn_dec_pf *pf) {
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     __m512 qv[2][16];
 #pragma GCC unroll 16
@@ -114,6 +124,7 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float 
 #pragma GCC unroll 16
         for (int k = 0; k < KB; k++) {
             const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+            attn_dec_pf_row(pf, c0 + k);
 #pragma GCC unroll 16
             for (int v = 0; v < NQ; v++) {
                 if ((16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
@@ -143,15 +154,16 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float 
 }
 
 ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
-                                  int64_t ldq, int nr, const void *const *rows, int nc, int d) {
-    if (d == 128 || d == 64) {
+                                  int64_t ldq, int nr, const void *const *rows, int nc, int d,
+                                  const attn_dec_pf *pf) {
+    if (d == 128 || d == 64) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
         for (; r + 2 <= nr; r += 2)
-            if (d == 128) dot_seq(2, 8, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
-            else dot_seq(2, 4, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+            if (d == 128) dot_seq(2, 8, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
+            else dot_seq(2, 4, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
         for (; r < nr; r++)
-            if (d == 128) dot_seq(1, 8, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
-            else dot_seq(1, 4, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+            if (d == 128) dot_seq(1, 8, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
+            else dot_seq(1, 4, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
         return;
     }
     if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
@@ -160,14 +172,93 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
 }
 
+/* ---------------------------------------------------------- i8 caches with AVX512_VNNI */
+
+#define ATTN_T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+/* Scores against an i8 K with vpdpwssd, d = 32 NQ (64 or 128). Widening every
+ * K element to f32 cost as much as the FMAs themselves (an i8 cache is
+ * compute-bound); instead each q row (its per-channel K scales already folded
+ * in) is rounded to 16-bit integers against its own max, q ~ sq * qi with
+ * |qi| <= 32767 (relative error <= 2^-16 of the row's largest element), K
+ * is sign-extended to 16 bits, and the products accumulate exactly in 32-bit
+ * lanes (8 products of <= 2^15 * 2^7 per lane: no overflow). */
+ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const float *q,
+                                      int64_t ldq, const void *const *rows, int nc) {
+    const int KB = 16 / RB;
+    __m512i qi[2][4];
+    float sq[2];
+    for (int r = 0; r < RB; r++) {
+        const float *qr = q + r * ldq;
+        __m512 mx = _mm512_setzero_ps();
+        for (int v = 0; v < 2 * NQ; v++) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(qr + 16 * v)));
+        float m = _mm512_reduce_max_ps(mx);
+        sq[r] = m > 0.0f ? m / 32767.0f : 0.0f;
+        __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+        for (int v = 0; v < NQ; v++) {
+            __m256i a = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v), inv)));
+            __m256i b = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v + 16), inv)));
+            qi[r][v] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        }
+    }
+    __m512 scale = _mm512_set1_ps(sq[0]);
+    if (RB == 2) scale = _mm512_mask_blend_ps((__mmask16)0xFF00, scale, _mm512_set1_ps(sq[1]));
+    for (int c0 = 0; c0 < nc; c0 += KB) {
+        int ncv = nc - c0 < KB ? nc - c0 : KB;
+        __m512i acc[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int k = 0; k < KB; k++) {
+            const char *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+#pragma GCC unroll 4
+            for (int v = 0; v < NQ; v++) {
+                if (v % 2 == 0) attn_dec_prefetch(kp, 32 * v);
+                __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kp + 32 * v)));
+#pragma GCC unroll 2
+                for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_dpwssd_epi32(acc[r * KB + k], qi[r][v], kv);
+            }
+        }
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+            for (int L = 0; L < 4; L++) a[4 * t + L] = _mm512_cvtepi32_ps(acc[4 * L + t]);
+        __m512 z = _mm512_mul_ps(attn_reduce16(a), scale); /* lane r*KB + k = s[r][k] */
+        if (KB == 16) {
+            _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), z);
+        } else {
+            __mmask8 m = (__mmask8)((1u << ncv) - 1);
+            _mm256_mask_storeu_ps(s + c0, m, _mm512_castps512_ps256(z));
+            _mm256_mask_storeu_ps(s + lds + c0, m, _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0xEE)));
+        }
+    }
+}
+
+static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                                     const void *const *rows, int nc, int d) {
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        if (d == 128) dot_i8(2, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+        else dot_i8(2, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+    if (r < nr) {
+        if (d == 128) dot_i8(1, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+        else dot_i8(1, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+    }
+}
+
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
-                                        int d) {
+                                        int d, const attn_dec_pf *pf) {
+    if (dt == LOOM_I8 && (d == 128 || d == 64) && loom_cpu_get()->avx512_vnni) {
+        dot_i8_all(s, lds, q, ldq, nr, rows, nc, d);
+        return;
+    }
     switch (dt) {
-    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d); break;
-    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d); break;
-    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d); break;
-    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, pf); break;
+    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d, pf); break;
+    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, pf); break;
+    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, pf); break;
     }
 }
 
@@ -211,7 +302,7 @@ ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t ld
  * one after the other (address order, which the hardware prefetcher follows). */
 ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                   const float *p, int64_t ldp, const void *const *rows, int nc,
-                                  const float *alpha) {
+                                  const float *alpha, const attn_dec_pf *pf) {
     __m512 ac[4][16];
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
@@ -221,6 +312,7 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
     }
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     for (int c = 0; c < nc; c++) {
+        attn_dec_pf_row(pf, c);
         __m512 pb[4];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) pb[r] = _mm512_set1_ps(p[r * ldp + c]);
@@ -240,17 +332,17 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
 
 ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
                                   int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                  const float *alpha) {
+                                  const float *alpha, const attn_dec_pf *pf) {
     int r = 0;
-    if (d == 128 || d == 64) {
-        if (d == 64)
-            for (; r + 4 <= nr; r += 4) pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r);
+    if ((d == 128 || d == 64) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
+        for (; d == 64 && r + 4 <= nr; r += 4)
+            pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
         for (; r + 2 <= nr; r += 2)
-            if (d == 128) pv_seq(2, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r);
-            else pv_seq(2, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r);
+            if (d == 128) pv_seq(2, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
+            else pv_seq(2, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
         if (r < nr) {
-            if (d == 128) pv_seq(1, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r);
-            else pv_seq(1, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r);
+            if (d == 128) pv_seq(1, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
+            else pv_seq(1, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
         }
         return;
     }
@@ -264,12 +356,12 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
                                        int nr, const void *const *rows, loom_dtype dt, int nc,
-                                       int d, const float *alpha) {
+                                       int d, const float *alpha, const attn_dec_pf *pf) {
     switch (dt) {
-    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
+    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
+    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
+    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
     }
 }
 
@@ -281,7 +373,8 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
  * as accurate as the widening kernel's at half the instructions (no widening).
  * One row at a time (16 q registers would leave too few for 16 keys). */
 ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float *q, int64_t ldq,
-                                      int nr, const void *const *rows, int nc) {
+                                      int nr, const void *const *rows, int nc,
+                                      const attn_dec_pf *pf) {
     for (int r = 0; r < nr; r++) {
         __m512i qh[4], ql[4];
         const float *qr = q + r * ldq;
@@ -301,6 +394,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float
 #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) {
                 const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+                if (r == 0) attn_dec_pf_row(pf, c0 + k);
                 acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
                 for (int v = 0; v < NQ; v++) {
@@ -322,10 +416,10 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
                                             int nr, const void *const *rows, loom_dtype dt, int nc,
-                                            int d) {
-    if (dt == LOOM_BF16 && d == 128) dot_bf16(4, s, lds, q, ldq, nr, rows, nc);
-    else if (dt == LOOM_BF16 && d == 64) dot_bf16(2, s, lds, q, ldq, nr, rows, nc);
-    else loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d);
+                                            int d, const attn_dec_pf *pf) {
+    if (dt == LOOM_BF16 && d == 128) dot_bf16(4, s, lds, q, ldq, nr, rows, nc, pf);
+    else if (dt == LOOM_BF16 && d == 64) dot_bf16(2, s, lds, q, ldq, nr, rows, nc, pf);
+    else loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
 }
 
 /* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values
@@ -350,7 +444,8 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0
  * the rows' probabilities as bf16, ldb apart, zero padded to even length. */
 ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
                                           const uint16_t *pb, int64_t ldb,
-                                          const void *const *rows, int nc, const float *alpha) {
+                                          const void *const *rows, int nc, const float *alpha,
+                                          const attn_dec_pf *pf) {
     __m512 ac[2][8];
 #pragma GCC unroll 2
     for (int r = 0; r < RB; r++) {
@@ -363,6 +458,8 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
     }
     for (int c = 0; c < nc; c += 2) {
         const char *v0 = rows[c], *v1 = c + 1 < nc ? rows[c + 1] : NULL;
+        attn_dec_pf_row(pf, c);
+        attn_dec_pf_row(pf, c + 1);
         __m512i pp[2];
 #pragma GCC unroll 2
         for (int r = 0; r < RB; r++) {
@@ -399,9 +496,9 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
 
 ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
-                                           int d, const float *alpha) {
+                                           int d, const float *alpha, const attn_dec_pf *pf) {
     if (dt != LOOM_BF16 || (d != 128 && d != 64) || nc > ATTN_DEC_TILE) {
-        loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha);
+        loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
     /* probabilities as bf16, two rows at a time, zero padded to an even count */
@@ -418,11 +515,11 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
         }
         float *ar = acc + r0 * lda;
         if (rb == 2) {
-            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
-            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
+            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
         } else {
-            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
-            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0);
+            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
+            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
         }
     }
 }

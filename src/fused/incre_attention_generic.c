@@ -5,7 +5,9 @@
 #include <math.h>
 
 void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                               const void *const *rows, loom_dtype dt, int nc, int d) {
+                               const void *const *rows, loom_dtype dt, int nc, int d,
+                               const attn_dec_pf *pf) {
+    (void)pf; /* nothing to gain without a vector loop to hide the misses in */
     float buf[LOOM_ATTN_MAX_HEAD_DIM];
     for (int c = 0; c < nc; c++) {
         attn_load_row(buf, rows[c], dt, 1, d);
@@ -20,7 +22,8 @@ void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ld
 
 void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                               const void *const *rows, loom_dtype dt, int nc, int d,
-                              const float *alpha) {
+                              const float *alpha, const attn_dec_pf *pf) {
+    (void)pf;
     float buf[LOOM_ATTN_MAX_HEAD_DIM];
     for (int r = 0; r < nr; r++)
         for (int x = 0; x < d; x++) acc[r * lda + x] *= alpha[r];
