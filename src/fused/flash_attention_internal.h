@@ -18,7 +18,7 @@
 /* Prefill keeps tile rows in vector lanes: row counts are padded to this. */
 #define ATTN_ROW_PAD 16
 /* Decode processes KV in tiles of this many keys (scores stay in L1). */
-#define ATTN_DEC_TILE 64
+#define ATTN_DEC_TILE 32
 #define ATTN_DEFAULT_KV_CHUNK 512
 
 /* One of q, k, v, out: element (b, s, n, d) is at data + esize*(b*sb + s*ss + n*sn + d*sd).

@@ -109,7 +109,7 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
  * RB*KB <= 16 accumulators, reduced 16 at once. */
 ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float *s, int64_t lds,
                                    const float *q, int64_t ldq, const void *const *rows, int nc,
-                                   const attn_dec_pf *pf) {
+                                   int own, const attn_dec_pf *pf) {
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     __m512 qv[2][16];
 #pragma GCC unroll 16
@@ -127,7 +127,7 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float 
             attn_dec_pf_row(pf, c0 + k);
 #pragma GCC unroll 16
             for (int v = 0; v < NQ; v++) {
-                if ((16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
+                if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
                 __m512 kv = attn_load16(kp, 16 * v, DT, 0xFFFF);
 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r][v], kv, acc[r * KB + k]);
@@ -159,11 +159,11 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     if (d == 128 || d == 64) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
         for (; r + 2 <= nr; r += 2)
-            if (d == 128) dot_seq(2, 8, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
-            else dot_seq(2, 4, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
+            if (d == 128) dot_seq(2, 8, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            else dot_seq(2, 4, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
         for (; r < nr; r++)
-            if (d == 128) dot_seq(1, 8, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
-            else dot_seq(1, 4, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, r ? NULL : pf);
+            if (d == 128) dot_seq(1, 8, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            else dot_seq(1, 4, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
         return;
     }
     if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
@@ -184,7 +184,7 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
  * is sign-extended to 16 bits, and the products accumulate exactly in 32-bit
  * lanes (8 products of <= 2^15 * 2^7 per lane: no overflow). */
 ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const float *q,
-                                      int64_t ldq, const void *const *rows, int nc) {
+                                      int64_t ldq, const void *const *rows, int nc, int own) {
     const int KB = 16 / RB;
     __m512i qi[2][4];
     float sq[2];
@@ -213,7 +213,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
             const char *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
-                if (v % 2 == 0) attn_dec_prefetch(kp, 32 * v);
+                if (own && v % 2 == 0) attn_dec_prefetch(kp, 32 * v);
                 __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kp + 32 * v)));
 #pragma GCC unroll 2
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_dpwssd_epi32(acc[r * KB + k], qi[r][v], kv);
@@ -239,11 +239,11 @@ static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int6
                                      const void *const *rows, int nc, int d) {
     int r = 0;
     for (; r + 2 <= nr; r += 2)
-        if (d == 128) dot_i8(2, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
-        else dot_i8(2, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+        if (d == 128) dot_i8(2, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
+        else dot_i8(2, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
     if (r < nr) {
-        if (d == 128) dot_i8(1, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
-        else dot_i8(1, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc);
+        if (d == 128) dot_i8(1, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
+        else dot_i8(1, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
     }
 }
 
@@ -302,7 +302,7 @@ ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t ld
  * one after the other (address order, which the hardware prefetcher follows). */
 ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                   const float *p, int64_t ldp, const void *const *rows, int nc,
-                                  const float *alpha, const attn_dec_pf *pf) {
+                                  const float *alpha, int own, const attn_dec_pf *pf) {
     __m512 ac[4][16];
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
@@ -318,7 +318,7 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
         for (int r = 0; r < RB; r++) pb[r] = _mm512_set1_ps(p[r * ldp + c]);
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) {
-            if ((16 * v * es) % 64 == 0) attn_dec_prefetch(rows[c], 16 * v * es);
+            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(rows[c], 16 * v * es);
             __m512 kv = attn_load16(rows[c], 16 * v, DT, 0xFFFF);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) ac[r][v] = _mm512_fmadd_ps(pb[r], kv, ac[r][v]);
@@ -336,13 +336,13 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
     int r = 0;
     if ((d == 128 || d == 64) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
         for (; d == 64 && r + 4 <= nr; r += 4)
-            pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
+            pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
         for (; r + 2 <= nr; r += 2)
-            if (d == 128) pv_seq(2, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
-            else pv_seq(2, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
+            if (d == 128) pv_seq(2, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
+            else pv_seq(2, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
         if (r < nr) {
-            if (d == 128) pv_seq(1, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
-            else pv_seq(1, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, r ? NULL : pf);
+            if (d == 128) pv_seq(1, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
+            else pv_seq(1, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
         }
         return;
     }
@@ -398,7 +398,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float
                 acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
                 for (int v = 0; v < NQ; v++) {
-                    attn_dec_prefetch(kp, 64 * v);
+                    if (r == 0) attn_dec_prefetch(kp, 64 * v);
                     __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
                     acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
                     acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
@@ -445,7 +445,7 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0
 ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
                                           const uint16_t *pb, int64_t ldb,
                                           const void *const *rows, int nc, const float *alpha,
-                                          const attn_dec_pf *pf) {
+                                          int own, const attn_dec_pf *pf) {
     __m512 ac[2][8];
 #pragma GCC unroll 2
     for (int r = 0; r < RB; r++) {
@@ -469,10 +469,10 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NC; j++) {
-            attn_dec_prefetch(v0, 64 * j);
+            if (own) attn_dec_prefetch(v0, 64 * j);
             __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
             if (v1) {
-                attn_dec_prefetch(v1, 64 * j);
+                if (own) attn_dec_prefetch(v1, 64 * j);
                 b = _mm512_loadu_si512(v1 + 64 * j);
             }
             __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
@@ -515,11 +515,11 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
         }
         float *ar = acc + r0 * lda;
         if (rb == 2) {
-            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
-            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
+            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
+            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
         } else {
-            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
-            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, r0 ? NULL : pf);
+            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
+            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
         }
     }
 }
