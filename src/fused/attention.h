@@ -61,6 +61,12 @@ typedef enum loom_attn_sparse_mode {
     LOOM_SPARSE_MODE_COUNT
 } loom_attn_sparse_mode;
 
+/* inner_precise (Ascend's name): the precision of the two products. */
+typedef enum loom_attn_inner_precise {
+    LOOM_ATTN_HIGH_PRECISION = 0,   /* products in the inputs' precision */
+    LOOM_ATTN_HIGH_PERFORMANCE = 1, /* f32/f16 inputs: bf16 products, f32 accumulation */
+} loom_attn_inner_precise;
+
 #define LOOM_ATTN_MAX_HEAD_DIM 256   /* D in 1..256 */
 #define LOOM_ATTN_MAX_BLOCK 1024     /* explicit block_q / block_kv / kv_chunk limit */
 #define LOOM_ATTN_TOKENS_ALL 2147483647  /* Ascend's default pre/next_tokens: no band */
@@ -106,6 +112,12 @@ typedef struct loom_flash_attention_params {
     /* tiling: query positions and keys per tile; 0 = chosen from the cache sizes.
      * Changes rounding only, never results beyond the tolerance. */
     int64_t block_q, block_kv;
+    /* loom_attn_inner_precise: 0 (default) computes Q.K^T and P.V in the
+     * inputs' precision (f32 inputs: f32 FMAs); 1 lets f32/f16 inputs use bf16
+     * products with f32 accumulation where the CPU has AVX512_BF16 (about twice
+     * the f32 rate; bf16 accuracy, the tolerance of bf16 inputs). bf16 inputs
+     * use bf16 products either way. */
+    int     inner_precise;
 } loom_flash_attention_params;
 
 /* Defaults: BSND, heads from the shapes, scale 1/sqrt(D), no band, sparse_mode 0,
@@ -239,6 +251,7 @@ typedef struct loom_fused_infer_attention_params {
     int64_t block_size;
     int     key_antiquant_mode, value_antiquant_mode;
     int64_t decode_max_q_len;  /* S_q <= this (and not TND) -> decode kernel; default 16, max 16 */
+    int     inner_precise;     /* as loom_flash_attention_params (prefill kernel only) */
 } loom_fused_infer_attention_params;
 
 loom_fused_infer_attention_params loom_fused_infer_attention_default_params(void);

@@ -28,7 +28,9 @@ typedef struct fa_plan {
     const loom_attn_kernels *kern;
     int64_t br, gs, nhs, bc, mp_max; /* query positions, heads per item, sub-groups, keys per tile */
     int use_bf16, use_bf16_pv, direct_k, direct_v;
-    int64_t vpk_pairs;               /* bf16 V: pairs the packed-V cache holds (0: none) */
+    int q16, k16, v16;               /* bf16 products read bf16 q / K / V as they are (else round) */
+    int64_t vpk_pairs;               /* bf16 products: pairs the packed-V cache holds (0: none) */
+    int64_t kpk_rows;                /* rounded K: rows the bf16 K cache holds (0: none) */
     float qscale;                    /* scale * log2(e): scores in the log2 domain */
 } fa_plan;
 
@@ -48,13 +50,22 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     pl->nhs = (pr->G + pl->gs - 1) / pl->gs;
     pl->mp_max = attn_round_up(pl->gs * pl->br, ATTN_ROW_PAD);
     pl->qscale = (float)(pr->scale * ATTN_LOG2E);
-    pl->use_bf16 = kern && kern->qk_bf16 && pr->q.dtype == LOOM_BF16 && pr->k.dtype == LOOM_BF16 &&
-                   pr->k.sd == 1 && pr->D % 2 == 0;
-    pl->use_bf16_pv = kern && kern->pv_bf16 && pr->v.dtype == LOOM_BF16 && pr->v.sd == 1;
+    /* bf16 products: for bf16 inputs, or for f32/f16 ones with inner_precise 1
+     * (rounded to bf16 on the way in: q per row, K and V once per thread and
+     * kv head into the caches below) */
+    int hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE && pr->q.sd == 1 && pr->k.sd == 1 &&
+             pr->v.sd == 1 && pr->k.dtype != LOOM_I8;
+    pl->q16 = pr->q.dtype == LOOM_BF16;
+    pl->k16 = pr->k.dtype == LOOM_BF16 && pr->k.sd == 1;
+    pl->v16 = pr->v.dtype == LOOM_BF16 && pr->v.sd == 1;
+    pl->use_bf16 = kern && kern->qk_bf16 && pr->D % 2 == 0 &&
+                   ((pl->q16 && pl->k16) || (hp && kern->to_bf16));
+    pl->use_bf16_pv = kern && kern->pv_bf16 && (pl->v16 || (hp && kern->to_bf16));
     pl->direct_k = pr->k.dtype == LOOM_F32 && pr->k.sd == 1;
     pl->direct_v = pr->v.dtype == LOOM_F32 && pr->v.sd == 1;
     /* sized from the problem alone (never the kernel level): ceil(S_kv / 2) key pairs */
-    pl->vpk_pairs = pr->v.dtype == LOOM_BF16 && pr->v.sd == 1 ? (pr->Skv + 1) / 2 : 0;
+    pl->vpk_pairs = pl->v16 || hp ? (pr->Skv + 1) / 2 : 0;
+    pl->kpk_rows = hp && !pl->k16 ? pr->Skv : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -63,6 +74,7 @@ typedef struct fa_scratch {
     int64_t *lo, *hi;      /* visible keys of each valid row */
     int32_t *llo, *lhi;    /* the same per lane (padding lanes see everything) */
     uint32_t *vpk;         /* bf16 V of one (batch, kv head) packed as key pairs [pairs][D] */
+    uint16_t *kpk;         /* K of one (batch, kv head) rounded to bf16 [S_kv][D] (inner_precise 1) */
 } fa_scratch;
 
 /* Which (batch, kv head) the packed-V cache holds, and how many of its keys
@@ -70,23 +82,25 @@ typedef struct fa_scratch {
  * are consecutive and their key ranges grow (causal), so each bf16 V row is
  * repacked once per thread instead of once per item. The pairs are the same
  * values pv_bf16 would pack itself, so results do not depend on the cache. */
-typedef struct fa_vcache { int64_t b, hkv, hi; } fa_vcache;
+typedef struct fa_vcache { int64_t b, hkv, hi, kb, khkv, khi; } fa_vcache;
 
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
-    int64_t sizes[15] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
-                         LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp, pl->vpk_pairs * D};
+    int64_t sizes[16] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
+                         LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp, pl->vpk_pairs * D,
+                         (pl->kpk_rows * D + 1) / 2};
     float **f[10] = {&sc->qt, &sc->ot, &sc->s, &sc->a, &sc->kbuf, &sc->vbuf, &sc->m, &sc->l,
                      &sc->alpha, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 15; i++) {
+    for (int i = 0; i < 16; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 10) *f[i] = (float *)p;
         else if (i == 10) sc->lo = (int64_t *)p;
         else if (i == 11) sc->hi = (int64_t *)p;
         else if (i == 12) sc->llo = (int32_t *)p;
         else if (i == 13) sc->lhi = (int32_t *)p;
-        else sc->vpk = sizes[i] ? (uint32_t *)p : NULL;
+        else if (i == 14) sc->vpk = sizes[i] ? (uint32_t *)p : NULL;
+        else sc->kpk = sizes[i] ? (uint16_t *)p : NULL;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -193,13 +207,32 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     const attn_problem *pr = pl->pr;
     int64_t D = pr->D;
     if (vc->b != it->b || vc->hkv != it->hkv) vc->b = it->b, vc->hkv = it->hkv, vc->hi = 0;
+    uint16_t *r16 = (uint16_t *)sc->row; /* two rounded rows (2 * D <= 2 * 256 u16) */
     for (int64_t j = vc->hi; j < hi; j += 2) {
         int64_t o = it->b * pr->v.sb + (s->kv_start + j) * pr->v.ss + it->hkv * pr->v.sn;
         const uint16_t *v0 = (const uint16_t *)elem(&pr->v, o), *v1 = v0 + pr->v.ss;
+        if (!pl->v16) { /* inner_precise 1: f32/f16 V rounded to bf16 */
+            pl->kern->to_bf16(r16, elem(&pr->v, o), pr->v.dtype, D);
+            pl->kern->to_bf16(r16 + D, elem(&pr->v, o + pr->v.ss), pr->v.dtype, D);
+            v0 = r16, v1 = r16 + D;
+        }
         uint32_t *dst = sc->vpk + (j / 2) * D;
         for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;
     }
     if (hi > vc->hi) vc->hi = hi;
+}
+
+/* Rounds keys [vc->khi, hi) of the item's K to bf16 into the K cache
+ * (inner_precise 1 with an f32/f16 K): once per thread and kv head, like V. */
+static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
+                           const fa_scratch *sc, int64_t hi) {
+    const attn_problem *pr = pl->pr;
+    if (vc->kb != it->b || vc->khkv != it->hkv) vc->kb = it->b, vc->khkv = it->hkv, vc->khi = 0;
+    for (int64_t j = vc->khi; j < hi; j++) {
+        int64_t o = it->b * pr->k.sb + (s->kv_start + j) * pr->k.ss + it->hkv * pr->k.sn;
+        pl->kern->to_bf16(sc->kpk + j * pr->D, elem(&pr->k, o), pr->k.dtype, pr->D);
+    }
+    if (hi > vc->khi) vc->khi = hi;
 }
 
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
@@ -232,9 +265,13 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                                                   (h0 + g) * pr->q.sn);
                 if (pl->use_bf16) {
                     const uint16_t *q16 = (const uint16_t *)qp;
+                    int64_t qsd = pr->q.sd;
+                    if (!pl->q16) { /* inner_precise 1: the row rounded to bf16 */
+                        kn->to_bf16((uint16_t *)sc->row, qp, pr->q.dtype, D);
+                        q16 = (const uint16_t *)sc->row, qsd = 1;
+                    }
                     for (int64_t p = 0; p < D / 2; p++)
-                        qt2[p * mp + r] = (uint32_t)q16[2 * p * pr->q.sd] |
-                                          (uint32_t)q16[(2 * p + 1) * pr->q.sd] << 16;
+                        qt2[p * mp + r] = (uint32_t)q16[2 * p * qsd] | (uint32_t)q16[(2 * p + 1) * qsd] << 16;
                     continue;
                 }
                 const float *qf = (const float *)qp; /* f32 rows are read in place */
@@ -264,8 +301,13 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             int64_t kv0 = it->b * pr->k.sb + (s.kv_start + j0) * pr->k.ss + it->hkv * pr->k.sn;
             int64_t vv0 = it->b * pr->v.sb + (s.kv_start + j0) * pr->v.ss + it->hkv * pr->v.sn;
             if (pl->use_bf16) {
-                kn->qk_bf16(sc->s, mp, (const uint16_t *)elem(&pr->k, kv0), pr->k.ss, qt2, mp, nc,
-                            (int)D, mp, pl->qscale);
+                const uint16_t *k16 = (const uint16_t *)elem(&pr->k, kv0);
+                int64_t ldk = pr->k.ss;
+                if (!pl->k16) { /* inner_precise 1: from the rounded K cache */
+                    fa_kcache_fill(pl, it, &s, vc, sc, j0 + nc);
+                    k16 = sc->kpk + j0 * D, ldk = D;
+                }
+                kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
             } else {
                 const float *kp = (const float *)elem(&pr->k, kv0);
                 int64_t ldk = pr->k.ss;
@@ -301,8 +343,16 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                                 (uint32_t *)sc->a, sc->vpk + (j0 / 2) * D);
                     continue;
                 }
-                kn->pv_bf16(sc->ot, mp, (const uint16_t *)elem(&pr->v, vv0), pr->v.ss, sc->s, mp,
-                            sc->alpha, nc, (int)D, mp, (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
+                const uint16_t *v16 = (const uint16_t *)elem(&pr->v, vv0);
+                int64_t ldv = pr->v.ss;
+                if (!pl->v16) { /* inner_precise 1: the tile rounded into the K buffer (free now) */
+                    for (int c = 0; c < nc; c++)
+                        kn->to_bf16((uint16_t *)sc->kbuf + c * D, elem(&pr->v, vv0 + c * pr->v.ss),
+                                    pr->v.dtype, D);
+                    v16 = (const uint16_t *)sc->kbuf, ldv = D;
+                }
+                kn->pv_bf16(sc->ot, mp, v16, ldv, sc->s, mp, sc->alpha, nc, (int)D, mp,
+                            (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
                 continue;
             }
             const float *vp = (const float *)elem(&pr->v, vv0);
@@ -347,7 +397,7 @@ loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *ke
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "flash_attention_score: thread %d of %d", ith, nth);
     int64_t lo, hi;
-    fa_vcache vc = {-1, -1, 0};
+    fa_vcache vc = {-1, -1, 0, -1, -1, 0};
     attn_split_cost(fa_count(&pl), ith, nth, fa_cost, &pl, &lo, &hi);
     for (int64_t idx = lo; idx < hi; idx++) {
         fa_item it;

@@ -202,6 +202,16 @@ ATTN_T512 void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype d
     }
 }
 
+static ATTN_T512BF void to_bf16_avx512(uint16_t *dst, const void *src, loom_dtype dt, int64_t n) {
+    int64_t x = 0;
+    for (; x + 16 <= n; x += 16)
+        _mm256_storeu_si256((__m256i *)(dst + x), (__m256i)_mm512_cvtneps_pbh(attn_load16(src, x, dt, 0xFFFF)));
+    if (x < n) {
+        __mmask16 k = (__mmask16)((1u << (n - x)) - 1);
+        _mm256_mask_storeu_epi16(dst + x, k, (__m256i)_mm512_cvtneps_pbh(attn_load16(src, x, dt, k)));
+    }
+}
+
 const loom_attn_kernels loom_attn_kernels_avx512 = {
     .name = "avx512",
     .bgemm = bgemm_avx512,
@@ -221,6 +231,7 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .pv_bf16 = pv_bf16_avx512,
     .softmax_cols = softmax_cols_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
+    .to_bf16 = to_bf16_avx512,
     .dec_dot = loom_attn_dec_dot_avx512bf,
     .dec_pv = loom_attn_dec_pv_avx512bf,
     .softmax_rows = loom_attn_softmax_rows_avx512,

@@ -273,6 +273,11 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                    "%s: block_kv = %lld outside 0..%d", op, (long long)p->block_kv,
                    LOOM_ATTN_MAX_BLOCK);
     pr->block_q = p->block_q, pr->block_kv = p->block_kv;
+    LOOM_RETURN_IF(p->inner_precise != LOOM_ATTN_HIGH_PRECISION &&
+                       p->inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
+                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 (high precision) or 1 "
+                   "(high performance)", op, p->inner_precise);
+    pr->inner_precise = p->inner_precise;
     pr->kq.mode = pr->vq.mode = -1;
 
     int64_t mask_rows = pr->Sq, mask_cols = pr->Skv, mask_B;

@@ -59,6 +59,7 @@ typedef struct attn_problem {
     uint64_t seed, offset;
     int64_t drop_sq, drop_skv;         /* dropout index = ((b*N + h)*drop_sq + row)*drop_skv + col */
     int64_t block_q, block_kv;         /* 0 = auto */
+    int     inner_precise;             /* 1: f32/f16 inputs may use bf16 products */
     /* decode */
     int     paged;
     const int32_t *block_table;
@@ -161,6 +162,9 @@ typedef struct loom_attn_kernels {
                          float *alpha);
     /* n contiguous f32/f16/bf16/i8 elements to f32. */
     void (*to_f32)(float *dst, const void *src, loom_dtype dt, int64_t n);
+    /* n contiguous f32/f16/bf16/i8 elements to bf16, rounded to nearest even
+     * (inner_precise 1). NULL where qk_bf16 is. */
+    void (*to_bf16)(uint16_t *dst, const void *src, loom_dtype dt, int64_t n);
     /* Decode: s[r][c] = sum_x q[r][x] * row_c[x], rows of dtype dt (f32/f16/bf16/i8),
      * d elements each; q rows hold at least round_up(d, 16) floats (zero padded).
      * pf (may be NULL, may be ignored): rows of the other stream to prefetch

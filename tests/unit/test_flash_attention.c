@@ -16,6 +16,50 @@ static void test_random_cases(void) {
     }
 }
 
+/* inner_precise 1 (f32/f16 inputs with bf16 products where the CPU has
+ * AVX512_BF16). With q, k, v holding bf16-exact values the path is the bf16
+ * kernel's (only P is rounded): bf16's tolerance over random cases (masks,
+ * layouts, GQA, varlen, dropout, odd D, which keeps f32 products for Q.K^T).
+ * With arbitrary values (rounded by the kernel) twice that. Where the CPU has
+ * the instructions it must really take effect (the result differs from
+ * inner_precise 0), and values other than 0/1 are refused. */
+static void test_inner_precise(void) {
+    loom_rng r;
+    loom_rng_init(&r, 31, 1);
+    static const loom_dtype dts[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    for (int i = 0; i < 60; i++) {
+        fa_case c = random_case(&r);
+        c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
+        c.qdt = dts[i % 3 == 2 ? irand(&r, 0, 2) : i % 2];
+        c.kvdt = i % 5 == 4 ? dts[irand(&r, 0, 2)] : c.qdt;
+        c.bf16_values = i % 4 != 3;
+        if (!c.bf16_values) c.qamp = 1.0f, c.keep = 1.0f;
+        fa_check_case(&c, &r, i % 6 == 0);
+    }
+    /* takes effect: S = 200, D = 64, f32 */
+    fa_case c = random_case(&r);
+    c.L = LOOM_ATTN_BSND, c.B = 1, c.N = 4, c.Nkv = 2, c.D = 64, c.Sq = c.Skv = 200;
+    c.qdt = c.kvdt = c.odt = LOOM_F32, c.sparse = 3, c.mask_kind = 0, c.keep = 1.0f, c.lens = 0;
+    c.pad = 0, c.bq = c.bkv = 0, c.precise = LOOM_ATTN_HIGH_PERFORMANCE, c.bf16_values = 0;
+    fa_data d;
+    fa_setup(&c, &d, &r);
+    CHECK(fa_run(&d.t, &d.p, loom_cpu_isa(), 1) == LOOM_OK);
+    size_t ob = out_bytes(&d.out);
+    unsigned char *hp = xmalloc(ob);
+    memcpy(hp, d.out.data, ob);
+    d.p.inner_precise = LOOM_ATTN_HIGH_PRECISION;
+    CHECK(fa_run(&d.t, &d.p, loom_cpu_isa(), 1) == LOOM_OK);
+    int bf16_cpu = loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16;
+    CHECK_MSG((memcmp(hp, d.out.data, ob) != 0) == bf16_cpu,
+              "inner_precise 1 %s the result on a CPU %s AVX512_BF16",
+              bf16_cpu ? "did not change" : "changed", bf16_cpu ? "with" : "without");
+    d.p.inner_precise = 2;
+    CHECK(fa_run(&d.t, &d.p, loom_cpu_isa(), 1) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "inner_precise") != NULL);
+    free(hp);
+    fa_teardown(&d);
+}
+
 /* A few long sequences (small N and D to keep the reference quick). */
 static void test_long_sequences(void) {
     loom_rng r;
@@ -117,6 +161,7 @@ int main(void) {
     RUN_TEST(test_matches_primitive_attention);
     RUN_TEST(test_layouts_agree);
     RUN_TEST(test_random_cases);
+    RUN_TEST(test_inner_precise);
     RUN_TEST(test_long_sequences);
     return TEST_SUMMARY();
 }

@@ -22,6 +22,8 @@ typedef struct fa_case {
     int lse;
     int64_t pad;              /* unused elements after each row of q/k/v */
     float qamp;
+    int precise;              /* inner_precise */
+    int bf16_values;          /* q, k, v hold values bf16 represents exactly */
 } fa_case;
 
 typedef struct fa_data {
@@ -65,6 +67,12 @@ static inline void fa_setup(const fa_case *c, fa_data *d, loom_rng *rng) {
     tensor_new(&d->v, c->kvdt, nd, sh, c->pad);
     tensor_fill(&d->k, rng, 1.0f);
     tensor_fill(&d->v, rng, 1.0f);
+    if (c->bf16_values) {
+        loom_tensor *in[3] = {&d->q, &d->k, &d->v};
+        for (int w = 0; w < 3; w++)
+            for (int64_t i = 0; i < tensor_span(in[w]); i++)
+                tset(in[w], i, loom_bf16_to_f32(loom_f32_to_bf16(tget(in[w], i))));
+    }
     if (c->mask_kind) {
         int64_t ms[4] = {c->mask_bb ? 1 : mB, c->mask_bn ? 1 : c->N, mrows, mcols};
         tensor_new(&d->mask, c->mask_kind == 1 ? LOOM_I8 : LOOM_F32, c->mask4 ? 4 : 2,
@@ -89,6 +97,7 @@ static inline void fa_setup(const fa_case *c, fa_data *d, loom_rng *rng) {
     p->sparse_mode = c->sparse, p->pre_tokens = c->pre, p->next_tokens = c->next;
     p->keep_prob = c->keep, p->seed = c->seed, p->offset = 7;
     p->block_q = c->bq, p->block_kv = c->bkv;
+    p->inner_precise = c->precise;
     if (c->L == LOOM_ATTN_TND) {
         p->actual_seq_qlen = d->cq, p->actual_seq_kvlen = d->ckv, p->num_seqs = c->nseq;
     } else if (c->lens) {
@@ -142,6 +151,9 @@ static inline void fa_check_case(const fa_case *c, loom_rng *rng, int threads) {
     loom_status s = fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1);
     CHECK_MSG(s == LOOM_OK, "reference: %s", loom_last_error());
     double tol = case_tol(c->qdt, c->kvdt, c->odt);
+    if (c->precise == LOOM_ATTN_HIGH_PERFORMANCE) /* bf16 products: bf16's tolerance, */
+        tol = case_tol(LOOM_BF16, c->kvdt, c->odt) * (c->Skv >= 2048 ? 2.0 : 1.0) *
+              (c->bf16_values ? 1.0 : 2.0); /* doubled when q, k, v get rounded too */
     loom_isa lv[LOOM_ISA_COUNT];
     int nl = test_levels(lv);
     for (int li = 0; li < nl && s == LOOM_OK; li++) {
