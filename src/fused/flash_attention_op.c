@@ -23,6 +23,7 @@ static loom_flash_attention_params fa_params(const void *attrs) {
     p.pre_tokens = a->pre_tokens, p.next_tokens = a->next_tokens;
     p.seed = a->seed, p.offset = a->offset;
     p.block_q = a->block_q, p.block_kv = a->block_kv;
+    p.inner_precise = a->inner_precise;
     return p;
 }
 

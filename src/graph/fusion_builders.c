@@ -100,6 +100,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.sparse_mode = aa->causal ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
         a.block_q = (int32_t)fr_opt(c, "block_q", 0);
         a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
+        a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);
         f->op = LOOM_OP_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     }
@@ -167,8 +168,9 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
 #define MAX_BUILDERS 24
 static fr_builder builders[MAX_BUILDERS] = {
     {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv},
-    {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv", build_attention},
-    {"flash_attention_score", "attn", "q k v", "block_q block_kv", build_attention},
+    {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv inner_precise",
+     build_attention},
+    {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention},
     {"incre_flash_attention", "attn", "q k v", "block_kv", build_attention},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn},

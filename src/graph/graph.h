@@ -24,7 +24,7 @@ typedef enum loom_tensor_kind {
 #define LOOM_LAYER_PRE  (-1)
 #define LOOM_LAYER_POST (-2)
 
-#define LOOM_ATTR_MAX 64   /* bytes of inline attribute storage per node */
+#define LOOM_ATTR_MAX 80   /* bytes of inline attribute storage per node */
 
 typedef struct loom_gtensor {
     loom_tensor t;          /* t.data resolved by the executor for non-external tensors */

@@ -103,8 +103,9 @@ typedef struct {
     int64_t  pre_tokens, next_tokens;
     uint64_t seed, offset;         /* dropout Philox key and stream */
     int32_t  block_q, block_kv;    /* 0: automatic */
+    int32_t  inner_precise;        /* 1: f32/f16 inputs use bf16 products (AVX512_BF16) */
 } loom_flash_attention_attrs;
-#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0}
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0}
 
 typedef struct {
     int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */

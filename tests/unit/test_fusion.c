@@ -273,8 +273,30 @@ static void test_presets_and_hw(void) {
     }
     CHECK(seen == 2);
     loom_graph_free(g);
-    tm_free(&m);
     loom_fusion_rules_free(r);
+    /* inner_precise reaches the prefill attention node: 0 by default, 1 with the preset */
+    tm_free(&m);
+    tm_init(&m, 32, 4, 2, 40, 2, 19, 32, 3); /* 2 layers, 32 positions */
+    int32_t ids20[20];
+    for (int i = 0; i < 20; i++) ids20[i] = i % 19;
+    for (int fast = 0; fast < 2; fast++) {
+        CHECK(loom_fusion_rules_load(NULL, &r) == LOOM_OK);
+        if (!r) break;
+        if (fast) CHECK(loom_fusion_rules_preset(r, "fast_attention") == LOOM_OK);
+        loom_graph_init(&g);
+        tm_build(&m, g, ids20, 20, 0, 0); /* 20 query rows: the prefill kernel */
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        int fa = 0;
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION) {
+                fa++;
+                CHECK(((const loom_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
+            }
+        CHECK(fa == 2);
+        loom_graph_free(g);
+        loom_fusion_rules_free(r);
+    }
+    tm_free(&m);
     const char *t = "hardware: {l1: 4096, l2: 65536, l3: auto, threads: 3}\nmode: fused\nrules: []\n";
     CHECK(loom_fusion_rules_parse(t, strlen(t), "hw.yaml", &r) == LOOM_OK);
     if (!r) return;
