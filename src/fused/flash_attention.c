@@ -82,6 +82,8 @@ typedef struct fa_scratch {
  * are consecutive and their key ranges grow (causal), so each bf16 V row is
  * repacked once per thread instead of once per item. The pairs are the same
  * values pv_bf16 would pack itself, so results do not depend on the cache. */
+/* kb, khkv, khi: the same for the rounded-K cache of inner_precise 1 (rows
+ * from the sequence start already rounded). */
 typedef struct fa_vcache { int64_t b, hkv, hi, kb, khkv, khi; } fa_vcache;
 
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
@@ -210,11 +212,12 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     uint16_t *r16 = (uint16_t *)sc->row; /* two rounded rows (2 * D <= 2 * 256 u16) */
     for (int64_t j = vc->hi; j < hi; j += 2) {
         int64_t o = it->b * pr->v.sb + (s->kv_start + j) * pr->v.ss + it->hkv * pr->v.sn;
-        const uint16_t *v0 = (const uint16_t *)elem(&pr->v, o), *v1 = v0 + pr->v.ss;
-        if (!pl->v16) { /* inner_precise 1: f32/f16 V rounded to bf16 */
+        const uint16_t *v0 = r16, *v1 = r16 + D;
+        if (pl->v16) {
+            v0 = (const uint16_t *)elem(&pr->v, o), v1 = v0 + pr->v.ss;
+        } else { /* inner_precise 1: f32/f16 V rounded to bf16 */
             pl->kern->to_bf16(r16, elem(&pr->v, o), pr->v.dtype, D);
             pl->kern->to_bf16(r16 + D, elem(&pr->v, o + pr->v.ss), pr->v.dtype, D);
-            v0 = r16, v1 = r16 + D;
         }
         uint32_t *dst = sc->vpk + (j / 2) * D;
         for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;

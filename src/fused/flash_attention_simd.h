@@ -18,7 +18,8 @@
 
 /* Decode kernels prefetch each cache row's line this many bytes further on in
  * memory (swept 2-32 KiB on Zen 5: 8 KiB best for f32, bf16 and i8 caches).
- * In a contiguous or paged cache that is the rows a few tiles ahead. */
+ * In a contiguous or paged cache that is the rows 16 (f32, d = 128) to 128
+ * (i8, d = 64) keys ahead. */
 #define ATTN_DEC_PF_DIST 8192
 
 /* The address is formed as an integer: it may lie past the cache's end, where
@@ -120,6 +121,14 @@ ATTN_INLINE ATTN_T512 __m512 attn_reduce16(const __m512 *a) {
         y[k] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * k], x[2 * k + 1]),
                              _mm512_unpackhi_ps(x[2 * k], x[2 * k + 1]));
     return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
+}
+
+/* Lane j of the result = sum of the lanes of acc[j], j < 16. */
+ATTN_INLINE ATTN_T512 __m512 attn_reduce16_acc(const __m512 *acc) {
+    __m512 a[16];
+    for (int t = 0; t < 4; t++)
+        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
+    return attn_reduce16(a);
 }
 
 /* Lane j = sum of acc[j], where the caller passes a[2t + L] = acc[4L + t]. */

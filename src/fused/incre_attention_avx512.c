@@ -1,25 +1,32 @@
 /* AVX-512 decode micro-kernels. Few query rows meet many cached keys, so the
  * dot products run along D: (row, key) pairs accumulate in 16 registers and
  * one transpose-reduction turns them into 16 scores. K/V rows are read in
- * their cache dtype (f32, f16, bf16, i8) and widened in registers.
+ * their cache dtype (f32, f16, bf16, i8) and widened in registers, except
+ * for d = 64/128: bf16 caches on AVX512_BF16 CPUs multiply with vdpbf16ps
+ * (dot_bf16, pv_bf16_rows), an i8 K on AVX512_VNNI CPUs with vpdpwssd
+ * (dot_i8); see docs/ops.md for their accuracy.
  *
  * Decode streams the cache from DRAM once, so the order of the reads matters
- * as much as the arithmetic. For the common head sizes (d = 64, 128) the
- * kernels read every K and V row front to back, one row after the other
- * (dot_seq, pv_seq): q rows (or the accumulators) stay in registers and the
- * tile is walked in address order, which the hardware prefetcher follows.
- * Reading four rows side by side, 64 bytes of each in turn, looks to the
- * prefetcher like four interleaved strided streams: in a synthetic test the
- * same loads and FMAs streamed 6.6 GB/s in that order against 30 GB/s in
- * address order (one core, Zen 5), and in the kernel the loads stopped
- * overlapping with the arithmetic (time = compute + transfer). Other head
- * sizes use the side-by-side kernels (dot_all, pv_rows).
+ * as much as the arithmetic. For d = 64/128 the kernels read every K and V
+ * row front to back, one row after the other (dot_seq, pv_seq and the bf16 /
+ * i8 kernels; an i8 V keeps the half-row kernel pv_rows, which widens each
+ * element once): up to four q rows (or accumulator rows) stay in registers
+ * and the tile is walked in address order once per row group, which the
+ * hardware prefetcher follows. Reading four rows side by side, 64 bytes of
+ * each in turn, looks to the prefetcher like four interleaved strided
+ * streams: in a synthetic test the same loads and FMAs streamed 6.6 GB/s in
+ * that order against 30 GB/s in address order (one core, Zen 5), and in the
+ * kernel the loads stopped overlapping with the arithmetic (time = compute
+ * + transfer). Other head sizes use the side-by-side kernels (dot_all,
+ * pv_rows).
  *
- * On top of that each kernel prefetches every cache line of the rows it
- * reads ATTN_DEC_PF_DIST bytes further on (attn_dec_prefetch,
- * flash_attention_simd.h): in a contiguous (BNSD or paged) cache, the rows a
- * few tiles ahead, spread evenly over the loop. Prefetches never fault, so
- * reading past a cache's end is harmless. */
+ * On top of that, on its first pass over a tile each kernel prefetches every
+ * cache line of the rows it reads ATTN_DEC_PF_DIST bytes further on
+ * (attn_dec_prefetch, flash_attention_simd.h: in a contiguous BNSD or paged
+ * cache, the rows half a tile to a few tiles ahead), and the rows of the
+ * other stream the driver names (attn_dec_pf: the tile's V rows during Q.K^T,
+ * the next tile's K rows during P.V). Prefetches never fault, so reading
+ * past a cache's end is harmless. */
 #include "fused/flash_attention_internal.h"
 
 #include "base/cpu.h"
@@ -81,10 +88,7 @@ ATTN_INLINE ATTN_T512 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r], kv, acc[r * KB + k]);
         }
     }
-    __m512 a[16];
-    for (int t = 0; t < 4; t++)
-        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
-    store_block(RB, attn_reduce16(a), s, lds, nrv, ncv);
+    store_block(RB, attn_reduce16_acc(acc), s, lds, nrv, ncv);
 }
 
 ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
@@ -107,10 +111,11 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
  * streams through memory in address order (the hardware prefetcher follows
  * that; reading a few rows side by side defeats it). KB keys at a time give
  * RB*KB <= 16 accumulators, reduced 16 at once. */
-ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float *s, int64_t lds,
+ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int64_t lds,
                                    const float *q, int64_t ldq, const void *const *rows, int nc,
                                    int own, const attn_dec_pf *pf) {
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
+    const int KB = 16 / RB;
     __m512 qv[2][16];
 #pragma GCC unroll 16
     for (int r = 0; r < RB; r++)
@@ -133,23 +138,7 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, int KB, loom_dtype DT, float 
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r][v], kv, acc[r * KB + k]);
             }
         }
-        __m512 a[16];
-#pragma GCC unroll 16
-        for (int t = 0; t < 4; t++)
-#pragma GCC unroll 4
-            for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
-        __m512 z = attn_reduce16(a); /* lane r*KB + k = s[r][k] */
-        if (KB == 16) {
-            _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), z);
-        } else if (KB == 8) {
-            __mmask8 m = (__mmask8)((1u << ncv) - 1);
-            _mm256_mask_storeu_ps(s + c0, m, _mm512_castps512_ps256(z));
-            if (RB > 1) _mm256_mask_storeu_ps(s + lds + c0, m, _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0xEE)));
-        } else {
-            __mmask8 m = (__mmask8)((1u << ncv) - 1);
-            _mm_mask_storeu_ps(s + c0, m, _mm512_castps512_ps128(z));
-            if (RB > 1) _mm_mask_storeu_ps(s + lds + c0, m, _mm512_extractf32x4_ps(z, 1));
-        }
+        store_block(RB, attn_reduce16_acc(acc), s + c0, lds, RB, ncv); /* lane r*KB + k = s[r][k] */
     }
 }
 
@@ -159,11 +148,11 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     if (d == 128 || d == 64) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
         for (; r + 2 <= nr; r += 2)
-            if (d == 128) dot_seq(2, 8, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
-            else dot_seq(2, 4, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            if (d == 128) dot_seq(2, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            else dot_seq(2, 4, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
         for (; r < nr; r++)
-            if (d == 128) dot_seq(1, 8, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
-            else dot_seq(1, 4, 16, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            if (d == 128) dot_seq(1, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+            else dot_seq(1, 4, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
         return;
     }
     if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
@@ -219,19 +208,11 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_dpwssd_epi32(acc[r * KB + k], qi[r][v], kv);
             }
         }
-        __m512 a[16];
+        __m512 af[16];
 #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++)
-#pragma GCC unroll 4
-            for (int L = 0; L < 4; L++) a[4 * t + L] = _mm512_cvtepi32_ps(acc[4 * L + t]);
-        __m512 z = _mm512_mul_ps(attn_reduce16(a), scale); /* lane r*KB + k = s[r][k] */
-        if (KB == 16) {
-            _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), z);
-        } else {
-            __mmask8 m = (__mmask8)((1u << ncv) - 1);
-            _mm256_mask_storeu_ps(s + c0, m, _mm512_castps512_ps256(z));
-            _mm256_mask_storeu_ps(s + lds + c0, m, _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0xEE)));
-        }
+        for (int j = 0; j < 16; j++) af[j] = _mm512_cvtepi32_ps(acc[j]);
+        /* lane r*KB + k = s[r][k] */
+        store_block(RB, _mm512_mul_ps(attn_reduce16_acc(af), scale), s + c0, lds, RB, ncv);
     }
 }
 
@@ -404,12 +385,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float
                     acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
                 }
             }
-            __m512 a[16];
-#pragma GCC unroll 16
-            for (int t = 0; t < 4; t++)
-#pragma GCC unroll 4
-                for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
-            _mm512_mask_storeu_ps(s + r * lds + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16(a));
+            _mm512_mask_storeu_ps(s + r * lds + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16_acc(acc));
         }
     }
 }

@@ -307,7 +307,7 @@ static void test_peaked_scores(void) {
         c.L = (loom_attn_layout)(i % 3);
         c.D = dims[i % 2];
         c.kvdt = kv[(i / 2) % 5];
-        c.kmode = c.vmode = i % 4 == 3; /* i8: per channel, then per token */
+        c.kmode = c.vmode = (i / 4) % 2; /* i8: per channel and per token, at both d */
         c.Nkv = 2, c.N = c.Nkv * (i % 3 == 0 ? 1 : 4), c.Sq = i % 5 == 0 ? 3 : 1;
         c.Smax = 300 + 37 * i, c.chunk = i % 2 ? 128 : 0;
         c.scale = 12.0f / sqrtf((float)c.D);
