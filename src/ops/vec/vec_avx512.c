@@ -9,36 +9,12 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "ops/vec/vec_exp_avx512.h"
+
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 static inline __mmask16 first_n(int64_t n) { return (__mmask16)((1u << n) - 1u); }
 static inline __mmask8 first_n8(int64_t n) { return (__mmask8)((1u << n) - 1u); }
-
-/* Range reduction and polynomial of exp (vec.h): returns p ~ exp(r) and sets
- * *n (integer-valued) with exp(x) = p * 2^n. NaN lanes give finite values:
- * callers propagate NaN themselves. */
-TARGET static inline __m512 exp_reduce16(__m512 x, __m512 *n) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(LOOM_VEC_EXP_LO));
-    x = _mm512_min_ps(x, _mm512_set1_ps(LOOM_VEC_EXP_HI));
-    *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOOM_VEC_LOG2E)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(LOOM_VEC_LN2_HI), x);
-    r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(LOOM_VEC_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(LOOM_VEC_EXP_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-}
-
-/* scalef applies 2^n with one rounding, subnormals and overflow included */
-TARGET static inline __m512 exp16(__m512 x) {
-    __m512 n, p = exp_reduce16(x, &n);
-    return _mm512_scalef_ps(p, n);
-}
 
 TARGET static void add_avx512(const float *a, const float *b, float *y, int64_t n) {
     int64_t i = 0;
@@ -67,7 +43,7 @@ TARGET static inline __m512 silu16(__m512 x) {
     __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(LOOM_VEC_SILU_SPLIT), _CMP_LT_OQ) &
                       _mm512_cmp_ps_mask(x, _mm512_set1_ps(LOOM_VEC_EXP_LO), _CMP_GT_OQ);
     __m512 z = _mm512_mask_blend_ps(small, _mm512_sub_ps(_mm512_setzero_ps(), x), x);
-    __m512 n, p = exp_reduce16(z, &n);
+    __m512 n, p = loom_exp_reduce16(z, &n);
     __m512 big = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(p, n)));
     return _mm512_mask_blend_ps(small, big, _mm512_scalef_ps(_mm512_mul_ps(x, p), n));
 }
@@ -170,7 +146,7 @@ TARGET static inline __m512 max_block(const float *x, const float *mask, __m512 
 /* y = exp(z - max); returns the running sum */
 TARGET static inline __m512 exp_block(const float *x, const float *mask, float *y, __m512 scale,
                                       __m512 vmax, __m512 sum, __mmask16 m, int full) {
-    __m512 e = exp16(_mm512_sub_ps(logits16(x, mask, scale, m, full), vmax));
+    __m512 e = loom_exp16(_mm512_sub_ps(logits16(x, mask, scale, m, full), vmax));
     store16(y, m, full, e);
     return _mm512_mask_add_ps(sum, m, sum, e);
 }

@@ -46,28 +46,9 @@ loom_status loom_gelu_generic(const loom_kernel_args *a) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "ops/vec/vec.h"
+#include "ops/vec/vec_exp_avx512.h"
 
 #define TARGET512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-
-/* exp with vec.h's range reduction and Taylor polynomial, 2^n by scalef. */
-TARGET512 static inline __m512 exp16_enc(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(LOOM_VEC_EXP_LO));
-    x = _mm512_min_ps(x, _mm512_set1_ps(LOOM_VEC_EXP_HI));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOOM_VEC_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LOOM_VEC_LN2_HI), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LOOM_VEC_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(LOOM_VEC_EXP_C7);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(LOOM_VEC_EXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* 16 lanes of gelu: erf form (A&S 7.1.26) or tanh form (tanh u = 1 - 2/(e^{2u}+1)). */
 TARGET512 static inline __m512 gelu16(__m512 x, int tanh_form) {
@@ -75,7 +56,7 @@ TARGET512 static inline __m512 gelu16(__m512 x, int tanh_form) {
     if (tanh_form) {
         __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608f),
                                  _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), x), _mm512_mul_ps(x, x), x));
-        __m512 e = exp16_enc(_mm512_add_ps(u, u));
+        __m512 e = loom_exp16(_mm512_add_ps(u, u));
         __m512 th = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
         return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, th));
     }
@@ -88,7 +69,7 @@ TARGET512 static inline __m512 gelu16(__m512 x, int tanh_form) {
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
     p = _mm512_mul_ps(p, t);
-    __m512 r = _mm512_fnmadd_ps(p, exp16_enc(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a)), one);
+    __m512 r = _mm512_fnmadd_ps(p, loom_exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a)), one);
     /* erf(z) = sign(z) * r */
     __m512i sign = _mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32((int)0x80000000u));
     __m512 erf = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
