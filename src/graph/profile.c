@@ -124,7 +124,7 @@ void loom_profile_print_table(FILE *f, const loom_profile *profs, int n_modes) {
     }
 }
 
-static void json_str(FILE *f, const char *s) {
+void loom_json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -135,12 +135,17 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void json_section(FILE *f, const loom_profile_section *s) {
-    fprintf(f, "{\"name\":");
-    json_str(f, s->name);
-    fprintf(f, ",\"kernels\":%d,\"bytes_read\":%.0f,\"bytes_written\":%.0f,\"flops\":%.0f,"
-               "\"time_ms\":%.6f",
-            s->kernels, s->bytes_read, s->bytes_written, s->flops, s->time_ns / 1e6);
+void loom_profile_json_section(FILE *f, const loom_profile_section *s, int with_name, int time_in_s) {
+    fputc('{', f);
+    if (with_name) {
+        fprintf(f, "\"name\":");
+        loom_json_str(f, s->name);
+        fputc(',', f);
+    }
+    fprintf(f, "\"kernels\":%d,\"bytes_read\":%.0f,\"bytes_written\":%.0f,\"flops\":%.0f,",
+            s->kernels, s->bytes_read, s->bytes_written, s->flops);
+    if (time_in_s) fprintf(f, "\"time_s\":%.9g", s->time_ns * 1e-9);
+    else fprintf(f, "\"time_ms\":%.6f", s->time_ns / 1e6);
     if (s->chain) {
         fprintf(f, ",\"chain\":[");
         const char *c = s->chain;
@@ -149,7 +154,7 @@ static void json_section(FILE *f, const loom_profile_section *s) {
             char buf[64];
             snprintf(buf, sizeof buf, "%.*s", (int)(len < 63 ? len : 63), c);
             fprintf(f, "%s", first ? "" : ",");
-            json_str(f, buf);
+            loom_json_str(f, buf);
             c += len;
             if (*c == ' ') c++;
         }
@@ -160,21 +165,21 @@ static void json_section(FILE *f, const loom_profile_section *s) {
 
 void loom_profile_print_json(FILE *f, const char *model, const loom_profile *profs, int n) {
     fprintf(f, "{\"model\":");
-    json_str(f, model);
+    loom_json_str(f, model);
     fprintf(f, ",\"profiles\":[");
     for (int i = 0; i < n; i++) {
         const loom_profile *p = &profs[i];
         fprintf(f, "%s{\"phase\":", i ? "," : "");
-        json_str(f, p->phase);
+        loom_json_str(f, p->phase);
         fprintf(f, ",\"mode\":");
-        json_str(f, p->mode);
+        loom_json_str(f, p->mode);
         fprintf(f, ",\"tokens\":%d,\"arena_bytes\":%zu,\"sections\":[", p->n_tokens, p->arena_bytes);
         for (int r = 0; r < p->n_sections; r++) {
             if (r) fputc(',', f);
-            json_section(f, &p->sections[r]);
+            loom_profile_json_section(f, &p->sections[r], 1, 0);
         }
         fprintf(f, "],\"total\":");
-        json_section(f, &p->total);
+        loom_profile_json_section(f, &p->total, 1, 0);
         fputc('}', f);
     }
     fprintf(f, "]}\n");

@@ -44,6 +44,12 @@ loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *
 void loom_profile_free(loom_profile *p);
 /* Readable table; profs[0..n_modes) are the same phase under different modes. */
 void loom_profile_print_table(FILE *f, const loom_profile *profs, int n_modes);
+/* s as a JSON string (quotes, backslashes and control characters escaped). */
+void loom_json_str(FILE *f, const char *s);
+/* One section as a JSON object: kernels, bytes_read, bytes_written, flops,
+ * the time (time_s when time_in_s, else time_ms), chain; "name" first when
+ * with_name. Shared by loom profile and loom plan. */
+void loom_profile_json_section(FILE *f, const loom_profile_section *s, int with_name, int time_in_s);
 /* JSON object for all given profiles: {"profiles": [...]}. */
 void loom_profile_print_json(FILE *f, const char *model, const loom_profile *profs, int n);
 

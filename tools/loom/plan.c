@@ -27,15 +27,6 @@ static int parse_dtype(const char *s, const char *const *names, const loom_dtype
     return -1;
 }
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (; s && *s; s++) {
-        if (*s == '"' || *s == '\\') putchar('\\');
-        if ((unsigned char)*s >= 0x20) putchar(*s);
-    }
-    putchar('"');
-}
-
 /* The layer the tables show: layer 1 when there is one (in a fused graph
  * layer 0 differs: nothing precedes its first rms_norm, while the norm of
  * every later layer fuses with the previous layer's residual add). */
@@ -153,38 +144,18 @@ static void print_table(const plan_mode *modes, int n_modes, const loom_plan_par
     }
 }
 
-static void json_section(const loom_profile_section *s) {
-    printf("{\"kernels\":%d,\"bytes_read\":%.0f,\"bytes_written\":%.0f,\"flops\":%.0f,"
-           "\"time_s\":%.9g", s->kernels, s->bytes_read, s->bytes_written, s->flops, s->time_ns * 1e-9);
-    if (s->chain) {
-        printf(",\"chain\":[");
-        const char *c = s->chain;
-        for (int first = 1; *c; first = 0) {
-            size_t len = strcspn(c, " ");
-            char buf[64];
-            snprintf(buf, sizeof buf, "%.*s", (int)(len < 63 ? len : 63), c);
-            if (!first) putchar(',');
-            json_str(buf);
-            c += len;
-            if (*c == ' ') c++;
-        }
-        putchar(']');
-    }
-    putchar('}');
-}
-
 static void print_json(const plan_mode *modes, int n_modes, const loom_plan_params *p,
                        const loom_hw_profile *hw) {
     const loom_plan_info *in = &modes[0].info;
     printf("{\"config\":");
-    json_str(in->config->name);
+    loom_json_str(stdout, in->config->name);
     printf(",\"phase\":\"%s\",\"batch\":%d,\"seq\":%d,\"tokens\":%d,\"n_layers\":%d,\"wtype\":",
            p->decode ? "decode" : "prefill", p->batch, p->seq, in->n_tokens, in->n_layers);
-    json_str(loom_dtype_name(p->wtype));
+    loom_json_str(stdout, loom_dtype_name(p->wtype));
     printf(",\"kv_dtype\":");
-    json_str(p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
+    loom_json_str(stdout, p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
     printf(",\"fusion_available\":%s,\"hw\":{\"name\":", loom_plan_have_fusion() ? "true" : "false");
-    json_str(hw->name);
+    loom_json_str(stdout, hw->name);
     printf(",\"peak_flops\":{\"f32\":%.6g,\"f16\":%.6g,\"bf16\":%.6g,\"int8\":%.6g},"
            "\"vector_flops\":%.6g,\"bandwidth\":%.6g,\"measured\":%s}", hw->peak_flops[0],
            hw->peak_flops[1], hw->peak_flops[2], hw->peak_flops[3], hw->vector_flops, hw->bandwidth,
@@ -195,13 +166,13 @@ static void print_json(const plan_mode *modes, int n_modes, const loom_plan_para
         printf("%s{\"mode\":\"%s\",\"arena_bytes\":%zu,\"layer_index\":%d,"
                "\"layers_identical\":%s,\"layer\":", m ? "," : "", pm->name, pm->prof.arena_bytes,
                rep_layer(pm), layers_identical(pm) ? "true" : "false");
-        json_section(layer0(pm));
+        loom_profile_json_section(stdout, layer0(pm), 0, 1);
         printf(",\"embed\":");
-        json_section(&pm->prof.sections[0]);
+        loom_profile_json_section(stdout, &pm->prof.sections[0], 0, 1);
         printf(",\"head\":");
-        json_section(&pm->prof.sections[pm->prof.n_sections - 1]);
+        loom_profile_json_section(stdout, &pm->prof.sections[pm->prof.n_sections - 1], 0, 1);
         printf(",\"total\":");
-        json_section(&pm->prof.total);
+        loom_profile_json_section(stdout, &pm->prof.total, 0, 1);
         printf(",\"kernels\":[");
         int first = 1;
         for (int n = 0; n < pm->g->n_nodes; n++) {
@@ -209,9 +180,9 @@ static void print_json(const plan_mode *modes, int n_modes, const loom_plan_para
             loom_plan_node_cost c;
             loom_plan_node(pm->g, n, &pm->info, p->kv_dtype, hw, &c);
             printf("%s{\"op\":", first ? "" : ",");
-            json_str(loom_op_get(pm->g->nodes[n].op)->name);
+            loom_json_str(stdout, loom_op_get(pm->g->nodes[n].op)->name);
             printf(",\"name\":");
-            json_str(pm->g->tensors[pm->g->nodes[n].dst].t.name);
+            loom_json_str(stdout, pm->g->tensors[pm->g->nodes[n].dst].t.name);
             printf(",\"matrix\":%s,\"prec\":\"%s\",\"flops\":%.0f,\"bytes_read\":%.0f,"
                    "\"bytes_written\":%.0f,\"time_s\":%.9g,\"bound\":\"%s\"}",
                    c.matrix ? "true" : "false", loom_hw_prec_name(c.prec), c.flops, c.bytes_read,
