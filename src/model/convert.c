@@ -144,21 +144,16 @@ static loom_status llama_tensors(loom_gguf_writer *w, conv_list *L, const loom_l
     LOOM_TRY(add(w, L, "token_embd.weight", &lw->tok_embd, p, 0, 0));
     LOOM_TRY(add(w, L, "output_norm.weight", &lw->out_norm, p, 0, 0));
     if (!c->shared_classifier) LOOM_TRY(add(w, L, "output.weight", &lw->output, p, 0, 0));
-    for (int l = 0; l < c->n_layers; l++) {
-        const loom_llama_layer *y = &lw->layers[l];
-        char n[64];
-#define T(x) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, x), n)
-        LOOM_TRY(add(w, L, T("attn_norm"), &y->attn_norm, p, 0, 0));
-        LOOM_TRY(add(w, L, T("attn_q"), &y->wq, p, from_half ? c->n_heads : 0, c->head_dim));
-        LOOM_TRY(add(w, L, T("attn_k"), &y->wk, p, from_half ? c->n_kv_heads : 0, c->head_dim));
-        LOOM_TRY(add(w, L, T("attn_v"), &y->wv, p, 0, 0));
-        LOOM_TRY(add(w, L, T("attn_output"), &y->wo, p, 0, 0));
-        LOOM_TRY(add(w, L, T("ffn_norm"), &y->ffn_norm, p, 0, 0));
-        LOOM_TRY(add(w, L, T("ffn_gate"), &y->w1, p, 0, 0));
-        LOOM_TRY(add(w, L, T("ffn_down"), &y->w2, p, 0, 0));
-        LOOM_TRY(add(w, L, T("ffn_up"), &y->w3, p, 0, 0));
-#undef T
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            char n[64];
+            snprintf(n, sizeof n, "blk.%d.%s.weight", l, lt->gguf);
+            /* half-split RoPE rows (HF layout) are permuted to GGUF's interleaved order */
+            int heads = !from_half || !lt->rope ? 0 : lt->rope == 1 ? c->n_heads : c->n_kv_heads;
+            LOOM_TRY(add(w, L, n, loom_llama_layer_field(&lw->layers[l], lt), p, heads,
+                         heads ? c->head_dim : 0));
+        }
     return LOOM_OK;
 }
 

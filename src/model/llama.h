@@ -44,6 +44,27 @@ typedef struct loom_llama_weights {
     loom_tensor output;     /* [vocab_size, dim]; same memory as tok_embd when shared */
 } loom_llama_weights;
 
+/* The tensors of one layer, for every format: the field of loom_llama_layer,
+ * the GGUF name (blk.N.<gguf>.weight), the Hugging Face name
+ * (model.layers.N.<hf>), and the shape in config dims: matrices [rows, cols],
+ * norms [rows]. In the order loom convert writes them. */
+typedef enum { LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H } loom_llama_dim;
+typedef struct loom_llama_layer_tensor {
+    size_t field;              /* offsetof(loom_llama_layer, ...) */
+    const char *gguf, *hf;
+    int norm;                  /* 1: a norm vector [rows] */
+    loom_llama_dim rows, cols;
+    int rope;                  /* rows hold RoPE'd heads: 1 query heads, 2 kv heads */
+} loom_llama_layer_tensor;
+#define LOOM_LLAMA_LAYER_TENSORS 9
+extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];
+/* The size of dim d under config c. */
+int64_t loom_llama_dim_size(const loom_llama_config *c, loom_llama_dim d);
+/* The tensor of layer y that t describes. */
+static inline loom_tensor *loom_llama_layer_field(loom_llama_layer *y, const loom_llama_layer_tensor *t) {
+    return (loom_tensor *)(void *)((char *)y + t->field);
+}
+
 /* Checks a configuration for impossible values; the message names the field. */
 loom_status loom_llama_config_check(const loom_llama_config *c, const char *what);
 

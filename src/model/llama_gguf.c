@@ -150,27 +150,17 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
 }
 
 static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w) {
-    const int64_t D = c->dim, H = c->hidden_dim, V = c->vocab_size;
-    const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t D = c->dim, V = c->vocab_size;
     LOOM_TRY(take(g, "token_embd.weight", 2, V, D, 0, &w->tok_embd));
     char nm[LOOM_NAME_MAX];
-#define LAYER(field, name, nd, d0, d1, norm)                                   \
-    do {                                                                       \
-        snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, name);                  \
-        LOOM_TRY(take(g, nm, nd, d0, d1, norm, &w->layers[l].field));          \
-    } while (0)
-    for (int l = 0; l < c->n_layers; l++) {
-        LAYER(attn_norm, "attn_norm", 1, D, 1, 1);
-        LAYER(wq, "attn_q", 2, QD, D, 0);
-        LAYER(wk, "attn_k", 2, KVD, D, 0);
-        LAYER(wv, "attn_v", 2, KVD, D, 0);
-        LAYER(wo, "attn_output", 2, D, QD, 0);
-        LAYER(ffn_norm, "ffn_norm", 1, D, 1, 1);
-        LAYER(w1, "ffn_gate", 2, H, D, 0);
-        LAYER(w3, "ffn_up", 2, H, D, 0);
-        LAYER(w2, "ffn_down", 2, D, H, 0);
-    }
-#undef LAYER
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, lt->gguf);
+            LOOM_TRY(take(g, nm, lt->norm ? 1 : 2, loom_llama_dim_size(c, lt->rows),
+                          lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm,
+                          loom_llama_layer_field(&w->layers[l], lt)));
+        }
     LOOM_TRY(take(g, "output_norm.weight", 1, D, 1, 1, &w->out_norm));
     if (loom_gguf_find_tensor(g, "output.weight") >= 0) {
         LOOM_TRY(take(g, "output.weight", 2, V, D, 0, &w->output));

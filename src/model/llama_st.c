@@ -113,8 +113,7 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
     }
     LOOM_TRY(config(dir, c));
     LOOM_TRY(loom_safetensors_open(path, st));
-    int64_t D = c->dim, H = c->hidden_dim, qd = (int64_t)c->n_heads * c->head_dim,
-            kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t D = c->dim;
     float *buf = malloc(sizeof(float) * (size_t)(D * (2 * (int64_t)c->n_layers + 1)));
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     loom_status s = buf && w->layers ? LOOM_OK : loom_set_error(LOOM_ERR_NOMEM, "llama: out of memory");
@@ -129,21 +128,15 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
                                "tie_word_embeddings is false", path);
         else w->output = w->tok_embd;
     }
-    for (int l = 0; l < c->n_layers && s == LOOM_OK; l++) {
-        loom_llama_layer *y = &w->layers[l];
-        char n[128];
-#define P(x) (snprintf(n, sizeof n, "model.layers.%d.%s", l, x), n)
-        s = vec(*st, P("input_layernorm.weight"), D, &next, &y->attn_norm);
-        if (s == LOOM_OK) s = mat(*st, P("self_attn.q_proj.weight"), qd, D, &y->wq);
-        if (s == LOOM_OK) s = mat(*st, P("self_attn.k_proj.weight"), kvd, D, &y->wk);
-        if (s == LOOM_OK) s = mat(*st, P("self_attn.v_proj.weight"), kvd, D, &y->wv);
-        if (s == LOOM_OK) s = mat(*st, P("self_attn.o_proj.weight"), D, qd, &y->wo);
-        if (s == LOOM_OK) s = vec(*st, P("post_attention_layernorm.weight"), D, &next, &y->ffn_norm);
-        if (s == LOOM_OK) s = mat(*st, P("mlp.gate_proj.weight"), H, D, &y->w1);
-        if (s == LOOM_OK) s = mat(*st, P("mlp.down_proj.weight"), D, H, &y->w2);
-        if (s == LOOM_OK) s = mat(*st, P("mlp.up_proj.weight"), H, D, &y->w3);
-#undef P
-    }
+    for (int l = 0; l < c->n_layers && s == LOOM_OK; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS && s == LOOM_OK; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
+            char n[128];
+            snprintf(n, sizeof n, "model.layers.%d.%s", l, lt->hf);
+            int64_t rows = loom_llama_dim_size(c, lt->rows);
+            s = lt->norm ? vec(*st, n, rows, &next, t) : mat(*st, n, rows, loom_llama_dim_size(c, lt->cols), t);
+        }
     if (s != LOOM_OK) {
         free(buf);
         free(w->layers);
