@@ -21,23 +21,16 @@ static loom_graph *base_graph(void) {
     loom_llama_config c = {.dim = 16, .hidden_dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                            .vocab_size = 11, .seq_len = 8, .head_dim = 4, .rope_theta = 10000.0f,
                            .rms_eps = 1e-5f, .rope_mode = LOOM_ROPE_INTERLEAVED};
-    const int64_t dd[2] = {16, 16}, kd[2] = {8, 16}, hd[2] = {24, 16}, dh[2] = {16, 24}, d1[1] = {16},
-                  vd[2] = {11, 16};
+    const int64_t d1[1] = {16}, vd[2] = {11, 16};
     loom_tensor_init(&w.tok_embd, LOOM_F32, 2, vd, NULL);
     loom_tensor_init(&w.out_norm, LOOM_F32, 1, d1, NULL);
     loom_tensor_init(&w.output, LOOM_F32, 2, vd, NULL);
-    for (int l = 0; l < 2; l++) {
-        loom_llama_layer *L = &layers[l];
-        loom_tensor_init(&L->attn_norm, LOOM_F32, 1, d1, NULL);
-        loom_tensor_init(&L->ffn_norm, LOOM_F32, 1, d1, NULL);
-        loom_tensor_init(&L->wq, LOOM_F32, 2, dd, NULL);
-        loom_tensor_init(&L->wo, LOOM_F32, 2, dd, NULL);
-        loom_tensor_init(&L->wk, LOOM_F32, 2, kd, NULL);
-        loom_tensor_init(&L->wv, LOOM_F32, 2, kd, NULL);
-        loom_tensor_init(&L->w1, LOOM_F32, 2, hd, NULL);
-        loom_tensor_init(&L->w3, LOOM_F32, 2, hd, NULL);
-        loom_tensor_init(&L->w2, LOOM_F32, 2, dh, NULL);
-    }
+    for (int l = 0; l < 2; l++) /* the shapes of every layer tensor from the loaders' table */
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            int64_t sh[2] = {loom_llama_dim_size(&c, lt->rows), loom_llama_dim_size(&c, lt->cols)};
+            loom_tensor_init(loom_llama_layer_field(&layers[l], lt), LOOM_F32, lt->norm ? 1 : 2, sh, NULL);
+        }
     w.layers = layers;
     if (loom_graph_init(&g) != LOOM_OK) abort();
     loom_tensor t;
