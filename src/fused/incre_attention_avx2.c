@@ -140,20 +140,27 @@ ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc
     for (int r = 0; r < nr; r++) {
         float *sr = s + r * lds, tmp[8];
         __m256 mx = ninf;
-        for (int c = 0; c < nc; c += 8) {
-            for (int j = 0; j < 8; j++) tmp[j] = c + j < nc ? sr[c + j] : -INFINITY;
+        int c8 = nc & ~7; /* whole vectors in place; the tail through tmp, padded with -inf */
+        for (int c = 0; c < c8; c += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sr + c));
+        if (c8 < nc) {
+            for (int j = 0; j < 8; j++) tmp[j] = c8 + j < nc ? sr[c8 + j] : -INFINITY;
             mx = _mm256_max_ps(mx, _mm256_loadu_ps(tmp));
         }
         float mn = hmax8(mx);
         if (m[r] > mn) mn = m[r];
         float sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
         __m256 vs = _mm256_set1_ps(sub), sum = _mm256_setzero_ps();
-        for (int c = 0; c < nc; c += 8) {
-            int n = nc - c >= 8 ? 8 : nc - c;
-            for (int j = 0; j < 8; j++) tmp[j] = j < n ? sr[c + j] : -INFINITY;
+        for (int c = 0; c < c8; c += 8) {
+            __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vs));
+            _mm256_storeu_ps(sr + c, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if (c8 < nc) {
+            int n = nc - c8;
+            for (int j = 0; j < 8; j++) tmp[j] = j < n ? sr[c8 + j] : -INFINITY;
             __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(tmp), vs));
             _mm256_storeu_ps(tmp, e);
-            memcpy(sr + c, tmp, (size_t)n * sizeof(float));
+            memcpy(sr + c8, tmp, (size_t)n * sizeof(float));
             sum = _mm256_add_ps(sum, e);
         }
         float al = _mm256_cvtss_f32(attn_exp2_256(_mm256_set1_ps(m[r] - sub)));
