@@ -142,7 +142,14 @@ int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const vo
     }
     va_list ap;
     va_start(ap, name_fmt);
-    vsnprintf(dst.name, sizeof dst.name, name_fmt, ap);
+    if (name_fmt[0] == '%' && name_fmt[1] == 's' && !name_fmt[2]) { /* the common "%s": a copy */
+        const char *nm = va_arg(ap, const char *);
+        size_t len = strnlen(nm, sizeof dst.name - 1);
+        memcpy(dst.name, nm, len);
+        dst.name[len] = '\0';
+    } else {
+        vsnprintf(dst.name, sizeof dst.name, name_fmt, ap);
+    }
     va_end(ap);
 
     if (g->n_nodes == g->cap_nodes) {
