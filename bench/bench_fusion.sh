@@ -3,7 +3,8 @@
 # fused_with_checkpoints), median of REPS runs each, interleaved so machine
 # drift hits every mode alike; ratios against step_by_step.
 #   bench/bench_fusion.sh [LOOM] [MODEL] [TOKENIZER] [THREADS] [REPS]
-source "$(dirname "$0")/run_lib.sh"
+# shellcheck source=bench/run_lib.sh
+source "$(dirname "$0")/run_lib.sh" || exit 1
 modes="step_by_step fused fused_with_checkpoints"
 run_variant() { "$LOOM" run "${RUN_ARGS[@]}" --mode "$1"; }
 # shellcheck disable=SC2086

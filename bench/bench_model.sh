@@ -3,7 +3,8 @@
 # (LOOM_ISA=ref) and with the optimised kernels of this machine, same process
 # conditions, median of REPS runs each (interleaved so drift hits both).
 #   bench/bench_model.sh [LOOM] [MODEL] [TOKENIZER] [THREADS] [REPS]
-source "$(dirname "$0")/run_lib.sh"
+# shellcheck source=bench/run_lib.sh
+source "$(dirname "$0")/run_lib.sh" || exit 1
 run_variant() {
     if [ "$1" = ref ]; then env LOOM_ISA=ref "$LOOM" run "${RUN_ARGS[@]}"
     else env -u LOOM_ISA "$LOOM" run "${RUN_ARGS[@]}"; fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared part of bench_model.sh and bench_fusion.sh (sourced, not run): the
 # arguments, the prompt, interleaved repetitions of `loom run` per variant and
 # the medians of its reported rates. The caller defines run_variant NAME, which

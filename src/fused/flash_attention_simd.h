@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fused/flash_attention_internal.h"
 #include "loom.h"
 
 #define ATTN_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -26,6 +27,13 @@
  * a prefetch is harmless but pointer arithmetic would not be valid C. */
 static inline __attribute__((always_inline)) void attn_dec_prefetch(const void *row, int64_t byte_off) {
     _mm_prefetch((const char *)((uintptr_t)row + (uintptr_t)(byte_off + ATTN_DEC_PF_DIST)), _MM_HINT_T0);
+}
+
+/* Every line of row c of the other stream (attn_dec_pf), if there is one. */
+ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
+    if (!pf || c >= pf->n) return;
+    const char *row = pf->rows[c];
+    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
 }
 
 /* 2^f on [-0.5, 0.5]: Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */

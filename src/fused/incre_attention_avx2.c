@@ -11,12 +11,6 @@
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
 
-/* Every line of row c of the other stream (attn_dec_pf), if there is one. */
-ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
-    if (!pf || c >= pf->n) return;
-    const char *row = pf->rows[c];
-    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
-}
 
 /* RB rows x KB = 8/RB keys of an f32 K, each row read whole before the next. */
 ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q, int64_t ldq,

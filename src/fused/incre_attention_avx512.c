@@ -34,12 +34,6 @@
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
 
-/* Every line of row c of the other stream (attn_dec_pf), if there is one. */
-ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
-    if (!pf || c >= pf->n) return;
-    const char *row = pf->rows[c];
-    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
-}
 
 /* Lane r*KB + k of z is s[r][k]: row by row with masked stores (KB = 16/RB). */
 ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, int nrv, int ncv) {

@@ -138,7 +138,7 @@ static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, c
 
 static loom_status llama_tensors(loom_gguf_writer *w, conv_list *L, const loom_llama_config *c,
                                  const loom_llama_weights *lw, int from_half, const loom_convert_params *p) {
-    L->cap = 3 + 9 * c->n_layers;
+    L->cap = 3 + LOOM_LLAMA_LAYER_TENSORS * c->n_layers;
     L->jobs = calloc((size_t)L->cap, sizeof *L->jobs);
     LOOM_RETURN_IF(!L->jobs, LOOM_ERR_NOMEM, "convert: out of memory");
     LOOM_TRY(add(w, L, "token_embd.weight", &lw->tok_embd, p, 0, 0));

@@ -47,7 +47,8 @@ typedef struct loom_llama_weights {
 /* The tensors of one layer, for every format: the field of loom_llama_layer,
  * the GGUF name (blk.N.<gguf>.weight), the Hugging Face name
  * (model.layers.N.<hf>), and the shape in config dims: matrices [rows, cols],
- * norms [rows]. In the order loom convert writes them. */
+ * norms [rows]. In the order loom convert writes them and the GGUF loader
+ * checks them (the first missing or misshaped one is the one reported). */
 typedef enum { LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H } loom_llama_dim;
 typedef struct loom_llama_layer_tensor {
     size_t field;              /* offsetof(loom_llama_layer, ...) */
