@@ -4,6 +4,7 @@
  *   O^T[d][row]   += V[key][d]  * P^T[key][row]    (6 dims x 64 rows per tile)
  * and the online softmax works down columns, one vector of 16 rows at a time. */
 #include "fused/flash_attention_internal.h"
+#include "ops/vec/vec.h"
 
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
@@ -202,13 +203,19 @@ ATTN_T512 void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype d
     }
 }
 
-static ATTN_T512BF void to_bf16_avx512(uint16_t *dst, const void *src, loom_dtype dt, int64_t n) {
-    int64_t x = 0;
-    for (; x + 16 <= n; x += 16)
-        _mm256_storeu_si256((__m256i *)(dst + x), (__m256i)_mm512_cvtneps_pbh(attn_load16(src, x, dt, 0xFFFF)));
-    if (x < n) {
-        __mmask16 k = (__mmask16)((1u << (n - x)) - 1);
-        _mm256_mask_storeu_epi16(dst + x, k, (__m256i)_mm512_cvtneps_pbh(attn_load16(src, x, dt, k)));
+/* Rounds with the vector ops' f32 -> bf16 (bit-identical to loom_f32_to_bf16);
+ * other dtypes are widened to f32 first, 256 elements at a time. */
+static ATTN_T512 void to_bf16_avx512(uint16_t *dst, const void *src, loom_dtype dt, int64_t n) {
+    if (dt == LOOM_F32) {
+        loom_vec_avx512.f32_to_bf16(src, dst, n);
+        return;
+    }
+    float tmp[256];
+    const int64_t es = loom_dtype_size(dt);
+    for (int64_t x = 0; x < n; x += 256) {
+        int64_t m = n - x < 256 ? n - x : 256;
+        loom_attn_to_f32_avx512(tmp, (const char *)src + x * es, dt, m);
+        loom_vec_avx512.f32_to_bf16(tmp, dst + x, m);
     }
 }
 

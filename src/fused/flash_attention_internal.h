@@ -196,7 +196,7 @@ const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 /* Decode micro-kernels live in incre_attention_<isa>.c. */
 void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                const void *const *rows, loom_dtype dt, int nc, int d,
-        const attn_dec_pf *pf);
+                               const attn_dec_pf *pf);
 void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                               const void *const *rows, loom_dtype dt, int nc, int d,
                               const float *alpha, const attn_dec_pf *pf);
@@ -206,7 +206,7 @@ void loom_attn_to_f32_generic(float *dst, const void *src, loom_dtype dt, int64_
 #if defined(__x86_64__)
 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                             const void *const *rows, loom_dtype dt, int nc, int d,
-        const attn_dec_pf *pf);
+                            const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                            const void *const *rows, loom_dtype dt, int nc, int d,
                            const float *alpha, const attn_dec_pf *pf);
@@ -214,14 +214,14 @@ void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m
                                  float *alpha);
 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                               const void *const *rows, loom_dtype dt, int nc, int d,
-        const attn_dec_pf *pf);
+                              const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                              const void *const *rows, loom_dtype dt, int nc, int d,
                              const float *alpha, const attn_dec_pf *pf);
 /* As the two above; bf16 caches with d = 64 or 128 use vdpbf16ps (AVX512_BF16 CPUs). */
 void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                 const void *const *rows, loom_dtype dt, int nc, int d,
-        const attn_dec_pf *pf);
+                                const attn_dec_pf *pf);
 void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                const void *const *rows, loom_dtype dt, int nc, int d,
                                const float *alpha, const attn_dec_pf *pf);

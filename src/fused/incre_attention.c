@@ -187,11 +187,14 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         if (!any) continue; /* fully masked tile: skipped */
         dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
         dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
-        int nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
-        if (nn < 0) nn = 0;
-        dec_rows(pr, &pr->k, u, j0 + T, nn, sc->knext);
-        /* i8 tiles are compute-bound: extra requests only slowed them down */
-        int xpf = pr->k.esize > 1 && kn->dec_self_prefetch;
+        /* the other stream is prefetched by kernels that prefetch themselves; not for
+         * i8 tiles, which are compute-bound: extra requests only slowed them down */
+        int xpf = pr->k.esize > 1 && kn->dec_self_prefetch, nn = 0;
+        if (xpf) {
+            nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
+            if (nn < 0) nn = 0;
+            dec_rows(pr, &pr->k, u, j0 + T, nn, sc->knext);
+        }
         attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize}, pf_k = {sc->knext, nn, D * pr->k.esize};
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
         kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);

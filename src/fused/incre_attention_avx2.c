@@ -12,6 +12,19 @@
 #include "fused/flash_attention_simd.h"
 
 
+/* Reduces the 8 accumulators (acc[r*KB + k] for row r, key k) and stores the
+ * nrv x ncv real scores s[r][k]. */
+ATTN_INLINE ATTN_T256 void store_scores8(const __m256 *acc, int KB, float *s, int64_t lds, int nrv,
+                                         int ncv) {
+    static const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* a[2t + L] = acc[4L + t] */
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = acc[order[i]];
+    float out[8];
+    _mm256_storeu_ps(out, attn_reduce8(a));
+    for (int r = 0; r < nrv; r++)
+        for (int k = 0; k < ncv; k++) s[r * lds + k] = out[r * KB + k];
+}
+
 /* RB rows x KB = 8/RB keys of an f32 K, each row read whole before the next. */
 ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q, int64_t ldq,
                                    const void *const *rows, int nc, int d, int own,
@@ -31,13 +44,7 @@ ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q
                     acc[r * KB + k] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * ldq + x), kv, acc[r * KB + k]);
             }
         }
-        static const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* a[2t + L] = acc[4L + t] */
-        __m256 a[8];
-        for (int i = 0; i < 8; i++) a[i] = acc[order[i]];
-        float out[8];
-        _mm256_storeu_ps(out, attn_reduce8(a));
-        for (int r = 0; r < RB; r++)
-            for (int k = 0; k < ncv; k++) s[r * lds + c0 + k] = out[r * KB + k];
+        store_scores8(acc, KB, s + c0, lds, RB, ncv);
     }
 }
 
@@ -59,13 +66,7 @@ ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm256_fmadd_ps(qv[r], kv, acc[r * KB + k]);
         }
     }
-    static const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* a[2t + L] = acc[4L + t] */
-    __m256 a[8];
-    for (int i = 0; i < 8; i++) a[i] = acc[order[i]];
-    float out[8];
-    _mm256_storeu_ps(out, attn_reduce8(a));
-    for (int r = 0; r < nrv; r++)
-        for (int k = 0; k < ncv; k++) s[r * lds + k] = out[r * KB + k];
+    store_scores8(acc, KB, s, lds, nrv, ncv);
 }
 
 ATTN_INLINE ATTN_T256 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
