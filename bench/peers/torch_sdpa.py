@@ -85,6 +85,11 @@ def main():
     else:
         ap.error("give --loom PATH or --from FILE")
     rows = parse_rows(text)
+    # f32hp (loom's inner_precise 1: bf16 products for f32 inputs) has no torch CPU counterpart
+    if any(r["dtype"] == "f32hp" for r in rows):
+        print("torch_sdpa: skipping the f32hp rows (torch's CPU SDPA has no bf16-product mode "
+              "for f32 inputs)", file=sys.stderr)
+    rows = [r for r in rows if r["dtype"] in ("f32", "bf16")]
     cpu_time = "thread CPU time" in text  # bench_attention --cpu-time: 1-thread rows by CPU time
     if not rows:
         print("torch_sdpa: no '@prefill' lines in loom's output", file=sys.stderr)

@@ -43,23 +43,18 @@ static loom_status make_weights(const loom_llama_config *c, loom_dtype wt, loom_
     memset(w, 0, sizeof *w);
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     LOOM_RETURN_IF(!w->layers, LOOM_ERR_NOMEM, "plan: out of memory");
-    const int64_t D = c->dim, F = c->hidden_dim, Q = (int64_t)c->n_heads * c->head_dim,
-                  KV = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t D = c->dim;
     LOOM_TRY(tensor2(&w->tok_embd, wt, c->vocab_size, D, "tok_embd"));
     LOOM_TRY(tensor1(&w->out_norm, D, "output_norm"));
     LOOM_TRY(tensor2(&w->output, wt, c->vocab_size, D, "output"));
-    for (int l = 0; l < c->n_layers; l++) {
-        loom_llama_layer *L = &w->layers[l];
-        LOOM_TRY(tensor1(&L->attn_norm, D, "attn_norm"));
-        LOOM_TRY(tensor2(&L->wq, wt, Q, D, "wq"));
-        LOOM_TRY(tensor2(&L->wk, wt, KV, D, "wk"));
-        LOOM_TRY(tensor2(&L->wv, wt, KV, D, "wv"));
-        LOOM_TRY(tensor2(&L->wo, wt, D, Q, "wo"));
-        LOOM_TRY(tensor1(&L->ffn_norm, D, "ffn_norm"));
-        LOOM_TRY(tensor2(&L->w1, wt, F, D, "w1"));
-        LOOM_TRY(tensor2(&L->w2, wt, D, F, "w2"));
-        LOOM_TRY(tensor2(&L->w3, wt, F, D, "w3"));
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
+            int64_t rows = loom_llama_dim_size(c, lt->rows);
+            LOOM_TRY(lt->norm ? tensor1(t, rows, lt->gguf)
+                              : tensor2(t, wt, rows, loom_llama_dim_size(c, lt->cols), lt->gguf));
+        }
     return LOOM_OK;
 }
 
