@@ -96,8 +96,11 @@ int loom_graph_external(loom_graph *g, const loom_tensor *t) {
     return new_tensor(g, t, LOOM_TK_EXTERNAL);
 }
 
-int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
-                  const char *name_fmt, ...) {
+/* loom_graph_op with its name already made (the loom_g_* wrappers pass theirs
+ * as is: graphs are rebuilt every token, formatting each name cost a tiny
+ * model ~15 % of a step). NULL: no name. */
+static int graph_op_named(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
+                          const char *name) {
     if (g->status != LOOM_OK) return -1;
     const loom_op_info *info = loom_op_get(op);
     char msg[512];
@@ -140,17 +143,9 @@ int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const vo
         if (loom_tensor_init(&dst, dst.dtype, dst.ndim, shape, NULL) != LOOM_OK)
             return fail_last(g, LOOM_ERR_SHAPE);
     }
-    va_list ap;
-    va_start(ap, name_fmt);
-    if (name_fmt[0] == '%' && name_fmt[1] == 's' && !name_fmt[2]) { /* the common "%s": a copy */
-        const char *nm = va_arg(ap, const char *);
-        size_t len = strnlen(nm, sizeof dst.name - 1);
-        memcpy(dst.name, nm, len);
-        dst.name[len] = '\0';
-    } else {
-        vsnprintf(dst.name, sizeof dst.name, name_fmt, ap);
-    }
-    va_end(ap);
+    size_t len = name ? strnlen(name, sizeof dst.name - 1) : 0;
+    memcpy(dst.name, name ? name : "", len);
+    dst.name[len] = '\0';
 
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? 2 * g->cap_nodes : 128;
@@ -221,50 +216,60 @@ const loom_tensor *loom_graph_tensor(const loom_graph *g, int id) {
 
 /* ------------------------------------------------------------ builders */
 
+int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
+                  const char *name_fmt, ...) {
+    char name[LOOM_NAME_MAX];
+    va_list ap;
+    va_start(ap, name_fmt);
+    vsnprintf(name, sizeof name, name_fmt, ap);
+    va_end(ap);
+    return graph_op_named(g, op, src, n_src, attrs, name);
+}
+
 int loom_g_matmul(loom_graph *g, int x, int w, const char *name) {
     int src[2] = {x, w};
-    return loom_graph_op(g, LOOM_OP_MATMUL, src, 2, NULL, "%s", name);
+    return graph_op_named(g, LOOM_OP_MATMUL, src, 2, NULL, name);
 }
 
 int loom_g_get_rows(loom_graph *g, int table, int ids, const char *name) {
     int src[2] = {table, ids};
-    return loom_graph_op(g, LOOM_OP_GET_ROWS, src, 2, NULL, "%s", name);
+    return graph_op_named(g, LOOM_OP_GET_ROWS, src, 2, NULL, name);
 }
 
 int loom_g_rms_norm(loom_graph *g, int x, int gamma, float eps, const char *name) {
     int src[2] = {x, gamma};
     loom_rms_norm_attrs a = {eps};
-    return loom_graph_op(g, LOOM_OP_RMS_NORM, src, gamma >= 0 ? 2 : 1, &a, "%s", name);
+    return graph_op_named(g, LOOM_OP_RMS_NORM, src, gamma >= 0 ? 2 : 1, &a, name);
 }
 
 int loom_g_add(loom_graph *g, int a, int b, const char *name) {
     int src[2] = {a, b};
-    return loom_graph_op(g, LOOM_OP_ADD, src, 2, NULL, "%s", name);
+    return graph_op_named(g, LOOM_OP_ADD, src, 2, NULL, name);
 }
 
 int loom_g_mul(loom_graph *g, int a, int b, const char *name) {
     int src[2] = {a, b};
-    return loom_graph_op(g, LOOM_OP_MUL, src, 2, NULL, "%s", name);
+    return graph_op_named(g, LOOM_OP_MUL, src, 2, NULL, name);
 }
 
 int loom_g_silu(loom_graph *g, int x, const char *name) {
-    return loom_graph_op(g, LOOM_OP_SILU, &x, 1, NULL, "%s", name);
+    return graph_op_named(g, LOOM_OP_SILU, &x, 1, NULL, name);
 }
 
 int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name) {
-    return loom_graph_op(g, LOOM_OP_ROPE, &x, 1, a, "%s", name);
+    return graph_op_named(g, LOOM_OP_ROPE, &x, 1, a, name);
 }
 
 int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
                      const loom_attention_attrs *a, const char *name) {
     int src[4] = {q, k, v, mask};
-    return loom_graph_op(g, LOOM_OP_ATTENTION, src, mask >= 0 ? 4 : 3, a, "%s", name);
+    return graph_op_named(g, LOOM_OP_ATTENTION, src, mask >= 0 ? 4 : 3, a, name);
 }
 
 int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name) {
     int src[2] = {cache, x};
     loom_kv_append_attrs a = {pos};
-    return loom_graph_op(g, LOOM_OP_KV_APPEND, src, 2, &a, "%s", name);
+    return graph_op_named(g, LOOM_OP_KV_APPEND, src, 2, &a, name);
 }
 
 /* ------------------------------------------------------------ copies, args */

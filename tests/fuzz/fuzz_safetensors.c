@@ -24,7 +24,8 @@ static void safetensors(const uint8_t *p, size_t n) {
         loom_st_tensor_info info;
         if (loom_safetensors_info_at(st, i, &info) != LOOM_OK) continue;
         const uint8_t *d = info.data;
-        if (info.nbytes && (d < p || info.nbytes > (uint64_t)(p + n - d))) abort(); /* outside the image */
+        if (info.nbytes && (d < p || (size_t)(d - p) > n || info.nbytes > n - (size_t)(d - p)))
+            abort(); /* outside the image */
         if (info.ndim < 0 || info.ndim > LOOM_ST_MAX_DIMS) abort();
         for (int k = 0; k < info.ndim; k++)
             if (info.shape[k] < 0) abort();

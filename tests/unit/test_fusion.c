@@ -582,7 +582,7 @@ static void test_fusion_memo_replay(void) {
     tm_build(&m, g, ids, 5, 0, 0);
     CHECK(loom_executor_run(e, g) == LOOM_OK);
     CHECK(loom_fusion_memo_replays(e->memo) == steps - 1);
-    CHECK(e->report.rules[0].fired > 0 || e->report.n_rules > 0);
+    CHECK(e->report.n_rules > 0 && e->report.nodes_after < e->report.nodes_before); /* it fused */
     loom_executor_set_rules(e, NULL);
     CHECK(e->memo == NULL);
     /* a rule whose condition depends on the cache length (a view): turned
