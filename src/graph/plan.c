@@ -89,9 +89,8 @@ loom_status loom_graph_plan(loom_graph *g) {
         if (g->tensors[i].is_output) g->tensors[loom_graph_storage(g, i)].last_use = g->n_nodes;
 
     size_t n_alloc = g->n_tensors > 0 ? (size_t)g->n_tensors : 1;
-    plan_item *items = loom_graph_workspace(g, n_alloc * (2 * sizeof(plan_item) + sizeof(int)));
+    plan_item *items = loom_graph_workspace(g, n_alloc * 2 * sizeof(plan_item));
     LOOM_RETURN_IF(!items, LOOM_ERR_NOMEM, "plan: out of memory");
-    int *order = (int *)(items + 2 * n_alloc);
     int n_inter = 0;
     for (int i = 0; i < g->n_tensors; i++)
         /* intermediates without a producer were removed by fusion */
@@ -108,20 +107,19 @@ loom_status loom_graph_plan(loom_graph *g) {
     plan_item *sorted = items + n_inter;
     memcpy(sorted, items, (size_t)n_inter * sizeof *items);
     qsort(sorted, (size_t)n_inter, sizeof *sorted, by_size_desc);
-    for (int a = 0; a < n_inter; a++) order[a] = sorted[a].id;
 
     size_t total = 0;
     for (int a = 0; a < n_inter; a++) {
-        loom_gtensor *t = &g->tensors[order[a]];
-        size_t size = align_up(loom_tensor_nbytes(&t->t));
+        loom_gtensor *t = &g->tensors[sorted[a].id];
+        size_t size = align_up(sorted[a].size);
         size_t off = 0;
         /* move past every placed tensor that overlaps in time and space, until stable */
         for (int moved = 1; moved;) {
             moved = 0;
             for (int b = 0; b < a; b++) {
-                const loom_gtensor *p = &g->tensors[order[b]];
+                const loom_gtensor *p = &g->tensors[sorted[b].id];
                 if (p->last_use < t->first_use || t->last_use < p->first_use) continue;
-                size_t psize = align_up(loom_tensor_nbytes(&p->t));
+                size_t psize = align_up(sorted[b].size);
                 if (off < p->offset + psize && p->offset < off + size) {
                     off = p->offset + psize;
                     moved = 1;

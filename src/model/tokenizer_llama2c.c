@@ -4,11 +4,11 @@
  * whatever the file holds. */
 #include "model/tokenizer.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/status.h"
 
 /* llama2.c conventions: <unk> 0, <s> 1, </s> 2, bytes <0x00>..<0xFF> at 3..258. */
@@ -33,37 +33,6 @@ static float rd_f32(const unsigned char *p) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-/* Reads the whole file; a tokenizer is at most a few megabytes. */
-static loom_status read_file(const char *path, unsigned char **data, size_t *size) {
-    *data = NULL;
-    *size = 0;
-    FILE *f = fopen(path, "rb");
-    LOOM_RETURN_IF(!f, LOOM_ERR_IO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            fclose(f);
-            return loom_set_error(LOOM_ERR_NOMEM, "tokenizer: out of memory reading '%s'", path);
-        }
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        unsigned char *grown = realloc(buf, cap * 2);
-        if (!grown) free(buf);
-        buf = grown;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return loom_set_error(LOOM_ERR_IO, "tokenizer: read error on '%s'", path);
-    }
-    *data = buf;
-    *size = n;
-    return LOOM_OK;
 }
 
 /* Counts the entries and checks every header and length; fills the arrays
@@ -102,9 +71,10 @@ static loom_status scan_entries(const char *path, const unsigned char *data, siz
 loom_status loom_tokenizer_load_llama2c(const char *path, loom_tokenizer **out) {
     LOOM_RETURN_IF(!path || !out, LOOM_ERR_INVALID_ARG, "tokenizer: path and out must not be NULL");
     *out = NULL;
-    unsigned char *data;
+    char *text;
     size_t size;
-    LOOM_TRY(read_file(path, &data, &size));
+    LOOM_TRY(loom_read_file(path, (size_t)64 << 20, &text, &size)); /* a tokenizer is a few MB */
+    unsigned char *data = (unsigned char *)text;
 
     loom_status st = LOOM_OK;
     const char **pieces = NULL;

@@ -65,9 +65,8 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         else snprintf(hf, sizeof hf, "%.*stokenizer.json", slash ? (int)(slash - model_path + 1) : 0, model_path);
         tok_path = hf;
     }
-    loom_status ts = tok_path                                   ? loom_tokenizer_load(tok_path, tok)
-                     : (*model)->format == LOOM_MODEL_GGUF ? loom_tokenizer_from_gguf((*model)->gguf, tok)
-                                                           : loom_tokenizer_load_gguf(model_path, tok);
+    /* here no tok_path means a GGUF model (llama2.c returned above, safetensors got one) */
+    loom_status ts = tok_path ? loom_tokenizer_load(tok_path, tok) : loom_tokenizer_from_gguf((*model)->gguf, tok);
     if (ts != LOOM_OK) {
         loom_model_free(*model);
         *model = NULL;
