@@ -233,7 +233,6 @@ loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **are
     return LOOM_OK;
 }
 
-
 void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r) {
     loom_fusion_rules_free(e->rules);
     e->rules = r;
@@ -273,8 +272,6 @@ loom_status loom_mode_resolve(const char *flag, const loom_fusion_rules *rules, 
     *out = m >= 0 ? (loom_exec_mode)m : LOOM_MODE_STEP_BY_STEP;
     return LOOM_OK;
 }
-
-/* exec_checkpoint.c */
 
 loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
     LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");

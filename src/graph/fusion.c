@@ -301,7 +301,7 @@ typedef struct memo_node {
 } memo_node;
 typedef struct memo_tensor {
     int kind, dtype, ndim, view_of, is_output, producer;
-    int64_t shape[4];
+    int64_t shape[LOOM_MAX_DIMS];
 } memo_tensor;
 
 struct loom_fusion_memo {
@@ -313,7 +313,7 @@ struct loom_fusion_memo {
     memo_tensor *tensors;
     fr_match *m;
     int n_m, cap_m;
-    int rejects;       /* pattern matches the last full pass turned down */
+    int shape_rejected; /* the last full pass turned a pattern match down for its shapes */
     int rule_start[LOOM_FUSION_MAX_RULES + 1];
     long replays;
 };
@@ -345,12 +345,12 @@ static void memo_sig_tensor(memo_tensor *d, const loom_gtensor *t) {
     d->kind = (int)t->kind, d->dtype = (int)t->t.dtype, d->ndim = t->t.ndim, d->view_of = t->view_of;
     d->is_output = t->is_output, d->producer = t->producer;
     if (t->kind != LOOM_TK_VIEW)
-        for (int i = 0; i < t->t.ndim && i < 4; i++) d->shape[i] = t->t.shape[i];
+        for (int i = 0; i < t->t.ndim && i < LOOM_MAX_DIMS; i++) d->shape[i] = t->t.shape[i];
 }
 
 static int memo_matches(const loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
     /* a match turned down for its shapes might hold at the new ones: search again */
-    if (!m->valid || m->rejects || m->rules != r || m->rules_version != r->version ||
+    if (!m->valid || m->shape_rejected || m->rules != r || m->rules_version != r->version ||
         m->n_nodes != g->n_nodes || m->n_tensors != g->n_tensors)
         return 0;
     for (int n = 0; n < g->n_nodes; n++) {
@@ -380,7 +380,7 @@ static loom_status memo_start(loom_fusion_memo *m, const loom_graph *g, const lo
     }
     for (int n = 0; n < g->n_nodes; n++) memo_sig_node(&m->nodes[n], &g->nodes[n]);
     for (int t = 0; t < g->n_tensors; t++) memo_sig_tensor(&m->tensors[t], &g->tensors[t]);
-    m->n_nodes = g->n_nodes, m->n_tensors = g->n_tensors, m->rules = r, m->n_m = 0, m->rejects = 0;
+    m->n_nodes = g->n_nodes, m->n_tensors = g->n_tensors, m->rules = r, m->n_m = 0, m->shape_rejected = 0;
     m->rules_version = r->version;
     return LOOM_OK;
 }
@@ -433,7 +433,7 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
             ok = fused_valid(g, &f);
             shape_reject = !ok;
         }
-        if (shape_reject && memo) memo->rejects++;
+        if (shape_reject && memo) memo->shape_rejected = 1;
         if (ok) ok = escapes_ok(&st, &f, last);
         if (ok) ok = commit_match(g, &st, ri, last, &f, pend, &n_pend, &s);
         if (ok) {

@@ -30,7 +30,7 @@ typedef struct loom_profile {
     char   phase[16];      /* "prefill" or "decode" */
     const char *mode;      /* "step_by_step", ... */
     int    n_tokens;       /* tokens processed by this pass */
-    int    n_sections;     /* n_layers + 2 */
+    int    n_sections;     /* embed, n_layers layers, head, then appended ones (sample) */
     loom_profile_section *sections;
     loom_profile_section total;
     size_t arena_bytes;    /* planned intermediate memory */

@@ -1,8 +1,8 @@
 /* libFuzzer target: the hardware-profile parser of `loom plan` (YAML) on
  * arbitrary bytes; `auto` values are not measured (measure = 0). A profile
  * that parses must be sane (non-negative finite numbers, a name, nothing
- * measured), parse the same again, and give roofline times that are finite,
- * non-negative and grow with the work. */
+ * measured), parse the same again, and give roofline times that are not NaN,
+ * non-negative and grow with the work (tiny peaks may give +inf). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
