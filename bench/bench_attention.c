@@ -40,7 +40,6 @@
  */
 #include <math.h>
 #include <stdio.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,37 +57,17 @@
 #define MAX_COPIES 1024
 
 static int machine_lines, fused_only, cpu_time;
-static void *xalloc(size_t bytes);
 
 /* bench_time, or with --cpu-time and one thread the thread's CPU time. */
 static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int reps) {
     return cpu_time && nt == 1 ? bench_time_cpu(fn, arg, warmup, reps) : bench_time(fn, arg, warmup, reps);
 }
 
-typedef struct { const float *buf; size_t n; volatile float sink; } probe_ctx;
+#define PROBE_BYTES ((size_t)256 << 20) /* the decode rows' read-bandwidth probe */
 
-static void probe_sum(void *arg) {
-    probe_ctx *p = arg;
-    float a[16] = {0};
-    for (size_t i = 0; i + 16 <= p->n; i += 16)
-        for (int j = 0; j < 16; j++) a[j] += p->buf[i + j];
-    float s = 0.0f;
-    for (int j = 0; j < 16; j++) s += a[j];
-    p->sink = s;
-}
+/* One pass of the probe on this thread (--cpu-time rows time it by CPU time). */
+static void probe_once(void *p) { bench_probe_gbs(p, NULL); }
 
-/* Read bandwidth for a row with nt threads: bench_read_bandwidth, except that
- * with --cpu-time and one thread the same kind of sum runs on this thread and
- * is timed by its CPU time, like the decode rows it is compared with. */
-static double read_bandwidth(loom_pool *pool, int nt, int reps) {
-    size_t bytes = (size_t)512 << 20;
-    if (!cpu_time || nt != 1) return bench_read_bandwidth(pool, bytes, reps);
-    probe_ctx p = {.buf = xalloc(bytes), .n = bytes / sizeof(float)};
-    memset((void *)p.buf, 0, bytes);
-    double t = time_it(probe_sum, &p, 1, 1, reps);
-    loom_free_aligned((void *)p.buf);
-    return (double)bytes / t / 1e9;
-}
 static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
 static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
 
@@ -321,7 +300,7 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-static void bench_decode(const opts *o, const double *read_bw, bench_probe *probe, loom_dtype ct,
+static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
                          int64_t L) {
     const int64_t N = HEADS, Nkv = 8, D = HEAD_DIM;
     const loom_cpu_features *f = loom_cpu_get();
@@ -376,9 +355,10 @@ static void bench_decode(const opts *o, const double *read_bw, bench_probe *prob
         c.prefill = 0;
         int reps = o->reps * 3 < 64 ? o->reps * 3 : 64;
         double td, bw, frac;
-        if (cpu_time && nt == 1) { /* CPU time against the probe measured up front */
+        if (cpu_time && nt == 1) { /* CPU time, the probe too (on this thread) */
             td = time_it(run_decode, &c, nt, 2, reps);
-            bw = read_bw[ti], frac = bytes / td / 1e9 / bw;
+            bw = (double)PROBE_BYTES / bench_time_cpu(probe_once, probe, 1, reps) / 1e9;
+            frac = bytes / td / 1e9 / bw;
         } else { /* each sample next to a read-bandwidth probe of its own */
             double ts[64], bws[64], fr[64];
             int batch = (int)((double)(128 << 20) / bytes) + 1; /* >= 128 MiB of K/V per sample */
@@ -496,16 +476,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (strstr(sets, "decode")) {
-        double read_bw[8] = {0};
-        for (int t = 0; t < o.n_threads && cpu_time; t++) { /* only 1-thread CPU-time rows use it */
-            loom_pool *pool;
-            if (loom_pool_init(&pool, o.threads[t]) != LOOM_OK) return 1;
-            read_bw[t] = read_bandwidth(pool, o.threads[t], o.reps);
-            loom_pool_free(pool);
-            printf("read bandwidth, %d thread%s: %.1f GB/s\n", o.threads[t], o.threads[t] > 1 ? "s" : "",
-                   read_bw[t]);
-        }
-        bench_probe *probe = bench_probe_new((size_t)256 << 20);
+        bench_probe *probe = bench_probe_new(PROBE_BYTES);
         if (!probe) { fprintf(stderr, "bench_attention: cannot allocate the read probe\n"); return 1; }
         printf("\n## Decode: q_len 1, N=32, N_kv=8, D=128, contiguous %s cache\n\n",
                loom_attn_layout_name(dec_layout));
@@ -518,7 +489,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
                 return 2;
             }
-            for (int l = 0; l < n_ctx; l++) bench_decode(&o, read_bw, probe, t, ctx[l]);
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, t, ctx[l]);
         }
         bench_probe_free(probe);
     }

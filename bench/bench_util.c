@@ -28,30 +28,31 @@ double bench_median(const double *v, int n) {
     return m;
 }
 
-double bench_time(void (*fn)(void *), void *arg, int warmup, int reps) {
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Median seconds per call of fn by the clock now(), after warmup calls. */
+static double time_with(double (*now)(void), void (*fn)(void *), void *arg, int warmup, int reps) {
     for (int i = 0; i < warmup; i++) fn(arg);
     double t[64];
     if (reps > 64) reps = 64;
     for (int i = 0; i < reps; i++) {
-        double t0 = loom_time_s();
+        double t0 = now();
         fn(arg);
-        t[i] = loom_time_s() - t0;
+        t[i] = now() - t0;
     }
     return bench_median(t, reps);
 }
 
+double bench_time(void (*fn)(void *), void *arg, int warmup, int reps) {
+    return time_with(loom_time_s, fn, arg, warmup, reps);
+}
+
 double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps) {
-    for (int i = 0; i < warmup; i++) fn(arg);
-    double t[64];
-    if (reps > 64) reps = 64;
-    for (int i = 0; i < reps; i++) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-        fn(arg);
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-        t[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    }
-    return bench_median(t, reps);
+    return time_with(thread_cpu_s, fn, arg, warmup, reps);
 }
 
 typedef struct { const float *buf; size_t n; double sums[64]; } read_ctx;
