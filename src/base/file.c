@@ -35,3 +35,8 @@ loom_status loom_read_file(const char *path, size_t max_bytes, char **buf, size_
     *len = n;
     return LOOM_OK;
 }
+
+int loom_path_ends_with(const char *path, const char *suffix) {
+    size_t n = strlen(path), k = strlen(suffix);
+    return n >= k && strcmp(path + n - k, suffix) == 0;
+}

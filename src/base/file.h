@@ -12,4 +12,7 @@
  * max_bytes, short read), LOOM_ERR_NOMEM; the message names the file. */
 loom_status loom_read_file(const char *path, size_t max_bytes, char **buf, size_t *len);
 
+/* 1 when path ends with suffix (".json", ".safetensors"). */
+int loom_path_ends_with(const char *path, const char *suffix);
+
 #endif

@@ -511,6 +511,14 @@ loom_status loom_gguf_open_memory(const void *data, size_t size, const char *nam
     return open_common(g, out);
 }
 
+int loom_gguf_file_is_gguf(const char *path) {
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    int gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (f) fclose(f);
+    return gguf;
+}
+
 loom_status loom_gguf_open(const char *path, loom_gguf **out) {
     LOOM_RETURN_IF(!out || !path, LOOM_ERR_INVALID_ARG, "gguf: path and out must not be NULL");
     *out = NULL;

@@ -76,6 +76,8 @@ int loom_ggml_type_from_dtype(loom_dtype t);
  * duplicates, bad offsets, sizes), LOOM_ERR_UNSUPPORTED (version other than
  * 2/3, unknown tensor type id), LOOM_ERR_NOMEM. *out is NULL on error. */
 loom_status loom_gguf_open(const char *path, loom_gguf **out);
+/* 1 when the file at path starts with the GGUF magic (0 also when it cannot be read). */
+int loom_gguf_file_is_gguf(const char *path);
 /* The same over data[0..size), which must outlive the handle (not copied);
  * name is used in messages. */
 loom_status loom_gguf_open_memory(const void *data, size_t size, const char *name,

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "model/llama_st.h"
 
@@ -28,21 +29,12 @@ static void cache_free(float *p, size_t bytes) {
     if (p) munmap(p, bytes);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 loom_model_format loom_model_detect_format(const char *path) {
     struct stat st;
-    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, ".safetensors") ||
-        ends_with(path, ".json"))
+    if ((stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || loom_path_ends_with(path, ".safetensors") ||
+        loom_path_ends_with(path, ".json"))
         return LOOM_MODEL_SAFETENSORS;
-    unsigned char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    int gguf = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
-    if (f) fclose(f);
-    return gguf ? LOOM_MODEL_GGUF : LOOM_MODEL_LLAMA2C;
+    return loom_gguf_file_is_gguf(path) ? LOOM_MODEL_GGUF : LOOM_MODEL_LLAMA2C;
 }
 
 static loom_status load_weights(const char *path, loom_model *m) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "base/status.h"
 #include "model/hf_config.h"
 #include "model/mapped_file.h"
@@ -294,11 +295,6 @@ done:
     return s;
 }
 
-static int ends_with(const char *s, const char *suf) {
-    size_t n = strlen(s), k = strlen(suf);
-    return n >= k && strcmp(s + n - k, suf) == 0;
-}
-
 static int is_file(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -324,7 +320,7 @@ loom_status loom_safetensors_open(const char *path, loom_safetensors **out) {
                              : loom_set_error(LOOM_ERR_IO, "folder '%s' has neither model.safetensors nor "
                                               "model.safetensors.index.json", path);
         }
-    } else if (ends_with(path, ".json")) {
+    } else if (loom_path_ends_with(path, ".json")) {
         s = open_index(st, path);
     } else {
         s = add_file(st, path);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "base/status.h"
 #include "model/gguf.h"
 #include "model/tokenizer_impl.h"
@@ -423,15 +424,12 @@ loom_status loom_tokenizer_load(const char *path, loom_tokenizer **out) {
     LOOM_RETURN_IF(!out || !path, LOOM_ERR_INVALID_ARG, "tokenizer: path and out must not be NULL");
     *out = NULL;
     /* Hugging Face tokenizer.json (or a model folder holding one): tokenizer_hfjson.c */
-    size_t pl = strlen(path);
     struct stat sb;
-    if ((pl >= 5 && strcmp(path + pl - 5, ".json") == 0) || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+    if (loom_path_ends_with(path, ".json") || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
         return loom_tokenizer_load_hf_json(path, out);
     FILE *f = fopen(path, "rb");
     LOOM_RETURN_IF(!f, LOOM_ERR_IO, "tokenizer: cannot open '%s': %s", path, strerror(errno));
-    char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, f);
     fclose(f);
-    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) return loom_tokenizer_load_gguf(path, out);
-    return loom_tokenizer_load_llama2c(path, out);
+    return loom_gguf_file_is_gguf(path) ? loom_tokenizer_load_gguf(path, out)
+                                        : loom_tokenizer_load_llama2c(path, out);
 }
