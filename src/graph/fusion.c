@@ -219,11 +219,16 @@ static int fused_valid(const loom_graph *g, const fr_fused *f) {
     return 1;
 }
 
+static int by_last(const void *a, const void *b) {
+    return ((const fr_pending *)a)->last - ((const fr_pending *)b)->last;
+}
+
 /* Rebuilds the node list (into nodes: room for g->n_nodes): unmatched nodes
- * in order, each fused node at the position of its match's last node;
- * producers recomputed. */
-static loom_status rewrite(loom_graph *g, const unsigned char *taken, const fr_pending *pend, int n_pend,
+ * in order, each fused node at the position of its match's last node (pend is
+ * sorted by it here); producers recomputed. */
+static loom_status rewrite(loom_graph *g, const unsigned char *taken, fr_pending *pend, int n_pend,
                            loom_node *nodes) {
+    qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
     int out = 0, p = 0;
     for (int n = 0; n < g->n_nodes; n++) {
         if (!taken[n]) nodes[out++] = g->nodes[n];
@@ -238,10 +243,6 @@ static loom_status rewrite(loom_graph *g, const unsigned char *taken, const fr_p
     }
     g->planned = 0;
     return LOOM_OK;
-}
-
-static int by_last(const void *a, const void *b) {
-    return ((const fr_pending *)a)->last - ((const fr_pending *)b)->last;
 }
 
 /* Turns an accepted match into a pending fused node (and its hidden buffer,
@@ -443,7 +444,6 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
         for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
     }
     if (s == LOOM_OK && n_pend) {
-        qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
         s = rewrite(g, st.taken, pend, n_pend, mem.nodes);
     }
     return s;
@@ -484,7 +484,6 @@ static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int r
         if (*ok) *ok = commit_match(g, &st, ri, last, &f, mem.pend, &n_pend, &s);
     }
     if (s == LOOM_OK && *ok) {
-        qsort(mem.pend, (size_t)n_pend, sizeof *mem.pend, by_last);
         s = rewrite(g, st.taken, mem.pend, n_pend, mem.nodes);
     }
     return s;

@@ -150,7 +150,7 @@ static loom_status llama_tensors(loom_gguf_writer *w, conv_list *L, const loom_l
             char n[64];
             snprintf(n, sizeof n, "blk.%d.%s.weight", l, lt->gguf);
             /* half-split RoPE rows (HF layout) are permuted to GGUF's interleaved order */
-            int heads = !from_half || !lt->rope ? 0 : lt->rope == 1 ? c->n_heads : c->n_kv_heads;
+            int heads = from_half && lt->rope ? (int)(loom_llama_dim_size(c, lt->rows) / c->head_dim) : 0;
             LOOM_TRY(add(w, L, n, loom_llama_layer_field(&lw->layers[l], lt), p, heads,
                          heads ? c->head_dim : 0));
         }
@@ -277,10 +277,9 @@ loom_status loom_convert(const char *in, const char *out, const loom_convert_par
     loom_status s;
     const char *base = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
     loom_model_format fmt = loom_model_detect_format(in);
-    int hf = fmt == LOOM_MODEL_SAFETENSORS;
     if (fmt == LOOM_MODEL_GGUF) {
         s = requant(in, w, &L, p, &g);
-    } else if (hf) {
+    } else if (fmt == LOOM_MODEL_SAFETENSORS) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s", in);
         if (!S_ISDIR(sb.st_mode)) {

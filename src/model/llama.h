@@ -55,7 +55,7 @@ typedef struct loom_llama_layer_tensor {
     const char *gguf, *hf;
     int norm;                  /* 1: a norm vector [rows] */
     loom_llama_dim rows, cols;
-    int rope;                  /* rows hold RoPE'd heads: 1 query heads, 2 kv heads */
+    int rope;                  /* 1: the rows are RoPE'd heads (rows / head_dim of them) */
 } loom_llama_layer_tensor;
 #define LOOM_LLAMA_LAYER_TENSORS 9
 extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];

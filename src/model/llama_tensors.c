@@ -8,7 +8,7 @@
 const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS] = {
     {F(attn_norm), "attn_norm", "input_layernorm.weight", 1, LOOM_LLAMA_D, LOOM_LLAMA_D, 0},
     {F(wq), "attn_q", "self_attn.q_proj.weight", 0, LOOM_LLAMA_QD, LOOM_LLAMA_D, 1},
-    {F(wk), "attn_k", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, LOOM_LLAMA_D, 2},
+    {F(wk), "attn_k", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, LOOM_LLAMA_D, 1},
     {F(wv), "attn_v", "self_attn.v_proj.weight", 0, LOOM_LLAMA_KVD, LOOM_LLAMA_D, 0},
     {F(wo), "attn_output", "self_attn.o_proj.weight", 0, LOOM_LLAMA_D, LOOM_LLAMA_QD, 0},
     {F(ffn_norm), "ffn_norm", "post_attention_layernorm.weight", 1, LOOM_LLAMA_D, LOOM_LLAMA_D, 0},
