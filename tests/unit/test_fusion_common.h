@@ -108,4 +108,20 @@ static int tm_layer_ops(const loom_graph *g, int l, loom_op op) {
     return k;
 }
 
+/* Nodes of op in the whole graph. */
+static int tm_ops(const loom_graph *g, loom_op op) {
+    int k = 0;
+    for (int n = 0; n < g->n_nodes; n++) k += g->nodes[n].op == op;
+    return k;
+}
+
+/* Bytes of each of the K and V caches of m; tm_clear_kv zeroes both. */
+static size_t tm_kv_bytes(const tmodel *m) {
+    return (size_t)m->c.n_layers * m->ctx * m->c.n_kv_heads * m->c.head_dim * sizeof(float);
+}
+static void tm_clear_kv(tmodel *m) {
+    memset(m->kc, 0, tm_kv_bytes(m));
+    memset(m->vc, 0, tm_kv_bytes(m));
+}
+
 #endif
