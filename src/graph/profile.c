@@ -29,6 +29,16 @@ static void accumulate(loom_profile_section *dst, const loom_profile_section *sr
     dst->time_ns += src->time_ns;
 }
 
+/* One kernel's numbers into section s, the total and the per-kind totals, and
+ * its name onto s's chain. */
+static loom_status add_launch(loom_profile *p, loom_profile_section *s, const char *kernel,
+                              const loom_profile_section *one) {
+    accumulate(s, one);
+    accumulate(&p->total, one);
+    loom_profile_add_kind(p, kernel, one);
+    return append_chain(s, kernel);
+}
+
 loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *phase,
                                  const char *mode, int n_tokens, loom_profile *out) {
     memset(out, 0, sizeof *out);
@@ -52,10 +62,7 @@ loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *
                                     .bytes_read = node->stats.bytes_read,
                                     .bytes_written = node->stats.bytes_written,
                                     .flops = node->stats.flops, .time_ns = node->stats.time_ns};
-        accumulate(s, &one);
-        accumulate(&out->total, &one);
-        loom_profile_add_kind(out, node->stats.kernel ? node->stats.kernel : "?", &one);
-        loom_status st = append_chain(s, node->stats.kernel ? node->stats.kernel : "?");
+        loom_status st = add_launch(out, s, node->stats.kernel ? node->stats.kernel : "?", &one);
         if (st != LOOM_OK) {
             loom_profile_free(out);
             return st;
@@ -72,10 +79,7 @@ loom_status loom_profile_add_section(loom_profile *p, const char *name, const ch
     loom_profile_section *n = &s[p->n_sections++];
     memset(n, 0, sizeof *n);
     snprintf(n->name, sizeof n->name, "%s", name);
-    accumulate(n, vals);
-    accumulate(&p->total, vals);
-    loom_profile_add_kind(p, kernel, vals);
-    return append_chain(n, kernel);
+    return add_launch(p, n, kernel, vals);
 }
 
 void loom_profile_free(loom_profile *p) {
