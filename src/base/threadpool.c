@@ -1,13 +1,14 @@
 /* Persistent thread pool with a reusable spin/yield barrier.
  *
  * A run is announced by bumping `generation` under the mutex; workers spin on
- * it briefly (cheap back-to-back runs), then sleep on `wake`, so an idle pool
- * uses no CPU. Completion is counted in `n_done`; the caller spins briefly,
- * then sleeps on `done`. Waits spin a bounded number of times and then yield
+ * it for up to SPIN_NS (cheap back-to-back runs), then sleep on `wake`, so an
+ * idle pool uses no CPU. Completion is counted in `n_done`; the caller spins
+ * as long, then sleeps on `done`. Waits spin for a bounded time and then yield
  * or sleep, so oversubscribed pools (more threads than cores) and sanitizer
  * builds do not stall behind a spinning thread. */
 #include "base/threadpool.h"
 #include "base/status.h"
+#include "base/timer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,9 +27,33 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Pauses before a wait yields or sleeps (pause is 10-150 cycles, so 1-15 us):
- * catches back-to-back runs and balanced barriers without burning a time slice. */
-#define SPIN_LIMIT 256
+/* How long a wait spins before it yields or sleeps. A sleeping worker takes
+ * tens of microseconds to wake (a futex wake-up, more in a VM), which is the
+ * whole cost of a small launch: with a 6 us spin (256 pauses on Zen 5), two
+ * threads decoding a 1024-token bf16 cache were slower than one, because the
+ * worker fell asleep between calls. 100 us covers the gap between the kernels
+ * of a token and between tokens of a generation, and is still short next to
+ * a time slice. A time, not a pause count: pause takes 10 to 150 cycles
+ * depending on the CPU. */
+#define SPIN_NS 100000
+
+/* Spin state of one wait: keep spinning while this returns 1. The clock is
+ * read once per 64 pauses. */
+typedef struct spin_wait {
+    int on, i;
+    uint64_t t0;
+} spin_wait;
+
+static inline int spin_more(spin_wait *w) {
+    if (!w->on) return 0;
+    if ((w->i++ & 63) == 0) {
+        uint64_t t = loom_time_ns();
+        if (w->i == 1) w->t0 = t;
+        else if (t - w->t0 > SPIN_NS) return w->on = 0;
+    }
+    CPU_RELAX();
+    return 1;
+}
 
 typedef struct worker {
     loom_pool *pool;
@@ -40,7 +65,7 @@ struct loom_pool {
     pthread_t *threads;             /* n - 1 workers */
     worker *workers;
     int n_started;
-    int spin;                       /* SPIN_LIMIT, or 0 when threads outnumber CPUs */
+    int spin;                       /* 1, or 0 when threads outnumber CPUs (no spinning) */
 
     pthread_mutex_t mu;
     pthread_cond_t wake;            /* workers: a new generation or stop */
@@ -64,9 +89,9 @@ static void *worker_main(void *p) {
     unsigned seen = 0;
     for (;;) {
         unsigned gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
-        for (int i = 0; gen == seen && i < pool->spin; i++) {
+        spin_wait sw = {pool->spin, 0, 0};
+        while (gen == seen && spin_more(&sw)) {
             if (atomic_load_explicit(&pool->stop, memory_order_relaxed)) break;
-            CPU_RELAX();
             gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
         }
         if (gen == seen) {
@@ -127,7 +152,7 @@ loom_status loom_pool_init(loom_pool **out, int n_threads) {
     pool->n = n_threads;
     /* Oversubscribed, a spinning waiter only delays the thread it waits for. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    pool->spin = (ncpu > 0 && n_threads > ncpu) ? 0 : SPIN_LIMIT;
+    pool->spin = (ncpu > 0 && n_threads > ncpu) ? 0 : 1;
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->stop, 0);
@@ -190,10 +215,10 @@ void loom_pool_run(loom_pool *pool, loom_pool_fn fn, void *arg) {
     fn(0, pool->n, arg);
 
     int target = pool->n - 1;
-    for (int i = 0; i < pool->spin; i++) {
+    spin_wait sw = {pool->spin, 0, 0};
+    do {
         if (atomic_load_explicit(&pool->n_done, memory_order_acquire) == target) return;
-        CPU_RELAX();
-    }
+    } while (spin_more(&sw));
     pthread_mutex_lock(&pool->mu);
     while (atomic_load_explicit(&pool->n_done, memory_order_acquire) != target) {
         pthread_cond_wait(&pool->done, &pool->mu);
@@ -213,13 +238,7 @@ void loom_pool_barrier(loom_pool *pool) {
         atomic_store_explicit(&pool->bar_phase, phase + 1, memory_order_release);
         return;
     }
-    int spins = 0;
-    while (atomic_load_explicit(&pool->bar_phase, memory_order_acquire) == phase) {
-        if (spins < pool->spin) {
-            spins++;
-            CPU_RELAX();
-        } else {
-            sched_yield();
-        }
-    }
+    spin_wait sw = {pool->spin, 0, 0};
+    while (atomic_load_explicit(&pool->bar_phase, memory_order_acquire) == phase)
+        if (!spin_more(&sw)) sched_yield();
 }
