@@ -524,7 +524,8 @@ typedef struct dec_job {
     const loom_incre_flash_attention_params *p;
     const int64_t *q_lens;
     const dec_plan *pl;
-    int phase;          /* 0: one launch, 1: split, 2: merge, 3: reference */
+    loom_pool *pool;
+    int phase;          /* 0: whole units, 1: split then merge, 3: reference */
     char *scratch, *ws;
     size_t per, ws_bytes;
     atomic_int status;
@@ -536,11 +537,32 @@ static void dec_job_fn(int ith, int nth, void *arg) {
     loom_status s;
     switch (j->phase) {
     case 0: s = dec_run_units(j->pl, ith, nth, sc, j->per); break;
-    case 1: s = dec_run_split(j->pl, ith, nth, sc, j->per, j->ws, j->ws_bytes); break;
-    case 2: s = dec_run_merge(j->pl, ith, nth, j->ws, j->ws_bytes); break;
+    case 1: /* split and merge in one launch: a barrier instead of a second wake-up */
+        s = dec_run_split(j->pl, ith, nth, sc, j->per, j->ws, j->ws_bytes);
+        if (s != LOOM_OK) atomic_store(&j->status, (int)s);
+        if (j->pool) loom_pool_barrier(j->pool); /* every thread arrives, failed or not */
+        if (atomic_load(&j->status) != LOOM_OK) return;
+        s = dec_run_merge(j->pl, ith, nth, j->ws, j->ws_bytes);
+        break;
     default: s = loom_attn_ref_incre(j->t, j->p, j->q_lens, ith, nth, sc, j->per); break;
     }
     if (s != LOOM_OK) atomic_store(&j->status, (int)s);
+}
+
+/* Whether whole units already share out evenly (every thread within 10% of an
+ * even share of the keys): then split-KV would only add the merge. */
+static int dec_units_even(const dec_plan *pl, int nth) {
+    int64_t n = pl->pr->B * pl->pr->Nkv;
+    double total = 0.0, worst = 0.0;
+    for (int t = 0; t < nth; t++) {
+        int64_t lo, hi;
+        double c = 0.0;
+        attn_split_cost(n, t, nth, dec_unit_cost, pl, &lo, &hi);
+        for (int64_t x = lo; x < hi; x++) c += dec_unit_cost(pl, x);
+        total += c;
+        worst = c > worst ? c : worst;
+    }
+    return worst <= 1.1 * total / nth;
 }
 
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
@@ -552,9 +574,9 @@ loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
     loom_isa isa = loom_cpu_isa();
     dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
     int nth = pool ? loom_pool_size(pool) : 1;
-    /* split-KV only pays when there are too few (batch, kv head) units to go round */
-    int split = isa != LOOM_ISA_REF && nth > 1 && pr.B * pr.Nkv < 8 * (int64_t)nth;
-    dec_job j = {.t = t, .p = p, .q_lens = q_lens, .pl = &pl,
+    /* split-KV only pays when whole (batch, kv head) units cannot go round evenly */
+    int split = isa != LOOM_ISA_REF && nth > 1 && !dec_units_even(&pl, nth);
+    dec_job j = {.t = t, .p = p, .q_lens = q_lens, .pl = &pl, .pool = pool,
                  .phase = isa == LOOM_ISA_REF ? 3 : split ? 1 : 0};
     j.per = (size_t)attn_round_up((int64_t)attn_decode_scratch(&pr), LOOM_ALIGN);
     j.ws_bytes = split ? dec_workspace(&pl) : 0;
@@ -564,11 +586,8 @@ loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                    total);
     j.ws = j.scratch + j.per * (size_t)nth;
     atomic_init(&j.status, LOOM_OK);
-    for (int run = 0; run < (split ? 2 : 1); run++) {
-        if (run) j.phase = 2;
-        if (pool) loom_pool_run(pool, dec_job_fn, &j);
-        else dec_job_fn(0, 1, &j);
-    }
+    if (pool) loom_pool_run(pool, dec_job_fn, &j);
+    else dec_job_fn(0, 1, &j);
     loom_free_aligned(j.scratch);
     loom_status s = (loom_status)atomic_load(&j.status);
     LOOM_RETURN_IF(s != LOOM_OK, s, "incre_flash_attention: a worker failed (%s)",
