@@ -26,9 +26,18 @@
  *   the per-sample ratios, and "read BW" the median probe. And the prefill kernel called
  *   with S_q = 1 on the same caches (f32/bf16 only), ratio prefill/decode time.
  *
+ * Decode micro-kernels (--sets kernels; one thread, not in the default sets):
+ *   the level's dec_dot, softmax_rows and dec_pv (the three steps of a decode
+ *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128, over a 256-key
+ *   cache that stays in L2, in tiles of ATTN_DEC_TILE keys; ns per key for
+ *   each and their sum, and the K/V rate that sum allows ("compute-bound
+ *   rate"): a kernel whose compute-bound rate is below 80% of the read
+ *   bandwidth cannot reach 80% from DRAM on one core. softmax_rows is timed
+ *   with a copy of the tile's scores in front (512 bytes per 32 keys).
+ *
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8]
- *                   [--sets prefill,decode] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
+ *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
  * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
@@ -49,6 +58,7 @@
 #include "base/timer.h"
 #include "bench_util.h"
 #include "fused/attention.h"
+#include "fused/flash_attention_internal.h"
 #include "ops/matmul/matmul.h"
 #include "ops/ops.h"
 
@@ -403,6 +413,89 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
 }
 
+/* ------------------------------------------------------------ decode micro-kernels */
+
+#define KER_ROWS 4    /* query rows of one kv head: GQA 32/8 */
+#define KER_KEYS 256  /* keys of the cache: K and V stay in L2 */
+#define KER_SWEEPS 64 /* passes over the keys per timed call */
+
+typedef struct ker_ctx {
+    const loom_attn_kernels *kn;
+    loom_dtype dt;
+    int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv */
+    const void *krows[KER_KEYS], *vrows[KER_KEYS];
+    float q[KER_ROWS * HEAD_DIM], s[KER_ROWS * ATTN_DEC_TILE];
+    float s0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* each tile's scores */
+    float p0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* and probabilities */
+    float acc[KER_ROWS * HEAD_DIM], m[KER_ROWS], l[KER_ROWS], alpha[KER_ROWS], ones[KER_ROWS];
+} ker_ctx;
+
+static void run_kernel(void *arg) {
+    ker_ctx *c = arg;
+    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = HEAD_DIM;
+    for (int sw = 0; sw < KER_SWEEPS; sw++) {
+        for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
+        memset(c->acc, 0, sizeof c->acc);
+        for (int j0 = 0; j0 < KER_KEYS; j0 += T) {
+            if (c->which == 0) {
+                c->kn->dec_dot(c->s, T, c->q, D, R, c->krows + j0, c->dt, T, D, NULL);
+            } else if (c->which == 1) {
+                memcpy(c->s, c->s0[j0 / T], sizeof c->s);
+                c->kn->softmax_rows(c->s, T, R, T, c->m, c->l, c->alpha);
+            } else {
+                c->kn->dec_pv(c->acc, D, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
+            }
+        }
+    }
+}
+
+static void bench_kernels(const opts *o, loom_dtype ct) {
+    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = HEAD_DIM;
+    static ker_ctx c;
+    memset(&c, 0, sizeof c);
+    c.kn = loom_attn_kernels_for(loom_cpu_isa());
+    c.dt = ct;
+    size_t es = esize(ct), row = (size_t)D * es;
+    loom_rng rng;
+    loom_rng_init(&rng, 11, (uint64_t)ct);
+    float *kf = xalloc((size_t)KER_KEYS * D * 4), *vf = xalloc((size_t)KER_KEYS * D * 4);
+    char *kc = xalloc(KER_KEYS * row), *vc = xalloc(KER_KEYS * row);
+    if (ct == LOOM_I8) {
+        for (int64_t i = 0; i < (int64_t)KER_KEYS * D; i++) {
+            kf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
+            vf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
+        }
+    } else {
+        fill(kf, (int64_t)KER_KEYS * D, ct, &rng);
+        fill(vf, (int64_t)KER_KEYS * D, ct, &rng);
+    }
+    store_as(ct, kc, kf, (int64_t)KER_KEYS * D);
+    store_as(ct, vc, vf, (int64_t)KER_KEYS * D);
+    for (int j = 0; j < KER_KEYS; j++) c.krows[j] = kc + j * row, c.vrows[j] = vc + j * row;
+    /* q as the driver prepares it: scaled by 1/sqrt(D) and log2(e) (i8: and 1/127) */
+    float qs = 1.4426950f / sqrtf((float)D) / (ct == LOOM_I8 ? 127.0f : 1.0f);
+    fill(c.q, R * D, LOOM_F32, &rng);
+    for (int i = 0; i < R * D; i++) c.q[i] *= qs;
+    for (int r = 0; r < R; r++) c.m[r] = -INFINITY, c.ones[r] = 1.0f;
+    for (int j0 = 0; j0 < KER_KEYS; j0 += T) { /* real scores and probabilities per tile */
+        c.kn->dec_dot(c.s0[j0 / T], T, c.q, D, R, c.krows + j0, ct, T, D, NULL);
+        memcpy(c.p0[j0 / T], c.s0[j0 / T], sizeof c.s);
+        c.kn->softmax_rows(c.p0[j0 / T], T, R, T, c.m, c.l, c.alpha);
+    }
+    double ns[3], total = 0.0;
+    int reps = o->reps * 3 < 15 ? 15 : o->reps * 3;
+    for (int w = 0; w < 3; w++) {
+        c.which = w;
+        ns[w] = bench_time(run_kernel, &c, 2, reps) * 1e9 / ((double)KER_SWEEPS * KER_KEYS);
+        total += ns[w];
+    }
+    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", loom_dtype_name(ct), loom_isa_name(loom_cpu_isa()),
+           ns[0], ns[1], ns[2], total, 2.0 * (double)row / total);
+    fflush(stdout);
+    void *bufs[] = {kf, vf, kc, vc};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
+}
+
 /* ------------------------------------------------------------ main */
 
 /* "512,1024" into out (at most n); values 1..1<<20. Returns the count or -1. */
@@ -492,6 +585,21 @@ int main(int argc, char **argv) {
             for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, t, ctx[l]);
         }
         bench_probe_free(probe);
+    }
+    if (strstr(sets, "kernels")) {
+        printf("\n## Decode micro-kernels: one thread, %d query rows, D=128, %d keys in L2, tiles of %d\n\n",
+               KER_ROWS, KER_KEYS, ATTN_DEC_TILE);
+        printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        snprintf(list, sizeof list, "%s", caches);
+        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+            loom_dtype t;
+            if (parse_dtype(tok, &t) != 0 || (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
+                fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
+                return 2;
+            }
+            bench_kernels(&o, t);
+        }
     }
     return 0;
 }
