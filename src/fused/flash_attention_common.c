@@ -507,6 +507,18 @@ void attn_dropout_row(const attn_problem *pr, int64_t b, int64_t h, int64_t row,
 }
 
 void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64_t n) {
+    if (sd == 1 && dt == LOOM_F32) { /* contiguous rows: copies the compiler vectorises */
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    if (sd == 1 && dt == LOOM_BF16) {
+        const uint16_t *h = src;
+        for (int64_t x = 0; x < n; x++) {
+            uint32_t u = (uint32_t)h[x] << 16;
+            memcpy(dst + x, &u, sizeof u);
+        }
+        return;
+    }
     switch (dt) {
     case LOOM_F32:
         for (int64_t x = 0; x < n; x++) dst[x] = ((const float *)src)[x * sd];
@@ -524,6 +536,10 @@ void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64
 }
 
 void attn_store_row(void *dst, loom_dtype dt, int64_t sd, const float *src, int64_t n) {
+    if (sd == 1 && dt == LOOM_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
     switch (dt) {
     case LOOM_F32:
         for (int64_t x = 0; x < n; x++) ((float *)dst)[x * sd] = src[x];
