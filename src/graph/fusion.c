@@ -42,12 +42,10 @@ typedef struct fr_pending { int last; loom_node node; } fr_pending;
 
 /* Working memory of one rule, carved from the graph's workspace (reused by
  * every pass: a decode step re-fusing a graph of the same size allocates
- * nothing): the consumer index, the match state, the pending fused nodes and
- * the rewritten node list. */
+ * nothing): the consumer index, the match state and the pending fused nodes. */
 typedef struct fr_mem {
     int *fill;
     fr_pending *pend;
-    loom_node *nodes;
 } fr_mem;
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -58,8 +56,7 @@ static loom_status build_index(fr_state *st, fr_mem *mem) {
     for (int n = 0; n < nn; n++) total += g->nodes[n].n_src;
     size_t ti = up64(((size_t)nt + 1) * sizeof(int)), tc = up64(((size_t)total + 1) * sizeof(int));
     size_t nb = up64((size_t)nn + 1), np = up64(((size_t)nn + 1) * sizeof(fr_pending));
-    size_t nd = up64(((size_t)nn + 1) * sizeof(loom_node));
-    unsigned char *w = loom_graph_workspace(g, 3 * ti + tc + 2 * nb + np + nd);
+    unsigned char *w = loom_graph_workspace(g, 3 * ti + tc + 2 * nb + np);
     LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
     st->cons_start = (int *)w, w += ti;
     st->out_src = (int *)w, w += ti;
@@ -67,8 +64,7 @@ static loom_status build_index(fr_state *st, fr_mem *mem) {
     st->cons = (int *)w, w += tc;
     st->taken = w, w += nb;
     st->in_match = w, w += nb;
-    mem->pend = (fr_pending *)w, w += np;
-    mem->nodes = (loom_node *)w;
+    mem->pend = (fr_pending *)w;
     memset(st->cons_start, 0, ((size_t)nt + 1) * sizeof(int));
     memset(st->out_src, 0, ((size_t)nt + 1) * sizeof(int));
     memset(mem->fill, 0, ((size_t)nt + 1) * sizeof(int));
@@ -226,15 +222,25 @@ static int by_last(const void *a, const void *b) {
 /* Rebuilds the node list (into nodes: room for g->n_nodes): unmatched nodes
  * in order, each fused node at the position of its match's last node (pend is
  * sorted by it here); producers recomputed. */
-static loom_status rewrite(loom_graph *g, const unsigned char *taken, fr_pending *pend, int n_pend,
-                           loom_node *nodes) {
+static loom_status rewrite(loom_graph *g, const unsigned char *taken, fr_pending *pend, int n_pend) {
     qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
+    /* In place: a fused node goes where the last node of its match was, and
+     * its match took that node, so the write index never passes the read
+     * index (one fused node per last node: a node is taken once). Copying the
+     * node list out and back was most of a decode step's fusion time. */
+    for (int p = 1; p < n_pend; p++)
+        LOOM_RETURN_IF(pend[p].last == pend[p - 1].last || !taken[pend[p].last], LOOM_ERR_INTERNAL,
+                       "fusion: two fused nodes end at node %d", pend[p].last);
+    LOOM_RETURN_IF(n_pend > 0 && !taken[pend[0].last], LOOM_ERR_INTERNAL,
+                   "fusion: a fused node ends at an untaken node %d", pend[0].last);
     int out = 0, p = 0;
     for (int n = 0; n < g->n_nodes; n++) {
-        if (!taken[n]) nodes[out++] = g->nodes[n];
-        while (p < n_pend && pend[p].last == n) nodes[out++] = pend[p++].node;
+        if (!taken[n]) {
+            if (out != n) g->nodes[out] = g->nodes[n];
+            out++;
+        }
+        if (p < n_pend && pend[p].last == n) g->nodes[out++] = pend[p++].node;
     }
-    memcpy(g->nodes, nodes, (size_t)out * sizeof *nodes);
     g->n_nodes = out;
     for (int t = 0; t < g->n_tensors; t++) g->tensors[t].producer = -1;
     for (int n = 0; n < g->n_nodes; n++) {
@@ -256,7 +262,9 @@ static int commit_match(loom_graph *g, fr_state *st, int ri, int last, fr_fused 
         loom_tensor h;
         const int64_t shape[2] = {f.hidden_rows, f.hidden_cols};
         if (loom_tensor_init(&h, LOOM_F32, 2, shape, NULL) != LOOM_OK) return 0;
-        snprintf(h.name, sizeof h.name, "%.40s.hidden", g->tensors[f.dst].t.name);
+        size_t nl = strnlen(g->tensors[f.dst].t.name, 40); /* "<name, 40 at most>.hidden" */
+        memcpy(h.name, g->tensors[f.dst].t.name, nl);
+        memcpy(h.name + nl, ".hidden", sizeof ".hidden");
         int id = loom_graph_intermediate(g, &h);
         if (id < 0 || f.n_extra >= LOOM_MAX_EXTRA_DST) {
             *s = loom_graph_status(g);
@@ -444,7 +452,7 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
         for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
     }
     if (s == LOOM_OK && n_pend) {
-        s = rewrite(g, st.taken, pend, n_pend, mem.nodes);
+        s = rewrite(g, st.taken, pend, n_pend);
     }
     return s;
 }
@@ -460,9 +468,9 @@ static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int r
     /* no consumer index: the structure (hence single_use, dtypes, escapes)
      * is the one the memo checked; only shape ranges are looked at again */
     size_t nn = (size_t)g->n_nodes, nb = up64(nn + 1), np = up64((nn + 1) * sizeof(fr_pending));
-    unsigned char *w = loom_graph_workspace(g, nb + np + up64((nn + 1) * sizeof(loom_node)));
+    unsigned char *w = loom_graph_workspace(g, nb + np);
     LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
-    st.taken = w, mem.pend = (fr_pending *)(w + nb), mem.nodes = (loom_node *)(w + nb + np);
+    st.taken = w, mem.pend = (fr_pending *)(w + nb);
     memset(st.taken, 0, nn + 1);
     const fr_rule *r = st.rule;
     loom_fusion_hw hw = loom_fusion_rules_hw(rs);
@@ -484,7 +492,7 @@ static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int r
         if (*ok) *ok = commit_match(g, &st, ri, last, &f, mem.pend, &n_pend, &s);
     }
     if (s == LOOM_OK && *ok) {
-        s = rewrite(g, st.taken, mem.pend, n_pend, mem.nodes);
+        s = rewrite(g, st.taken, mem.pend, n_pend);
     }
     return s;
 }
