@@ -1,10 +1,12 @@
 /* Thread pool: each ith runs once per run, the barrier orders phases, many
- * runs in a row, various pool sizes (including more threads than cores). */
+ * runs in a row, various pool sizes (including more threads than cores), and
+ * an idle pool stops spinning. */
 #include "check.h"
 #include "base/threadpool.h"
 
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_T 16
 
@@ -153,11 +155,39 @@ static void test_invalid(void) {
     CHECK(loom_pool_init(NULL, 2) == LOOM_ERR_INVALID_ARG);
 }
 
+static double process_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits spin for a bounded time (100 us) and then sleep: an idle pool must
+ * not keep burning its cores. 200 ms idle after a run may cost the process a
+ * little CPU (the spin, the wake-ups), never the ~200 ms per worker a wait
+ * that never stops spinning would. */
+static void test_idle_pool_sleeps(void) {
+    loom_pool *pool = NULL;
+    CHECK(loom_pool_init(&pool, 2) == LOOM_OK);
+    if (!pool) return;
+    count_ctx c;
+    memset(&c, 0, sizeof c);
+    c.expect_nth = 2;
+    loom_pool_run(pool, count_fn, &c);
+    double t0 = process_cpu_s();
+    struct timespec idle = {0, 200000000};
+    nanosleep(&idle, NULL);
+    double used = process_cpu_s() - t0;
+    CHECK_MSG(used < 0.1, "an idle pool used %.3f s of CPU in 0.2 s", used);
+    CHECK(atomic_load(&c.calls[0]) == 1 && atomic_load(&c.calls[1]) == 1);
+    loom_pool_free(pool);
+}
+
 int main(void) {
     RUN_TEST(test_each_ith_once);
     RUN_TEST(test_barrier_phases);
     RUN_TEST(test_run_results_visible);
     RUN_TEST(test_init_free_repeatedly);
     RUN_TEST(test_invalid);
+    RUN_TEST(test_idle_pool_sleeps);
     return TEST_SUMMARY();
 }
