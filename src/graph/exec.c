@@ -70,6 +70,7 @@ void loom_executor_free(loom_executor *e) {
     loom_fusion_rules_free(e->rules);
     loom_fusion_memo_free(e->memo);
     loom_graph_free(e->fg);
+    free(e->saved_nodes);
     loom_graph_free(e->rg);
     loom_free_aligned(e->ref_arena);
     free(e->kv_save);
@@ -273,6 +274,32 @@ loom_status loom_mode_resolve(const char *flag, const loom_fusion_rules *rules, 
     return LOOM_OK;
 }
 
+/* Fused mode fuses the caller's graph in place: fusion keeps every tensor id
+ * (it only appends hidden buffers), so the caller reads its results as
+ * before, and a decode step no longer copies the whole graph first (7% of a
+ * tiny model's step, stories260K). The nodes are kept aside while the memo
+ * replays: a replay can stop part way (a match that no longer holds), and the
+ * full pass then starts again from the primitive graph. */
+static loom_status run_fused_in_place(loom_executor *e, loom_graph *g) {
+    int nn = g->n_nodes, nt = g->n_tensors;
+    if (e->saved_cap < nn) {
+        loom_node *p = realloc(e->saved_nodes, (size_t)nn * sizeof *p);
+        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "executor_run: out of memory");
+        e->saved_nodes = p, e->saved_cap = nn;
+    }
+    if (nn) memcpy(e->saved_nodes, g->nodes, (size_t)nn * sizeof *g->nodes);
+    int replayed = 0;
+    LOOM_TRY(loom_fusion_apply_memo(g, e->rules, &e->report, e->memo, &replayed));
+    if (replayed < 0) {
+        loom_graph_restore_nodes(g, e->saved_nodes, nn, nt);
+        LOOM_TRY(loom_fusion_apply_memo(g, e->rules, &e->report, e->memo, &replayed));
+    }
+    loom_status s = loom_exec_graph(e, g, &e->arena, &e->arena_cap, 0, 0);
+    if (e->dump_dir) e->dump_seq++;
+    e->last_run = g;
+    return s;
+}
+
 loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
     LOOM_RETURN_IF(!e || !g, LOOM_ERR_INVALID_ARG, "executor_run: NULL argument");
     if (e->mode == LOOM_MODE_STEP_BY_STEP) {
@@ -283,8 +310,10 @@ loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
     }
     LOOM_TRY(loom_graph_status(g));
     if (!e->rules) LOOM_TRY(loom_fusion_rules_load(NULL, &e->rules));
-    if (!e->fg) LOOM_TRY(loom_graph_init(&e->fg));
     if (!e->memo) LOOM_TRY(loom_fusion_memo_init(&e->memo));
+    if (e->mode == LOOM_MODE_FUSED) return run_fused_in_place(e, g);
+    /* fused_with_checkpoints: the primitive graph is re-run from the fused values, so fuse a copy */
+    if (!e->fg) LOOM_TRY(loom_graph_init(&e->fg));
     LOOM_TRY(loom_graph_copy(e->fg, g));
     int replayed = 0;
     LOOM_TRY(loom_fusion_apply_memo(e->fg, e->rules, &e->report, e->memo, &replayed));

@@ -29,7 +29,9 @@ typedef struct loom_executor {
     int             n_allocs;   /* arena/scratch (re)allocations, for tests of "no allocation" */
     /* fused modes */
     loom_fusion_rules *rules;   /* owned; the built-in default is loaded at the first fused run */
-    loom_graph     *fg;         /* the fused copy of the last graph run */
+    loom_graph     *fg;         /* fused_with_checkpoints: the fused copy of the last graph run */
+    loom_node      *saved_nodes; /* fused: the primitive nodes, kept while a memo replay runs */
+    int             saved_cap;
     loom_fusion_memo *memo;     /* decode steps re-fuse without searching (fusion.h) */
     loom_fusion_report report;  /* what the last fusion pass did */
     int             ckpt_action;   /* -1: the rules file's; else loom_checkpoint_action */
@@ -62,7 +64,8 @@ loom_status loom_executor_run(loom_executor *e, loom_graph *g);
 void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r);
 /* Loads rules from path (NULL: built in) and applies preset (NULL: none). */
 loom_status loom_executor_load_rules(loom_executor *e, const char *path, const char *preset);
-/* The graph whose node stats describe the last run (g itself or its fused copy). */
+/* The graph whose node stats describe the last run (g itself, fused in place in
+ * `fused` mode, or its fused copy in `fused_with_checkpoints`). */
 const loom_graph *loom_executor_last_graph(const loom_executor *e);
 /* Prints the checkpoint table (worst errors over all runs). */
 void loom_executor_print_checkpoints(const loom_executor *e, FILE *f);

@@ -86,7 +86,7 @@ void loom_fusion_report_print(FILE *f, const loom_fusion_report *rep);
  * otherwise it runs the full pass and remembers it (*replayed = 0). When a
  * remembered match no longer holds, g is left part way, *replayed = -1 and
  * the memo is invalidated: call again on a fresh copy of the primitive
- * graph. The memo belongs to one rules object and its settings: a preset or
+ * graph (or on g with its nodes put back, loom_graph_restore_nodes). The memo belongs to one rules object and its settings: a preset or
  * enable call made afterwards makes the next call search again. */
 typedef struct loom_fusion_memo loom_fusion_memo;
 loom_status loom_fusion_memo_init(loom_fusion_memo **m);

@@ -49,6 +49,7 @@ void loom_graph_reset(loom_graph *g) {
     g->arena_bytes = 0;
     g->scratch_bytes = 0;
     g->planned = 0;
+    g->fused = 0;
 }
 
 loom_status loom_graph_status(const loom_graph *g) {
@@ -307,6 +308,19 @@ loom_status loom_graph_copy(loom_graph *dst, const loom_graph *src) {
     dst->planned = 0;
     dst->fused = src->fused;
     return LOOM_OK;
+}
+
+void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors) {
+    if (n_nodes) memcpy(g->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
+    g->n_nodes = n_nodes;
+    g->n_tensors = n_tensors;
+    for (int t = 0; t < n_tensors; t++) g->tensors[t].producer = -1;
+    for (int n = 0; n < n_nodes; n++) {
+        g->tensors[g->nodes[n].dst].producer = n;
+        for (int e = 0; e < g->nodes[n].n_dst_extra; e++) g->tensors[g->nodes[n].dst_extra[e]].producer = n;
+    }
+    g->planned = 0;
+    g->fused = 0;
 }
 
 void loom_graph_node_args(const loom_graph *g, int n, loom_kernel_args *a) {

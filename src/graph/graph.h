@@ -91,6 +91,10 @@ loom_status loom_graph_init(loom_graph **g);
 void loom_graph_free(loom_graph *g);
 /* Empties the graph, keeping its memory (no allocation when rebuilt no larger). */
 void loom_graph_reset(loom_graph *g);
+/* Puts back the node list saved before a fusion pass (n_nodes nodes, no more
+ * than the graph holds) and drops the tensors appended since (n_tensors were
+ * there): producers are recomputed, the graph counts as unplanned, unfused. */
+void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors);
 /* LOOM_OK or the first builder error (also set as the thread's last error). */
 loom_status loom_graph_status(const loom_graph *g);
 /* A block of at least bytes (64-byte aligned, contents undefined) for one
