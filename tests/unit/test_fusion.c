@@ -528,6 +528,68 @@ static void test_auto_blocks_from_hw(void) {
     tm_free(&m);
 }
 
+/* Shifts every attention node's causal offset one key back (the last key
+ * is masked): a graph of the memo's structure whose attention the builder
+ * turns down (the fused kernels align the mask to the cache's end). */
+static void skew_attention(loom_graph *g) {
+    for (int n = 0; n < g->n_nodes; n++)
+        if (g->nodes[n].op == LOOM_OP_ATTENTION) ((loom_attention_attrs *)(void *)g->nodes[n].attrs)->q_pos_offset -= 1;
+}
+
+/* A replay that stops part way: the qkv_rope rule (first) replays and
+ * rewrites the graph, the attention rule (second) no longer holds. The
+ * executor, which fuses the caller's graph in place, puts the primitive nodes
+ * back and runs the full pass: qkv_rope fused again, attention primitive, and
+ * the logits equal step_by_step's on the same graph bit for bit (every fused
+ * kernel but attention is bit-identical to its decomposition). */
+static void test_fusion_replay_stops_part_way(void) {
+    tmodel m;
+    tm_init(&m, 48, 4, 2, 100, 2, 37, 64, 23);
+    int32_t ids[32];
+    for (int i = 0; i < 32; i++) ids[i] = (i * 7 + 3) % 37;
+    const int V = m.c.vocab_size;
+    loom_executor *e, *ref;
+    CHECK(loom_executor_init(&e, 2, LOOM_MODE_FUSED) == LOOM_OK);
+    CHECK(loom_executor_init(&ref, 2, LOOM_MODE_STEP_BY_STEP) == LOOM_OK);
+    loom_graph *g, *g2;
+    loom_graph_init(&g);
+    loom_graph_init(&g2);
+    size_t kv_bytes = tm_kv_bytes(&m);
+    float *kc0 = malloc(kv_bytes), *vc0 = malloc(kv_bytes);
+    tm_clear_kv(&m);
+    tm_build(&m, g, ids, 11, 0, 0);
+    CHECK(loom_executor_run(e, g) == LOOM_OK);
+    tm_build(&m, g, ids + 11, 1, 11, 0);
+    CHECK(loom_executor_run(e, g) == LOOM_OK); /* the memo now holds the decode structure */
+    tm_build(&m, g, ids + 12, 1, 12, 0);
+    CHECK(loom_executor_run(e, g) == LOOM_OK);
+    long replays = loom_fusion_memo_replays(e->memo);
+    CHECK(replays >= 1);
+    memcpy(kc0, m.kc, kv_bytes), memcpy(vc0, m.vc, kv_bytes);
+    int lg = tm_build(&m, g, ids + 13, 1, 13, 0);
+    int n_attn = tm_ops(g, LOOM_OP_ATTENTION);
+    skew_attention(g);
+    CHECK_MSG(loom_executor_run(e, g) == LOOM_OK, "%s", loom_last_error());
+    CHECK(loom_fusion_memo_replays(e->memo) == replays); /* the replay did not finish */
+    const loom_graph *fg = loom_executor_last_graph(e);
+    CHECK(fg == g);
+    CHECK(tm_ops(fg, LOOM_OP_QKV_ROPE) == n_attn && tm_ops(fg, LOOM_OP_ATTENTION) == n_attn);
+    CHECK(n_attn == m.c.n_layers);
+    float got[64];
+    CHECK(V <= 64);
+    memcpy(got, loom_graph_tensor(g, lg)->data, (size_t)V * sizeof(float));
+    memcpy(m.kc, kc0, kv_bytes), memcpy(m.vc, vc0, kv_bytes);
+    int lg2 = tm_build(&m, g2, ids + 13, 1, 13, 0);
+    skew_attention(g2);
+    CHECK(loom_executor_run(ref, g2) == LOOM_OK);
+    CHECK_MSG(memcmp(got, loom_graph_tensor(g2, lg2)->data, (size_t)V * sizeof(float)) == 0,
+              "fused after a stopped replay differs from step_by_step");
+    free(kc0), free(vc0);
+    loom_graph_free(g), loom_graph_free(g2);
+    loom_executor_free(e), loom_executor_free(ref);
+    tm_free(&m);
+}
+
 /* Decode steps re-fuse by replaying the memo (no pattern search): the logits
  * of every step equal those of an executor that fuses each step's graph from
  * scratch, bit for bit; the memo replayed all decode steps after the first;
@@ -622,5 +684,6 @@ int main(void) {
     RUN_TEST(test_profile_bytes);
     RUN_TEST(test_decode_no_alloc);
     RUN_TEST(test_fusion_memo_replay);
+    RUN_TEST(test_fusion_replay_stops_part_way);
     return TEST_SUMMARY();
 }
