@@ -507,18 +507,6 @@ void attn_dropout_row(const attn_problem *pr, int64_t b, int64_t h, int64_t row,
 }
 
 void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64_t n) {
-    if (sd == 1 && dt == LOOM_F32) { /* contiguous rows: copies the compiler vectorises */
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
-    }
-    if (sd == 1 && dt == LOOM_BF16) {
-        const uint16_t *h = src;
-        for (int64_t x = 0; x < n; x++) {
-            uint32_t u = (uint32_t)h[x] << 16;
-            memcpy(dst + x, &u, sizeof u);
-        }
-        return;
-    }
     switch (dt) {
     case LOOM_F32:
         for (int64_t x = 0; x < n; x++) dst[x] = ((const float *)src)[x * sd];
@@ -536,10 +524,6 @@ void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64
 }
 
 void attn_store_row(void *dst, loom_dtype dt, int64_t sd, const float *src, int64_t n) {
-    if (sd == 1 && dt == LOOM_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
-    }
     switch (dt) {
     case LOOM_F32:
         for (int64_t x = 0; x < n; x++) ((float *)dst)[x * sd] = src[x];
@@ -553,6 +537,11 @@ void attn_store_row(void *dst, loom_dtype dt, int64_t sd, const float *src, int6
     }
 }
 
+int attn_split_owner(double before, double c, double total, int64_t i, int64_t n, int nth) {
+    int owner = total > 0.0 ? (int)((before + 0.5 * c) * nth / total) : (int)(i * nth / n);
+    return owner < nth ? owner : nth - 1;
+}
+
 void attn_split_cost(int64_t n, int ith, int nth, double (*cost)(const void *, int64_t),
                      const void *ctx, int64_t *lo, int64_t *hi) {
     if (nth <= 1) {
@@ -561,14 +550,11 @@ void attn_split_cost(int64_t n, int ith, int nth, double (*cost)(const void *, i
     }
     double total = 0.0;
     for (int64_t i = 0; i < n; i++) total += cost(ctx, i);
-    /* item i goes to the thread whose share of the total holds its midpoint;
-     * owners are non-decreasing in i, so shares are contiguous */
     double acc = 0.0;
     *lo = n, *hi = n;
     for (int64_t i = 0; i < n; i++) {
         double c = cost(ctx, i);
-        int owner = total > 0.0 ? (int)((acc + 0.5 * c) * nth / total) : (int)(i * nth / n);
-        if (owner >= nth) owner = nth - 1;
+        int owner = attn_split_owner(acc, c, total, i, n, nth);
         if (owner >= ith && *lo == n) *lo = i;
         if (owner > ith) {
             *hi = i;
@@ -577,6 +563,24 @@ void attn_split_cost(int64_t n, int ith, int nth, double (*cost)(const void *, i
         acc += c;
     }
     if (*lo > *hi) *lo = *hi;
+}
+
+double attn_split_imbalance(int64_t n, int nth, double (*cost)(const void *, int64_t),
+                            const void *ctx) {
+    double total = 0.0, acc = 0.0, share = 0.0, worst = 0.0;
+    if (nth <= 1) return 1.0;
+    for (int64_t i = 0; i < n; i++) total += cost(ctx, i);
+    if (total <= 0.0) return 1.0;
+    int cur = 0; /* owners are non-decreasing: one running share at a time */
+    for (int64_t i = 0; i < n; i++) {
+        double c = cost(ctx, i);
+        int owner = attn_split_owner(acc, c, total, i, n, nth);
+        if (owner != cur) cur = owner, share = 0.0;
+        share += c;
+        worst = share > worst ? share : worst;
+        acc += c;
+    }
+    return worst * nth / total;
 }
 
 void attn_cost(const attn_problem *pr, loom_cost *c) {

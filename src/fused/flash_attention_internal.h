@@ -121,6 +121,15 @@ void attn_store_row(void *dst, loom_dtype dt, int64_t sd, const float *src, int6
  * split points never change results (every item is computed the same way). */
 void attn_split_cost(int64_t n, int ith, int nth, double (*cost)(const void *, int64_t),
                      const void *ctx, int64_t *lo, int64_t *hi);
+/* The owner of item i (cost c, items before it costing `before` of `total`):
+ * the thread whose share of the total holds the item's midpoint (i * nth / n
+ * when the total is 0). Non-decreasing in i, so shares are contiguous; the
+ * rule of attn_split_cost. */
+int attn_split_owner(double before, double c, double total, int64_t i, int64_t n, int nth);
+/* The largest share attn_split_cost gives a thread, over an even share
+ * (1 = perfectly even, and for nth <= 1). */
+double attn_split_imbalance(int64_t n, int nth, double (*cost)(const void *, int64_t),
+                            const void *ctx);
 
 static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

@@ -115,7 +115,8 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, const dec_scrat
             int64_t r = g * pr->Sq + i, h = u->hkv * pr->G + g;
             float *qr = sc->q + r * ld;
             const char *src = pr->q.data + (u->b * pr->q.sb + i * pr->q.ss + h * pr->q.sn) * pr->q.esize;
-            attn_load_row(qr, src, pr->q.dtype, pr->q.sd, D);
+            if (pr->q.sd == 1) pl->kern->to_f32(qr, src, pr->q.dtype, D); /* as prefill does */
+            else attn_load_row(qr, src, pr->q.dtype, pr->q.sd, D);
             if (ks)
                 for (int64_t x = 0; x < D; x++) qr[x] *= pl->qscale * ks[x * kq->s1];
             else
@@ -394,12 +395,14 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
     const attn_problem *pr = pl->pr;
     int64_t M = pl->M;
     /* items (unit, chunk) in unit-major order, walked incrementally; thread ith
-     * takes those whose cost midpoint falls in its share (as attn_split_cost) */
+     * takes those attn_split_owner gives it */
     double total = 0.0, acc = 0.0;
+    int64_t n_items = 0;
     for (int64_t b = 0; b < pr->B; b++) {
         dec_unit u;
         dec_unit_at(pl, b, 0, &u);
         for (int64_t k = 0; k < u.nch; k++) total += (double)pr->Nkv * dec_chunk_cost(pr, &u, k);
+        n_items += pr->Nkv * u.nch;
     }
     int64_t idx = 0, prev = -1;
     for (int64_t x = 0; x < pr->B * pr->Nkv; x++) {
@@ -407,9 +410,9 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
         dec_unit_at(pl, x / pr->Nkv, x % pr->Nkv, &u);
         for (int64_t k = 0; k < u.nch; k++, idx++) {
             double c = dec_chunk_cost(pr, &u, k);
-            int owner = (int)((acc + 0.5 * c) * nth / total);
+            int owner = attn_split_owner(acc, c, total, idx, n_items, nth);
             acc += c;
-            if ((owner < nth ? owner : nth - 1) != ith) continue;
+            if (owner != ith) continue;
             float *slot = dec_slot(pl, ws, idx);
             int64_t c0, c1;
             dec_chunk_range(pr, &u, k, &c0, &c1);
@@ -563,22 +566,6 @@ static void dec_job_fn(int ith, int nth, void *arg) {
     if (s != LOOM_OK) atomic_store(&j->status, (int)s);
 }
 
-/* Whether whole units already share out evenly (every thread within 10% of an
- * even share of the keys): then split-KV would only add the merge. */
-static int dec_units_even(const dec_plan *pl, int nth) {
-    int64_t n = pl->pr->B * pl->pr->Nkv;
-    double total = 0.0, worst = 0.0;
-    for (int t = 0; t < nth; t++) {
-        int64_t lo, hi;
-        double c = 0.0;
-        attn_split_cost(n, t, nth, dec_unit_cost, pl, &lo, &hi);
-        for (int64_t x = lo; x < hi; x++) c += dec_unit_cost(pl, x);
-        total += c;
-        worst = c > worst ? c : worst;
-    }
-    return worst <= 1.1 * total / nth;
-}
-
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool) {
@@ -588,8 +575,10 @@ loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
     loom_isa isa = loom_cpu_isa();
     dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
     int nth = pool ? loom_pool_size(pool) : 1;
-    /* split-KV only pays when whole (batch, kv head) units cannot go round evenly */
-    int split = isa != LOOM_ISA_REF && nth > 1 && !dec_units_even(&pl, nth);
+    /* split-KV only pays when whole (batch, kv head) units cannot go round
+     * evenly (some thread over 10% above an even share): otherwise it only adds the merge */
+    int split = isa != LOOM_ISA_REF && nth > 1 &&
+                attn_split_imbalance(pr.B * pr.Nkv, nth, dec_unit_cost, &pl) > 1.1;
     dec_job j = {.t = t, .p = p, .q_lens = q_lens, .pl = &pl, .pool = pool,
                  .phase = isa == LOOM_ISA_REF ? 3 : split ? 1 : 0};
     j.per = (size_t)attn_round_up((int64_t)attn_decode_scratch(&pr), LOOM_ALIGN);
