@@ -219,20 +219,17 @@ static int by_last(const void *a, const void *b) {
     return ((const fr_pending *)a)->last - ((const fr_pending *)b)->last;
 }
 
-/* Rebuilds the node list (into nodes: room for g->n_nodes): unmatched nodes
- * in order, each fused node at the position of its match's last node (pend is
- * sorted by it here); producers recomputed. */
+/* Rebuilds the node list in place: unmatched nodes in order, each fused node
+ * at the position of its match's last node (pend is sorted by it here);
+ * producers recomputed. The write index never passes the read index: a fused
+ * node goes where the last node of its match was, and its match took that
+ * node (one fused node per last node, since a node is taken once; checked).
+ * Copying the node list out and back was most of a decode step's fusion time. */
 static loom_status rewrite(loom_graph *g, const unsigned char *taken, fr_pending *pend, int n_pend) {
     qsort(pend, (size_t)n_pend, sizeof *pend, by_last);
-    /* In place: a fused node goes where the last node of its match was, and
-     * its match took that node, so the write index never passes the read
-     * index (one fused node per last node: a node is taken once). Copying the
-     * node list out and back was most of a decode step's fusion time. */
-    for (int p = 1; p < n_pend; p++)
-        LOOM_RETURN_IF(pend[p].last == pend[p - 1].last || !taken[pend[p].last], LOOM_ERR_INTERNAL,
-                       "fusion: two fused nodes end at node %d", pend[p].last);
-    LOOM_RETURN_IF(n_pend > 0 && !taken[pend[0].last], LOOM_ERR_INTERNAL,
-                   "fusion: a fused node ends at an untaken node %d", pend[0].last);
+    for (int p = 0; p < n_pend; p++)
+        LOOM_RETURN_IF(!taken[pend[p].last] || (p && pend[p].last == pend[p - 1].last), LOOM_ERR_INTERNAL,
+                       "fusion: fused nodes end at node %d, untaken or twice", pend[p].last);
     int out = 0, p = 0;
     for (int n = 0; n < g->n_nodes; n++) {
         if (!taken[n]) {
@@ -242,12 +239,7 @@ static loom_status rewrite(loom_graph *g, const unsigned char *taken, fr_pending
         if (p < n_pend && pend[p].last == n) g->nodes[out++] = pend[p++].node;
     }
     g->n_nodes = out;
-    for (int t = 0; t < g->n_tensors; t++) g->tensors[t].producer = -1;
-    for (int n = 0; n < g->n_nodes; n++) {
-        g->tensors[g->nodes[n].dst].producer = n;
-        for (int e = 0; e < g->nodes[n].n_dst_extra; e++) g->tensors[g->nodes[n].dst_extra[e]].producer = n;
-    }
-    g->planned = 0;
+    loom_graph_set_producers(g);
     return LOOM_OK;
 }
 

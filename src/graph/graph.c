@@ -310,16 +310,20 @@ loom_status loom_graph_copy(loom_graph *dst, const loom_graph *src) {
     return LOOM_OK;
 }
 
-void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors) {
-    if (n_nodes) memcpy(g->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
-    g->n_nodes = n_nodes;
-    g->n_tensors = n_tensors;
-    for (int t = 0; t < n_tensors; t++) g->tensors[t].producer = -1;
-    for (int n = 0; n < n_nodes; n++) {
+void loom_graph_set_producers(loom_graph *g) {
+    for (int t = 0; t < g->n_tensors; t++) g->tensors[t].producer = -1;
+    for (int n = 0; n < g->n_nodes; n++) {
         g->tensors[g->nodes[n].dst].producer = n;
         for (int e = 0; e < g->nodes[n].n_dst_extra; e++) g->tensors[g->nodes[n].dst_extra[e]].producer = n;
     }
     g->planned = 0;
+}
+
+void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors) {
+    if (n_nodes) memcpy(g->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
+    g->n_nodes = n_nodes;
+    g->n_tensors = n_tensors;
+    loom_graph_set_producers(g);
     g->fused = 0;
 }
 

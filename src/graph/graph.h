@@ -91,6 +91,9 @@ loom_status loom_graph_init(loom_graph **g);
 void loom_graph_free(loom_graph *g);
 /* Empties the graph, keeping its memory (no allocation when rebuilt no larger). */
 void loom_graph_reset(loom_graph *g);
+/* Recomputes every tensor's producer from the node list (after a rewrite of
+ * it); the graph counts as unplanned. */
+void loom_graph_set_producers(loom_graph *g);
 /* Puts back the node list saved before a fusion pass (n_nodes nodes, no more
  * than the graph holds) and drops the tensors appended since (n_tensors were
  * there): producers are recomputed, the graph counts as unplanned, unfused. */
