@@ -545,12 +545,24 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.n_threads; i++)
         if (o.threads[i] < 1) { fprintf(stderr, "bench_attention: bad --threads\n"); return 2; }
     o.bq = blk[0], o.bkv = blk[1];
+    char list[256];
+    loom_dtype cache_t[8]; /* --caches, for the decode and kernels sets */
+    int n_cache = 0;
+    snprintf(list, sizeof list, "%s", caches);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        loom_dtype t;
+        if (n_cache == 8 || parse_dtype(tok, &t) != 0 ||
+            (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
+            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8\n", tok);
+            return 2;
+        }
+        cache_t[n_cache++] = t;
+    }
     const loom_cpu_features *f = loom_cpu_get();
     printf("# bench_attention\n\nisa %s; avx512f %d bf16 %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after warm-up)%s\n\n",
            loom_isa_name(loom_cpu_isa()), f->avx512f, f->avx512_bf16, f->l1d_bytes >> 10,
            f->l2_bytes >> 10, f->l3_bytes >> 10, o.reps,
            cpu_time ? "; 1-thread rows: thread CPU time" : "");
-    char list[256];
     if (strstr(sets, "prefill")) {
         printf("## Prefill: B=1, N=32, D=128, causal\n\n");
         printf("| dtype | S | N/N_kv | threads | fused ms | fused GFLOP/s | unfused ms | unfused GFLOP/s | speed-up | fused extra MB | unfused extra MB | max abs diff |\n");
@@ -575,15 +587,8 @@ int main(int argc, char **argv) {
                loom_attn_layout_name(dec_layout));
         printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
         printf("|---|---|---|---|---|---|---|---|---|---|\n");
-        snprintf(list, sizeof list, "%s", caches);
-        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-            loom_dtype t;
-            if (parse_dtype(tok, &t) != 0 || (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
-                fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
-                return 2;
-            }
-            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, t, ctx[l]);
-        }
+        for (int i = 0; i < n_cache; i++)
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], ctx[l]);
         bench_probe_free(probe);
     }
     if (strstr(sets, "kernels")) {
@@ -591,15 +596,7 @@ int main(int argc, char **argv) {
                KER_ROWS, KER_KEYS, ATTN_DEC_TILE);
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
-        snprintf(list, sizeof list, "%s", caches);
-        for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-            loom_dtype t;
-            if (parse_dtype(tok, &t) != 0 || (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
-                fprintf(stderr, "bench_attention: cache dtype %s: expected f32, f16, bf16 or i8\n", tok);
-                return 2;
-            }
-            bench_kernels(&o, t);
-        }
+        for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i]);
     }
     return 0;
 }
