@@ -135,7 +135,9 @@ loom_status loom_flash_attention_score(const loom_flash_attention_tensors *t,
                                        const loom_flash_attention_params *p, loom_pool *pool);
 
 /* Thread level: the scratch bytes each thread needs for (t, p) (the same for
- * every ith, nth and kernel level). Validates like loom_flash_attention_score. */
+ * every ith, nth and kernel level). Depends on the sequence lengths in p (the
+ * bf16 K/V caches hold the longest sequence), so size again when they grow.
+ * Validates like loom_flash_attention_score. */
 loom_status loom_flash_attention_score_scratch_size(const loom_flash_attention_tensors *t,
                                                     const loom_flash_attention_params *p,
                                                     size_t *bytes);

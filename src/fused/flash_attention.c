@@ -63,9 +63,10 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     pl->use_bf16_pv = kern && kern->pv_bf16 && (pl->v16 || (hp && kern->to_bf16));
     pl->direct_k = pr->k.dtype == LOOM_F32 && pr->k.sd == 1;
     pl->direct_v = pr->v.dtype == LOOM_F32 && pr->v.sd == 1;
-    /* sized from the problem alone (never the kernel level): ceil(S_kv / 2) key pairs */
-    pl->vpk_pairs = pl->v16 || hp ? (pr->Skv + 1) / 2 : 0;
-    pl->kpk_rows = hp && !pl->k16 ? pr->Skv : 0;
+    /* sized from the problem alone (never the kernel level): the keys of one
+     * sequence (kv_cache: S_kv, or the longest sequence), ceil(/ 2) key pairs */
+    pl->vpk_pairs = pl->v16 || hp ? (pr->kv_cache + 1) / 2 : 0;
+    pl->kpk_rows = hp && !pl->k16 ? pr->kv_cache : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -423,6 +424,7 @@ loom_status loom_flash_attention_score_scratch_size(const loom_flash_attention_t
     attn_problem pr;
     LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "flash_attention_score: bytes is NULL");
     LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    attn_prefill_fit_caches(&pr); /* for this data: _thread checks the bytes it gets */
     *bytes = attn_prefill_scratch_all(&pr);
     return LOOM_OK;
 }
@@ -439,6 +441,7 @@ loom_status loom_flash_attention_score_thread(const loom_flash_attention_tensors
                                               int nth, void *scratch, size_t scratch_bytes) {
     attn_problem pr;
     LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    attn_prefill_fit_caches(&pr);
     return run_level(t, p, &pr, loom_cpu_isa(), ith, nth, scratch, scratch_bytes);
 }
 
@@ -483,5 +486,6 @@ loom_status loom_flash_attention_score(const loom_flash_attention_tensors *t,
                                        const loom_flash_attention_params *p, loom_pool *pool) {
     attn_problem pr;
     LOOM_TRY(attn_resolve_prefill(t, p, &pr));
+    attn_prefill_fit_caches(&pr); /* scratch allocated for this call */
     return fa_run_pool(t, p, &pr, pool);
 }

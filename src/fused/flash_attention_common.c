@@ -259,7 +259,7 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                          t->key, t->value, t->attention_out, pr, qd, kd));
     LOOM_TRY(check_float(op, "key", t->key));
     pr->tnd = p->input_layout == LOOM_ATTN_TND;
-    pr->Sq = qd[1], pr->Skv = kd[1];
+    pr->Sq = qd[1], pr->Skv = pr->kv_cache = kd[1];
     LOOM_RETURN_IF(pr->Sq > INT32_MAX || pr->Skv > INT32_MAX, LOOM_ERR_UNSUPPORTED,
                    "%s: sequence dims above 2^31 - 1 are not supported", op);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
@@ -450,6 +450,16 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
 }
 
 /* ------------------------------------------------------------ per-row rules */
+
+void attn_prefill_fit_caches(attn_problem *pr) {
+    int64_t mx = 0;
+    for (int64_t b = 0; b < pr->B; b++) {
+        attn_seq s;
+        attn_get_seq(pr, b, &s);
+        if (s.kv_len > mx) mx = s.kv_len;
+    }
+    pr->kv_cache = mx;
+}
 
 void attn_get_seq(const attn_problem *pr, int64_t b, attn_seq *s) {
     if (!pr->tnd) {

@@ -60,6 +60,9 @@ typedef struct attn_problem {
     int64_t drop_sq, drop_skv;         /* dropout index = ((b*N + h)*drop_sq + row)*drop_skv + col */
     int64_t block_q, block_kv;         /* 0 = auto */
     int     inner_precise;             /* 1: f32/f16 inputs may use bf16 products */
+    int64_t kv_cache;                  /* keys of one sequence the prefill's per-thread K/V
+                                          caches hold: S_kv (any data of these shapes), or
+                                          the longest sequence (attn_prefill_fit_caches) */
     /* decode */
     int     paged;
     const int32_t *block_table;
@@ -67,6 +70,13 @@ typedef struct attn_problem {
     attn_quant kq, vq;
     int64_t kv_chunk;
 } attn_problem;
+
+/* Sizes the prefill's per-thread caches by the longest sequence of this
+ * problem's data instead of S_kv (TND: T_kv). For callers that size scratch
+ * for one call (the public API, which checks the bytes it is given); not for
+ * the op table, whose scratch is planned once for shapes whose data may
+ * change. */
+void attn_prefill_fit_caches(attn_problem *pr);
 
 /* One batch entry: queries rows [q_start, q_start + q_len) of the S dim are
  * valid, q_rows rows are written (padding gets zeros); keys likewise. */

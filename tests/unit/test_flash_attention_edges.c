@@ -390,6 +390,55 @@ static void test_op_table_tnd(void) {
     free(q), free(k), free(v), free(out), free(ref);
 }
 
+/* The public API sizes the packed-V cache (bf16 V) by the longest sequence of
+ * the data, not by T_kv: a varlen batch of short sequences needs the scratch
+ * of its longest one. A run whose data has a longer sequence than the scratch
+ * was sized for is refused, never overrun. */
+static void test_tnd_scratch_fits_longest(void) {
+    enum { NS = 4, T = 192, N = 2, NKV = 1, D = 64 };
+    const int64_t lens[NS] = {64, 8, 100, 20};
+    int64_t cu[NS], one[1] = {T};
+    for (int i = 0, t = 0; i < NS; i++) cu[i] = t += (int)lens[i];
+    loom_rng r;
+    loom_rng_init(&r, 23, 1);
+    uint16_t *q = malloc(2 * T * N * D), *k = malloc(2 * T * NKV * D), *v = malloc(2 * T * NKV * D);
+    float *out = malloc(sizeof(float) * T * N * D), *out2 = malloc(sizeof(float) * T * N * D);
+    for (int i = 0; i < T * N * D; i++) q[i] = loom_f32_to_bf16(2.0f * loom_rng_uniform(&r) - 1.0f);
+    for (int i = 0; i < T * NKV * D; i++) k[i] = loom_f32_to_bf16(2.0f * loom_rng_uniform(&r) - 1.0f);
+    for (int i = 0; i < T * NKV * D; i++) v[i] = loom_f32_to_bf16(2.0f * loom_rng_uniform(&r) - 1.0f);
+    loom_tensor tq, tk, tv, to;
+    loom_tensor_init(&tq, LOOM_BF16, 3, (const int64_t[3]){T, N, D}, q);
+    loom_tensor_init(&tk, LOOM_BF16, 3, (const int64_t[3]){T, NKV, D}, k);
+    loom_tensor_init(&tv, LOOM_BF16, 3, (const int64_t[3]){T, NKV, D}, v);
+    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, N, D}, out);
+    loom_flash_attention_tensors t = {&tq, &tk, &tv, NULL, &to, NULL};
+    loom_flash_attention_params p = loom_flash_attention_default_params();
+    p.input_layout = LOOM_ATTN_TND, p.sparse_mode = 3;
+    p.actual_seq_qlen = p.actual_seq_kvlen = cu, p.num_seqs = NS;
+    loom_flash_attention_params p1 = p;
+    p1.actual_seq_qlen = p1.actual_seq_kvlen = one, p1.num_seqs = 1;
+    size_t bytes = 0, bytes1 = 0;
+    CHECK(loom_flash_attention_score_scratch_size(&t, &p, &bytes) == LOOM_OK);
+    CHECK(loom_flash_attention_score_scratch_size(&t, &p1, &bytes1) == LOOM_OK);
+    /* the cache is ceil(S/2) * D u32 (docs/ops.md): S = 100 against S = T */
+    CHECK_MSG(bytes1 - bytes == (size_t)((T + 1) / 2 - (100 + 1) / 2) * D * 4,
+              "scratch %zu (longest 100) vs %zu (one of %d)", bytes, bytes1, T);
+    /* runs in that scratch, and gives what the pool-level call gives */
+    void *sc = loom_alloc_aligned(bytes, LOOM_ALIGN);
+    for (int i = 0; i < T * N * D; i++) out[i] = NAN;
+    CHECK_MSG(loom_flash_attention_score_thread(&t, &p, 0, 1, sc, bytes) == LOOM_OK, "%s", loom_last_error());
+    memcpy(out2, out, sizeof(float) * T * N * D);
+    CHECK(loom_flash_attention_score(&t, &p, NULL) == LOOM_OK);
+    CHECK(memcmp(out, out2, sizeof(float) * T * N * D) == 0);
+    int finite = 1;
+    for (int i = 0; i < T * N * D; i++) finite &= isfinite(out[i]) != 0;
+    CHECK(finite);
+    /* data with a longer sequence than the scratch was sized for: refused */
+    CHECK_ERR(loom_flash_attention_score_thread(&t, &p1, 0, 1, sc, bytes), "scratch");
+    loom_free_aligned(sc);
+    free(q), free(k), free(v), free(out), free(out2);
+}
+
 int main(void) {
     RUN_TEST(test_masked_rows_and_skipped_tiles);
     RUN_TEST(test_dropout);
@@ -397,5 +446,6 @@ int main(void) {
     RUN_TEST(test_errors);
     RUN_TEST(test_op_table);
     RUN_TEST(test_op_table_tnd);
+    RUN_TEST(test_tnd_scratch_fits_longest);
     return TEST_SUMMARY();
 }
