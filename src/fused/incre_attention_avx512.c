@@ -345,43 +345,100 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
 /* Scores against a bf16 K with vdpbf16ps, d = 32 NQ (64 or 128). Each q row is
  * split into q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 bits
  * (relative error <= 2^-17) and every product is exact in f32: the scores stay
- * as accurate as the widening kernel's at half the instructions (no widening).
- * One row at a time (16 q registers would leave too few for 16 keys). */
+ * as accurate as the widening kernel's at half the instructions (no widening). */
+ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, __m512i *ql) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; v++) {
+        __m512 a = _mm512_loadu_ps(qr + 32 * v), b = _mm512_loadu_ps(qr + 32 * v + 16);
+        __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
+        __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
+        __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+        qh[v] = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
+        ql[v] = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(ra)),
+                                   (__m256i)_mm512_cvtneps_pbh(rb), 1);
+    }
+}
+
+/* One q row (the last of an odd count), 16 keys at a time. */
+ATTN_INLINE ATTN_T512BF void dot_bf16_row(int NQ, float *s, const float *qr,
+                                          const void *const *rows, int nc, const attn_dec_pf *pf,
+                                          int first) {
+    __m512i qh[4], ql[4];
+    bf16_split_q(NQ, qr, qh, ql);
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        int ncv = nc - c0 < 16 ? nc - c0 : 16;
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+            if (first) attn_dec_pf_row(pf, c0 + k);
+            acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int v = 0; v < NQ; v++) {
+                if (first) attn_dec_prefetch(kp, 64 * v);
+                __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
+                acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
+                acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
+            }
+        }
+        _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16_acc(acc));
+    }
+}
+
+/* Lane j (j < 8) of the result = sum of the lanes of a[j]: three shuffle+add
+ * levels and a fold, the cost per sum of attn_reduce16. */
+ATTN_INLINE ATTN_T512 __m256 reduce8(const __m512 *a) {
+    __m512 w[4], x[2];
+    for (int k = 0; k < 4; k++) /* 256-bit half 0: a[2k] folded, half 1: a[2k + 1] */
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 2; k++) /* 128-bit block b of x[k]: a[4k + b] */
+        x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(x[0], x[1]), _mm512_unpackhi_ps(x[0], x[1]));
+    y = _mm512_add_ps(y, _mm512_permute_ps(y, 0x4E)); /* lane 4b: a[b], lane 4b + 1: a[4 + b] */
+    const __m512i ix = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(ix, y));
+}
+
+/* Rows in pairs (q hi + lo of both: 16 registers), 4 keys at a time (8
+ * accumulators, reduce8): each K row is loaded once per pair of rows instead
+ * of once per row (measured from DRAM, in-process A/B: +2-5 %; hot, the same).
+ * The first pass over the keys prefetches. */
 ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float *q, int64_t ldq,
                                       int nr, const void *const *rows, int nc,
                                       const attn_dec_pf *pf) {
-    for (int r = 0; r < nr; r++) {
-        __m512i qh[4], ql[4];
-        const float *qr = q + r * ldq;
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) {
+        __m512i qh[2][4], ql[2][4];
+        bf16_split_q(NQ, q + r * ldq, qh[0], ql[0]);
+        bf16_split_q(NQ, q + (r + 1) * ldq, qh[1], ql[1]);
+        for (int c0 = 0; c0 < nc; c0 += 4) {
+            int ncv = nc - c0 < 4 ? nc - c0 : 4;
+            __m512 acc[8]; /* acc[k]: row r, acc[4 + k]: row r + 1 */
 #pragma GCC unroll 4
-        for (int v = 0; v < NQ; v++) {
-            __m512 a = _mm512_loadu_ps(qr + 32 * v), b = _mm512_loadu_ps(qr + 32 * v + 16);
-            __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
-            __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
-            __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
-            qh[v] = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
-            ql[v] = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(ra)),
-                                       (__m256i)_mm512_cvtneps_pbh(rb), 1);
-        }
-        for (int c0 = 0; c0 < nc; c0 += 16) {
-            int ncv = nc - c0 < 16 ? nc - c0 : 16;
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) {
+            for (int k = 0; k < 4; k++) {
                 const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
                 if (r == 0) attn_dec_pf_row(pf, c0 + k);
                 acc[k] = _mm512_setzero_ps();
+                acc[4 + k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
                 for (int v = 0; v < NQ; v++) {
                     if (r == 0) attn_dec_prefetch(kp, 64 * v);
                     __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
-                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
-                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
+                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[0][v], (__m512bh)kv);
+                    acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)qh[1][v], (__m512bh)kv);
+                    acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[0][v], (__m512bh)kv);
+                    acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)ql[1][v], (__m512bh)kv);
                 }
             }
-            _mm512_mask_storeu_ps(s + r * lds + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16_acc(acc));
+            __m256 z = reduce8(acc);
+            __mmask8 m = (__mmask8)((1u << ncv) - 1);
+            _mm_mask_storeu_ps(s + r * lds + c0, m, _mm256_castps256_ps128(z));
+            _mm_mask_storeu_ps(s + (r + 1) * lds + c0, m, _mm256_extractf128_ps(z, 1));
         }
     }
+    if (r < nr) dot_bf16_row(NQ, s + r * lds, q + r * ldq, rows, nc, pf, r == 0);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
