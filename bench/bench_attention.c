@@ -19,7 +19,8 @@
  * (BNSD, default) or [B, S, N_kv, D] (BSND, --layout)):
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
- *   real decode step does); effective GB/s = K+V bytes / time. Each sample
+ *   real decode step does), all in one block on 2 MiB pages as the engine's
+ *   KV cache is (separate blocks put short contexts on 4 KiB pages); effective GB/s = K+V bytes / time. Each sample
  *   (a batch of calls over >= 128 MiB of K/V) follows a read-bandwidth probe
  *   of its own (a 256 MiB sum on the same threads): the host's bandwidth
  *   drifts by tens of percent over minutes, so "% of read BW" is the median of
@@ -339,11 +340,14 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
         fill(kf, L * Nkv * D, ct, &rng);
         fill(vf, L * Nkv * D, ct, &rng);
     }
-    c.kc[0] = xalloc(half), c.vc[0] = xalloc(half);
+    /* all copies in one block, as an engine holds its KV cache: one allocation
+     * on 2 MiB pages whatever the context (a separate block per copy would get
+     * 4 KiB pages below 8 MiB, i.e. short contexts) */
+    char *arena = xalloc(2 * half * (size_t)n_copies);
+    for (int i = 0; i < n_copies; i++) c.kc[i] = arena + 2 * half * i, c.vc[i] = arena + 2 * half * i + half;
     store_as(ct, c.kc[0], kf, L * Nkv * D);
     store_as(ct, c.vc[0], vf, L * Nkv * D);
     for (int i = 1; i < n_copies; i++) {
-        c.kc[i] = xalloc(half), c.vc[i] = xalloc(half);
         memcpy(c.kc[i], c.kc[0], half);
         memcpy(c.vc[i], c.vc[0], half);
     }
@@ -408,7 +412,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
         fflush(stdout);
         loom_pool_free(c.pool);
     }
-    for (int i = 0; i < n_copies; i++) loom_free_aligned(c.kc[i]), loom_free_aligned(c.vc[i]);
+    loom_free_aligned(arena);
     void *bufs[] = {kf, vf, q, out, scale};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
 }
