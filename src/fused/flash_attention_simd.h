@@ -131,6 +131,25 @@ ATTN_INLINE ATTN_T512 __m512 attn_reduce16(const __m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
 }
 
+/* attn_reduce16 on 32-bit integers (exact): the same shuffles, integer adds. */
+ATTN_INLINE ATTN_T512 __m512i attn_reduce16_epi32(const __m512i *acc) {
+    __m512i a[16], w[8], x[4], y[2];
+    for (int t = 0; t < 4; t++)
+        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x44),
+                                _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        x[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2 * k], w[2 * k + 1], 0x88),
+                                _mm512_shuffle_i32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; k++)
+        y[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]),
+                                _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]));
+    __m512 y0 = _mm512_castsi512_ps(y[0]), y1 = _mm512_castsi512_ps(y[1]);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(y0, y1, 0x44)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(y0, y1, 0xEE)));
+}
+
 /* Lane j of the result = sum of the lanes of acc[j], j < 16. */
 ATTN_INLINE ATTN_T512 __m512 attn_reduce16_acc(const __m512 *acc) {
     __m512 a[16];

@@ -202,11 +202,9 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_dpwssd_epi32(acc[r * KB + k], qi[r][v], kv);
             }
         }
-        __m512 af[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) af[j] = _mm512_cvtepi32_ps(acc[j]);
-        /* lane r*KB + k = s[r][k] */
-        store_block(RB, _mm512_mul_ps(attn_reduce16_acc(af), scale), s + c0, lds, RB, ncv);
+        /* lane r*KB + k = s[r][k]: summed exactly in 32 bits, converted once */
+        __m512 z = _mm512_cvtepi32_ps(attn_reduce16_epi32(acc));
+        store_block(RB, _mm512_mul_ps(z, scale), s + c0, lds, RB, ncv);
     }
 }
 
