@@ -15,8 +15,9 @@
  *   columns: median ms, GFLOP/s over the visible (causal) pairs, 4.N.D.pairs,
  *   for both (so the GFLOP/s ratio is the speed ratio), extra memory each path
  *   allocates beyond q, k, v and out, and max |fused - unfused|.
- * Decode (N = 32, N_kv = 8, D = 128, q_len 1, contiguous cache [B, N_kv, S, D]
- * (BNSD, default) or [B, S, N_kv, D] (BSND, --layout)):
+ * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D: other kv heads and head
+ * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
+ * [B, S, N_kv, D] (BSND, --layout)):
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
  *   real decode step does), all in one block on 2 MiB pages as the engine's
@@ -39,6 +40,7 @@
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8]
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
+ *                   [--dec-shape N_KV,D]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
  * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
@@ -80,6 +82,7 @@ static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int rep
 static void probe_once(void *p) { bench_probe_gbs(p, NULL); }
 
 static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
+static int dec_nkv = 8, dec_d = HEAD_DIM;            /* --dec-shape: kv heads, head dim of decode rows */
 static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
 
 static void *xalloc(size_t bytes) {
@@ -313,7 +316,7 @@ static void run_decode(void *arg) {
 
 static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
                          int64_t L) {
-    const int64_t N = HEADS, Nkv = 8, D = HEAD_DIM;
+    const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
     double l3 = f->l3_bytes > 0 ? (double)f->l3_bytes : 32.0 * (1 << 20);
@@ -533,6 +536,11 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--gqa") == 0) ok = (n_gqa = bench_parse_ints(v, gqa, 4)) > 0;
         else if (strcmp(a, "--ctx") == 0) ok = (n_ctx = parse_ints(v, ctx, 8)) > 0;
         else if (strcmp(a, "--block") == 0) ok = parse_ints(v, blk, 2) == 2;
+        else if (strcmp(a, "--dec-shape") == 0) {
+            int ds[2];
+            ok = parse_ints(v, ds, 2) == 2 && HEADS % ds[0] == 0 && ds[1] <= 256;
+            if (ok) dec_nkv = ds[0], dec_d = ds[1];
+        }
         else if (strcmp(a, "--reps") == 0) ok = (o.reps = atoi(v)) > 0;
         else if (strcmp(a, "--dtypes") == 0) dtypes = v;
         else if (strcmp(a, "--caches") == 0) caches = v;
@@ -587,8 +595,8 @@ int main(int argc, char **argv) {
     if (strstr(sets, "decode")) {
         bench_probe *probe = bench_probe_new(PROBE_BYTES);
         if (!probe) { fprintf(stderr, "bench_attention: cannot allocate the read probe\n"); return 1; }
-        printf("\n## Decode: q_len 1, N=32, N_kv=8, D=128, contiguous %s cache\n\n",
-               loom_attn_layout_name(dec_layout));
+        printf("\n## Decode: q_len 1, N=%d, N_kv=%d, D=%d, contiguous %s cache\n\n", HEADS, dec_nkv,
+               dec_d, loom_attn_layout_name(dec_layout));
         printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
         printf("|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++)

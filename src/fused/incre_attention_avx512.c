@@ -136,17 +136,36 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
     }
 }
 
+/* Head dims whose q rows (or accumulator rows) the address-order kernels keep
+ * in registers: 16 NQ floats, NQ = 4, 5, 6, 8. For f32 caches also d = 80
+ * and 96, where the side-by-side kernels read DRAM 15-45 % slower; a 16-bit
+ * cache at those head dims stays side by side, which widens each element
+ * once for four rows (the row-pair kernels widen it twice and measured
+ * 5-40 % slower there). Other head dims use the side-by-side kernels. */
+#define DEC_SEQ_D(DT, d) ((d) == 64 || (d) == 128 || ((DT) == LOOM_F32 && ((d) == 80 || (d) == 96)))
+#define DEC_BY_NQ(DT, d, CALL)                          \
+    do {                                                \
+        switch ((d) / 16) {                             \
+        case 4: CALL(4); break;                         \
+        case 5: if ((DT) == LOOM_F32) CALL(5); break;   \
+        case 6: if ((DT) == LOOM_F32) CALL(6); break;   \
+        default: CALL(8); break;                        \
+        }                                               \
+    } while (0)
+
 ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
                                   int64_t ldq, int nr, const void *const *rows, int nc, int d,
                                   const attn_dec_pf *pf) {
-    if (d == 128 || d == 64) { /* the first pass over the keys prefetches the other stream */
+    if (DEC_SEQ_D(DT, d)) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
-        for (; r + 2 <= nr; r += 2)
-            if (d == 128) dot_seq(2, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
-            else dot_seq(2, 4, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
-        for (; r < nr; r++)
-            if (d == 128) dot_seq(1, 8, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
-            else dot_seq(1, 4, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf);
+#define DOT_SEQ(RB, NQ) dot_seq(RB, NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf)
+#define DOT_SEQ2(NQ) DOT_SEQ(2, NQ)
+#define DOT_SEQ1(NQ) DOT_SEQ(1, NQ)
+        for (; r + 2 <= nr; r += 2) DEC_BY_NQ(DT, d, DOT_SEQ2);
+        for (; r < nr; r++) DEC_BY_NQ(DT, d, DOT_SEQ1);
+#undef DOT_SEQ1
+#undef DOT_SEQ2
+#undef DOT_SEQ
         return;
     }
     if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
@@ -211,19 +230,23 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
 static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                      const void *const *rows, int nc, int d) {
     int r = 0;
+#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r)
     for (; r + 2 <= nr; r += 2)
-        if (d == 128) dot_i8(2, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
-        else dot_i8(2, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
+        if (d == 128) DOT_I8(2, 4);
+        else if (d == 96) DOT_I8(2, 3);
+        else DOT_I8(2, 2);
     if (r < nr) {
-        if (d == 128) dot_i8(1, 4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
-        else dot_i8(1, 2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r);
+        if (d == 128) DOT_I8(1, 4);
+        else if (d == 96) DOT_I8(1, 3);
+        else DOT_I8(1, 2);
     }
+#undef DOT_I8
 }
 
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf) {
-    if (dt == LOOM_I8 && (d == 128 || d == 64) && loom_cpu_get()->avx512_vnni) {
+    if (dt == LOOM_I8 && (d == 128 || d == 96 || d == 64) && loom_cpu_get()->avx512_vnni) {
         dot_i8_all(s, lds, q, ldq, nr, rows, nc, d);
         return;
     }
@@ -307,16 +330,17 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
                                   int64_t ldp, int nr, const void *const *rows, int nc, int d,
                                   const float *alpha, const attn_dec_pf *pf) {
     int r = 0;
-    if ((d == 128 || d == 64) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
+    if (DEC_SEQ_D(DT, d) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
         for (; d == 64 && r + 4 <= nr; r += 4)
             pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-        for (; r + 2 <= nr; r += 2)
-            if (d == 128) pv_seq(2, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-            else pv_seq(2, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-        if (r < nr) {
-            if (d == 128) pv_seq(1, 8, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-            else pv_seq(1, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-        }
+#define PV_SEQ(RB, NV) pv_seq(RB, NV, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf)
+#define PV_SEQ2(NV) PV_SEQ(2, NV)
+#define PV_SEQ1(NV) PV_SEQ(1, NV)
+        for (; r + 2 <= nr; r += 2) DEC_BY_NQ(DT, d, PV_SEQ2);
+        if (r < nr) DEC_BY_NQ(DT, d, PV_SEQ1);
+#undef PV_SEQ1
+#undef PV_SEQ2
+#undef PV_SEQ
         return;
     }
     for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
@@ -539,13 +563,15 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
             }
         }
         float *ar = acc + r0 * lda;
+#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf)
         if (rb == 2) {
-            if (d == 128) pv_bf16_rows(2, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
-            else pv_bf16_rows(2, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
+            if (d == 128) PV_BF(2, 4);
+            else PV_BF(2, 2);
         } else {
-            if (d == 128) pv_bf16_rows(1, 4, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
-            else pv_bf16_rows(1, 2, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf);
+            if (d == 128) PV_BF(1, 4);
+            else PV_BF(1, 2);
         }
+#undef PV_BF
     }
 }
 

@@ -295,21 +295,23 @@ static inc_case base_case(void) {
  * and nearly flat, which hides score errors (a 0.2 % error in every score
  * passes). A large scale_value makes the softmax peaked, so the output follows
  * the few largest scores and their errors show: the kernels' fast paths for
- * d = 64/128 (vdpbf16ps with q split hi/lo, vpdpwssd with q rounded to 16
- * bits) must stay within the f32/bf16 tolerances here too. */
+ * d = 64, 80, 96, 128 (rows in registers; vdpbf16ps with q split hi/lo,
+ * vpdpwssd with q rounded to 16 bits) must stay within the f32/bf16
+ * tolerances here too. Every head dim meets every cache dtype, with one and
+ * four query rows per kv head. */
 static void test_peaked_scores(void) {
     loom_rng r;
     loom_rng_init(&r, 21, 2);
     static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_I8, LOOM_I8, LOOM_F16};
-    static const int64_t dims[] = {64, 128};
-    for (int i = 0; i < 20; i++) {
+    static const int64_t dims[] = {64, 128, 80, 96};
+    for (int i = 0; i < 40; i++) {
         inc_case c = base_case();
         c.L = (loom_attn_layout)(i % 3);
-        c.D = dims[i % 2];
+        c.D = dims[i % 4];
         c.kvdt = kv[(i / 2) % 5];
         c.kmode = c.vmode = (i / 4) % 2; /* i8: per channel and per token, at both d */
         c.Nkv = 2, c.N = c.Nkv * (i % 3 == 0 ? 1 : 4), c.Sq = i % 5 == 0 ? 3 : 1;
-        c.Smax = 300 + 37 * i, c.chunk = i % 2 ? 128 : 0;
+        c.Smax = 300 + 17 * i, c.chunk = i % 2 ? 128 : 0;
         c.scale = 12.0f / sqrtf((float)c.D);
         inc_check_case(&c, &r, i % 2 == 0);
     }
