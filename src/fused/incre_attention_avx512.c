@@ -138,10 +138,11 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
 
 /* Head dims whose q rows (or accumulator rows) the address-order kernels keep
  * in registers: 16 NQ floats, NQ = 4, 5, 6, 8. For f32 caches also d = 80
- * and 96, where the side-by-side kernels read DRAM 15-45 % slower; a 16-bit
+ * and 96, where the side-by-side kernels read DRAM 15-45 % slower. A 16-bit
  * cache at those head dims stays side by side, which widens each element
- * once for four rows (the row-pair kernels widen it twice and measured
- * 5-40 % slower there). Other head dims use the side-by-side kernels. */
+ * once for four rows: the row-pair kernels widen it twice and measured
+ * 17-40 % slower (bf16, d = 80), the vdpbf16ps kernels at d = 96 5-9 %
+ * slower. Other head dims use the side-by-side kernels. */
 #define DEC_SEQ_D(DT, d) ((d) == 64 || (d) == 128 || ((DT) == LOOM_F32 && ((d) == 80 || (d) == 96)))
 #define DEC_BY_NQ(DT, d, CALL)                          \
     do {                                                \
