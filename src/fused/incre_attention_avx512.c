@@ -143,15 +143,17 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
  * once for four rows: the row-pair kernels widen it twice and measured
  * 17-40 % slower (bf16, d = 80), the vdpbf16ps kernels at d = 96 5-9 %
  * slower. Other head dims use the side-by-side kernels. */
-#define DEC_SEQ_D(DT, d) ((d) == 64 || (d) == 128 || ((DT) == LOOM_F32 && ((d) == 80 || (d) == 96)))
-#define DEC_BY_NQ(DT, d, CALL)                          \
-    do {                                                \
-        switch ((d) / 16) {                             \
-        case 4: CALL(4); break;                         \
-        case 5: if ((DT) == LOOM_F32) CALL(5); break;   \
-        case 6: if ((DT) == LOOM_F32) CALL(6); break;   \
-        default: CALL(8); break;                        \
-        }                                               \
+#define DEC_SEQ_80_96(DT) ((DT) == LOOM_F32)
+#define DEC_SEQ_D(DT, d) ((d) == 64 || (d) == 128 || (DEC_SEQ_80_96(DT) && ((d) == 80 || (d) == 96)))
+/* CALL(NQ) for d = 16 NQ; the 80/96 cases exist only where DEC_SEQ_D admits them */
+#define DEC_BY_NQ(DT, d, CALL)                              \
+    do {                                                    \
+        switch ((d) / 16) {                                 \
+        case 4: CALL(4); break;                             \
+        case 5: if (DEC_SEQ_80_96(DT)) CALL(5); break;      \
+        case 6: if (DEC_SEQ_80_96(DT)) CALL(6); break;      \
+        default: CALL(8); break;                            \
+        }                                                   \
     } while (0)
 
 ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
@@ -228,26 +230,28 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
     }
 }
 
+#define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128) /* the head dims dot_i8_all takes */
+
 static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                      const void *const *rows, int nc, int d) {
     int r = 0;
 #define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r)
-    for (; r + 2 <= nr; r += 2)
-        if (d == 128) DOT_I8(2, 4);
-        else if (d == 96) DOT_I8(2, 3);
-        else DOT_I8(2, 2);
-    if (r < nr) {
-        if (d == 128) DOT_I8(1, 4);
-        else if (d == 96) DOT_I8(1, 3);
-        else DOT_I8(1, 2);
-    }
+#define DOT_I8_D(RB)                      \
+    do {                                  \
+        if (d == 128) DOT_I8(RB, 4);      \
+        else if (d == 96) DOT_I8(RB, 3);  \
+        else DOT_I8(RB, 2);               \
+    } while (0)
+    for (; r + 2 <= nr; r += 2) DOT_I8_D(2);
+    if (r < nr) DOT_I8_D(1);
+#undef DOT_I8_D
 #undef DOT_I8
 }
 
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf) {
-    if (dt == LOOM_I8 && (d == 128 || d == 96 || d == 64) && loom_cpu_get()->avx512_vnni) {
+    if (dt == LOOM_I8 && DEC_I8_D(d) && loom_cpu_get()->avx512_vnni) {
         dot_i8_all(s, lds, q, ldq, nr, rows, nc, d);
         return;
     }
