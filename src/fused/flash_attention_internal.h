@@ -19,6 +19,7 @@
 #define ATTN_ROW_PAD 16
 /* Decode processes KV in tiles of this many keys (scores stay in L1). */
 #define ATTN_DEC_TILE 32
+#define ATTN_DEC_MAX_SLACK 8.0f
 #define ATTN_DEFAULT_KV_CHUNK 512
 
 /* One of q, k, v, out: element (b, s, n, d) is at data + esize*(b*sb + s*ss + n*sn + d*sd).

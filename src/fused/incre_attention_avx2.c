@@ -179,21 +179,28 @@ ATTN_INLINE ATTN_T256 float hmax8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* As the AVX-512 kernel: the reference max moves only by more than ATTN_DEC_MAX_SLACK. */
 ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m,
                                            float *l, float *alpha) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int r = 0; r < nr; r++) {
-        float *sr = s + r * lds, tmp[8];
-        __m256 mx = ninf;
+        float *sr = s + r * lds, tmp[8], mo = m[r], sub = mo, al = 1.0f;
         int c8 = nc & ~7; /* whole vectors in place; the tail through tmp, padded with -inf */
-        for (int c = 0; c < c8; c += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sr + c));
-        if (c8 < nc) {
+        if (c8 < nc)
             for (int j = 0; j < 8; j++) tmp[j] = c8 + j < nc ? sr[c8 + j] : -INFINITY;
-            mx = _mm256_max_ps(mx, _mm256_loadu_ps(tmp));
+        __m256 lim = _mm256_set1_ps(mo + ATTN_DEC_MAX_SLACK), over = _mm256_setzero_ps();
+        for (int c = 0; c < c8; c += 8) over = _mm256_or_ps(over, _mm256_cmp_ps(_mm256_loadu_ps(sr + c), lim, _CMP_NLE_UQ));
+        if (c8 < nc) over = _mm256_or_ps(over, _mm256_cmp_ps(_mm256_loadu_ps(tmp), lim, _CMP_NLE_UQ));
+        if (_mm256_movemask_ps(over) || mo == -INFINITY) {
+            __m256 mx = ninf;
+            for (int c = 0; c < c8; c += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sr + c));
+            if (c8 < nc) mx = _mm256_max_ps(mx, _mm256_loadu_ps(tmp));
+            float mn = hmax8(mx);
+            if (mo > mn) mn = mo;
+            sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
+            al = _mm256_cvtss_f32(attn_exp2_256(_mm256_set1_ps(mo - sub)));
+            m[r] = mn;
         }
-        float mn = hmax8(mx);
-        if (m[r] > mn) mn = m[r];
-        float sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
         __m256 vs = _mm256_set1_ps(sub), sum = _mm256_setzero_ps();
         for (int c = 0; c < c8; c += 8) {
             __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vs));
@@ -201,16 +208,12 @@ ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc
             sum = _mm256_add_ps(sum, e);
         }
         if (c8 < nc) {
-            int n = nc - c8;
-            for (int j = 0; j < 8; j++) tmp[j] = j < n ? sr[c8 + j] : -INFINITY;
             __m256 e = attn_exp2_256(_mm256_sub_ps(_mm256_loadu_ps(tmp), vs));
             _mm256_storeu_ps(tmp, e);
-            memcpy(sr + c8, tmp, (size_t)n * sizeof(float));
+            memcpy(sr + c8, tmp, (size_t)(nc - c8) * sizeof(float));
             sum = _mm256_add_ps(sum, e);
         }
-        float al = _mm256_cvtss_f32(attn_exp2_256(_mm256_set1_ps(m[r] - sub)));
         l[r] = l[r] * al + hsum8(sum);
-        m[r] = mn;
         alpha[r] = al;
     }
 }

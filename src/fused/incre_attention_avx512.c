@@ -580,19 +580,34 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
     }
 }
 
+/* Online softmax along each row. The running max m[r] moves only when a score
+ * passes it by more than ATTN_DEC_MAX_SLACK, so most tiles skip the max
+ * reduction and the rescale (alpha = 1) and go straight to the exponentials,
+ * which then reach up to 2^ATTN_DEC_MAX_SLACK: m[r] is the reference the
+ * row's l and accumulator are kept against, not always the largest score. */
 ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m,
                                              float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int r = 0; r < nr; r++) {
-        float *sr = s + r * lds;
-        __m512 mx = ninf;
+        float *sr = s + r * lds, mo = m[r], sub = mo, al = 1.0f;
+        __m512 lim = _mm512_set1_ps(mo + ATTN_DEC_MAX_SLACK);
+        __mmask16 over = 0; /* scores above the slack (or NaN) */
         for (int c = 0; c < nc; c += 16) {
             __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, k, sr + c));
+            over |= _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, sr + c), lim, _CMP_NLE_UQ);
         }
-        float mn = _mm512_reduce_max_ps(mx);
-        if (m[r] > mn) mn = m[r];
-        float sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
+        if (over || mo == -INFINITY) { /* a new reference: the max, as without slack */
+            __m512 mx = ninf;
+            for (int c = 0; c < nc; c += 16) {
+                __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+                mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, k, sr + c));
+            }
+            float mn = _mm512_reduce_max_ps(mx);
+            if (mo > mn) mn = mo;
+            sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
+            al = _mm512_cvtss_f32(attn_exp2_512(_mm512_set1_ps(mo - sub)));
+            m[r] = mn;
+        }
         __m512 vs = _mm512_set1_ps(sub), sum = _mm512_setzero_ps();
         for (int c = 0; c < nc; c += 16) {
             __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
@@ -600,9 +615,7 @@ ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int 
             _mm512_mask_storeu_ps(sr + c, k, e);
             sum = _mm512_add_ps(sum, e);
         }
-        float al = _mm512_cvtss_f32(attn_exp2_512(_mm512_set1_ps(m[r] - sub)));
         l[r] = l[r] * al + _mm512_reduce_add_ps(sum);
-        m[r] = mn;
         alpha[r] = al;
     }
 }

@@ -37,20 +37,26 @@ void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t l
     }
 }
 
+/* The reference max moves only by more than ATTN_DEC_MAX_SLACK (as the SIMD kernels). */
 void loom_attn_softmax_rows_generic(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                     float *alpha) {
     for (int r = 0; r < nr; r++) {
-        float *sr = s + r * lds, mx = m[r];
-        for (int c = 0; c < nc; c++)
-            if (sr[c] > mx) mx = sr[c];
-        float sub = mx == -INFINITY ? 0.0f : mx; /* a row that saw nothing stays empty */
-        float al = exp2f(m[r] - sub), sum = 0.0f;
+        float *sr = s + r * lds, mo = m[r], sub = mo, al = 1.0f, sum = 0.0f;
+        int over = mo == -INFINITY;
+        for (int c = 0; c < nc; c++) over |= !(sr[c] <= mo + ATTN_DEC_MAX_SLACK);
+        if (over) {
+            float mx = mo;
+            for (int c = 0; c < nc; c++)
+                if (sr[c] > mx) mx = sr[c];
+            sub = mx == -INFINITY ? 0.0f : mx; /* a row that saw nothing stays empty */
+            al = exp2f(mo - sub);
+            m[r] = mx;
+        }
         for (int c = 0; c < nc; c++) {
             sr[c] = exp2f(sr[c] - sub);
             sum += sr[c];
         }
         l[r] = l[r] * al + sum;
-        m[r] = mx;
         alpha[r] = al;
     }
 }

@@ -16,6 +16,8 @@ typedef struct inc_case {
     int64_t pre, next;
     int mask_kind, lens, lse;
     int64_t bs, chunk;                /* block size of the paged copy, kv_chunk */
+    int ramp;                         /* K rows drift along (1, .., 1): scores rise or fall */
+    int64_t lead;                     /* > 0: the mask hides keys < i * lead from q row i */
     float scale;                      /* scale_value; 0 = 1/sqrt(D) */
 } inc_case;
 
@@ -80,6 +82,14 @@ static void inc_setup(const inc_case *c, inc_data *d, loom_rng *r) {
     float amp = c->kvdt == LOOM_I8 ? 127.0f : 1.0f;
     tensor_fill(&d->k, r, amp);
     tensor_fill(&d->v, r, amp);
+    if (c->ramp) /* + 10 s / Smax on every element of K row s, + 30 more on one row */
+        for (int64_t b = 0; b < c->B; b++)
+            for (int64_t s = 0; s < c->Smax; s++)
+                for (int64_t n = 0; n < c->Nkv; n++) {
+                    int64_t o = cache_off(&d->k, c->L, c->D, b, s, n), xs = d->k.stride[d->k.ndim - 1];
+                    float add = 10.0f * (float)s / (float)c->Smax + (s == 2 * c->Smax / 3 ? 30.0f : 0.0f);
+                    for (int64_t x = 0; x < c->D; x++) tset(&d->k, o + x * xs, tget(&d->k, o + x * xs) + add);
+                }
     /* paged copy: blocks in shuffled order, unused table entries -1 */
     int64_t maxb = (c->Smax + c->bs - 1) / c->bs, nblocks = c->B * maxb + 3;
     layout_shape(c->L, nblocks, c->bs, c->Nkv, c->D, sh);
@@ -128,6 +138,8 @@ static void inc_setup(const inc_case *c, inc_data *d, loom_rng *r) {
             float u = loom_rng_uniform(r);
             if (c->mask_kind == 1) tset(&d->mask, i, u < 0.25f);
             else tset(&d->mask, i, u < 0.15f ? -INFINITY : 3.0f * loom_rng_uniform(r) - 1.5f);
+            int64_t row = i / c->Smax % c->Sq, key = i % c->Smax;
+            if (c->lead && key < row * c->lead) tset(&d->mask, i, c->mask_kind == 1 ? 1.0f : -INFINITY);
         }
     }
     if (c->lse) {
@@ -317,6 +329,44 @@ static void test_peaked_scores(void) {
     }
 }
 
+/* Scores that drift up (or down) along the keys, by several units per tile
+ * (log2 domain), with one key far above all others two thirds of the way: the
+ * running max keeps moving, so the decode softmax's rescaling (alpha), its
+ * lazy max (ATTN_DEC_MAX_SLACK: probabilities up to 2^8 between rescales) and
+ * a rescale that wipes out everything before it all meet the reference. */
+static void test_rising_scores(void) {
+    loom_rng r;
+    loom_rng_init(&r, 33, 2);
+    static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_F16};
+    static const int64_t dims[] = {64, 128, 80};
+    for (int i = 0; i < 12; i++) {
+        inc_case c = base_case();
+        c.ramp = 1;
+        c.D = dims[i % 3];
+        c.kvdt = kv[(i / 3) % 3];
+        c.N = c.Nkv * (i % 2 ? 4 : 1);
+        c.Smax = 700 + 13 * i, c.chunk = i % 4 == 3 ? 160 : 0;
+        c.scale = 4.0f / sqrtf((float)c.D);
+        inc_check_case(&c, &r, i % 2 == 0);
+    }
+}
+
+/* An explicit mask that hides the first keys of each query row i from i * lead
+ * on (more than a tile's worth): tiles that one row sees come while the next row
+ * has seen nothing yet, so that row's softmax must leave it empty rather than
+ * take exp(-inf - (-inf)). */
+static void test_masked_row_starts(void) {
+    loom_rng r;
+    loom_rng_init(&r, 41, 2);
+    for (int i = 0; i < 12; i++) {
+        inc_case c = base_case();
+        c.Sq = 2 + i % 3, c.mask_kind = 1 + i % 2, c.lead = 33 + 7 * i, c.Smax = 3 * c.lead + 20;
+        c.kvdt = i % 4 == 1 ? LOOM_BF16 : i % 4 == 3 ? LOOM_I8 : LOOM_F32;
+        c.kmode = c.vmode = i % 2;
+        inc_check_case(&c, &r, i % 2 == 0);
+    }
+}
+
 /* Lengths 0 and 1, every q_len, long contexts split in many chunks, all through the pool. */
 static void test_lengths_and_pool(void) {
     loom_rng r;
@@ -499,6 +549,8 @@ int main(void) {
     RUN_TEST(test_random_decode);
     RUN_TEST(test_lengths_and_pool);
     RUN_TEST(test_peaked_scores);
+    RUN_TEST(test_rising_scores);
+    RUN_TEST(test_masked_row_starts);
     RUN_TEST(test_fused_infer_dispatch);
     RUN_TEST(test_decode_errors);
     RUN_TEST(test_incre_op_table);
