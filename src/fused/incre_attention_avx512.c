@@ -105,35 +105,42 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
  * streams through memory in address order (the hardware prefetcher follows
  * that; reading a few rows side by side defeats it). KB keys at a time give
  * RB*KB <= 16 accumulators, reduced 16 at once. */
+/* Keys c0 .. c0+KB-1 (ncv of them real) of dot_seq. */
+ATTN_INLINE ATTN_T512 void dot_seq_keys(int RB, int NQ, loom_dtype DT, float *s, int64_t lds,
+                                        const __m512 (*qv)[16], const void *const *rows, int c0,
+                                        int ncv, int own, const attn_dec_pf *pf) {
+    const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
+    const int KB = 16 / RB;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int k = 0; k < KB; k++) {
+        const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+        attn_dec_pf_row(pf, c0 + k);
+#pragma GCC unroll 16
+        for (int v = 0; v < NQ; v++) {
+            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
+            __m512 kv = attn_load16(kp, 16 * v, DT, 0xFFFF);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r][v], kv, acc[r * KB + k]);
+        }
+    }
+    store_block(RB, attn_reduce16_acc(acc), s + c0, lds, RB, ncv); /* lane r*KB + k = s[r][k] */
+}
+
 ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int64_t lds,
                                    const float *q, int64_t ldq, const void *const *rows, int nc,
                                    int own, const attn_dec_pf *pf) {
-    const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     const int KB = 16 / RB;
     __m512 qv[2][16];
 #pragma GCC unroll 16
     for (int r = 0; r < RB; r++)
 #pragma GCC unroll 16
         for (int v = 0; v < NQ; v++) qv[r][v] = _mm512_loadu_ps(q + r * ldq + 16 * v);
-    for (int c0 = 0; c0 < nc; c0 += KB) {
-        int ncv = nc - c0 < KB ? nc - c0 : KB;
-        __m512 acc[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-        for (int k = 0; k < KB; k++) {
-            const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
-            attn_dec_pf_row(pf, c0 + k);
-#pragma GCC unroll 16
-            for (int v = 0; v < NQ; v++) {
-                if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
-                __m512 kv = attn_load16(kp, 16 * v, DT, 0xFFFF);
-#pragma GCC unroll 4
-                for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r][v], kv, acc[r * KB + k]);
-            }
-        }
-        store_block(RB, attn_reduce16_acc(acc), s + c0, lds, RB, ncv); /* lane r*KB + k = s[r][k] */
-    }
+    int c0 = 0; /* whole blocks without per-key clamping, then the partial one */
+    for (; c0 + KB <= nc; c0 += KB) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, KB, own, pf);
+    if (c0 < nc) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, nc - c0, own, pf);
 }
 
 /* Head dims whose q rows (or accumulator rows) the address-order kernels keep
