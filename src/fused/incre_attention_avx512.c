@@ -509,6 +509,37 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0
     *n1 = _mm512_permutex2var_ps(lo, i1, hi);
 }
 
+/* Keys c and c + 1 (the second only if two) into the accumulators of pv_bf16_rows. */
+ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const uint16_t *pb,
+                                          int64_t ldb, const void *const *rows, int c, int two,
+                                          int own, const attn_dec_pf *pf) {
+    const char *v0 = rows[c], *v1 = two ? rows[c + 1] : NULL;
+    attn_dec_pf_row(pf, c);
+    attn_dec_pf_row(pf, c + 1);
+    __m512i pp[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++) {
+        uint32_t pair;
+        memcpy(&pair, pb + r * ldb + c, sizeof pair);
+        pp[r] = _mm512_set1_epi32((int)pair);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        if (own) attn_dec_prefetch(v0, 64 * j);
+        __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
+        if (two) {
+            if (own) attn_dec_prefetch(v1, 64 * j);
+            b = _mm512_loadu_si512(v1 + 64 * j);
+        }
+        __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 2
+        for (int r = 0; r < RB; r++) {
+            ac[r][2 * j] = _mm512_dpbf16_ps(ac[r][2 * j], (__m512bh)lo, (__m512bh)pp[r]);
+            ac[r][2 * j + 1] = _mm512_dpbf16_ps(ac[r][2 * j + 1], (__m512bh)hi, (__m512bh)pp[r]);
+        }
+    }
+}
+
 /* P.V against a bf16 V with vdpbf16ps over key pairs, P rounded to bf16 (as the
  * prefill kernel's bf16 path: relative error <= 2^-9 per probability), d = 32 NC.
  * RB rows (2 NC accumulators each); an odd last key pairs with zeros. pb holds
@@ -527,33 +558,9 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
                              _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j + 16)),
                              &ac[r][2 * j], &ac[r][2 * j + 1]);
     }
-    for (int c = 0; c < nc; c += 2) {
-        const char *v0 = rows[c], *v1 = c + 1 < nc ? rows[c + 1] : NULL;
-        attn_dec_pf_row(pf, c);
-        attn_dec_pf_row(pf, c + 1);
-        __m512i pp[2];
-#pragma GCC unroll 2
-        for (int r = 0; r < RB; r++) {
-            uint32_t pair;
-            memcpy(&pair, pb + r * ldb + c, sizeof pair);
-            pp[r] = _mm512_set1_epi32((int)pair);
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < NC; j++) {
-            if (own) attn_dec_prefetch(v0, 64 * j);
-            __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
-            if (v1) {
-                if (own) attn_dec_prefetch(v1, 64 * j);
-                b = _mm512_loadu_si512(v1 + 64 * j);
-            }
-            __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-#pragma GCC unroll 2
-            for (int r = 0; r < RB; r++) {
-                ac[r][2 * j] = _mm512_dpbf16_ps(ac[r][2 * j], (__m512bh)lo, (__m512bh)pp[r]);
-                ac[r][2 * j + 1] = _mm512_dpbf16_ps(ac[r][2 * j + 1], (__m512bh)hi, (__m512bh)pp[r]);
-            }
-        }
-    }
+    int c = 0; /* whole pairs, then an odd last key */
+    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 1, own, pf);
+    if (c < nc) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 0, own, pf);
 #pragma GCC unroll 2
     for (int r = 0; r < RB; r++)
 #pragma GCC unroll 4
