@@ -30,7 +30,8 @@
  *
  * Decode micro-kernels (--sets kernels; one thread, not in the default sets):
  *   the level's dec_dot, softmax_rows and dec_pv (the three steps of a decode
- *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128, over a 256-key
+ *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128 (or --dec-shape's
+ *   head dim), over a 256-key
  *   cache that stays in L2, in tiles of ATTN_DEC_TILE keys; ns per key for
  *   each and their sum, and the K/V rate that sum allows ("compute-bound
  *   rate"): a kernel whose compute-bound rate is below 80% of the read
@@ -425,41 +426,45 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
 #define KER_ROWS 4    /* query rows of one kv head: GQA 32/8 */
 #define KER_KEYS 256  /* keys of the cache: K and V stay in L2 */
 #define KER_SWEEPS 64 /* passes over the keys per timed call */
+#define KER_MAX_D 256 /* head dims up to this (--dec-shape) */
 
 typedef struct ker_ctx {
     const loom_attn_kernels *kn;
     loom_dtype dt;
     int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv */
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
-    float q[KER_ROWS * HEAD_DIM], s[KER_ROWS * ATTN_DEC_TILE];
+    int d, ld; /* head dim; q and accumulator rows, zero padded to 16 floats */
+    float q[KER_ROWS * KER_MAX_D], s[KER_ROWS * ATTN_DEC_TILE];
     float s0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* each tile's scores */
     float p0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* and probabilities */
-    float acc[KER_ROWS * HEAD_DIM], m[KER_ROWS], l[KER_ROWS], alpha[KER_ROWS], ones[KER_ROWS];
+    float acc[KER_ROWS * KER_MAX_D], m[KER_ROWS], l[KER_ROWS], alpha[KER_ROWS], ones[KER_ROWS];
 } ker_ctx;
 
 static void run_kernel(void *arg) {
     ker_ctx *c = arg;
-    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = HEAD_DIM;
+    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = c->d, LD = c->ld;
     for (int sw = 0; sw < KER_SWEEPS; sw++) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
         for (int j0 = 0; j0 < KER_KEYS; j0 += T) {
             if (c->which == 0) {
-                c->kn->dec_dot(c->s, T, c->q, D, R, c->krows + j0, c->dt, T, D, NULL);
+                c->kn->dec_dot(c->s, T, c->q, LD, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 1) {
                 memcpy(c->s, c->s0[j0 / T], sizeof c->s);
                 c->kn->softmax_rows(c->s, T, R, T, c->m, c->l, c->alpha);
             } else {
-                c->kn->dec_pv(c->acc, D, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
+                c->kn->dec_pv(c->acc, LD, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
             }
         }
     }
 }
 
 static void bench_kernels(const opts *o, loom_dtype ct) {
-    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = HEAD_DIM;
+    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = dec_d;
     static ker_ctx c;
     memset(&c, 0, sizeof c);
+    const int LD = (D + 15) / 16 * 16;
+    c.d = D, c.ld = LD;
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
     size_t es = esize(ct), row = (size_t)D * es;
@@ -481,11 +486,13 @@ static void bench_kernels(const opts *o, loom_dtype ct) {
     for (int j = 0; j < KER_KEYS; j++) c.krows[j] = kc + j * row, c.vrows[j] = vc + j * row;
     /* q as the driver prepares it: scaled by 1/sqrt(D) and log2(e) (i8: and 1/127) */
     float qs = 1.4426950f / sqrtf((float)D) / (ct == LOOM_I8 ? 127.0f : 1.0f);
-    fill(c.q, R * D, LOOM_F32, &rng);
-    for (int i = 0; i < R * D; i++) c.q[i] *= qs;
+    for (int r = 0; r < R; r++) {
+        fill(c.q + r * LD, D, LOOM_F32, &rng);
+        for (int i = 0; i < D; i++) c.q[r * LD + i] *= qs;
+    }
     for (int r = 0; r < R; r++) c.m[r] = -INFINITY, c.ones[r] = 1.0f;
     for (int j0 = 0; j0 < KER_KEYS; j0 += T) { /* real scores and probabilities per tile */
-        c.kn->dec_dot(c.s0[j0 / T], T, c.q, D, R, c.krows + j0, ct, T, D, NULL);
+        c.kn->dec_dot(c.s0[j0 / T], T, c.q, LD, R, c.krows + j0, ct, T, D, NULL);
         memcpy(c.p0[j0 / T], c.s0[j0 / T], sizeof c.s);
         c.kn->softmax_rows(c.p0[j0 / T], T, R, T, c.m, c.l, c.alpha);
     }
@@ -538,7 +545,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--block") == 0) ok = parse_ints(v, blk, 2) == 2;
         else if (strcmp(a, "--dec-shape") == 0) {
             int ds[2];
-            ok = parse_ints(v, ds, 2) == 2 && HEADS % ds[0] == 0 && ds[1] <= 256;
+            ok = parse_ints(v, ds, 2) == 2 && ds[0] >= 1 && HEADS % ds[0] == 0 && ds[1] >= 1 && ds[1] <= 256;
             if (ok) dec_nkv = ds[0], dec_d = ds[1];
         }
         else if (strcmp(a, "--reps") == 0) ok = (o.reps = atoi(v)) > 0;
@@ -604,8 +611,8 @@ int main(int argc, char **argv) {
         bench_probe_free(probe);
     }
     if (strstr(sets, "kernels")) {
-        printf("\n## Decode micro-kernels: one thread, %d query rows, D=128, %d keys in L2, tiles of %d\n\n",
-               KER_ROWS, KER_KEYS, ATTN_DEC_TILE);
+        printf("\n## Decode micro-kernels: one thread, %d query rows, D=%d, %d keys in L2, tiles of %d\n\n",
+               KER_ROWS, dec_d, KER_KEYS, ATTN_DEC_TILE);
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i]);
