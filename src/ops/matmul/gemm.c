@@ -60,6 +60,10 @@ static const loom_gemm_kset *pick_kset(loom_isa isa, loom_dtype wt) {
     return ks ? ks : loom_gemm_kset_generic(wt);
 }
 
+void loom_gemm_tile_epilogue(loom_isa isa, const loom_gemm_tile_ep *t) {
+    pick_kset(isa, LOOM_F32)->epilogue(t);
+}
+
 static struct { int64_t kc, mc, nc; } forced;
 
 void loom_gemm_set_blocks(int64_t kc, int64_t mc, int64_t nc) {

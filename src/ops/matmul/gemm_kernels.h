@@ -49,6 +49,10 @@ void loom_gemm_set_blocks(int64_t kc, int64_t mc, int64_t nc);
 /* Scalar tile epilogue with the reference formulas (gemm.c). */
 void loom_gemm_tile_ep_scalar(const loom_gemm_tile_ep *t);
 
+/* The tile epilogue of level isa's f32 kernel set (vectorised on AVX2 and
+ * AVX-512), for drivers that finish tiles of their own (gemm_q, gemv). */
+void loom_gemm_tile_epilogue(loom_isa isa, const loom_gemm_tile_ep *t);
+
 /* Kernel sets for weight dtype wt (f32, f16, bf16). A set is only returned
  * for a level the build supports; callers check the CPU first, except for
  * reading mr/nr/kstep/elem (scratch sizing), which is always safe. */

@@ -187,7 +187,7 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
                               cols, b0 > 0);
                 }
             }
-            if (a->ep) loom_matmul_finish_tile(a, tile, ldc, m0, n0, mrows, cols);
+            if (a->ep) loom_matmul_finish_tile(a, isa, tile, ldc, m0, n0, mrows, cols);
         }
     }
     return LOOM_OK;

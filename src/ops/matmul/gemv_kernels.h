@@ -23,10 +23,11 @@ typedef void (*loom_gemv_kernel)(const loom_matmul_args *a, const loom_q8_act *x
 
 void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
 /* Finishes a tile computed into scratch t[mr][ldt], the outputs (m0.., n0..):
- * the epilogue's element steps on t (mul/residual may alias y, which still
- * holds the old values), a copy into y, then the callback on y itself. */
-void loom_matmul_finish_tile(const loom_matmul_args *a, float *t, int64_t ldt, int64_t m0,
-                             int64_t n0, int64_t mr, int64_t nr);
+ * the epilogue's element steps on t with level isa's tile epilogue (mul /
+ * residual may alias y, which still holds the old values), a copy into y,
+ * then the callback on y itself. */
+void loom_matmul_finish_tile(const loom_matmul_args *a, loom_isa isa, float *t, int64_t ldt,
+                             int64_t m0, int64_t n0, int64_t mr, int64_t nr);
 
 #if defined(__x86_64__)
 void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
