@@ -19,6 +19,8 @@
 #define ATTN_ROW_PAD 16
 /* Decode processes KV in tiles of this many keys (scores stay in L1). */
 #define ATTN_DEC_TILE 32
+/* Decode's softmax moves a row's reference max m only when a score passes it
+ * by more than this (log2 units): probabilities 2^(s - m) stay <= 2^8. */
 #define ATTN_DEC_MAX_SLACK 8.0f
 #define ATTN_DEFAULT_KV_CHUNK 512
 
@@ -196,7 +198,9 @@ typedef struct loom_attn_kernels {
     void (*dec_pv)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                    const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
                    const attn_dec_pf *pf);
-    /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols. */
+    /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols,
+     * except that m[r] is a lazy reference max (ATTN_DEC_MAX_SLACK): l, the
+     * accumulator and alpha are all relative to it. */
     void (*softmax_rows)(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                          float *alpha);
     /* Nonzero: dec_dot / dec_pv prefetch the cache rows they stream themselves,
