@@ -5,7 +5,9 @@
  * (decode) and M = 512 (prefill) tokens.
  *
  *   add_rms_norm  fused loom_add_rms_norm       vs  add -> rms_norm (op kernels)
- *   ffn           fused loom_ffn (gate/up GEMM with act.up epilogue, down GEMM)
+ *   ffn           fused loom_ffn_ws (gate/up GEMM with act.up epilogue, down GEMM), its
+ *                 h and scratch in a workspace allocated once, as the unfused
+ *                 path's intermediates are
  *                                               vs  matmul gate, matmul up, silu, mul, matmul down
  *   qkv_rope      fused loom_qkv_rope (3 weights, RoPE half, f32 BSND cache)
  *                                               vs  matmul q, k, v -> rope q, rope k ->
@@ -180,6 +182,8 @@ typedef struct fused_ctx {
     const loom_tensor *a, *b, *c, *d;
     loom_tensor *y, *r, *kc, *vc;
     const void *params;
+    void *ws;          /* ffn: workspace for the pool's thread count */
+    size_t ws_bytes;
     int failed;
 } fused_ctx;
 
@@ -187,7 +191,8 @@ static void run_fused(void *arg) {
     fused_ctx *f = arg;
     loom_status s;
     if (f->which == 0) s = loom_add_rms_norm(f->a, f->b, f->c, f->params, f->y, f->r, f->pool);
-    else if (f->which == 1) s = loom_ffn(f->a, f->b, f->c, f->d, NULL, f->params, f->y, f->pool);
+    else if (f->which == 1)
+        s = loom_ffn_ws(f->a, f->b, f->c, f->d, NULL, f->params, f->y, f->ws, f->ws_bytes, f->pool);
     else s = loom_qkv_rope(f->a, f->b, f->c, f->d, f->params, f->y, NULL, NULL, f->kc, f->vc, f->pool);
     if (s != LOOM_OK) f->failed = 1;
 }
@@ -218,6 +223,15 @@ static void row(const char *op, int64_t M, const char *wt, const opts *o, fused_
         if (loom_pool_init(&f->pool, nt) != LOOM_OK) exit(1);
         q->pool = f->pool;
         seq_prepare(q, nt);
+        f->ws = NULL, f->ws_bytes = 0;
+        if (f->which == 1) {
+            if (loom_ffn_workspace_size(f->a, f->b, f->c, f->d, f->params, nt, &f->ws_bytes) != LOOM_OK ||
+                !(f->ws = loom_alloc_aligned(f->ws_bytes, 64))) {
+                fprintf(stderr, "bench_fused: ffn workspace: %s\n", loom_last_error());
+                exit(1);
+            }
+            memset(f->ws, 0, f->ws_bytes); /* touched once, as the unfused intermediates are */
+        }
         f->failed = q->failed = 0;
         double tf = time_it(o, run_fused, f, nt);
         double tu = time_it(o, run_seq, q, nt);
@@ -236,6 +250,7 @@ static void row(const char *op, int64_t M, const char *wt, const opts *o, fused_
         }
         fflush(stdout);
         loom_free_aligned(q->scratch);
+        loom_free_aligned(f->ws);
         loom_pool_free(f->pool);
     }
 }

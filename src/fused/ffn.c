@@ -6,6 +6,7 @@
  * projection is a second kernel (it needs all of h), with the residual added
  * in its epilogue.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -163,9 +164,18 @@ static loom_status check_weight(const char *name, const loom_tensor *w, int64_t 
     return LOOM_OK;
 }
 
-loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
-                     const loom_tensor *w_down, const loom_tensor *residual,
-                     const loom_ffn_params *p, loom_tensor *y, loom_pool *pool) {
+/* Validated shapes of one FFN call and its memory needs; nothing allocated.
+ * residual and y may be NULL (a workspace-size query). */
+typedef struct {
+    loom_ffn_args a;
+    loom_matmul_args down;
+    loom_epilogue down_ep;
+    size_t h_bytes, per; /* h, and the scratch of one thread */
+} ffn_setup;
+
+static loom_status ffn_prepare(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
+                               const loom_tensor *w_down, const loom_tensor *residual,
+                               const loom_ffn_params *p, const loom_tensor *y, ffn_setup *f) {
     loom_ffn_params prm = p ? *p : loom_ffn_default_params();
     LOOM_RETURN_IF(!x || x->ndim != 2, LOOM_ERR_SHAPE, "ffn: x must be 2-D [M, D]");
     LOOM_RETURN_IF(!w_down || w_down->ndim != 2, LOOM_ERR_SHAPE, "ffn: w_down must be 2-D [D, H]");
@@ -174,7 +184,7 @@ loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom
     LOOM_RETURN_IF(prm.block_n < 0, LOOM_ERR_INVALID_ARG, "ffn: block_n must be >= 0");
     int64_t M = x->shape[0], D = x->shape[1], H = w_down->shape[1];
     LOOM_TRY(loom_fused_check_2d("ffn", "x", x, M, D));
-    LOOM_TRY(loom_fused_check_2d("ffn", "y", y, M, D));
+    if (y) LOOM_TRY(loom_fused_check_2d("ffn", "y", y, M, D));
     if (residual) LOOM_TRY(loom_fused_check_2d("ffn", "residual", residual, M, D));
     LOOM_TRY(check_weight("w_down", w_down, D, H));
     const void *wg, *wu;
@@ -189,35 +199,74 @@ loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom
         wg = w_gate->data;
         wu = (const char *)w_gate->data + loom_dtype_row_bytes(w_gate->dtype, w_gate->stride[0]) * (size_t)H;
     }
-    float *h = loom_alloc_aligned((size_t)(M * H) * sizeof(float), LOOM_ALIGN);
-    LOOM_RETURN_IF(!h && M * H > 0, LOOM_ERR_NOMEM, "ffn: cannot allocate h");
-    loom_ffn_args a = {.x = x->data, .ldx = x->stride[0], .w_gate = wg, .w_up = wu,
-                       .wtype = w_gate->dtype, .ldw = w_gate->stride[0], .h = h, .ldh = H,
-                       .M = M, .D = D, .H = H, .p = prm};
-    loom_epilogue down_ep = {.residual = residual ? residual->data : NULL,
-                             .ld_res = residual ? residual->stride[0] : 0};
-    ffn_ctx c = {.a = &a, .isa = loom_cpu_isa(), .status = LOOM_OK,
-                 .down = {.x = h, .ldx = H, .w = w_down->data, .ldw = w_down->stride[0],
-                          .wtype = w_down->dtype, .y = y->data, .ldy = y->stride[0], .M = M, .N = D,
-                          .K = H, .ep = residual ? &down_ep : NULL}};
-    loom_status s = loom_matmul_check(&c.down);
-    if (s == LOOM_OK) {
-        loom_matmul_args g = {.x = a.x, .ldx = a.ldx, .w = wg, .ldw = a.ldw, .wtype = a.wtype,
-                              .y = h, .ldy = H, .M = M, .N = H, .K = D};
-        s = loom_matmul_check(&g);
-    }
+    memset(f, 0, sizeof *f);
+    f->a = (loom_ffn_args){.x = x->data, .ldx = x->stride[0], .w_gate = wg, .w_up = wu,
+                           .wtype = w_gate->dtype, .ldw = w_gate->stride[0], .ldh = H,
+                           .M = M, .D = D, .H = H, .p = prm};
+    f->down_ep = (loom_epilogue){.residual = residual ? residual->data : NULL,
+                                 .ld_res = residual ? residual->stride[0] : 0};
+    /* y's data may be absent in a size query: the check needs a pointer */
+    static float size_query_y;
+    f->down = (loom_matmul_args){.x = NULL, .ldx = H, .w = w_down->data, .ldw = w_down->stride[0],
+                                 .wtype = w_down->dtype, .y = y ? y->data : &size_query_y,
+                                 .ldy = y ? y->stride[0] : D, .M = M, .N = D, .K = H,
+                                 .ep = residual ? &f->down_ep : NULL};
+    loom_matmul_args dcheck = f->down;
+    dcheck.x = x->data; /* h does not exist yet; any non-NULL pointer for the check */
+    LOOM_TRY(loom_matmul_check(&dcheck));
+    loom_matmul_args g = {.x = f->a.x, .ldx = f->a.ldx, .w = wg, .ldw = f->a.ldw, .wtype = f->a.wtype,
+                          .y = dcheck.y, .ldy = H, .M = M, .N = H, .K = D};
+    LOOM_TRY(loom_matmul_check(&g));
+    size_t s1 = loom_ffn_gate_up_scratch(&f->a), s2 = loom_matmul_scratch_size(&f->down);
+    f->per = ((s1 > s2 ? s1 : s2) + 63) & ~(size_t)63;
+    f->h_bytes = ((size_t)(M * H) * sizeof(float) + 63) & ~(size_t)63;
+    return LOOM_OK;
+}
+
+loom_status loom_ffn_workspace_size(const loom_tensor *x, const loom_tensor *w_gate,
+                                    const loom_tensor *w_up, const loom_tensor *w_down,
+                                    const loom_ffn_params *p, int nth, size_t *bytes) {
+    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "ffn: bytes is NULL");
+    LOOM_RETURN_IF(nth < 1, LOOM_ERR_INVALID_ARG, "ffn: nth must be >= 1, got %d", nth);
+    ffn_setup f;
+    LOOM_TRY(ffn_prepare(x, w_gate, w_up, w_down, NULL, p, NULL, &f));
+    *bytes = f.h_bytes + f.per * (size_t)nth;
+    return LOOM_OK;
+}
+
+loom_status loom_ffn_ws(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
+                        const loom_tensor *w_down, const loom_tensor *residual,
+                        const loom_ffn_params *p, loom_tensor *y, void *workspace, size_t bytes,
+                        loom_pool *pool) {
+    LOOM_RETURN_IF(!y, LOOM_ERR_INVALID_ARG, "ffn: y is missing");
+    ffn_setup f;
+    LOOM_TRY(ffn_prepare(x, w_gate, w_up, w_down, residual, p, y, &f));
     int nth = pool ? loom_pool_size(pool) : 1;
-    size_t s1 = loom_ffn_gate_up_scratch(&a), s2 = loom_matmul_scratch_size(&c.down);
-    c.per = ((s1 > s2 ? s1 : s2) + 63) & ~(size_t)63;
-    c.scratch = s == LOOM_OK ? loom_alloc_aligned(c.per * (size_t)nth, LOOM_ALIGN) : NULL;
-    if (s == LOOM_OK && !c.scratch) s = loom_set_error(LOOM_ERR_NOMEM, "ffn: cannot allocate scratch");
-    if (s == LOOM_OK) {
-        loom_fused_run(pool, ffn_worker, &c);
-        c.phase = 1;
-        if (c.status == LOOM_OK) loom_fused_run(pool, ffn_worker, &c);
-        s = c.status;
+    size_t need = f.h_bytes + f.per * (size_t)nth;
+    unsigned char *mem = workspace;
+    if (workspace) {
+        LOOM_RETURN_IF(bytes < need, LOOM_ERR_INVALID_ARG,
+                       "ffn: workspace of %zu bytes, need %zu (loom_ffn_workspace_size for %d threads)",
+                       bytes, need, nth);
+        LOOM_RETURN_IF((uintptr_t)workspace % 64 != 0, LOOM_ERR_INVALID_ARG,
+                       "ffn: workspace must be 64-byte aligned");
+    } else {
+        mem = loom_alloc_aligned(need, LOOM_ALIGN);
+        LOOM_RETURN_IF(!mem, LOOM_ERR_NOMEM, "ffn: cannot allocate %zu bytes of h and scratch", need);
     }
-    loom_free_aligned(c.scratch);
-    loom_free_aligned(h);
-    return s;
+    f.a.h = (float *)mem;
+    f.down.x = f.a.h;
+    ffn_ctx c = {.a = &f.a, .down = f.down, .isa = loom_cpu_isa(), .status = LOOM_OK,
+                 .scratch = mem + f.h_bytes, .per = f.per};
+    loom_fused_run(pool, ffn_worker, &c);
+    c.phase = 1;
+    if (c.status == LOOM_OK) loom_fused_run(pool, ffn_worker, &c);
+    if (!workspace) loom_free_aligned(mem);
+    return c.status;
+}
+
+loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
+                     const loom_tensor *w_down, const loom_tensor *residual,
+                     const loom_ffn_params *p, loom_tensor *y, loom_pool *pool) {
+    return loom_ffn_ws(x, w_gate, w_up, w_down, residual, p, y, NULL, 0, pool);
 }

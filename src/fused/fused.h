@@ -64,6 +64,19 @@ loom_status loom_ffn(const loom_tensor *x, const loom_tensor *w_gate, const loom
                      const loom_tensor *w_down, const loom_tensor *residual,
                      const loom_ffn_params *p, loom_tensor *y, loom_pool *pool);
 
+/* loom_ffn allocates h [M, H] and per-thread scratch on every call (fresh pages
+ * at prefill sizes). For calls in a loop: ask once how much memory a call
+ * needs for these shapes on nth threads (the pool's size; 1 without a pool),
+ * then pass it to loom_ffn_ws. workspace must be 64-byte aligned and at least
+ * that big; NULL makes loom_ffn_ws allocate as loom_ffn does. */
+loom_status loom_ffn_workspace_size(const loom_tensor *x, const loom_tensor *w_gate,
+                                    const loom_tensor *w_up, const loom_tensor *w_down,
+                                    const loom_ffn_params *p, int nth, size_t *bytes);
+loom_status loom_ffn_ws(const loom_tensor *x, const loom_tensor *w_gate, const loom_tensor *w_up,
+                        const loom_tensor *w_down, const loom_tensor *residual,
+                        const loom_ffn_params *p, loom_tensor *y, void *workspace, size_t bytes,
+                        loom_pool *pool);
+
 /* Thread-level pieces of loom_ffn, for the graph executor. */
 typedef struct loom_ffn_args {
     const float *x;   int64_t ldx;      /* [M, D] */

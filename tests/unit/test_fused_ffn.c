@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/rng.h"
 #include "check.h"
 #include "fused/fused.h"
@@ -179,6 +180,18 @@ static void test_ffn(void) {
             close_all(&y, &yr, tol_for(dt, D > H ? D : H), what);
             if (t == 0) memcpy(y1.data, y.data, (size_t)(M * D) * sizeof(float));
             else CHECK_MSG(same_bits(&y, &y1), "%s: differs from 1 thread", what);
+            /* the same call in a caller's workspace (garbage in it) gives the same bits */
+            size_t wsb = 0;
+            int nth = pools[t] ? loom_pool_size(pools[t]) : 1;
+            CHECK(loom_ffn_workspace_size(&x, &wgu, merged ? NULL : &wu, &wd, &p, nth, &wsb) == LOOM_OK);
+            void *ws = loom_alloc_aligned(wsb, 64);
+            memset(ws, 0xA5, wsb);
+            loom_tensor yw = mat(M, D, D, NAN);
+            s = loom_ffn_ws(&x, &wgu, merged ? NULL : &wu, &wd, with_res ? &res : NULL, &p, &yw, ws, wsb, pools[t]);
+            CHECK_MSG(s == LOOM_OK, "ffn_ws %s: %s", what, loom_last_error());
+            CHECK_MSG(same_bits(&yw, &y), "%s: workspace run differs", what);
+            loom_free_aligned(ws);
+            free(yw.data);
             free(y.data);
         }
         free(x.data); free(res.data); free(wgu.data); free(wu.data); free(wd.data); free(yr.data); free(y1.data);
@@ -188,6 +201,22 @@ static void test_ffn(void) {
                 y = mat(2, 8, 8, 0);
     CHECK(loom_ffn(&x, &wg, &wg, &wd, NULL, NULL, &y, NULL) == LOOM_ERR_SHAPE);
     CHECK(strstr(loom_last_error(), "w_gate") != NULL);
+    /* workspace: too small, misaligned, bad thread count */
+    loom_tensor wg2 = weights(LOOM_F32, 5, 8, 1);
+    size_t need = 0;
+    CHECK(loom_ffn_workspace_size(&x, &wg2, &wg2, &wd, NULL, 0, &need) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_ffn_workspace_size(&x, &wg2, &wg2, &wd, NULL, 1, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_ffn_workspace_size(&x, &wg, &wg, &wd, NULL, 1, &need) == LOOM_ERR_SHAPE);
+    CHECK(loom_ffn_workspace_size(&x, &wg2, &wg2, &wd, NULL, 1, &need) == LOOM_OK && need > 0);
+    unsigned char *ws = loom_alloc_aligned(need + 64, 64);
+    CHECK(loom_ffn_ws(&x, &wg2, &wg2, &wd, NULL, NULL, &y, ws, need - 1, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "workspace") != NULL);
+    CHECK(loom_ffn_ws(&x, &wg2, &wg2, &wd, NULL, NULL, &y, ws + 4, need, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "aligned") != NULL);
+    CHECK(loom_ffn_ws(&x, &wg2, &wg2, &wd, NULL, NULL, NULL, ws, need, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_ffn_ws(&x, &wg2, &wg2, &wd, NULL, NULL, &y, ws, need, NULL) == LOOM_OK);
+    loom_free_aligned(ws);
+    free(wg2.data);
     free(x.data); free(wg.data); free(wd.data); free(y.data);
     loom_pool_free(pools[1]);
     loom_pool_free(pools[2]);
