@@ -9,7 +9,8 @@
  *                 h and scratch in a workspace allocated once, as the unfused
  *                 path's intermediates are
  *                                               vs  matmul gate, matmul up, silu, mul, matmul down
- *   qkv_rope      fused loom_qkv_rope (3 weights, RoPE half, f32 BSND cache)
+ *   qkv_rope      fused loom_qkv_rope_ws (3 weights, RoPE half, f32 BSND cache), its
+ *                 scratch in a workspace allocated once
  *                                               vs  matmul q, k, v -> rope q, rope k ->
  *                                                   loom_reshape_and_cache (thread 0)
  * Unfused steps run on all threads of the pool with a barrier between steps
@@ -182,7 +183,7 @@ typedef struct fused_ctx {
     const loom_tensor *a, *b, *c, *d;
     loom_tensor *y, *r, *kc, *vc;
     const void *params;
-    void *ws;          /* ffn: workspace for the pool's thread count */
+    void *ws;          /* ffn, qkv_rope: workspace for the pool's thread count */
     size_t ws_bytes;
     int failed;
 } fused_ctx;
@@ -193,7 +194,9 @@ static void run_fused(void *arg) {
     if (f->which == 0) s = loom_add_rms_norm(f->a, f->b, f->c, f->params, f->y, f->r, f->pool);
     else if (f->which == 1)
         s = loom_ffn_ws(f->a, f->b, f->c, f->d, NULL, f->params, f->y, f->ws, f->ws_bytes, f->pool);
-    else s = loom_qkv_rope(f->a, f->b, f->c, f->d, f->params, f->y, NULL, NULL, f->kc, f->vc, f->pool);
+    else
+        s = loom_qkv_rope_ws(f->a, f->b, f->c, f->d, f->params, f->y, NULL, NULL, f->kc, f->vc, f->ws,
+                             f->ws_bytes, f->pool);
     if (s != LOOM_OK) f->failed = 1;
 }
 
@@ -224,10 +227,12 @@ static void row(const char *op, int64_t M, const char *wt, const opts *o, fused_
         q->pool = f->pool;
         seq_prepare(q, nt);
         f->ws = NULL, f->ws_bytes = 0;
-        if (f->which == 1) {
-            if (loom_ffn_workspace_size(f->a, f->b, f->c, f->d, f->params, nt, &f->ws_bytes) != LOOM_OK ||
-                !(f->ws = loom_alloc_aligned(f->ws_bytes, 64))) {
-                fprintf(stderr, "bench_fused: ffn workspace: %s\n", loom_last_error());
+        if (f->which > 0) {
+            loom_status ws = f->which == 1
+                                 ? loom_ffn_workspace_size(f->a, f->b, f->c, f->d, f->params, nt, &f->ws_bytes)
+                                 : loom_qkv_rope_workspace_size(f->a, f->b, f->c, f->d, f->params, nt, &f->ws_bytes);
+            if (ws != LOOM_OK || !(f->ws = loom_alloc_aligned(f->ws_bytes, 64))) {
+                fprintf(stderr, "bench_fused: %s workspace: %s\n", op, loom_last_error());
                 exit(1);
             }
             memset(f->ws, 0, f->ws_bytes); /* touched once, as the unfused intermediates are */

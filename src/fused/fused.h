@@ -146,4 +146,16 @@ loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const lo
                           loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
                           loom_tensor *key_cache, loom_tensor *value_cache, loom_pool *pool);
 
+/* As loom_ffn_workspace_size / loom_ffn_ws: the per-thread scratch of one
+ * loom_qkv_rope call for these shapes on nth threads, and the call in a
+ * caller's 64-byte aligned workspace (NULL: allocated per call). */
+loom_status loom_qkv_rope_workspace_size(const loom_tensor *x, const loom_tensor *w_q,
+                                         const loom_tensor *w_k, const loom_tensor *w_v,
+                                         const loom_qkv_rope_params *p, int nth, size_t *bytes);
+loom_status loom_qkv_rope_ws(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
+                             const loom_tensor *w_v, const loom_qkv_rope_params *p,
+                             loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
+                             loom_tensor *key_cache, loom_tensor *value_cache, void *workspace,
+                             size_t bytes, loom_pool *pool);
+
 #endif

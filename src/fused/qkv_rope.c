@@ -6,6 +6,7 @@
  * V never make a round trip through main memory unless k_out/v_out ask for it.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -149,10 +150,13 @@ static loom_status check_w(const char *name, const loom_tensor *w, int64_t rows,
     return LOOM_OK;
 }
 
-loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
-                          const loom_tensor *w_v, const loom_qkv_rope_params *p,
-                          loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
-                          loom_tensor *key_cache, loom_tensor *value_cache, loom_pool *pool) {
+/* Validates one call and fills c with its shapes and scratch layout; nothing
+ * allocated. A size query (query = 1) has no outputs or caches to check. */
+static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
+                               const loom_tensor *w_v, const loom_qkv_rope_params *p,
+                               loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
+                               loom_tensor *key_cache, loom_tensor *value_cache, int query,
+                               qkv_ctx *c) {
     LOOM_RETURN_IF(!p, LOOM_ERR_INVALID_ARG, "qkv_rope: params are required");
     LOOM_RETURN_IF(!x || x->ndim != 2, LOOM_ERR_SHAPE, "qkv_rope: x must be 2-D [T, hidden]");
     int64_t T = x->shape[0], hid = x->shape[1], N = p->num_heads, NKV = p->num_key_value_heads, D = p->head_dim;
@@ -167,21 +171,21 @@ loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const lo
                    "qkv_rope: theta must be > 0 and freq_scale >= 0");
     LOOM_RETURN_IF(p->rope_mode != LOOM_ROPE_HALF && p->rope_mode != LOOM_ROPE_INTERLEAVED,
                    LOOM_ERR_INVALID_ARG, "qkv_rope: unknown rope_mode %d", (int)p->rope_mode);
-    LOOM_RETURN_IF(!p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");
+    LOOM_RETURN_IF(!query && !p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");
     LOOM_TRY(loom_fused_check_2d("qkv_rope", "x", x, T, hid));
-    LOOM_TRY(loom_fused_check_2d("qkv_rope", "q_out", q_out, T, N * D));
+    if (!query) LOOM_TRY(loom_fused_check_2d("qkv_rope", "q_out", q_out, T, N * D));
     if (k_out) LOOM_TRY(loom_fused_check_2d("qkv_rope", "k_out", k_out, T, NKV * D));
     if (v_out) LOOM_TRY(loom_fused_check_2d("qkv_rope", "v_out", v_out, T, NKV * D));
-    qkv_ctx c = {.x = x, .T = T, .hidden = hid, .N = N, .NKV = NKV, .D = D, .n_rot = n_rot, .p = p,
-                 .q_out = q_out, .k_out = k_out, .v_out = v_out, .kc = key_cache, .vc = value_cache,
-                 .isa = loom_cpu_isa(), .status = LOOM_OK};
-    c.f = loom_fused_vec(c.isa);
+    *c = (qkv_ctx){.x = x, .T = T, .hidden = hid, .N = N, .NKV = NKV, .D = D, .n_rot = n_rot, .p = p,
+                   .q_out = q_out, .k_out = k_out, .v_out = v_out, .kc = key_cache, .vc = value_cache,
+                   .isa = loom_cpu_isa(), .status = LOOM_OK};
+    c->f = loom_fused_vec(c->isa);
     if (!w_k && !w_v) {
         LOOM_TRY(check_w("w_qkv (merged)", w_q, (N + 2 * NKV) * D, hid));
         size_t row = loom_dtype_row_bytes(w_q->dtype, w_q->stride[0]);
-        c.w[0] = w_q->data;
-        c.w[1] = (const char *)w_q->data + row * (size_t)(N * D);
-        c.w[2] = (const char *)w_q->data + row * (size_t)((N + NKV) * D);
+        c->w[0] = w_q->data;
+        c->w[1] = (const char *)w_q->data + row * (size_t)(N * D);
+        c->w[2] = (const char *)w_q->data + row * (size_t)((N + NKV) * D);
     } else {
         LOOM_TRY(check_w("w_q", w_q, N * D, hid));
         LOOM_TRY(check_w("w_k", w_k, NKV * D, hid));
@@ -189,29 +193,70 @@ loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const lo
         LOOM_RETURN_IF(w_k->dtype != w_q->dtype || w_v->dtype != w_q->dtype || w_k->stride[0] != w_q->stride[0] ||
                            w_v->stride[0] != w_q->stride[0],
                        LOOM_ERR_DTYPE, "qkv_rope: w_q, w_k and w_v must share dtype and row stride");
-        c.w[0] = w_q->data;
-        c.w[1] = w_k->data;
-        c.w[2] = w_v->data;
+        c->w[0] = w_q->data;
+        c->w[1] = w_k->data;
+        c->w[2] = w_v->data;
     }
-    c.wtype = w_q->dtype;
-    c.ldw = w_q->stride[0];
-    /* validate the caches and every token's slot before any thread writes */
-    LOOM_TRY(loom_kv_write_rows(&p->cache, key_cache, "key_cache", 0, NULL, 0, T, NKV, 0, NKV, D));
-    LOOM_TRY(loom_kv_write_rows(&p->cache, value_cache, "value_cache", 1, NULL, 0, T, NKV, 0, NKV, D));
-    c.hb = loom_qkv_heads_per_block(T, D, N, NKV);
-    loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c.w[0], .ldw = c.ldw, .wtype = c.wtype,
-                              .y = q_out->data, .ldy = c.hb * D, .M = T, .N = c.hb * D, .K = hid};
+    c->wtype = w_q->dtype;
+    c->ldw = w_q->stride[0];
+    if (!query) { /* validate the caches and every token's slot before any thread writes */
+        LOOM_TRY(loom_kv_write_rows(&p->cache, key_cache, "key_cache", 0, NULL, 0, T, NKV, 0, NKV, D));
+        LOOM_TRY(loom_kv_write_rows(&p->cache, value_cache, "value_cache", 1, NULL, 0, T, NKV, 0, NKV, D));
+    }
+    c->hb = loom_qkv_heads_per_block(T, D, N, NKV);
+    static float size_query_y; /* the check wants an output pointer; a query has none */
+    loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c->w[0], .ldw = c->ldw, .wtype = c->wtype,
+                              .y = query ? &size_query_y : q_out->data, .ldy = c->hb * D, .M = T,
+                              .N = c->hb * D, .K = hid};
     LOOM_TRY(loom_matmul_check(&probe));
-    c.mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
+    c->mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
     int64_t aw = p->rope_mode == LOOM_ROPE_INTERLEAVED ? n_rot : n_rot / 2;
-    c.xq_off = (c.mm_bytes + (size_t)(2 * T * aw + T * c.hb * D) * sizeof(float) + 63) & ~(size_t)63;
-    c.xq_bytes = c.isa == LOOM_ISA_REF ? 0 : loom_matmul_xq_bytes(&probe);
-    c.per = (c.xq_off + c.xq_bytes + 64 + 63) & ~(size_t)63;
+    c->xq_off = (c->mm_bytes + (size_t)(2 * T * aw + T * c->hb * D) * sizeof(float) + 63) & ~(size_t)63;
+    c->xq_bytes = c->isa == LOOM_ISA_REF ? 0 : loom_matmul_xq_bytes(&probe);
+    c->per = (c->xq_off + c->xq_bytes + 64 + 63) & ~(size_t)63;
+    return LOOM_OK;
+}
+
+loom_status loom_qkv_rope_workspace_size(const loom_tensor *x, const loom_tensor *w_q,
+                                         const loom_tensor *w_k, const loom_tensor *w_v,
+                                         const loom_qkv_rope_params *p, int nth, size_t *bytes) {
+    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "qkv_rope: bytes is NULL");
+    LOOM_RETURN_IF(nth < 1, LOOM_ERR_INVALID_ARG, "qkv_rope: nth must be >= 1, got %d", nth);
+    qkv_ctx c;
+    LOOM_TRY(qkv_prepare(x, w_q, w_k, w_v, p, NULL, NULL, NULL, NULL, NULL, 1, &c));
+    *bytes = c.per * (size_t)nth;
+    return LOOM_OK;
+}
+
+loom_status loom_qkv_rope_ws(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
+                             const loom_tensor *w_v, const loom_qkv_rope_params *p,
+                             loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
+                             loom_tensor *key_cache, loom_tensor *value_cache, void *workspace,
+                             size_t bytes, loom_pool *pool) {
+    qkv_ctx c;
+    LOOM_TRY(qkv_prepare(x, w_q, w_k, w_v, p, q_out, k_out, v_out, key_cache, value_cache, 0, &c));
     int nth = pool ? loom_pool_size(pool) : 1;
-    c.scratch = loom_alloc_aligned(c.per * (size_t)nth, LOOM_ALIGN);
-    LOOM_RETURN_IF(!c.scratch, LOOM_ERR_NOMEM, "qkv_rope: cannot allocate scratch");
+    size_t need = c.per * (size_t)nth;
+    if (workspace) {
+        LOOM_RETURN_IF(bytes < need, LOOM_ERR_INVALID_ARG,
+                       "qkv_rope: workspace of %zu bytes, need %zu (loom_qkv_rope_workspace_size for %d threads)",
+                       bytes, need, nth);
+        LOOM_RETURN_IF((uintptr_t)workspace % 64 != 0, LOOM_ERR_INVALID_ARG,
+                       "qkv_rope: workspace must be 64-byte aligned");
+        c.scratch = workspace;
+    } else {
+        c.scratch = loom_alloc_aligned(need, LOOM_ALIGN);
+        LOOM_RETURN_IF(!c.scratch, LOOM_ERR_NOMEM, "qkv_rope: cannot allocate scratch");
+    }
     loom_fused_run(pool, qkv_worker, &c);
-    loom_free_aligned(c.scratch);
+    if (!workspace) loom_free_aligned(c.scratch);
     if (c.status != LOOM_OK) return loom_set_error(c.status, "%s", c.error);
     return LOOM_OK;
+}
+
+loom_status loom_qkv_rope(const loom_tensor *x, const loom_tensor *w_q, const loom_tensor *w_k,
+                          const loom_tensor *w_v, const loom_qkv_rope_params *p,
+                          loom_tensor *q_out, loom_tensor *k_out, loom_tensor *v_out,
+                          loom_tensor *key_cache, loom_tensor *value_cache, loom_pool *pool) {
+    return loom_qkv_rope_ws(x, w_q, w_k, w_v, p, q_out, k_out, v_out, key_cache, value_cache, NULL, 0, pool);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "base/alloc.h"
 #include "check.h"
 #include "fused/fused.h"
 
@@ -195,6 +196,29 @@ static void test_qkv_rope(void) {
             CHECK_MSG(bad == 0, "qkv_rope it %d threads %d: %d mismatches", it, t + 1, bad);
             if (t == 0) memcpy(q1.data, q.data, (size_t)(T * N * D) * sizeof(float));
             else CHECK(memcmp(q1.data, q.data, (size_t)(T * N * D) * sizeof(float)) == 0);
+            /* the same call in a caller's workspace (garbage in it): the same bits and cache */
+            size_t wsb = 0;
+            int nth = pools[t] ? loom_pool_size(pools[t]) : 1;
+            CHECK(loom_qkv_rope_workspace_size(&x, merged ? &w : &wq, merged ? NULL : &wk, merged ? NULL : &wv, &p,
+                                               nth, &wsb) == LOOM_OK);
+            void *wsp = loom_alloc_aligned(wsb, 64);
+            memset(wsp, 0xA5, wsb);
+            loom_tensor q2 = tensor(LOOM_F32, 2, qs, NAN), kc2 = tensor(LOOM_F32, 4, cs, 0), vc2 = tensor(LOOM_F32, 4, cs, 0);
+            s = loom_qkv_rope_ws(&x, merged ? &w : &wq, merged ? NULL : &wk, merged ? NULL : &wv, &p, &q2, NULL, NULL,
+                                 &kc2, &vc2, wsp, wsb, pools[t]);
+            CHECK_MSG(s == LOOM_OK, "qkv_rope_ws: %s", loom_last_error());
+            CHECK(memcmp(q2.data, q.data, (size_t)(T * N * D) * sizeof(float)) == 0);
+            int diff = 0; /* the written cache rows */
+            for (int64_t tk = 0; tk < T; tk++)
+                for (int64_t i = 0; i < NKV * D; i++) {
+                    diff += cache_at(&kc2, LOOM_ATTN_BSND, 0, pos[tk], i / D, i % D, D) !=
+                            cache_at(&kc, LOOM_ATTN_BSND, 0, pos[tk], i / D, i % D, D);
+                    diff += cache_at(&vc2, LOOM_ATTN_BSND, 0, pos[tk], i / D, i % D, D) !=
+                            cache_at(&vc, LOOM_ATTN_BSND, 0, pos[tk], i / D, i % D, D);
+                }
+            CHECK_MSG(diff == 0, "qkv_rope_ws it %d threads %d: %d cache values differ", it, t + 1, diff);
+            loom_free_aligned(wsp);
+            free(q2.data); free(kc2.data); free(vc2.data);
             free(q.data); free(ko.data); free(kc.data); free(vc.data);
         }
         free(x.data); free(w.data); free(qr.data); free(kr.data); free(vr.data); free(q1.data);
@@ -207,6 +231,24 @@ static void test_qkv_rope(void) {
     loom_tensor x = tensor(LOOM_F32, 2, xs, 1);
     CHECK(loom_qkv_rope(&x, &x, NULL, NULL, &p, &x, NULL, NULL, &x, &x, NULL) == LOOM_ERR_INVALID_ARG);
     CHECK(strstr(loom_last_error(), "num_key_value_heads") != NULL);
+    size_t need = 0;
+    CHECK(loom_qkv_rope_workspace_size(&x, &x, NULL, NULL, &p, 1, &need) == LOOM_ERR_INVALID_ARG);
+    /* a valid call: workspace too small, misaligned, nth < 1 */
+    p.num_heads = 2; p.num_key_value_heads = 1;
+    int64_t wsh[2] = {32, 8}, qsh[2] = {1, 16}, csh[4] = {1, 4, 1, 8};
+    loom_tensor w = tensor(LOOM_F32, 2, wsh, 0.3f), q = tensor(LOOM_F32, 2, qsh, 0);
+    loom_tensor kc = tensor(LOOM_F32, 4, csh, 0), vc = tensor(LOOM_F32, 4, csh, 0);
+    CHECK(loom_qkv_rope_workspace_size(&x, &w, NULL, NULL, &p, 0, &need) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_qkv_rope_workspace_size(&x, &w, NULL, NULL, &p, 1, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_qkv_rope_workspace_size(&x, &w, NULL, NULL, &p, 1, &need) == LOOM_OK && need > 0);
+    unsigned char *wsp = loom_alloc_aligned(need + 64, 64);
+    CHECK(loom_qkv_rope_ws(&x, &w, NULL, NULL, &p, &q, NULL, NULL, &kc, &vc, wsp, need - 1, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "workspace") != NULL);
+    CHECK(loom_qkv_rope_ws(&x, &w, NULL, NULL, &p, &q, NULL, NULL, &kc, &vc, wsp + 8, need, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "aligned") != NULL);
+    CHECK(loom_qkv_rope_ws(&x, &w, NULL, NULL, &p, &q, NULL, NULL, &kc, &vc, wsp, need, NULL) == LOOM_OK);
+    loom_free_aligned(wsp);
+    free(w.data); free(q.data); free(kc.data); free(vc.data);
     free(x.data);
     loom_pool_free(pools[1]);
     loom_pool_free(pools[2]);
