@@ -1,8 +1,10 @@
 /* add + RMSNorm: r = x + residual, y = rmsnorm(r) * gamma, one pass per row:
  * the row sum is written once (r) and re-read from L1 for the norm. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "fused/fused_internal.h"
 
@@ -32,6 +34,26 @@ loom_status loom_fused_check_2d(const char *op, const char *name, const loom_ten
 void loom_fused_run(loom_pool *pool, loom_pool_fn fn, void *arg) {
     if (pool) loom_pool_run(pool, fn, arg);
     else fn(0, 1, arg);
+}
+
+loom_status loom_fused_acquire(const char *op, void *workspace, size_t bytes, size_t need, int nth,
+                               unsigned char **mem) {
+    *mem = workspace;
+    if (workspace) {
+        LOOM_RETURN_IF(bytes < need, LOOM_ERR_INVALID_ARG,
+                       "%s: workspace of %zu bytes, need %zu (loom_%s_workspace_size for %d threads)", op,
+                       bytes, need, op, nth);
+        LOOM_RETURN_IF((uintptr_t)workspace % 64 != 0, LOOM_ERR_INVALID_ARG,
+                       "%s: workspace must be 64-byte aligned", op);
+        return LOOM_OK;
+    }
+    *mem = loom_alloc_aligned(need, LOOM_ALIGN);
+    LOOM_RETURN_IF(!*mem, LOOM_ERR_NOMEM, "%s: cannot allocate %zu bytes of working memory", op, need);
+    return LOOM_OK;
+}
+
+void loom_fused_release(void *workspace, unsigned char *mem) {
+    if (!workspace) loom_free_aligned(mem);
 }
 
 loom_add_rms_norm_params loom_add_rms_norm_default_params(void) {

@@ -243,17 +243,8 @@ loom_status loom_ffn_ws(const loom_tensor *x, const loom_tensor *w_gate, const l
     LOOM_TRY(ffn_prepare(x, w_gate, w_up, w_down, residual, p, y, &f));
     int nth = pool ? loom_pool_size(pool) : 1;
     size_t need = f.h_bytes + f.per * (size_t)nth;
-    unsigned char *mem = workspace;
-    if (workspace) {
-        LOOM_RETURN_IF(bytes < need, LOOM_ERR_INVALID_ARG,
-                       "ffn: workspace of %zu bytes, need %zu (loom_ffn_workspace_size for %d threads)",
-                       bytes, need, nth);
-        LOOM_RETURN_IF((uintptr_t)workspace % 64 != 0, LOOM_ERR_INVALID_ARG,
-                       "ffn: workspace must be 64-byte aligned");
-    } else {
-        mem = loom_alloc_aligned(need, LOOM_ALIGN);
-        LOOM_RETURN_IF(!mem, LOOM_ERR_NOMEM, "ffn: cannot allocate %zu bytes of h and scratch", need);
-    }
+    unsigned char *mem;
+    LOOM_TRY(loom_fused_acquire("ffn", workspace, bytes, need, nth, &mem));
     f.a.h = (float *)mem;
     f.down.x = f.a.h;
     ffn_ctx c = {.a = &f.a, .down = f.down, .isa = loom_cpu_isa(), .status = LOOM_OK,
@@ -261,7 +252,7 @@ loom_status loom_ffn_ws(const loom_tensor *x, const loom_tensor *w_gate, const l
     loom_fused_run(pool, ffn_worker, &c);
     c.phase = 1;
     if (c.status == LOOM_OK) loom_fused_run(pool, ffn_worker, &c);
-    if (!workspace) loom_free_aligned(mem);
+    loom_fused_release(workspace, mem);
     return c.status;
 }
 

@@ -16,6 +16,14 @@ loom_status loom_fused_check_2d(const char *op, const char *name, const loom_ten
 /* Runs fn on pool (or inline with nth = 1 when pool is NULL). */
 void loom_fused_run(loom_pool *pool, loom_pool_fn fn, void *arg);
 
+/* The memory of one op call: the caller's workspace (checked: at least need
+ * bytes, 64-byte aligned; the error names op and its size query) or, when
+ * workspace is NULL, a fresh block. *mem is set; free it with
+ * loom_fused_release(workspace, *mem). */
+loom_status loom_fused_acquire(const char *op, void *workspace, size_t bytes, size_t need, int nth,
+                               unsigned char **mem);
+void loom_fused_release(void *workspace, unsigned char *mem);
+
 /* ffn.c: hidden columns per gate/up work item when not given. Prefill: the
  * up tile (M x block) within an eighth of L3 (it is re-read by the gate
  * epilogue from cache), few blocks because every block's GEMMs repack or

@@ -237,19 +237,9 @@ loom_status loom_qkv_rope_ws(const loom_tensor *x, const loom_tensor *w_q, const
     LOOM_TRY(qkv_prepare(x, w_q, w_k, w_v, p, q_out, k_out, v_out, key_cache, value_cache, 0, &c));
     int nth = pool ? loom_pool_size(pool) : 1;
     size_t need = c.per * (size_t)nth;
-    if (workspace) {
-        LOOM_RETURN_IF(bytes < need, LOOM_ERR_INVALID_ARG,
-                       "qkv_rope: workspace of %zu bytes, need %zu (loom_qkv_rope_workspace_size for %d threads)",
-                       bytes, need, nth);
-        LOOM_RETURN_IF((uintptr_t)workspace % 64 != 0, LOOM_ERR_INVALID_ARG,
-                       "qkv_rope: workspace must be 64-byte aligned");
-        c.scratch = workspace;
-    } else {
-        c.scratch = loom_alloc_aligned(need, LOOM_ALIGN);
-        LOOM_RETURN_IF(!c.scratch, LOOM_ERR_NOMEM, "qkv_rope: cannot allocate scratch");
-    }
+    LOOM_TRY(loom_fused_acquire("qkv_rope", workspace, bytes, need, nth, &c.scratch));
     loom_fused_run(pool, qkv_worker, &c);
-    if (!workspace) loom_free_aligned(c.scratch);
+    loom_fused_release(workspace, c.scratch);
     if (c.status != LOOM_OK) return loom_set_error(c.status, "%s", c.error);
     return LOOM_OK;
 }
