@@ -6,7 +6,6 @@
  * projection is a second kernel (it needs all of h), with the residual added
  * in its epilogue.
  */
-#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -205,14 +204,15 @@ static loom_status ffn_prepare(const loom_tensor *x, const loom_tensor *w_gate, 
                            .M = M, .D = D, .H = H, .p = prm};
     f->down_ep = (loom_epilogue){.residual = residual ? residual->data : NULL,
                                  .ld_res = residual ? residual->stride[0] : 0};
-    /* y's data may be absent in a size query: the check needs a pointer */
-    static float size_query_y;
     f->down = (loom_matmul_args){.x = NULL, .ldx = H, .w = w_down->data, .ldw = w_down->stride[0],
-                                 .wtype = w_down->dtype, .y = y ? y->data : &size_query_y,
+                                 .wtype = w_down->dtype, .y = y ? y->data : NULL,
                                  .ldy = y ? y->stride[0] : D, .M = M, .N = D, .K = H,
                                  .ep = residual ? &f->down_ep : NULL};
+    /* the checks read no data: x stands in for h (not allocated yet) and for y
+     * in a size query */
     loom_matmul_args dcheck = f->down;
-    dcheck.x = x->data; /* h does not exist yet; any non-NULL pointer for the check */
+    dcheck.x = x->data;
+    if (!dcheck.y) dcheck.y = x->data;
     LOOM_TRY(loom_matmul_check(&dcheck));
     loom_matmul_args g = {.x = f->a.x, .ldx = f->a.ldx, .w = wg, .ldw = f->a.ldw, .wtype = f->a.wtype,
                           .y = dcheck.y, .ldy = H, .M = M, .N = H, .K = D};

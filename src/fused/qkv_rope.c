@@ -6,7 +6,6 @@
  * V never make a round trip through main memory unless k_out/v_out ask for it.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -204,9 +203,9 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
         LOOM_TRY(loom_kv_write_rows(&p->cache, value_cache, "value_cache", 1, NULL, 0, T, NKV, 0, NKV, D));
     }
     c->hb = loom_qkv_heads_per_block(T, D, N, NKV);
-    static float size_query_y; /* the check wants an output pointer; a query has none */
+    /* the check reads no data: a size query has no q_out, x stands in */
     loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c->w[0], .ldw = c->ldw, .wtype = c->wtype,
-                              .y = query ? &size_query_y : q_out->data, .ldy = c->hb * D, .M = T,
+                              .y = query ? x->data : q_out->data, .ldy = c->hb * D, .M = T,
                               .N = c->hb * D, .K = hid};
     LOOM_TRY(loom_matmul_check(&probe));
     c->mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;

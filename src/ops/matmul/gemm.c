@@ -60,6 +60,17 @@ static const loom_gemm_kset *pick_kset(loom_isa isa, loom_dtype wt) {
     return ks ? ks : loom_gemm_kset_generic(wt);
 }
 
+int loom_gemm_tile_ep_init(loom_gemm_tile_ep *t, const loom_epilogue *e, float *tile, int64_t ld,
+                           int rows, int cols, int64_t m, int64_t n) {
+    if (!(e->scale != 0.0f || e->bias || e->act != LOOM_ACT_NONE || e->mul || e->residual)) return 0;
+    *t = (loom_gemm_tile_ep){.tile = tile, .ld = ld, .rows = rows, .cols = cols,
+                             .scale = e->scale != 0.0f ? e->scale : 1.0f, .act = e->act,
+                             .bias = e->bias ? e->bias + n : NULL};
+    if (e->mul) t->mul = e->mul + m * e->ld_mul + n, t->ld_mul = e->ld_mul;
+    if (e->residual) t->res = e->residual + m * e->ld_res + n, t->ld_res = e->ld_res;
+    return 1;
+}
+
 void loom_gemm_tile_epilogue(loom_isa isa, const loom_gemm_tile_ep *t) {
     pick_kset(isa, LOOM_F32)->epilogue(t);
 }
@@ -149,21 +160,12 @@ static void tile_epilogue(const gemm_ctx *g, float *c, int64_t m, int64_t n, int
                           int64_t m0, int64_t n0, int64_t save_ld) {
     const loom_matmul_args *a = g->a;
     const loom_epilogue *e = a->ep;
-    if (e->scale != 0.0f || e->bias || e->act != LOOM_ACT_NONE || e->mul || e->residual) {
-        loom_gemm_tile_ep t = {.tile = c, .ld = a->ldy, .rows = rows, .cols = cols,
-                               .scale = e->scale != 0.0f ? e->scale : 1.0f, .act = e->act};
-        if (e->bias) t.bias = e->bias + n;
+    loom_gemm_tile_ep t;
+    if (loom_gemm_tile_ep_init(&t, e, c, a->ldy, rows, cols, m, n)) {
+        /* operands aliasing y are read from the chunk's saved old values */
         const float *saved = g->save ? g->save + (m - m0) * save_ld + (n - n0) : NULL;
-        if (e->mul) {
-            int al = e->mul == a->y;
-            t.mul = al ? saved : e->mul + m * e->ld_mul + n;
-            t.ld_mul = al ? save_ld : e->ld_mul;
-        }
-        if (e->residual) {
-            int al = e->residual == a->y;
-            t.res = al ? saved : e->residual + m * e->ld_res + n;
-            t.ld_res = al ? save_ld : e->ld_res;
-        }
+        if (e->mul == a->y) t.mul = saved, t.ld_mul = save_ld;
+        if (e->residual == a->y) t.res = saved, t.ld_res = save_ld;
         g->ks->epilogue(&t);
     }
     if (e->fn) e->fn(c, a->ldy, m, n, rows, cols, e->user);

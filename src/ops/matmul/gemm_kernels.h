@@ -49,6 +49,12 @@ void loom_gemm_set_blocks(int64_t kc, int64_t mc, int64_t nc);
 /* Scalar tile epilogue with the reference formulas (gemm.c). */
 void loom_gemm_tile_ep_scalar(const loom_gemm_tile_ep *t);
 
+/* The element steps of e on tile [rows, cols] (row stride ld), the outputs at
+ * (m, n): its bias, mul and residual positioned there. Returns 0 when e has
+ * no element step (only a callback, or nothing). */
+int loom_gemm_tile_ep_init(loom_gemm_tile_ep *t, const loom_epilogue *e, float *tile, int64_t ld,
+                           int rows, int cols, int64_t m, int64_t n);
+
 /* The tile epilogue of level isa's f32 kernel set (vectorised on AVX2 and
  * AVX-512), for drivers that finish tiles of their own (gemm_q, gemv). */
 void loom_gemm_tile_epilogue(loom_isa isa, const loom_gemm_tile_ep *t);

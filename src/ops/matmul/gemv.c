@@ -26,16 +26,9 @@ size_t loom_gemv_scratch_size(const loom_matmul_args *a) {
 
 void loom_matmul_finish_tile(const loom_matmul_args *a, loom_isa isa, float *t, int64_t ldt,
                              int64_t m0, int64_t n0, int64_t mr, int64_t nr) {
-    const loom_epilogue *e = a->ep;
-    if (mr > 0 && nr > 0 &&
-        (e->scale != 0.0f || e->bias || e->act != LOOM_ACT_NONE || e->mul || e->residual)) {
-        loom_gemm_tile_ep te = {.tile = t, .ld = ldt, .rows = (int)mr, .cols = (int)nr,
-                                .scale = e->scale != 0.0f ? e->scale : 1.0f, .act = e->act,
-                                .bias = e->bias ? e->bias + n0 : NULL};
-        if (e->mul) te.mul = e->mul + m0 * e->ld_mul + n0, te.ld_mul = e->ld_mul;
-        if (e->residual) te.res = e->residual + m0 * e->ld_res + n0, te.ld_res = e->ld_res;
+    loom_gemm_tile_ep te;
+    if (mr > 0 && nr > 0 && loom_gemm_tile_ep_init(&te, a->ep, t, ldt, (int)mr, (int)nr, m0, n0))
         loom_gemm_tile_epilogue(isa, &te);
-    }
     for (int64_t r = 0; r < mr; r++)
         memcpy(a->y + (m0 + r) * a->ldy + n0, t + r * ldt, (size_t)nr * sizeof(float));
     if (a->ep->fn) a->ep->fn(a->y + m0 * a->ldy + n0, a->ldy, m0, n0, mr, nr, a->ep->user);
