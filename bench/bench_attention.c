@@ -31,7 +31,7 @@
  * Decode micro-kernels (--sets kernels; one thread, not in the default sets):
  *   the level's dec_dot, softmax_rows and dec_pv (the three steps of a decode
  *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128 (or --dec-shape's
- *   head dim), over a 256-key
+ *   N / N_kv rows, at most 16, and head dim), over a 256-key
  *   cache that stays in L2, in tiles of ATTN_DEC_TILE keys; ns per key for
  *   each and their sum, and the K/V rate that sum allows ("compute-bound
  *   rate"): a kernel whose compute-bound rate is below 80% of the read
@@ -423,26 +423,30 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
 
 /* ------------------------------------------------------------ decode micro-kernels */
 
-#define KER_ROWS 4    /* query rows of one kv head: GQA 32/8 */
+#define KER_MAX_ROWS 16 /* query rows of one kv head: N / N_kv (4 for GQA 32/8) */
 #define KER_KEYS 256  /* keys of the cache: K and V stay in L2 */
 #define KER_SWEEPS 64 /* passes over the keys per timed call */
 #define KER_MAX_D 256 /* head dims up to this (--dec-shape) */
+
+/* The q rows of one kv head, from --dec-shape (N / N_kv). */
+static int ker_rows(void) { return (int)(HEADS / dec_nkv) < KER_MAX_ROWS ? (int)(HEADS / dec_nkv) : KER_MAX_ROWS; }
 
 typedef struct ker_ctx {
     const loom_attn_kernels *kn;
     loom_dtype dt;
     int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv */
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
-    int d, ld; /* head dim; q and accumulator rows, zero padded to 16 floats */
-    float q[KER_ROWS * KER_MAX_D], s[KER_ROWS * ATTN_DEC_TILE];
-    float s0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* each tile's scores */
-    float p0[KER_KEYS / ATTN_DEC_TILE][KER_ROWS * ATTN_DEC_TILE]; /* and probabilities */
-    float acc[KER_ROWS * KER_MAX_D], m[KER_ROWS], l[KER_ROWS], alpha[KER_ROWS], ones[KER_ROWS];
+    int d, ld, rows; /* head dim; q and accumulator rows, zero padded to 16 floats; query rows */
+    float q[KER_MAX_ROWS * KER_MAX_D], s[KER_MAX_ROWS * ATTN_DEC_TILE];
+    float s0[KER_KEYS / ATTN_DEC_TILE][KER_MAX_ROWS * ATTN_DEC_TILE]; /* each tile's scores */
+    float p0[KER_KEYS / ATTN_DEC_TILE][KER_MAX_ROWS * ATTN_DEC_TILE]; /* and probabilities */
+    float acc[KER_MAX_ROWS * KER_MAX_D], m[KER_MAX_ROWS], l[KER_MAX_ROWS], alpha[KER_MAX_ROWS],
+        ones[KER_MAX_ROWS];
 } ker_ctx;
 
 static void run_kernel(void *arg) {
     ker_ctx *c = arg;
-    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = c->d, LD = c->ld;
+    const int T = ATTN_DEC_TILE, R = c->rows, D = c->d, LD = c->ld;
     for (int sw = 0; sw < KER_SWEEPS; sw++) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
@@ -460,11 +464,11 @@ static void run_kernel(void *arg) {
 }
 
 static void bench_kernels(const opts *o, loom_dtype ct) {
-    const int T = ATTN_DEC_TILE, R = KER_ROWS, D = dec_d;
+    const int T = ATTN_DEC_TILE, R = ker_rows(), D = dec_d;
     static ker_ctx c;
     memset(&c, 0, sizeof c);
     const int LD = (D + 15) / 16 * 16;
-    c.d = D, c.ld = LD;
+    c.d = D, c.ld = LD, c.rows = R;
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
     size_t es = esize(ct), row = (size_t)D * es;
@@ -612,7 +616,7 @@ int main(int argc, char **argv) {
     }
     if (strstr(sets, "kernels")) {
         printf("\n## Decode micro-kernels: one thread, %d query rows, D=%d, %d keys in L2, tiles of %d\n\n",
-               KER_ROWS, dec_d, KER_KEYS, ATTN_DEC_TILE);
+               ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE);
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i]);
