@@ -442,6 +442,7 @@ typedef struct ker_ctx {
     float p0[KER_KEYS / ATTN_DEC_TILE][KER_MAX_ROWS * ATTN_DEC_TILE]; /* and probabilities */
     float acc[KER_MAX_ROWS * KER_MAX_D], m[KER_MAX_ROWS], l[KER_MAX_ROWS], alpha[KER_MAX_ROWS],
         ones[KER_MAX_ROWS];
+    _Alignas(64) char qp[KER_MAX_ROWS * ATTN_DEC_QPREP_STRIDE]; /* q in dec_qprep's form */
 } ker_ctx;
 
 static void run_kernel(void *arg) {
@@ -450,11 +451,15 @@ static void run_kernel(void *arg) {
     for (int sw = 0; sw < KER_SWEEPS; sw++) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
+        /* as the driver: an i8 K takes q in the prepared form, once per unit */
+        int prep = c->which == 0 && c->kn->dec_qprep && c->kn->dec_qprep(c->qp, c->q, LD, R, c->dt, D);
         for (int j0 = 0; j0 < KER_KEYS; j0 += T) {
-            if (c->which == 0) {
+            if (c->which == 0 && prep) {
+                c->kn->dec_dot_prep(c->s, T, c->qp, R, c->krows + j0, T, D);
+            } else if (c->which == 0) {
                 c->kn->dec_dot(c->s, T, c->q, LD, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 1) {
-                memcpy(c->s, c->s0[j0 / T], sizeof c->s);
+                memcpy(c->s, c->s0[j0 / T], (size_t)R * T * sizeof(float));
                 c->kn->softmax_rows(c->s, T, R, T, c->m, c->l, c->alpha);
             } else {
                 c->kn->dec_pv(c->acc, LD, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
@@ -497,7 +502,7 @@ static void bench_kernels(const opts *o, loom_dtype ct) {
     for (int r = 0; r < R; r++) c.m[r] = -INFINITY, c.ones[r] = 1.0f;
     for (int j0 = 0; j0 < KER_KEYS; j0 += T) { /* real scores and probabilities per tile */
         c.kn->dec_dot(c.s0[j0 / T], T, c.q, LD, R, c.krows + j0, ct, T, D, NULL);
-        memcpy(c.p0[j0 / T], c.s0[j0 / T], sizeof c.s);
+        memcpy(c.p0[j0 / T], c.s0[j0 / T], (size_t)R * T * sizeof(float));
         c.kn->softmax_rows(c.p0[j0 / T], T, R, T, c.m, c.l, c.alpha);
     }
     double ns[3], total = 0.0;

@@ -43,6 +43,8 @@ typedef struct dec_scratch {
     float *fm, *fl, *facc;              /* the running fold of a unit */
     float *row;
     const void **krows, **vrows, **knext; /* knext: the next tile's K rows (prefetch) */
+    void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
+    int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
 } dec_scratch;
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
@@ -54,17 +56,18 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     int64_t M = pl->M, ld = pl->ldq;
-    int64_t sizes[18] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
-                         2 * T, 2 * T, 2 * T};
+    int64_t sizes[19] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
+                         2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
     float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
                      &sc->extra, &sc->tsc, &sc->tof, &sc->fm, &sc->fl, &sc->facc, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 19; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 15) *f[i] = (float *)p;
         else if (i == 15) sc->krows = (const void **)p;
         else if (i == 16) sc->vrows = (const void **)p;
-        else sc->knext = (const void **)p;
+        else if (i == 17) sc->knext = (const void **)p;
+        else sc->qp = p;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -102,7 +105,7 @@ static void dec_chunk_range(const attn_problem *pr, const dec_unit *u, int64_t k
  * The row sums (per-token K offsets) and offset biases (per-channel K offsets)
  * are computed only when an offset needs them: their sequential double sums
  * were half the time of a short decode call. */
-static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, const dec_scratch *sc) {
+static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc) {
     const attn_problem *pr = pl->pr;
     int64_t D = pr->D, ld = pl->ldq;
     const attn_quant *kq = &pr->kq;
@@ -128,6 +131,9 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, const dec_scrat
                 for (int64_t x = 0; x < D; x++) bias += (double)qr[x] * kq->offset[u->hkv * kq->o0 + x * kq->o1];
             sc->bias[r] = (float)bias, sc->qsum[r] = (float)sum;
         }
+    /* an i8 K: the rows in the kernels' prepared form, once for all the unit's tiles */
+    sc->qprep = pl->kern->dec_qprep &&
+                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D);
 }
 
 /* Per-token scale/offset of cache position j (slot of the block when paged). */
@@ -205,7 +211,8 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         }
         attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize}, pf_k = {sc->knext, nn, D * pr->k.esize};
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
-        kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
+        if (sc->qprep) kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, nc, (int)D);
+        else kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);
             for (int64_t r = 0; r < M; r++)

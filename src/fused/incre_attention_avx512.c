@@ -191,30 +191,52 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
 
 #define ATTN_T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-/* Scores against an i8 K with vpdpwssd, d = 32 NQ (64 or 128). Widening every
- * K element to f32 cost as much as the FMAs themselves (an i8 cache is
+/* Scores against an i8 K with vpdpwssd, d = 32 NQ (64, 96 or 128). Widening
+ * every K element to f32 cost as much as the FMAs themselves (an i8 cache is
  * compute-bound); instead each q row (its per-channel K scales already folded
  * in) is rounded to 16-bit integers against its own max, q ~ sq * qi with
  * |qi| <= 32767 (relative error <= 2^-16 of the row's largest element), K
  * is sign-extended to 16 bits, and the products accumulate exactly in 32-bit
- * lanes (8 products of <= 2^15 * 2^7 per lane: no overflow). */
-ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const float *q,
-                                      int64_t ldq, const void *const *rows, int nc, int own) {
+ * lanes (8 products of <= 2^15 * 2^7 per lane: no overflow).
+ *
+ * The rounded rows are prepared once per (batch, kv head) by the driver
+ * (loom_attn_dec_qprep_avx512, ATTN_DEC_QPREP_STRIDE bytes a row: the NQ
+ * vectors, then sq), not once per tile: the rounding (a max, a division and
+ * the conversions, a long dependency chain in front of the first product)
+ * cost 0.95 of 5.3 ns per key of the tile's Q.K^T. */
+ATTN_INLINE ATTN_T512VNNI float i8_quant_row(int NQ, const float *qr, __m512i *qi) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int v = 0; v < 2 * NQ; v++) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(qr + 16 * v)));
+    float m = _mm512_reduce_max_ps(mx);
+    __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+    for (int v = 0; v < NQ; v++) {
+        __m256i a = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v), inv)));
+        __m256i b = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v + 16), inv)));
+        qi[v] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+    }
+    return m > 0.0f ? m / 32767.0f : 0.0f;
+}
+
+static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ) {
+    for (int r = 0; r < nr; r++) {
+        __m512i qi[4];
+        char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
+        float sq = i8_quant_row(NQ, q + r * ldq, qi);
+        for (int v = 0; v < NQ; v++) _mm512_storeu_si512(row + 64 * v, qi[v]);
+        memcpy(row + 256, &sq, sizeof sq);
+    }
+}
+
+/* RB (1 or 2) prepared rows against the keys. */
+ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const char *qp,
+                                      const void *const *rows, int nc, int own) {
     const int KB = 16 / RB;
     __m512i qi[2][4];
     float sq[2];
     for (int r = 0; r < RB; r++) {
-        const float *qr = q + r * ldq;
-        __m512 mx = _mm512_setzero_ps();
-        for (int v = 0; v < 2 * NQ; v++) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(qr + 16 * v)));
-        float m = _mm512_reduce_max_ps(mx);
-        sq[r] = m > 0.0f ? m / 32767.0f : 0.0f;
-        __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-        for (int v = 0; v < NQ; v++) {
-            __m256i a = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v), inv)));
-            __m256i b = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qr + 32 * v + 16), inv)));
-            qi[r][v] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-        }
+        const char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
+        for (int v = 0; v < NQ; v++) qi[r][v] = _mm512_loadu_si512(row + 64 * v);
+        memcpy(&sq[r], row + 256, sizeof sq[r]);
     }
     __m512 scale = _mm512_set1_ps(sq[0]);
     if (RB == 2) scale = _mm512_mask_blend_ps((__mmask16)0xFF00, scale, _mm512_set1_ps(sq[1]));
@@ -240,12 +262,12 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
     }
 }
 
-#define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128) /* the head dims dot_i8_all takes */
+#define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128) /* the head dims dot_i8 takes */
 
-static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                                     const void *const *rows, int nc, int d) {
+static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
+                                      const void *const *rows, int nc, int d) {
     int r = 0;
-#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r)
+#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, !r)
 #define DOT_I8_D(RB)                      \
     do {                                  \
         if (d == 128) DOT_I8(RB, 4);      \
@@ -256,6 +278,29 @@ static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int6
     if (r < nr) DOT_I8_D(1);
 #undef DOT_I8_D
 #undef DOT_I8
+}
+
+/* Without a prepared q (a direct call): rows rounded four at a time on the stack. */
+static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                                     const void *const *rows, int nc, int d) {
+    _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
+    for (int r = 0; r < nr; r += 4) {
+        int n = nr - r < 4 ? nr - r : 4;
+        i8_prep_rows(qp, q + r * ldq, ldq, n, d / 32);
+        dot_i8_prep(s + r * lds, lds, qp, n, rows, nc, d);
+    }
+}
+
+ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr,
+                                         loom_dtype kdt, int d) {
+    if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_cpu_get()->avx512_vnni) return 0;
+    i8_prep_rows(qp, q, ldq, nr, d / 32);
+    return 1;
+}
+
+ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
+                                             const void *const *rows, int nc, int d) {
+    dot_i8_prep(s, lds, qp, nr, rows, nc, d);
 }
 
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
