@@ -451,11 +451,11 @@ static void run_kernel(void *arg) {
     for (int sw = 0; sw < KER_SWEEPS; sw++) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
-        /* as the driver: an i8 K takes q in the prepared form, once per unit */
+        /* as the driver: an i8 or bf16 K takes q in the prepared form, once per unit */
         int prep = c->which == 0 && c->kn->dec_qprep && c->kn->dec_qprep(c->qp, c->q, LD, R, c->dt, D);
         for (int j0 = 0; j0 < KER_KEYS; j0 += T) {
             if (c->which == 0 && prep) {
-                c->kn->dec_dot_prep(c->s, T, c->qp, R, c->krows + j0, T, D);
+                c->kn->dec_dot_prep(c->s, T, c->qp, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 0) {
                 c->kn->dec_dot(c->s, T, c->q, LD, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 1) {

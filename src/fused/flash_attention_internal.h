@@ -152,8 +152,8 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
  * the tile during Q.K^T, the next tile's K rows during P.V, so that both
  * streams stay in flight instead of each one starting cold when its phase
  * begins. Row c (c < n, bytes each) is asked for while key c is processed. */
-/* Bytes per q row of a level's dec_qprep form (at most 128 16-bit values and a scale). */
-#define ATTN_DEC_QPREP_STRIDE 320
+/* Bytes per q row of a level's dec_qprep form (at most 256 16-bit values, a scale). */
+#define ATTN_DEC_QPREP_STRIDE 576
 
 typedef struct attn_dec_pf {
     const void *const *rows;
@@ -206,14 +206,15 @@ typedef struct loom_attn_kernels {
      * accumulator and alpha are all relative to it. */
     void (*softmax_rows)(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                          float *alpha);
-    /* Decode with an i8 K (NULL where the level has no prepared form): dec_qprep
-     * rounds the unit's q rows (as dec_dot takes them) once, into qp (nr rows of
+    /* Decode with a K whose products take q in another form (i8: 16-bit integers,
+     * bf16: bf16 hi and lo parts; NULL where the level has none): dec_qprep
+     * converts the unit's q rows (as dec_dot takes them) once, into qp (nr rows of
      * ATTN_DEC_QPREP_STRIDE bytes), and returns 1, or returns 0 (K dtype, head dim
      * or CPU not covered: use dec_dot). dec_dot_prep then gives dec_dot's scores
      * for each tile, bit for bit, from qp. */
     int (*dec_qprep)(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt, int d);
     void (*dec_dot_prep)(float *s, int64_t lds, const void *qp, int nr, const void *const *rows,
-                         int nc, int d);
+                         loom_dtype dt, int nc, int d, const attn_dec_pf *pf);
     /* Nonzero: dec_dot / dec_pv prefetch the cache rows they stream themselves,
      * so the decode driver issues no per-tile prefetch. */
     int dec_self_prefetch;
@@ -265,7 +266,13 @@ void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float 
 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
                                int d);
 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
-                                   const void *const *rows, int nc, int d);
+                                   const void *const *rows, loom_dtype dt, int nc, int d,
+                                   const attn_dec_pf *pf);
+int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
+                                 int d);
+void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
+                                     const void *const *rows, loom_dtype dt, int nc, int d,
+                                     const attn_dec_pf *pf);
 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n);
 void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype dt, int64_t n);
 #endif

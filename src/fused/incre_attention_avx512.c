@@ -201,7 +201,7 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
  *
  * The rounded rows are prepared once per (batch, kv head) by the driver
  * (loom_attn_dec_qprep_avx512, ATTN_DEC_QPREP_STRIDE bytes a row: the NQ
- * vectors, then sq), not once per tile: the rounding (a max, a division and
+ * vectors, then sq at byte 512), not once per tile: the rounding (a max, a division and
  * the conversions, a long dependency chain in front of the first product)
  * cost 0.95 of 5.3 ns per key of the tile's Q.K^T. */
 ATTN_INLINE ATTN_T512VNNI float i8_quant_row(int NQ, const float *qr, __m512i *qi) {
@@ -223,7 +223,7 @@ static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, in
         char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
         float sq = i8_quant_row(NQ, q + r * ldq, qi);
         for (int v = 0; v < NQ; v++) _mm512_storeu_si512(row + 64 * v, qi[v]);
-        memcpy(row + 256, &sq, sizeof sq);
+        memcpy(row + 512, &sq, sizeof sq);
     }
 }
 
@@ -236,7 +236,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
     for (int r = 0; r < RB; r++) {
         const char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
         for (int v = 0; v < NQ; v++) qi[r][v] = _mm512_loadu_si512(row + 64 * v);
-        memcpy(&sq[r], row + 256, sizeof sq[r]);
+        memcpy(&sq[r], row + 512, sizeof sq[r]);
     }
     __m512 scale = _mm512_set1_ps(sq[0]);
     if (RB == 2) scale = _mm512_mask_blend_ps((__mmask16)0xFF00, scale, _mm512_set1_ps(sq[1]));
@@ -299,7 +299,9 @@ ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, 
 }
 
 ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
-                                             const void *const *rows, int nc, int d) {
+                                             const void *const *rows, loom_dtype dt, int nc, int d,
+                                             const attn_dec_pf *pf) {
+    (void)dt, (void)pf; /* only i8 rows are prepared at this level; i8 tiles prefetch their own */
     dot_i8_prep(s, lds, qp, nr, rows, nc, d);
 }
 
@@ -442,11 +444,14 @@ ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, 
 }
 
 /* One q row (the last of an odd count), 16 keys at a time. */
-ATTN_INLINE ATTN_T512BF void dot_bf16_row(int NQ, float *s, const float *qr,
+ATTN_INLINE ATTN_T512BF void dot_bf16_row(int NQ, float *s, const char *qp,
                                           const void *const *rows, int nc, const attn_dec_pf *pf,
                                           int first) {
     __m512i qh[4], ql[4];
-    bf16_split_q(NQ, qr, qh, ql);
+    for (int v = 0; v < NQ; v++) {
+        qh[v] = _mm512_loadu_si512(qp + 64 * v);
+        ql[v] = _mm512_loadu_si512(qp + 256 + 64 * v);
+    }
     for (int c0 = 0; c0 < nc; c0 += 16) {
         int ncv = nc - c0 < 16 ? nc - c0 : 16;
         __m512 acc[16];
@@ -517,14 +522,20 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int NQ, float *s, int64_t lds, const
  * of their own (no per-key clamping), the last partial block a second one:
  * with the clamping in the hot loop GCC reloaded six q vectors from the stack
  * in every block. */
-ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float *q, int64_t ldq,
-                                      int nr, const void *const *rows, int nc,
-                                      const attn_dec_pf *pf) {
+ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const char *qp, int nr,
+                                      const void *const *rows, int nc, const attn_dec_pf *pf) {
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
         __m512i qh[2][4], ql[2][4];
-        bf16_split_q(NQ, q + r * ldq, qh[0], ql[0]);
-        bf16_split_q(NQ, q + (r + 1) * ldq, qh[1], ql[1]);
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            const char *row = qp + (size_t)(r + i) * ATTN_DEC_QPREP_STRIDE;
+#pragma GCC unroll 4
+            for (int v = 0; v < NQ; v++) {
+                qh[i][v] = _mm512_loadu_si512(row + 64 * v);
+                ql[i][v] = _mm512_loadu_si512(row + 256 + 64 * v);
+            }
+        }
         int c0 = 0;
         if (r == 0)
             for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(NQ, s, lds, qh, ql, rows, c0, 4, pf, 1);
@@ -532,15 +543,53 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const float
             for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0);
         if (c0 < nc) dot_bf16_keys4(NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0);
     }
-    if (r < nr) dot_bf16_row(NQ, s + r * lds, q + r * ldq, rows, nc, pf, r == 0);
+    if (r < nr) dot_bf16_row(NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0);
+}
+
+/* q rows split into bf16 hi and lo parts (ATTN_DEC_QPREP_STRIDE bytes a row: q_hi
+ * vectors from byte 0, q_lo from byte 256), once per (batch, kv head) by the
+ * driver: the split in front of every tile cost as the i8 rounding did. */
+static ATTN_T512BF void bf16_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ) {
+    for (int r = 0; r < nr; r++) {
+        __m512i qh[4], ql[4];
+        char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
+        bf16_split_q(NQ, q + r * ldq, qh, ql);
+        for (int v = 0; v < NQ; v++) {
+            _mm512_storeu_si512(row + 64 * v, qh[v]);
+            _mm512_storeu_si512(row + 256 + 64 * v, ql[v]);
+        }
+    }
+}
+
+ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr,
+                                             loom_dtype kdt, int d) {
+    if (kdt != LOOM_BF16 || (d != 64 && d != 128))
+        return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d);
+    bf16_prep_rows(qp, q, ldq, nr, d / 32);
+    return 1;
+}
+
+ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
+                                                 const void *const *rows, loom_dtype dt, int nc,
+                                                 int d, const attn_dec_pf *pf) {
+    if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf);
+    else if (d == 128) dot_bf16(4, s, lds, qp, nr, rows, nc, pf);
+    else dot_bf16(2, s, lds, qp, nr, rows, nc, pf);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
                                             int nr, const void *const *rows, loom_dtype dt, int nc,
                                             int d, const attn_dec_pf *pf) {
-    if (dt == LOOM_BF16 && d == 128) dot_bf16(4, s, lds, q, ldq, nr, rows, nc, pf);
-    else if (dt == LOOM_BF16 && d == 64) dot_bf16(2, s, lds, q, ldq, nr, rows, nc, pf);
-    else loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
+    if (dt == LOOM_BF16 && (d == 128 || d == 64)) { /* without a prepared q: four rows at a time */
+        _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
+        for (int r = 0; r < nr; r += 4) {
+            int n = nr - r < 4 ? nr - r : 4;
+            bf16_prep_rows(qp, q + r * ldq, ldq, n, d / 32);
+            loom_attn_dec_dot_prep_avx512bf(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf);
+        }
+    } else {
+        loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
+    }
 }
 
 /* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values
