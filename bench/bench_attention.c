@@ -18,6 +18,7 @@
  * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D: other kv heads and head
  * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
  * [B, S, N_kv, D] (BSND, --layout)):
+ *   (cache i8hp: an i8 cache with inner_precise 1, P rounded to bf16 for P.V)
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
  *   real decode step does), all in one block on 2 MiB pages as the engine's
@@ -39,7 +40,7 @@
  *   with a copy of the tile's scores in front (512 bytes per 32 keys).
  *
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
- *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8]
+ *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--dec-shape N_KV,D]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine]
@@ -315,8 +316,8 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
-                         int64_t L) {
+/* hp: inner_precise 1 (the "i8hp" cache) */
+static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int hp, int64_t L) {
     const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
@@ -366,6 +367,8 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
     c.ip = loom_incre_flash_attention_default_params();
     c.fp = loom_flash_attention_default_params();
     c.ip.input_layout = c.fp.input_layout = dec_layout;
+    c.ip.inner_precise = hp ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
+    const char *name = hp ? "i8hp" : loom_dtype_name(ct);
     double bytes = 2.0 * (double)half;
     for (int ti = 0; ti < o->n_threads; ti++) {
         int nt = o->threads[ti];
@@ -407,11 +410,11 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct,
             snprintf(pf, sizeof pf, "%.3f", tp * 1e3);
             snprintf(ratio, sizeof ratio, "%.2f×", tp / td);
         }
-        printf("| %s | %lld | %d | %.3f | %.1f | %.1f | %.0f%% | %s | %s | %d |\n", loom_dtype_name(ct),
+        printf("| %s | %lld | %d | %.3f | %.1f | %.1f | %.0f%% | %s | %s | %d |\n", name,
                (long long)L, nt, td * 1e3, gbs, bw, 100.0 * frac, pf, ratio, n_copies);
         if (machine_lines)
             printf("@decode cache=%s L=%lld N=%lld Nkv=%lld D=%lld threads=%d decode_ms=%.4f gbs=%.2f read_bw=%.2f\n",
-                   loom_dtype_name(ct), (long long)L, (long long)N, (long long)Nkv, (long long)D, nt,
+                   name, (long long)L, (long long)N, (long long)Nkv, (long long)D, nt,
                    td * 1e3, gbs, bw);
         fflush(stdout);
         loom_pool_free(c.pool);
@@ -434,7 +437,9 @@ static int ker_rows(void) { return (int)(HEADS / dec_nkv) < KER_MAX_ROWS ? (int)
 typedef struct ker_ctx {
     const loom_attn_kernels *kn;
     loom_dtype dt;
-    int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv */
+    int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv (or dec_pv_hp: pv) */
+    void (*pv)(float *, int64_t, const float *, int64_t, int, const void *const *, loom_dtype, int,
+               int, const float *, const attn_dec_pf *);
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
     int d, ld, rows; /* head dim; q and accumulator rows, zero padded to 16 floats; query rows */
     float q[KER_MAX_ROWS * KER_MAX_D], s[KER_MAX_ROWS * ATTN_DEC_TILE];
@@ -462,13 +467,13 @@ static void run_kernel(void *arg) {
                 memcpy(c->s, c->s0[j0 / T], (size_t)R * T * sizeof(float));
                 c->kn->softmax_rows(c->s, T, R, T, c->m, c->l, c->alpha);
             } else {
-                c->kn->dec_pv(c->acc, LD, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
+                c->pv(c->acc, LD, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
             }
         }
     }
 }
 
-static void bench_kernels(const opts *o, loom_dtype ct) {
+static void bench_kernels(const opts *o, loom_dtype ct, int hp) {
     const int T = ATTN_DEC_TILE, R = ker_rows(), D = dec_d;
     static ker_ctx c;
     memset(&c, 0, sizeof c);
@@ -476,6 +481,7 @@ static void bench_kernels(const opts *o, loom_dtype ct) {
     c.d = D, c.ld = LD, c.rows = R;
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
+    c.pv = hp && c.kn->dec_pv_hp ? c.kn->dec_pv_hp : c.kn->dec_pv;
     size_t es = esize(ct), row = (size_t)D * es;
     loom_rng rng;
     loom_rng_init(&rng, 11, (uint64_t)ct);
@@ -512,7 +518,7 @@ static void bench_kernels(const opts *o, loom_dtype ct) {
         ns[w] = bench_time(run_kernel, &c, 2, reps) * 1e9 / ((double)KER_SWEEPS * KER_KEYS);
         total += ns[w];
     }
-    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", loom_dtype_name(ct), loom_isa_name(loom_cpu_isa()),
+    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", hp ? "i8hp" : loom_dtype_name(ct), loom_isa_name(loom_cpu_isa()),
            ns[0], ns[1], ns[2], total, 2.0 * (double)row / total);
     fflush(stdout);
     void *bufs[] = {kf, vf, kc, vc};
@@ -575,15 +581,17 @@ int main(int argc, char **argv) {
     o.bq = blk[0], o.bkv = blk[1];
     char list[256];
     loom_dtype cache_t[8]; /* --caches, for the decode and kernels sets */
-    int n_cache = 0;
+    int cache_hp[8], n_cache = 0;
     snprintf(list, sizeof list, "%s", caches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        loom_dtype t;
-        if (n_cache == 8 || parse_dtype(tok, &t) != 0 ||
-            (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)) {
-            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8\n", tok);
+        loom_dtype t = LOOM_I8;
+        int hp = strcmp(tok, "i8hp") == 0; /* i8 with inner_precise 1 */
+        if (n_cache == 8 || (!hp && (parse_dtype(tok, &t) != 0 ||
+            (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)))) {
+            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp\n", tok);
             return 2;
         }
+        cache_hp[n_cache] = hp;
         cache_t[n_cache++] = t;
     }
     const loom_cpu_features *f = loom_cpu_get();
@@ -616,7 +624,7 @@ int main(int argc, char **argv) {
         printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
         printf("|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++)
-            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], ctx[l]);
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], cache_hp[i], ctx[l]);
         bench_probe_free(probe);
     }
     if (strstr(sets, "kernels")) {
@@ -624,7 +632,7 @@ int main(int argc, char **argv) {
                ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE);
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i]);
+        for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i], cache_hp[i]);
     }
     return 0;
 }

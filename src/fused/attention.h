@@ -64,7 +64,8 @@ typedef enum loom_attn_sparse_mode {
 /* inner_precise (Ascend's name): the precision of the two products. */
 typedef enum loom_attn_inner_precise {
     LOOM_ATTN_HIGH_PRECISION = 0,   /* products in the inputs' precision */
-    LOOM_ATTN_HIGH_PERFORMANCE = 1, /* f32/f16 inputs: bf16 products, f32 accumulation */
+    LOOM_ATTN_HIGH_PERFORMANCE = 1, /* prefill, f32/f16 inputs: bf16 products, f32 accumulation;
+                                       decode, i8 V: P rounded to bf16 for P.V */
 } loom_attn_inner_precise;
 
 #define LOOM_ATTN_MAX_HEAD_DIM 256   /* D in 1..256 */
@@ -189,6 +190,11 @@ typedef struct loom_incre_flash_attention_params {
     int64_t block_size;                /* paged: 0 = from the cache shape, else must match */
     int     key_antiquant_mode, value_antiquant_mode;  /* loom_antiquant_mode */
     int64_t kv_chunk;                  /* split-KV chunk length; 0 = 512. Fixed, never from nth */
+    /* loom_attn_inner_precise: 0 (default) keeps P in f32 for P.V; 1 rounds P to
+     * bf16 for an i8 V (vdpbf16ps on AVX512_BF16 CPUs, head dims 64 and 128; as
+     * bf16 caches always do: relative error <= 2^-9 per probability). Other
+     * caches, head dims and CPUs compute as with 0. */
+    int     inner_precise;
 } loom_incre_flash_attention_params;
 
 loom_incre_flash_attention_params loom_incre_flash_attention_default_params(void);
@@ -253,7 +259,8 @@ typedef struct loom_fused_infer_attention_params {
     int64_t block_size;
     int     key_antiquant_mode, value_antiquant_mode;
     int64_t decode_max_q_len;  /* S_q <= this (and not TND) -> decode kernel; default 16, max 16 */
-    int     inner_precise;     /* as loom_flash_attention_params (prefill kernel only) */
+    int     inner_precise;     /* passed to the kernel that runs (loom_flash_attention_params,
+                                  loom_incre_flash_attention_params) */
 } loom_fused_infer_attention_params;
 
 loom_fused_infer_attention_params loom_fused_infer_attention_default_params(void);

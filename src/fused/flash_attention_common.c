@@ -387,6 +387,11 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
                             t->atten_mask != NULL, pr));
     pr->keep_prob = 1.0f;
+    LOOM_RETURN_IF(p->inner_precise != LOOM_ATTN_HIGH_PRECISION &&
+                       p->inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
+                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 (high precision) or 1 "
+                   "(high performance)", op, p->inner_precise);
+    pr->inner_precise = p->inner_precise;
     pr->kq.mode = pr->vq.mode = -1;
     pr->paged = t->block_table != NULL;
     if (pr->paged) {

@@ -201,6 +201,11 @@ typedef struct loom_attn_kernels {
     void (*dec_pv)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                    const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
                    const attn_dec_pf *pf);
+    /* As dec_pv, for inner_precise 1 (NULL: dec_pv serves both): an i8 V multiplies
+     * P rounded to bf16 (vdpbf16ps; head dims 64 and 128), other caches as dec_pv. */
+    void (*dec_pv_hp)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                      const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
+                      const attn_dec_pf *pf);
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols,
      * except that m[r] is a lazy reference max (ATTN_DEC_MAX_SLACK): l, the
      * accumulator and alpha are all relative to it. */
@@ -268,6 +273,9 @@ int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr, lo
 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
                                    const void *const *rows, loom_dtype dt, int nc, int d,
                                    const attn_dec_pf *pf);
+void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                                  const void *const *rows, loom_dtype dt, int nc, int d,
+                                  const float *alpha, const attn_dec_pf *pf);
 int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
                                  int d);
 void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,

@@ -59,6 +59,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
         pi.block_size = p->block_size;
         pi.key_antiquant_mode = p->key_antiquant_mode;
         pi.value_antiquant_mode = p->value_antiquant_mode;
+        pi.inner_precise = p->inner_precise;
         return attn_decode_pool(&ti, &pi, p->actual_seq_lengths, pool);
     }
     LOOM_RETURN_IF(t->key_antiquant_scale || t->value_antiquant_scale, LOOM_ERR_INVALID_ARG,

@@ -187,6 +187,9 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     int64_t D = pr->D, ld = pl->ldq, M = pl->M, c0, c1;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
     dec_chunk_range(pr, u, k, &c0, &c1);
+    void (*pv)(float *, int64_t, const float *, int64_t, int, const void *const *, loom_dtype, int,
+               int, const float *, const attn_dec_pf *) =
+        pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE && kn->dec_pv_hp ? kn->dec_pv_hp : kn->dec_pv;
     for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
     memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
     for (int64_t j0 = c0; j0 < c1; j0 += T) {
@@ -256,8 +259,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
                 sc->extra[r] = e;
             }
         }
-        kn->dec_pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha,
-                   xpf ? &pf_k : NULL);
+        pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha, xpf ? &pf_k : NULL);
     }
     if (vq->mode == LOOM_ANTIQUANT_PER_CHANNEL) {
         for (int64_t r = 0; r < M; r++)

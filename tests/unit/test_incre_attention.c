@@ -19,6 +19,7 @@ typedef struct inc_case {
     int ramp;                         /* K rows drift along (1, .., 1): scores rise or fall */
     int64_t lead;                     /* > 0: the mask hides keys < i * lead from q row i */
     float scale;                      /* scale_value; 0 = 1/sqrt(D) */
+    int precise;                      /* inner_precise: 1 rounds P to bf16 for an i8 V */
 } inc_case;
 
 typedef struct inc_data {
@@ -32,12 +33,13 @@ typedef struct inc_data {
 
 static void inc_describe(const inc_case *c) {
     fprintf(stderr, "  case: %s B=%lld Sq=%lld Smax=%lld N=%lld Nkv=%lld D=%lld dt=%s/%s/%s "
-            "quant=%d/%d off=%d/%d mode=%d pre=%lld next=%lld mask=%d lens=%d bs=%lld chunk=%lld\n",
+            "quant=%d/%d off=%d/%d mode=%d pre=%lld next=%lld mask=%d lens=%d bs=%lld chunk=%lld "
+            "inner_precise=%d\n",
             loom_attn_layout_name(c->L), (long long)c->B, (long long)c->Sq, (long long)c->Smax,
             (long long)c->N, (long long)c->Nkv, (long long)c->D, loom_dtype_name(c->qdt),
             loom_dtype_name(c->kvdt), loom_dtype_name(c->odt), c->kmode, c->vmode, c->koff,
             c->voff, c->sparse, (long long)c->pre, (long long)c->next, c->mask_kind, c->lens,
-            (long long)c->bs, (long long)c->chunk);
+            (long long)c->bs, (long long)c->chunk, c->precise);
 }
 
 /* Element offset of (b, s, n, 0) in a cache laid out as L. */
@@ -157,6 +159,7 @@ static void inc_setup(const inc_case *c, inc_data *d, loom_rng *r) {
     p->key_antiquant_mode = c->kmode, p->value_antiquant_mode = c->vmode;
     p->kv_chunk = c->chunk;
     p->scale_value = c->scale;
+    p->inner_precise = c->precise;
     d->pp = *p;
     d->pp.actual_seq_lengths = d->kvlen;
     int q8 = c->kvdt == LOOM_I8;
@@ -222,6 +225,8 @@ static void inc_check_case(const inc_case *c, loom_rng *r, int threads) {
     loom_status s = inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0);
     CHECK_MSG(s == LOOM_OK, "reference: %s", loom_last_error());
     double tol = case_tol(c->qdt, c->kvdt, c->odt);
+    if (c->precise == LOOM_ATTN_HIGH_PERFORMANCE) /* P may be rounded to bf16: bf16's tolerance */
+        tol = case_tol(LOOM_BF16, c->kvdt, c->odt);
     size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c->odt);
     loom_isa lv[LOOM_ISA_COUNT];
     int nl = test_levels(lv);
@@ -281,6 +286,7 @@ static inc_case random_case(loom_rng *r) {
     static const int64_t chunks[] = {0, 0, 16, 64, 100, 1};
     c.chunk = chunks[irand(r, 0, 5)];
     if (c.chunk == 1 && c.Smax > 100) c.chunk = 33;
+    c.precise = loom_rng_uniform(r) < 0.3f ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
     return c;
 }
 
@@ -326,7 +332,57 @@ static void test_peaked_scores(void) {
         c.Smax = 300 + 17 * i, c.chunk = i % 2 ? 128 : 0;
         c.scale = 12.0f / sqrtf((float)c.D);
         inc_check_case(&c, &r, i % 2 == 0);
+        if (c.kvdt == LOOM_I8) { /* and with P rounded to bf16 */
+            c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
+            inc_check_case(&c, &r, i % 2 == 0);
+        }
     }
+}
+
+/* inner_precise 1 with an i8 V takes the bf16 P.V where the CPU has AVX512_BF16
+ * (head dims 64 and 128): its output differs from inner_precise 0's (or the
+ * fast path went unused), stays within bf16's tolerance of the reference, and
+ * keeps its bits for every thread count (inc_check_case). Other caches ignore it:
+ * f32, the same bits as inner_precise 0. */
+static void test_inner_precise(void) {
+    loom_rng r;
+    loom_rng_init(&r, 52, 2);
+    static const int64_t dims[] = {64, 128, 96};
+    for (int i = 0; i < 6; i++) {
+        inc_case c = base_case();
+        c.kvdt = LOOM_I8, c.D = dims[i % 3], c.N = c.Nkv * (i % 2 ? 4 : 3), c.Sq = 1 + i % 2;
+        c.kmode = c.vmode = i % 2, c.voff = i % 3 == 0;
+        c.Smax = 90 + 31 * i, c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
+        inc_check_case(&c, &r, 1);
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c.odt);
+        CHECK(loom_incre_flash_attention(&d.t, &d.p, NULL) == LOOM_OK);
+        loom_incre_flash_attention_params p0 = d.p;
+        p0.inner_precise = LOOM_ATTN_HIGH_PRECISION;
+        loom_incre_flash_attention_tensors t0 = d.t;
+        t0.attention_out = &d.pout;
+        CHECK(loom_incre_flash_attention(&t0, &p0, NULL) == LOOM_OK);
+        int differs = memcmp(d.out.data, d.pout.data, ob) != 0;
+        if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && c.D != 96)
+            CHECK_MSG(differs, "inner_precise 1 gave inner_precise 0's bits at D=%lld", (long long)c.D);
+        else
+            CHECK_MSG(!differs, "inner_precise 1 changed the result at D=%lld", (long long)c.D);
+        inc_teardown(&d);
+    }
+    inc_case c = base_case(); /* an f32 cache: inner_precise changes nothing */
+    c.precise = LOOM_ATTN_HIGH_PERFORMANCE, c.Smax = 77;
+    inc_data d;
+    inc_setup(&c, &d, &r);
+    size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c.odt);
+    CHECK(loom_incre_flash_attention(&d.t, &d.p, NULL) == LOOM_OK);
+    loom_incre_flash_attention_params p0 = d.p;
+    p0.inner_precise = LOOM_ATTN_HIGH_PRECISION;
+    loom_incre_flash_attention_tensors t0 = d.t;
+    t0.attention_out = &d.pout;
+    CHECK(loom_incre_flash_attention(&t0, &p0, NULL) == LOOM_OK);
+    CHECK(memcmp(d.out.data, d.pout.data, ob) == 0);
+    inc_teardown(&d);
 }
 
 /* Scores that drift up (or down) along the keys, by several units per tile
@@ -471,6 +527,10 @@ static void test_decode_errors(void) {
     CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "key_antiquant_mode");
     p = d.pp, p.kv_chunk = -1;
     CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "kv_chunk");
+    p = d.pp, p.inner_precise = 2;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "inner_precise");
+    p = d.pp, p.inner_precise = -1;
+    CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "inner_precise");
     p = d.pp, p.input_layout = LOOM_ATTN_TND;
     CHECK_ERR(loom_incre_flash_attention(&t, &p, NULL), "TND");
     p = d.pp;
@@ -551,6 +611,7 @@ int main(void) {
     RUN_TEST(test_peaked_scores);
     RUN_TEST(test_rising_scores);
     RUN_TEST(test_masked_row_starts);
+    RUN_TEST(test_inner_precise);
     RUN_TEST(test_fused_infer_dispatch);
     RUN_TEST(test_decode_errors);
     RUN_TEST(test_incre_op_table);
