@@ -43,14 +43,20 @@
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--dec-shape N_KV,D]
- *                   [--fused-only] [--cpu-time] [--hot] [--machine]
+ *                   [--fused-only] [--cpu-time] [--hot] [--machine] [--ab VARIANT]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
  * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
  * if the fused and unfused outputs differ beyond DESIGN.md's tolerance. --fused-only skips the
  * unfused path (tile-size sweeps); --cpu-time times 1-thread rows by the
  * thread's CPU time (loaded machines); --hot gives decode one copy of the
  * caches instead of rotating through DRAM-sized copies, so caches that fit
- * in L3 measure the kernel's compute time.
+ * in L3 measure the kernel's compute time. --ab VARIANT (decode): each row's
+ * samples alternate between the level's kernel table and a copy with one entry
+ * changed (noprep: q prepared per tile, not per (batch, kv head); nohp: no bf16
+ * P.V for i8hp; none: identical, the method's null test), both through the
+ * decode driver's one-launch path, and the row gives both medians: on a host
+ * whose bandwidth drifts within seconds this resolves a few points, which
+ * alternating whole runs of two builds does not.
  */
 #include <math.h>
 #include <stdio.h>
@@ -295,7 +301,40 @@ typedef struct dec_ctx {
     loom_tensor tq, tk, tv, to, ksc, vsc;
     loom_incre_flash_attention_params ip;
     loom_flash_attention_params fp;
+    /* --ab: the decode driver run directly (one launch, whole units per thread)
+     * with kernel table kern; scratch per thread */
+    const loom_attn_kernels *kern;
+    attn_problem pr;
+    void *scr[8];
+    size_t scr_bytes;
 } dec_ctx;
+
+/* --ab VARIANT: decode samples alternate between the level's kernel table and
+ * a copy with one entry changed, in one process (the host's state drifts
+ * faster than separate runs can alternate). */
+static const char *ab_variant;
+static loom_attn_kernels ab_kernels;
+
+static int ab_setup(const char *v) {
+    ab_kernels = *loom_attn_kernels_for(loom_cpu_isa());
+    if (strcmp(v, "noprep") == 0) ab_kernels.dec_qprep = NULL;      /* q prepared per tile */
+    else if (strcmp(v, "nohp") == 0) ab_kernels.dec_pv_hp = NULL;   /* i8hp as i8 */
+    else if (strcmp(v, "none") == 0) { }                            /* the method's null test */
+    else return -1;
+    return 0;
+}
+
+static void dec_tensors(dec_ctx *c, loom_incre_flash_attention_tensors *t) {
+    int q8 = c->tk.dtype == LOOM_I8;
+    *t = (loom_incre_flash_attention_tensors){
+        .query = &c->tq, .key = &c->tk, .value = &c->tv, .attention_out = &c->to,
+        .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL};
+}
+
+static void run_decode_direct_fn(int ith, int nth, void *arg) {
+    dec_ctx *c = arg;
+    if (attn_decode_thread(&c->pr, c->kern, ith, nth, c->scr[ith], c->scr_bytes) != LOOM_OK) c->failed = 1;
+}
 
 static void run_decode(void *arg) {
     dec_ctx *c = arg;
@@ -306,11 +345,14 @@ static void run_decode(void *arg) {
         loom_flash_attention_tensors t = {.query = &c->tq, .key = &c->tk, .value = &c->tv,
                                           .attention_out = &c->to};
         s = loom_flash_attention_score(&t, &c->fp, c->pool);
+    } else if (c->kern) {
+        loom_incre_flash_attention_tensors t;
+        dec_tensors(c, &t);
+        s = attn_resolve_decode(&t, &c->ip, NULL, &c->pr);
+        if (s == LOOM_OK) loom_pool_run(c->pool, run_decode_direct_fn, c);
     } else {
-        int q8 = c->tk.dtype == LOOM_I8;
-        loom_incre_flash_attention_tensors t = {
-            .query = &c->tq, .key = &c->tk, .value = &c->tv, .attention_out = &c->to,
-            .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL};
+        loom_incre_flash_attention_tensors t;
+        dec_tensors(c, &t);
         s = loom_incre_flash_attention(&t, &c->ip, c->pool);
     }
     if (s != LOOM_OK) c->failed = 1;
@@ -372,7 +414,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
     double bytes = 2.0 * (double)half;
     for (int ti = 0; ti < o->n_threads; ti++) {
         int nt = o->threads[ti];
-        if (loom_pool_init(&c.pool, nt) != LOOM_OK) exit(1);
+        if (loom_pool_init(&c.pool, nt) != LOOM_OK) { fprintf(stderr, "bench_attention: pool: %s\n", loom_last_error()); exit(1); }
         c.prefill = 0;
         int reps = o->reps * 3 < 64 ? o->reps * 3 : 64;
         double td, bw, frac;
@@ -384,8 +426,19 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
             double ts[64], bws[64], fr[64];
             int batch = (int)((double)(128 << 20) / bytes) + 1; /* >= 128 MiB of K/V per sample */
             if (batch > 256) batch = 256;
+            if (ab_variant) { /* per-thread scratch of the direct driver, sized by the problem */
+                loom_incre_flash_attention_tensors t;
+                dec_tensors(&c, &t);
+                if (attn_resolve_decode(&t, &c.ip, NULL, &c.pr) != LOOM_OK) {
+                    fprintf(stderr, "bench_attention: decode: %s\n", loom_last_error());
+                    exit(1);
+                }
+                c.scr_bytes = attn_decode_scratch(&c.pr);
+                for (int th = 0; th < nt; th++) c.scr[th] = xalloc(c.scr_bytes);
+            }
             for (int w = 0; w < 2; w++) run_decode(&c);
             for (int r = 0; r < reps; r++) {
+                if (ab_variant) c.kern = r & 1 ? &ab_kernels : loom_attn_kernels_for(loom_cpu_isa());
                 bws[r] = bench_probe_gbs(probe, c.pool);
                 if (dec_hot) run_decode(&c); /* the probe evicted the one copy: warm it again */
                 double t0 = loom_time_s();
@@ -394,6 +447,25 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
                 fr[r] = bytes / ts[r] / 1e9 / bws[r];
             }
             td = bench_median(ts, reps), bw = bench_median(bws, reps), frac = bench_median(fr, reps);
+            if (ab_variant) { /* even samples: the kernels as built; odd: the variant */
+                double fa[32], fb[32];
+                int na = 0, nb = 0;
+                for (int r = 0; r < reps; r++) {
+                    if (r & 1) fb[nb++] = fr[r];
+                    else fa[na++] = fr[r];
+                }
+                double ma = bench_median(fa, na), mb = bench_median(fb, nb);
+                printf("| %s | %lld | %d | %.0f%% | %.0f%% | %+.1f |\n", name, (long long)L, nt,
+                       100.0 * ma, 100.0 * mb, 100.0 * (ma - mb));
+                c.kern = NULL;
+                for (int t = 0; t < nt; t++) loom_free_aligned(c.scr[t]);
+                loom_pool_free(c.pool);
+                if (c.failed) {
+                    fprintf(stderr, "bench_attention: decode failed: %s\n", loom_last_error());
+                    exit(1);
+                }
+                continue;
+            }
         }
         double tp = 0.0;
         if (ct != LOOM_I8) {
@@ -567,6 +639,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--dtypes") == 0) dtypes = v;
         else if (strcmp(a, "--caches") == 0) caches = v;
         else if (strcmp(a, "--sets") == 0) sets = v;
+        else if (strcmp(a, "--ab") == 0) ok = ab_setup(ab_variant = v) == 0;
         else if (strcmp(a, "--layout") == 0)
             ok = loom_attn_layout_parse(v, &dec_layout) == LOOM_OK &&
                  (dec_layout == LOOM_ATTN_BNSD || dec_layout == LOOM_ATTN_BSND);
@@ -621,8 +694,15 @@ int main(int argc, char **argv) {
         if (!probe) { fprintf(stderr, "bench_attention: cannot allocate the read probe\n"); return 1; }
         printf("\n## Decode: q_len 1, N=%d, N_kv=%d, D=%d, contiguous %s cache\n\n", HEADS, dec_nkv,
                dec_d, loom_attn_layout_name(dec_layout));
-        printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        if (ab_variant) {
+            printf("In-process A/B: samples alternate between the kernels as built and the variant "
+                   "'%s'; medians of %% of read BW.\n\n", ab_variant);
+            printf("| cache | context | threads | kernels as built | variant %s | difference (points) |\n", ab_variant);
+            printf("|---|---|---|---|---|---|\n");
+        } else {
+            printf("| cache | context | threads | decode ms | K/V GB/s | read BW GB/s | %% of read BW | prefill kernel (S_q=1) ms | prefill/decode | copies |\n");
+            printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        }
         for (int i = 0; i < n_cache; i++)
             for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], cache_hp[i], ctx[l]);
         bench_probe_free(probe);
