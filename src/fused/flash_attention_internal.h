@@ -148,13 +148,14 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
 
 /* ------------------------------------------------------------ micro-kernels */
 
+/* Bytes per q row of a level's dec_qprep form (up to 256 16-bit values: i8's
+ * rounded q, or bf16's hi and lo parts; then a scale). */
+#define ATTN_DEC_QPREP_STRIDE 576
+
 /* Rows a decode kernel prefetches while it computes on others: the V rows of
  * the tile during Q.K^T, the next tile's K rows during P.V, so that both
  * streams stay in flight instead of each one starting cold when its phase
  * begins. Row c (c < n, bytes each) is asked for while key c is processed. */
-/* Bytes per q row of a level's dec_qprep form (at most 256 16-bit values, a scale). */
-#define ATTN_DEC_QPREP_STRIDE 576
-
 typedef struct attn_dec_pf {
     const void *const *rows;
     int n;
