@@ -18,7 +18,8 @@
  * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D: other kv heads and head
  * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
  * [B, S, N_kv, D] (BSND, --layout)):
- *   (cache i8hp: an i8 cache with inner_precise 1, P rounded to bf16 for P.V)
+ *   (caches i8hp, bf16hp: inner_precise 1 — an i8 V's P.V with P rounded to bf16,
+ *   a bf16 K's Q.K^T with q rounded to bf16)
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
  *   real decode step does), all in one block on 2 MiB pages as the engine's
@@ -40,7 +41,7 @@
  *   with a copy of the tile's scores in front (512 bytes per 32 keys).
  *
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
- *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp)
+ *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp, bf16hp)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--dec-shape N_KV,D]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine] [--ab VARIANT]
@@ -52,8 +53,9 @@
  * caches instead of rotating through DRAM-sized copies, so caches that fit
  * in L3 measure the kernel's compute time. --ab VARIANT (decode): each row's
  * samples alternate between the level's kernel table and a copy with one entry
- * changed (noprep: q prepared per tile, not per (batch, kv head); nohp: no bf16
- * P.V for i8hp; none: identical, the method's null test), both through the
+ * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
+ * inner_precise 1 computed as 0, i.e. i8hp as i8 and bf16hp as bf16; none:
+ * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host
  * whose bandwidth drifts within seconds this resolves a few points, which
  * alternating whole runs of two builds does not.
@@ -315,10 +317,22 @@ typedef struct dec_ctx {
 static const char *ab_variant;
 static loom_attn_kernels ab_kernels;
 
+/* the level's q preparation and prepared Q.K^T with inner_precise 1's bf16 q turned off */
+static int qprep_exact(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt, int d, int hp) {
+    return loom_attn_kernels_for(loom_cpu_isa())->dec_qprep(qp, q, ldq, nr, kdt, d, 0);
+}
+static void dot_prep_exact(float *s, int64_t lds, const void *qp, int nr, const void *const *rows,
+                           loom_dtype dt, int nc, int d, const attn_dec_pf *pf, int hp) {
+    loom_attn_kernels_for(loom_cpu_isa())->dec_dot_prep(s, lds, qp, nr, rows, dt, nc, d, pf, 0);
+}
+
 static int ab_setup(const char *v) {
     ab_kernels = *loom_attn_kernels_for(loom_cpu_isa());
     if (strcmp(v, "noprep") == 0) ab_kernels.dec_qprep = NULL;      /* q prepared per tile */
-    else if (strcmp(v, "nohp") == 0) ab_kernels.dec_pv_hp = NULL;   /* i8hp as i8 */
+    else if (strcmp(v, "nohp") == 0) { /* i8hp as i8, bf16hp as bf16 */
+        ab_kernels.dec_pv_hp = NULL;
+        if (ab_kernels.dec_qprep) ab_kernels.dec_qprep = qprep_exact, ab_kernels.dec_dot_prep = dot_prep_exact;
+    }
     else if (strcmp(v, "none") == 0) { }                            /* the method's null test */
     else return -1;
     return 0;
@@ -358,7 +372,11 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-/* hp: inner_precise 1 (the "i8hp" cache) */
+static const char *cache_name(loom_dtype ct, int hp) {
+    return !hp ? loom_dtype_name(ct) : ct == LOOM_I8 ? "i8hp" : "bf16hp";
+}
+
+/* hp: inner_precise 1 (the "i8hp" and "bf16hp" caches) */
 static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int hp, int64_t L) {
     const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
@@ -410,7 +428,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
     c.fp = loom_flash_attention_default_params();
     c.ip.input_layout = c.fp.input_layout = dec_layout;
     c.ip.inner_precise = hp ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
-    const char *name = hp ? "i8hp" : loom_dtype_name(ct);
+    const char *name = cache_name(ct, hp);
     double bytes = 2.0 * (double)half;
     for (int ti = 0; ti < o->n_threads; ti++) {
         int nt = o->threads[ti];
@@ -510,6 +528,7 @@ typedef struct ker_ctx {
     const loom_attn_kernels *kn;
     loom_dtype dt;
     int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv (or dec_pv_hp: pv) */
+    int hp;    /* inner_precise 1 */
     void (*pv)(float *, int64_t, const float *, int64_t, int, const void *const *, loom_dtype, int,
                int, const float *, const attn_dec_pf *);
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
@@ -529,10 +548,10 @@ static void run_kernel(void *arg) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
         /* as the driver: an i8 or bf16 K takes q in the prepared form, once per unit */
-        int prep = c->which == 0 && c->kn->dec_qprep && c->kn->dec_qprep(c->qp, c->q, LD, R, c->dt, D);
+        int prep = c->which == 0 && c->kn->dec_qprep && c->kn->dec_qprep(c->qp, c->q, LD, R, c->dt, D, c->hp);
         for (int j0 = 0; j0 < KER_KEYS; j0 += T) {
             if (c->which == 0 && prep) {
-                c->kn->dec_dot_prep(c->s, T, c->qp, R, c->krows + j0, c->dt, T, D, NULL);
+                c->kn->dec_dot_prep(c->s, T, c->qp, R, c->krows + j0, c->dt, T, D, NULL, c->hp);
             } else if (c->which == 0) {
                 c->kn->dec_dot(c->s, T, c->q, LD, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 1) {
@@ -554,6 +573,7 @@ static void bench_kernels(const opts *o, loom_dtype ct, int hp) {
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
     c.pv = hp && c.kn->dec_pv_hp ? c.kn->dec_pv_hp : c.kn->dec_pv;
+    c.hp = hp;
     size_t es = esize(ct), row = (size_t)D * es;
     loom_rng rng;
     loom_rng_init(&rng, 11, (uint64_t)ct);
@@ -590,7 +610,7 @@ static void bench_kernels(const opts *o, loom_dtype ct, int hp) {
         ns[w] = bench_time(run_kernel, &c, 2, reps) * 1e9 / ((double)KER_SWEEPS * KER_KEYS);
         total += ns[w];
     }
-    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", hp ? "i8hp" : loom_dtype_name(ct), loom_isa_name(loom_cpu_isa()),
+    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", cache_name(ct, hp), loom_isa_name(loom_cpu_isa()),
            ns[0], ns[1], ns[2], total, 2.0 * (double)row / total);
     fflush(stdout);
     void *bufs[] = {kf, vf, kc, vc};
@@ -658,10 +678,11 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", caches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         loom_dtype t = LOOM_I8;
-        int hp = strcmp(tok, "i8hp") == 0; /* i8 with inner_precise 1 */
+        int hp = strcmp(tok, "i8hp") == 0 || strcmp(tok, "bf16hp") == 0; /* inner_precise 1 */
+        if (hp) t = tok[0] == 'i' ? LOOM_I8 : LOOM_BF16;
         if (n_cache == 8 || (!hp && (parse_dtype(tok, &t) != 0 ||
             (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)))) {
-            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp\n", tok);
+            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp, bf16hp\n", tok);
             return 2;
         }
         cache_hp[n_cache] = hp;

@@ -65,7 +65,7 @@ typedef enum loom_attn_sparse_mode {
 typedef enum loom_attn_inner_precise {
     LOOM_ATTN_HIGH_PRECISION = 0,   /* products in the inputs' precision */
     LOOM_ATTN_HIGH_PERFORMANCE = 1, /* prefill, f32/f16 inputs: bf16 products, f32 accumulation;
-                                       decode, i8 V: P rounded to bf16 for P.V */
+                                       decode: an i8 V's P and a bf16 K's q rounded to bf16 */
 } loom_attn_inner_precise;
 
 #define LOOM_ATTN_MAX_HEAD_DIM 256   /* D in 1..256 */
@@ -190,9 +190,11 @@ typedef struct loom_incre_flash_attention_params {
     int64_t block_size;                /* paged: 0 = from the cache shape, else must match */
     int     key_antiquant_mode, value_antiquant_mode;  /* loom_antiquant_mode */
     int64_t kv_chunk;                  /* split-KV chunk length; 0 = 512. Fixed, never from nth */
-    /* loom_attn_inner_precise: 0 (default) keeps P in f32 for P.V; 1 rounds P to
-     * bf16 for an i8 V (vdpbf16ps on AVX512_BF16 CPUs, head dims 64 and 128; as
-     * bf16 caches always do: relative error <= 2^-9 per probability). Other
+    /* loom_attn_inner_precise: 0 (default) as documented per cache; 1 on
+     * AVX512_BF16 CPUs at head dims 64 and 128: an i8 V's P.V rounds P to bf16
+     * (vdpbf16ps; as bf16 caches always do: relative error <= 2^-9 per
+     * probability), a bf16 K's Q.K^T takes q rounded to bf16 (one product
+     * instead of the hi/lo pair; as the prefill kernel's inner_precise 1). Other
      * caches, head dims and CPUs compute as with 0. */
     int     inner_precise;
 } loom_incre_flash_attention_params;

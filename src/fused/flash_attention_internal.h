@@ -217,10 +217,11 @@ typedef struct loom_attn_kernels {
      * converts the unit's q rows (as dec_dot takes them) once, into qp (nr rows of
      * ATTN_DEC_QPREP_STRIDE bytes), and returns 1, or returns 0 (K dtype, head dim
      * or CPU not covered: use dec_dot). dec_dot_prep then gives dec_dot's scores
-     * for each tile, bit for bit, from qp. */
-    int (*dec_qprep)(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt, int d);
+     * for each tile, bit for bit, from qp. hp (inner_precise 1, the same in both
+     * calls): a bf16 K takes q rounded to bf16 (one product instead of two). */
+    int (*dec_qprep)(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt, int d, int hp);
     void (*dec_dot_prep)(float *s, int64_t lds, const void *qp, int nr, const void *const *rows,
-                         loom_dtype dt, int nc, int d, const attn_dec_pf *pf);
+                         loom_dtype dt, int nc, int d, const attn_dec_pf *pf, int hp);
     /* Nonzero: dec_dot / dec_pv prefetch the cache rows they stream themselves,
      * so the decode driver issues no per-tile prefetch. */
     int dec_self_prefetch;
@@ -270,18 +271,18 @@ void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t 
 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                    float *alpha);
 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
-                               int d);
+                               int d, int hp);
 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
                                    const void *const *rows, loom_dtype dt, int nc, int d,
-                                   const attn_dec_pf *pf);
+                                   const attn_dec_pf *pf, int hp);
 void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                   const void *const *rows, loom_dtype dt, int nc, int d,
                                   const float *alpha, const attn_dec_pf *pf);
 int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
-                                 int d);
+                                 int d, int hp);
 void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
-                                     const attn_dec_pf *pf);
+                                     const attn_dec_pf *pf, int hp);
 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt, int64_t n);
 void loom_attn_to_f32_avx512(float *dst, const void *src, loom_dtype dt, int64_t n);
 #endif

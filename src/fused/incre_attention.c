@@ -133,7 +133,8 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc
         }
     /* i8 and bf16 K: the rows in the kernels' prepared form, once for all the unit's tiles */
     sc->qprep = pl->kern->dec_qprep &&
-                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D);
+                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D,
+                                    pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE);
 }
 
 /* Per-token scale/offset of cache position j (slot of the block when paged). */
@@ -215,7 +216,8 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize}, pf_k = {sc->knext, nn, D * pr->k.esize};
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
         if (sc->qprep)
-            kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
+            kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
+                             pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE);
         else kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);

@@ -292,7 +292,8 @@ static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int6
 }
 
 ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr,
-                                         loom_dtype kdt, int d) {
+                                         loom_dtype kdt, int d, int hp) {
+    (void)hp; /* an i8 K keeps its 16-bit q either way */
     if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_cpu_get()->avx512_vnni) return 0;
     i8_prep_rows(qp, q, ldq, nr, d / 32);
     return 1;
@@ -300,8 +301,8 @@ ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, 
 
 ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
                                              const void *const *rows, loom_dtype dt, int nc, int d,
-                                             const attn_dec_pf *pf) {
-    (void)dt, (void)pf; /* only i8 rows are prepared at this level; i8 tiles prefetch their own */
+                                             const attn_dec_pf *pf, int hp) {
+    (void)dt, (void)pf, (void)hp; /* only i8 rows are prepared here; i8 tiles prefetch their own */
     dot_i8_prep(s, lds, qp, nr, rows, nc, d);
 }
 
@@ -443,14 +444,15 @@ ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, 
     }
 }
 
-/* One q row (the last of an odd count), 16 keys at a time. */
-ATTN_INLINE ATTN_T512BF void dot_bf16_row(int NQ, float *s, const char *qp,
+/* One q row (the last of an odd count), 16 keys at a time. HI: q_hi only
+ * (inner_precise 1, q rounded to bf16). */
+ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *qp,
                                           const void *const *rows, int nc, const attn_dec_pf *pf,
                                           int first) {
     __m512i qh[4], ql[4];
     for (int v = 0; v < NQ; v++) {
         qh[v] = _mm512_loadu_si512(qp + 64 * v);
-        ql[v] = _mm512_loadu_si512(qp + 256 + 64 * v);
+        ql[v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(qp + 256 + 64 * v);
     }
     for (int c0 = 0; c0 < nc; c0 += 16) {
         int ncv = nc - c0 < 16 ? nc - c0 : 16;
@@ -465,7 +467,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_row(int NQ, float *s, const char *qp,
                 if (first) attn_dec_prefetch(kp, 64 * v);
                 __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
                 acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
-                acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
+                if (!HI) acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
             }
         }
         _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16_acc(acc));
@@ -489,7 +491,7 @@ ATTN_INLINE ATTN_T512 __m256 reduce8(const __m512 *a) {
 }
 
 /* Keys c0 .. c0+3 (ncv of them real) against the two rows' q parts. */
-ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int NQ, float *s, int64_t lds, const __m512i (*qh)[4],
+ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t lds, const __m512i (*qh)[4],
                                             const __m512i (*ql)[4], const void *const *rows,
                                             int c0, int ncv, const attn_dec_pf *pf, int first) {
     __m512 acc[8]; /* acc[k]: row r, acc[4 + k]: row r + 1 */
@@ -505,8 +507,10 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int NQ, float *s, int64_t lds, const
             __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
             acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[0][v], (__m512bh)kv);
             acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)qh[1][v], (__m512bh)kv);
-            acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[0][v], (__m512bh)kv);
-            acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)ql[1][v], (__m512bh)kv);
+            if (!HI) {
+                acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[0][v], (__m512bh)kv);
+                acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)ql[1][v], (__m512bh)kv);
+            }
         }
     }
     __m256 z = reduce8(acc);
@@ -522,7 +526,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int NQ, float *s, int64_t lds, const
  * of their own (no per-key clamping), the last partial block a second one:
  * with the clamping in the hot loop GCC reloaded six q vectors from the stack
  * in every block. */
-ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const char *qp, int nr,
+ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, const char *qp, int nr,
                                       const void *const *rows, int nc, const attn_dec_pf *pf) {
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
@@ -533,48 +537,53 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int NQ, float *s, int64_t lds, const char 
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
                 qh[i][v] = _mm512_loadu_si512(row + 64 * v);
-                ql[i][v] = _mm512_loadu_si512(row + 256 + 64 * v);
+                ql[i][v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(row + 256 + 64 * v);
             }
         }
         int c0 = 0;
         if (r == 0)
-            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(NQ, s, lds, qh, ql, rows, c0, 4, pf, 1);
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s, lds, qh, ql, rows, c0, 4, pf, 1);
         else
-            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0);
-        if (c0 < nc) dot_bf16_keys4(NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0);
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0);
+        if (c0 < nc) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0);
     }
-    if (r < nr) dot_bf16_row(NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0);
+    if (r < nr) dot_bf16_row(HI, NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0);
 }
 
 /* q rows split into bf16 hi and lo parts (ATTN_DEC_QPREP_STRIDE bytes a row: q_hi
  * vectors from byte 0, q_lo from byte 256), once per (batch, kv head) by the
- * driver: the split in front of every tile cost as the i8 rounding did. */
-static ATTN_T512BF void bf16_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ) {
+ * driver: the split in front of every tile cost as the i8 rounding did. With
+ * hp (inner_precise 1) only q_hi, q rounded to bf16 as the prefill kernel's
+ * inner_precise 1 rounds it: one vdpbf16ps per product instead of two (hot,
+ * 6.7 -> 4.3 ns per key for the four rows of GQA 32/8 at d = 128). */
+static ATTN_T512BF void bf16_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ, int hp) {
     for (int r = 0; r < nr; r++) {
         __m512i qh[4], ql[4];
         char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
         bf16_split_q(NQ, q + r * ldq, qh, ql);
         for (int v = 0; v < NQ; v++) {
             _mm512_storeu_si512(row + 64 * v, qh[v]);
-            _mm512_storeu_si512(row + 256 + 64 * v, ql[v]);
+            if (!hp) _mm512_storeu_si512(row + 256 + 64 * v, ql[v]);
         }
     }
 }
 
 ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr,
-                                             loom_dtype kdt, int d) {
+                                             loom_dtype kdt, int d, int hp) {
     if (kdt != LOOM_BF16 || (d != 64 && d != 128))
-        return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d);
-    bf16_prep_rows(qp, q, ldq, nr, d / 32);
+        return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d, hp);
+    bf16_prep_rows(qp, q, ldq, nr, d / 32, hp);
     return 1;
 }
 
 ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
                                                  const void *const *rows, loom_dtype dt, int nc,
-                                                 int d, const attn_dec_pf *pf) {
-    if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf);
-    else if (d == 128) dot_bf16(4, s, lds, qp, nr, rows, nc, pf);
-    else dot_bf16(2, s, lds, qp, nr, rows, nc, pf);
+                                                 int d, const attn_dec_pf *pf, int hp) {
+    if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf, hp);
+    else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf);
+    else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf);
+    else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf);
+    else dot_bf16(0, 2, s, lds, qp, nr, rows, nc, pf);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -584,8 +593,8 @@ ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *
         _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
         for (int r = 0; r < nr; r += 4) {
             int n = nr - r < 4 ? nr - r : 4;
-            bf16_prep_rows(qp, q + r * ldq, ldq, n, d / 32);
-            loom_attn_dec_dot_prep_avx512bf(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf);
+            bf16_prep_rows(qp, q + r * ldq, ldq, n, d / 32, 0);
+            loom_attn_dec_dot_prep_avx512bf(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf, 0);
         }
     } else {
         loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);

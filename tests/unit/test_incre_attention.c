@@ -339,18 +339,20 @@ static void test_peaked_scores(void) {
     }
 }
 
-/* inner_precise 1 with an i8 V takes the bf16 P.V where the CPU has AVX512_BF16
- * (head dims 64 and 128): its output differs from inner_precise 0's (or the
- * fast path went unused), stays within bf16's tolerance of the reference, and
- * keeps its bits for every thread count (inc_check_case). Other caches ignore it:
- * f32, the same bits as inner_precise 0. */
+/* inner_precise 1 takes the bf16 paths where the CPU has AVX512_BF16 (head dims
+ * 64 and 128): an i8 V's P.V with P rounded to bf16, a bf16 K's Q.K^T with q
+ * rounded to bf16. The output differs from inner_precise 0's (or the fast path
+ * went unused), stays within bf16's tolerance of the reference, and keeps its
+ * bits for every thread count (inc_check_case). An f32 cache ignores it: the
+ * same bits as inner_precise 0. */
 static void test_inner_precise(void) {
     loom_rng r;
     loom_rng_init(&r, 52, 2);
     static const int64_t dims[] = {64, 128, 96};
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 12; i++) {
         inc_case c = base_case();
-        c.kvdt = LOOM_I8, c.D = dims[i % 3], c.N = c.Nkv * (i % 2 ? 4 : 3), c.Sq = 1 + i % 2;
+        c.kvdt = i < 6 ? LOOM_I8 : LOOM_BF16;
+        c.D = dims[i % 3], c.N = c.Nkv * (i % 2 ? 4 : 3), c.Sq = 1 + i % 2;
         c.kmode = c.vmode = i % 2, c.voff = i % 3 == 0;
         c.Smax = 90 + 31 * i, c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
         inc_check_case(&c, &r, 1);
