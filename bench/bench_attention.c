@@ -54,7 +54,8 @@
  * in L3 measure the kernel's compute time. --ab VARIANT (decode): each row's
  * samples alternate between the level's kernel table and a copy with one entry
  * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
- * inner_precise 1 computed as 0, i.e. i8hp as i8 and bf16hp as bf16; none:
+ * inner_precise 1 computed as 0, i.e. i8hp as i8 and bf16hp as bf16;
+ * noi8xpf: i8 tiles without the other stream's prefetch on two threads; none:
  * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host
  * whose bandwidth drifts within seconds this resolves a few points, which
@@ -334,6 +335,7 @@ static int ab_setup(const char *v) {
         if (ab_kernels.dec_qprep) ab_kernels.dec_qprep = qprep_exact, ab_kernels.dec_dot_prep = dot_prep_exact;
     }
     else if (strcmp(v, "none") == 0) { }                            /* the method's null test */
+    else if (strcmp(v, "noi8xpf") == 0) ab_kernels.dec_i8_xpf = 0;  /* i8: no cross-stream prefetch */
     else return -1;
     return 0;
 }

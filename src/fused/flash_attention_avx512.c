@@ -237,6 +237,7 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
     .dec_dot_prep = loom_attn_dec_dot_prep_avx512,
     .softmax_rows = loom_attn_softmax_rows_avx512,
     .dec_self_prefetch = 1,
+    .dec_i8_xpf = 1,
 };
 
 const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
@@ -254,6 +255,7 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .dec_dot_prep = loom_attn_dec_dot_prep_avx512bf,
     .softmax_rows = loom_attn_softmax_rows_avx512,
     .dec_self_prefetch = 1,
+    .dec_i8_xpf = 1,
 };
 #else
 typedef int loom_attn_avx512_unused; /* ISO C wants a non-empty translation unit */

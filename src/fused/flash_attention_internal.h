@@ -225,6 +225,9 @@ typedef struct loom_attn_kernels {
     /* Nonzero: dec_dot / dec_pv prefetch the cache rows they stream themselves,
      * so the decode driver issues no per-tile prefetch. */
     int dec_self_prefetch;
+    /* Nonzero (with dec_self_prefetch): i8 tiles prefetch the other stream too
+     * when more than one thread runs the decode. */
+    int dec_i8_xpf;
 } loom_attn_kernels;
 
 extern const loom_attn_kernels loom_attn_kernels_generic;

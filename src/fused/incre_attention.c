@@ -45,6 +45,7 @@ typedef struct dec_scratch {
     const void **krows, **vrows, **knext; /* knext: the next tile's K rows (prefetch) */
     void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
     int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
+    int shared; /* nonzero: more than one thread streams the caches */
 } dec_scratch;
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
@@ -205,9 +206,11 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         if (!any) continue; /* fully masked tile: skipped */
         dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
         dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
-        /* the other stream is prefetched by kernels that prefetch themselves; not for
-         * i8 tiles, which are compute-bound: extra requests only slowed them down */
-        int xpf = pr->k.esize > 1 && kn->dec_self_prefetch, nn = 0;
+        /* the other stream is prefetched by kernels that prefetch themselves. For i8
+         * tiles only when threads share the memory (dec_i8_xpf): one core is
+         * compute-bound on them and the extra requests cost it 2-4 points of the
+         * read bandwidth; two threads gained 1-3 (bench_attention --ab noi8xpf) */
+        int xpf = (pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared)) && kn->dec_self_prefetch, nn = 0;
         if (xpf) {
             nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
             if (nn < 0) nn = 0;
@@ -377,6 +380,7 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
                                  size_t bytes) {
     dec_scratch sc;
     LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    sc.shared = nth > 1;
     int64_t lo, hi, M = pl->M, ld = pl->ldq;
     attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
     for (int64_t x = lo; x < hi; x++) {
@@ -401,6 +405,7 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
                                  size_t bytes, void *ws, size_t ws_bytes) {
     dec_scratch sc;
     LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    sc.shared = nth > 1;
     LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
                    "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
                    dec_workspace(pl));

@@ -229,7 +229,8 @@ static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, in
 
 /* RB (1 or 2) prepared rows against the keys. */
 ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const char *qp,
-                                      const void *const *rows, int nc, int own) {
+                                      const void *const *rows, int nc, int own,
+                                      const attn_dec_pf *pf) {
     const int KB = 16 / RB;
     __m512i qi[2][4];
     float sq[2];
@@ -248,6 +249,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
 #pragma GCC unroll 16
         for (int k = 0; k < KB; k++) {
             const char *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+            if (own) attn_dec_pf_row(pf, c0 + k);
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
                 if (own && v % 2 == 0) attn_dec_prefetch(kp, 32 * v);
@@ -265,9 +267,10 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
 #define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128) /* the head dims dot_i8 takes */
 
 static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
-                                      const void *const *rows, int nc, int d) {
+                                      const void *const *rows, int nc, int d,
+                                      const attn_dec_pf *pf) {
     int r = 0;
-#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, !r)
+#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, !r, r ? NULL : pf)
 #define DOT_I8_D(RB)                      \
     do {                                  \
         if (d == 128) DOT_I8(RB, 4);      \
@@ -287,7 +290,7 @@ static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int6
     for (int r = 0; r < nr; r += 4) {
         int n = nr - r < 4 ? nr - r : 4;
         i8_prep_rows(qp, q + r * ldq, ldq, n, d / 32);
-        dot_i8_prep(s + r * lds, lds, qp, n, rows, nc, d);
+        dot_i8_prep(s + r * lds, lds, qp, n, rows, nc, d, NULL);
     }
 }
 
@@ -302,8 +305,8 @@ ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, 
 ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
                                              const void *const *rows, loom_dtype dt, int nc, int d,
                                              const attn_dec_pf *pf, int hp) {
-    (void)dt, (void)pf, (void)hp; /* only i8 rows are prepared here; i8 tiles prefetch their own */
-    dot_i8_prep(s, lds, qp, nr, rows, nc, d);
+    (void)dt, (void)hp; /* only i8 rows are prepared here */
+    dot_i8_prep(s, lds, qp, nr, rows, nc, d, pf);
 }
 
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -324,7 +327,8 @@ ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, i
 /* acc rows r0..r0+RB-1, NV vectors from element x0 (masks km) */
 ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                     const float *p, int64_t ldp, const void *const *rows, int nc,
-                                    int x0, const __mmask16 *km, const float *alpha) {
+                                    int x0, const __mmask16 *km, const float *alpha,
+                                    const attn_dec_pf *pf) {
     __m512 ac[4][4];
     for (int r = 0; r < RB; r++) {
         __m512 al = _mm512_set1_ps(alpha[r]);
@@ -333,6 +337,7 @@ ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
     }
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     for (int c = 0; c < nc; c++) {
+        attn_dec_pf_row(pf, c);
         __m512 kv[4];
         for (int64_t off = x0 * es; off < (x0 + 16 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off);
         for (int v = 0; v < NV; v++) kv[v] = attn_load16(rows[c], x0 + 16 * v, DT, km[v]);
@@ -347,13 +352,13 @@ ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
 
 ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p,
                                    int64_t ldp, const void *const *rows, int nc, int d,
-                                   const float *alpha) {
+                                   const float *alpha, const attn_dec_pf *pf) {
     const __mmask16 full[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
     int x0 = 0;
-    for (; x0 + 64 <= d; x0 += 64) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, full, alpha);
+    for (; x0 + 64 <= d; x0 += 64) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, full, alpha, x0 ? NULL : pf);
     for (; x0 < d; x0 += 16) {
         __mmask16 km = d - x0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - x0)) - 1);
-        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, &km, alpha);
+        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, &km, alpha, x0 ? NULL : pf);
     }
 }
 
@@ -406,12 +411,15 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 #undef PV_SEQ
         return;
     }
-    for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+    /* an i8 V prefetches the next K tile here (the driver passes pf with two or more
+     * threads); other caches at these head dims leave it to the hardware */
+    const attn_dec_pf *pf8 = DT == LOOM_I8 ? pf : NULL;
+    for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
     if (r + 2 <= nr) {
-        pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+        pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
         r += 2;
     }
-    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
 }
 
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
