@@ -688,6 +688,18 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
         }
 }
 
+/* nr rows of probabilities (nc <= ATTN_DEC_TILE each) rounded to bf16 into pb
+ * (rows ldb apart), zero padded to the next 16: an odd last key pairs with 0. */
+ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const float *p, int64_t ldp,
+                                           int nr, int nc) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            _mm256_storeu_si256((__m256i *)(pb + r * ldb + c),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p + r * ldp + c)));
+        }
+}
+
 ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
                                            int d, const float *alpha, const attn_dec_pf *pf) {
@@ -700,13 +712,7 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
     const int ldb = ATTN_DEC_TILE + 32;
     for (int r0 = 0; r0 < nr; r0 += 2) {
         int rb = nr - r0 < 2 ? nr - r0 : 2;
-        for (int r = 0; r < rb; r++) {
-            const float *pr = p + (r0 + r) * ldp;
-            for (int c = 0; c < nc; c += 16) {
-                __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-                _mm256_storeu_si256((__m256i *)(pb[r] + c), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, pr + c)));
-            }
-        }
+        pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
         float *ar = acc + r0 * lda;
 #define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf)
         if (rb == 2) {
@@ -781,13 +787,7 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
     const int ldb = ATTN_DEC_TILE + 32;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         int rb = nr - r0 < 4 ? nr - r0 : 4;
-        for (int r = 0; r < rb; r++) {
-            const float *pr = p + (r0 + r) * ldp;
-            for (int c = 0; c < nc; c += 16) {
-                __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-                _mm256_storeu_si256((__m256i *)(pb[r] + c), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, pr + c)));
-            }
-        }
+        pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
         float *ar = acc + r0 * lda;
         for (int x0 = 0; x0 < d; x0 += 64) {
             const attn_dec_pf *f = r0 == 0 && x0 == 0 ? pf : NULL; /* the next K tile, once */

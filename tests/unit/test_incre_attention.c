@@ -339,6 +339,22 @@ static void test_peaked_scores(void) {
     }
 }
 
+/* Whether case c (inner_precise 1) gives other bits than with inner_precise 0. */
+static int hp_differs(const inc_case *c, loom_rng *r) {
+    inc_data d;
+    inc_setup(c, &d, r);
+    size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c->odt);
+    CHECK(loom_incre_flash_attention(&d.t, &d.p, NULL) == LOOM_OK);
+    loom_incre_flash_attention_params p0 = d.p;
+    p0.inner_precise = LOOM_ATTN_HIGH_PRECISION;
+    loom_incre_flash_attention_tensors t0 = d.t;
+    t0.attention_out = &d.pout;
+    CHECK(loom_incre_flash_attention(&t0, &p0, NULL) == LOOM_OK);
+    int differs = memcmp(d.out.data, d.pout.data, ob) != 0;
+    inc_teardown(&d);
+    return differs;
+}
+
 /* inner_precise 1 takes the bf16 paths where the CPU has AVX512_BF16 (head dims
  * 64 and 128): an i8 V's P.V with P rounded to bf16, a bf16 K's Q.K^T with q
  * rounded to bf16. The output differs from inner_precise 0's (or the fast path
@@ -356,35 +372,15 @@ static void test_inner_precise(void) {
         c.kmode = c.vmode = i % 2, c.voff = i % 3 == 0;
         c.Smax = 90 + 31 * i, c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
         inc_check_case(&c, &r, 1);
-        inc_data d;
-        inc_setup(&c, &d, &r);
-        size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c.odt);
-        CHECK(loom_incre_flash_attention(&d.t, &d.p, NULL) == LOOM_OK);
-        loom_incre_flash_attention_params p0 = d.p;
-        p0.inner_precise = LOOM_ATTN_HIGH_PRECISION;
-        loom_incre_flash_attention_tensors t0 = d.t;
-        t0.attention_out = &d.pout;
-        CHECK(loom_incre_flash_attention(&t0, &p0, NULL) == LOOM_OK);
-        int differs = memcmp(d.out.data, d.pout.data, ob) != 0;
+        int differs = hp_differs(&c, &r);
         if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && c.D != 96)
             CHECK_MSG(differs, "inner_precise 1 gave inner_precise 0's bits at D=%lld", (long long)c.D);
         else
             CHECK_MSG(!differs, "inner_precise 1 changed the result at D=%lld", (long long)c.D);
-        inc_teardown(&d);
     }
     inc_case c = base_case(); /* an f32 cache: inner_precise changes nothing */
     c.precise = LOOM_ATTN_HIGH_PERFORMANCE, c.Smax = 77;
-    inc_data d;
-    inc_setup(&c, &d, &r);
-    size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c.odt);
-    CHECK(loom_incre_flash_attention(&d.t, &d.p, NULL) == LOOM_OK);
-    loom_incre_flash_attention_params p0 = d.p;
-    p0.inner_precise = LOOM_ATTN_HIGH_PRECISION;
-    loom_incre_flash_attention_tensors t0 = d.t;
-    t0.attention_out = &d.pout;
-    CHECK(loom_incre_flash_attention(&t0, &p0, NULL) == LOOM_OK);
-    CHECK(memcmp(d.out.data, d.pout.data, ob) == 0);
-    inc_teardown(&d);
+    CHECK(!hp_differs(&c, &r));
 }
 
 /* Scores that drift up (or down) along the keys, by several units per tile
