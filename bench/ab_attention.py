@@ -25,6 +25,25 @@ import subprocess
 import sys
 
 
+def dec_cell(v):
+    return f'{statistics.median(v):.0f}% ({min(v)}–{max(v)})' if v else '-'
+
+
+def ker_cell(v, steps):
+    if not v['sum']:
+        return '-'
+    return ' / '.join(f'{min(v[s]):.2f}' for s in steps[:4]) + f', {max(v["gbs"]):.1f}'
+
+
+def print_table(head, nkey, bins, what, rows, cell):
+    """A markdown table: the nkey key fields of each row, then cell(build, row) per build."""
+    print(head + ' | '.join(f'{b}: {what}' for b in bins) + ' |')
+    print('|' + '---|' * nkey + '---|' * len(bins))
+    for r in rows:
+        print('| ' + ' | '.join(str(x) for x in r) + ' | ' +
+              ' | '.join(cell(b, r) for b in bins) + ' |')
+
+
 def main(argv):
     if len(argv) < 3:
         sys.stderr.write(__doc__)
@@ -59,33 +78,15 @@ def main(argv):
                     for j, name in enumerate(steps):
                         ker[(b, f[0], f[1], name)].append(float(f[2 + j]))
     if dec:
-        rows = sorted({k[1:] for k in dec}, key=lambda k: (k[0], k[2], k[1]))
-        print('| cache | context | threads | ' +
-              ' | '.join(f'{b}: median (range)' for b in bins) + ' |')
-        print('|---|---|---|' + '---|' * len(bins))
-        for r in rows:
-            cells = []
-            for b in bins:
-                v = dec.get((b,) + r, [])
-                cells.append(f'{statistics.median(v):.0f}% ({min(v)}–{max(v)})' if v else '-')
-            print(f'| {r[0]} | {r[1]} | {r[2]} | ' + ' | '.join(cells) + ' |')
+        print_table('| cache | context | threads | ', 3, bins, 'median (range)',
+                    sorted({k[1:] for k in dec}, key=lambda k: (k[0], k[2], k[1])),
+                    lambda b, r: dec_cell(dec.get((b,) + r, [])))
     if ker:
         if dec:
             print()
-        rows = sorted({k[1:3] for k in ker})
-        print('| cache | level | ' +
-              ' | '.join(f'{b}: best dot / softmax / pv / sum ns per key, GB/s' for b in bins) + ' |')
-        print('|---|---|' + '---|' * len(bins))
-        for r in rows:
-            cells = []
-            for b in bins:
-                v = {s: ker.get((b,) + r + (s,), []) for s in steps}
-                if not v['sum']:
-                    cells.append('-')
-                    continue
-                cells.append(' / '.join(f'{min(v[s]):.2f}' for s in steps[:4]) +
-                             f', {max(v["gbs"]):.1f}')
-            print(f'| {r[0]} | {r[1]} | ' + ' | '.join(cells) + ' |')
+        print_table('| cache | level | ', 2, bins, 'best dot / softmax / pv / sum ns per key, GB/s',
+                    sorted({k[1:3] for k in ker}),
+                    lambda b, r: ker_cell({s: ker.get((b,) + r + (s,), []) for s in steps}, steps))
     if not dec and not ker:
         sys.stderr.write('ab_attention: no decode or kernel rows in the output\n')
         return 1

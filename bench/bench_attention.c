@@ -531,8 +531,7 @@ typedef struct ker_ctx {
     loom_dtype dt;
     int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv (or dec_pv_hp: pv) */
     int hp;    /* inner_precise 1 */
-    void (*pv)(float *, int64_t, const float *, int64_t, int, const void *const *, loom_dtype, int,
-               int, const float *, const attn_dec_pf *);
+    attn_dec_pv_fn *pv;
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
     int d, ld, rows; /* head dim; q and accumulator rows, zero padded to 16 floats; query rows */
     float q[KER_MAX_ROWS * KER_MAX_D], s[KER_MAX_ROWS * ATTN_DEC_TILE];

@@ -56,6 +56,12 @@ void loom_fused_release(void *workspace, unsigned char *mem) {
     if (!workspace) loom_free_aligned(mem);
 }
 
+loom_status loom_fused_check_size_query(const char *op, int nth, const size_t *bytes) {
+    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "%s: bytes is NULL", op);
+    LOOM_RETURN_IF(nth < 1, LOOM_ERR_INVALID_ARG, "%s: nth must be >= 1, got %d", op, nth);
+    return LOOM_OK;
+}
+
 loom_add_rms_norm_params loom_add_rms_norm_default_params(void) {
     loom_add_rms_norm_params p = {.epsilon = 1e-6f};
     return p;

@@ -226,8 +226,7 @@ static loom_status ffn_prepare(const loom_tensor *x, const loom_tensor *w_gate, 
 loom_status loom_ffn_workspace_size(const loom_tensor *x, const loom_tensor *w_gate,
                                     const loom_tensor *w_up, const loom_tensor *w_down,
                                     const loom_ffn_params *p, int nth, size_t *bytes) {
-    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "ffn: bytes is NULL");
-    LOOM_RETURN_IF(nth < 1, LOOM_ERR_INVALID_ARG, "ffn: nth must be >= 1, got %d", nth);
+    LOOM_TRY(loom_fused_check_size_query("ffn", nth, bytes));
     ffn_setup f;
     LOOM_TRY(ffn_prepare(x, w_gate, w_up, w_down, NULL, p, NULL, &f));
     *bytes = f.h_bytes + f.per * (size_t)nth;

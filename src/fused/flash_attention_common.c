@@ -234,8 +234,18 @@ static int64_t clamp_tokens(int64_t t) {
     return t > lim ? lim : t < -lim ? -lim : t;
 }
 
+loom_status attn_check_inner_precise(const char *op, int inner_precise) {
+    LOOM_RETURN_IF(inner_precise != LOOM_ATTN_HIGH_PRECISION &&
+                       inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
+                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 (high precision) or 1 "
+                   "(high performance)", op, inner_precise);
+    return LOOM_OK;
+}
+
 static loom_status resolve_common(const char *op, int sparse_mode, float scale, int64_t pre,
-                                  int64_t next, int has_mask, attn_problem *pr) {
+                                  int64_t next, int has_mask, int inner_precise, attn_problem *pr) {
+    LOOM_TRY(attn_check_inner_precise(op, inner_precise));
+    pr->inner_precise = inner_precise;
     LOOM_RETURN_IF(sparse_mode < 0 || sparse_mode >= LOOM_SPARSE_MODE_COUNT, LOOM_ERR_INVALID_ARG,
                    "%s: sparse_mode = %d: expected 0..4", op, sparse_mode);
     LOOM_RETURN_IF(sparse_mode == LOOM_SPARSE_ALL_MASK && !has_mask, LOOM_ERR_INVALID_ARG,
@@ -263,7 +273,7 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
     LOOM_RETURN_IF(pr->Sq > INT32_MAX || pr->Skv > INT32_MAX, LOOM_ERR_UNSUPPORTED,
                    "%s: sequence dims above 2^31 - 1 are not supported", op);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
-                            t->atten_mask != NULL, pr));
+                            t->atten_mask != NULL, p->inner_precise, pr));
     LOOM_RETURN_IF(!(p->keep_prob > 0.0f && p->keep_prob <= 1.0f), LOOM_ERR_INVALID_ARG,
                    "%s: keep_prob = %g outside (0, 1]", op, (double)p->keep_prob);
     pr->keep_prob = p->keep_prob, pr->seed = p->seed, pr->offset = p->offset;
@@ -273,11 +283,6 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                    "%s: block_kv = %lld outside 0..%d", op, (long long)p->block_kv,
                    LOOM_ATTN_MAX_BLOCK);
     pr->block_q = p->block_q, pr->block_kv = p->block_kv;
-    LOOM_RETURN_IF(p->inner_precise != LOOM_ATTN_HIGH_PRECISION &&
-                       p->inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
-                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 (high precision) or 1 "
-                   "(high performance)", op, p->inner_precise);
-    pr->inner_precise = p->inner_precise;
     pr->kq.mode = pr->vq.mode = -1;
 
     int64_t mask_rows = pr->Sq, mask_cols = pr->Skv, mask_B;
@@ -385,13 +390,8 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
                    "%s: query length S_q = %lld exceeds %d (use flash_attention_score)", op,
                    (long long)pr->Sq, LOOM_INCRE_MAX_Q_LEN);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
-                            t->atten_mask != NULL, pr));
+                            t->atten_mask != NULL, p->inner_precise, pr));
     pr->keep_prob = 1.0f;
-    LOOM_RETURN_IF(p->inner_precise != LOOM_ATTN_HIGH_PRECISION &&
-                       p->inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
-                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 (high precision) or 1 "
-                   "(high performance)", op, p->inner_precise);
-    pr->inner_precise = p->inner_precise;
     pr->kq.mode = pr->vq.mode = -1;
     pr->paged = t->block_table != NULL;
     if (pr->paged) {

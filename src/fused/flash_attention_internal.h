@@ -92,6 +92,8 @@ typedef struct attn_seq {
  * or parameter. */
 loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                                  const loom_flash_attention_params *p, attn_problem *pr);
+/* inner_precise is 0 or 1 (loom_attn_inner_precise); the error names op. */
+loom_status attn_check_inner_precise(const char *op, int inner_precise);
 loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
                                 const loom_incre_flash_attention_params *p,
                                 const int64_t *q_lens, attn_problem *pr);
@@ -162,6 +164,12 @@ typedef struct attn_dec_pf {
     int64_t bytes;
 } attn_dec_pf;
 
+/* Decode P.V: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x] (the
+ * kernel table's dec_pv and dec_pv_hp). */
+typedef void attn_dec_pv_fn(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                            const void *const *rows, loom_dtype dt, int nc, int d,
+                            const float *alpha, const attn_dec_pf *pf);
+
 typedef struct loom_attn_kernels {
     const char *name;
     /* Prefill, rows of the tile in vector lanes (mp a multiple of ATTN_ROW_PAD):
@@ -199,14 +207,10 @@ typedef struct loom_attn_kernels {
                     const void *const *rows, loom_dtype dt, int nc, int d,
                     const attn_dec_pf *pf);
     /* Decode: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x]. */
-    void (*dec_pv)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
-                   const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
-                   const attn_dec_pf *pf);
+    attn_dec_pv_fn *dec_pv;
     /* As dec_pv, for inner_precise 1 (NULL: dec_pv serves both): an i8 V multiplies
      * P rounded to bf16 (vdpbf16ps; head dims 64 and 128), other caches as dec_pv. */
-    void (*dec_pv_hp)(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
-                      const void *const *rows, loom_dtype dt, int nc, int d, const float *alpha,
-                      const attn_dec_pf *pf);
+    attn_dec_pv_fn *dec_pv_hp;
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols,
      * except that m[r] is a lazy reference max (ATTN_DEC_MAX_SLACK): l, the
      * accumulator and alpha are all relative to it. */

@@ -25,10 +25,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     LOOM_RETURN_IF(p->decode_max_q_len < 0 || p->decode_max_q_len > LOOM_INCRE_MAX_Q_LEN,
                    LOOM_ERR_INVALID_ARG, "%s: decode_max_q_len = %lld outside 0..%d", op,
                    (long long)p->decode_max_q_len, LOOM_INCRE_MAX_Q_LEN);
-    LOOM_RETURN_IF(p->inner_precise != LOOM_ATTN_HIGH_PRECISION &&
-                       p->inner_precise != LOOM_ATTN_HIGH_PERFORMANCE,
-                   LOOM_ERR_INVALID_ARG, "%s: inner_precise = %d: expected 0 or 1", op,
-                   p->inner_precise);
+    LOOM_TRY(attn_check_inner_precise(op, p->inner_precise)); /* whichever kernel runs */
     const loom_tensor *q = t->query;
     int tnd = p->input_layout == LOOM_ATTN_TND;
     int64_t q_len = p->input_layout == LOOM_ATTN_BNSD ? (q->ndim > 2 ? q->shape[2] : 0)

@@ -23,6 +23,8 @@ void loom_fused_run(loom_pool *pool, loom_pool_fn fn, void *arg);
 loom_status loom_fused_acquire(const char *op, void *workspace, size_t bytes, size_t need, int nth,
                                unsigned char **mem);
 void loom_fused_release(void *workspace, unsigned char *mem);
+/* The arguments of an op's workspace-size query: bytes non-NULL, nth >= 1. */
+loom_status loom_fused_check_size_query(const char *op, int nth, const size_t *bytes);
 
 /* ffn.c: hidden columns per gate/up work item when not given. Prefill: the
  * up tile (M x block) within an eighth of L3 (it is re-read by the gate

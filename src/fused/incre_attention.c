@@ -36,6 +36,7 @@ typedef struct dec_plan {
     const loom_attn_kernels *kern;
     int64_t M, ldq;     /* rows per unit (G * S_q), padded row length (multiple of 16) */
     float qscale;       /* scale * log2(e) */
+    int hp;             /* inner_precise 1 */
 } dec_plan;
 
 typedef struct dec_scratch {
@@ -53,6 +54,7 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     pl->M = pr->G * pr->Sq;
     pl->ldq = attn_round_up(pr->D, 16);
     pl->qscale = (float)(pr->scale * ATTN_LOG2E);
+    pl->hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE;
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
@@ -134,8 +136,7 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc
         }
     /* i8 and bf16 K: the rows in the kernels' prepared form, once for all the unit's tiles */
     sc->qprep = pl->kern->dec_qprep &&
-                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D,
-                                    pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE);
+                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D, pl->hp);
 }
 
 /* Per-token scale/offset of cache position j (slot of the block when paged). */
@@ -189,9 +190,12 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     int64_t D = pr->D, ld = pl->ldq, M = pl->M, c0, c1;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
     dec_chunk_range(pr, u, k, &c0, &c1);
-    void (*pv)(float *, int64_t, const float *, int64_t, int, const void *const *, loom_dtype, int,
-               int, const float *, const attn_dec_pf *) =
-        pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE && kn->dec_pv_hp ? kn->dec_pv_hp : kn->dec_pv;
+    attn_dec_pv_fn *pv = pl->hp && kn->dec_pv_hp ? kn->dec_pv_hp : kn->dec_pv;
+    /* the other stream is prefetched by kernels that prefetch themselves. For i8
+     * tiles only when threads share the memory (dec_i8_xpf): one core is
+     * compute-bound on them and the extra requests cost it 2-4 points of the
+     * read bandwidth; two threads gained 1-3 (bench_attention --ab noi8xpf) */
+    int xpf = (pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared)) && kn->dec_self_prefetch;
     for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
     memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
     for (int64_t j0 = c0; j0 < c1; j0 += T) {
@@ -206,11 +210,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         if (!any) continue; /* fully masked tile: skipped */
         dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
         dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
-        /* the other stream is prefetched by kernels that prefetch themselves. For i8
-         * tiles only when threads share the memory (dec_i8_xpf): one core is
-         * compute-bound on them and the extra requests cost it 2-4 points of the
-         * read bandwidth; two threads gained 1-3 (bench_attention --ab noi8xpf) */
-        int xpf = (pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared)) && kn->dec_self_prefetch, nn = 0;
+        int nn = 0;
         if (xpf) {
             nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
             if (nn < 0) nn = 0;
@@ -220,7 +220,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
         if (sc->qprep)
             kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
-                             pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE);
+                             pl->hp);
         else kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             for (int c = 0; c < nc; c++) dec_token_quant(pr, kq, u, j0 + c, &sc->tsc[c], &sc->tof[c]);
@@ -372,6 +372,7 @@ static loom_status dec_check(const dec_plan *pl, int ith, int nth, void *scratch
                    "incre_flash_attention: scratch of %zu bytes, need %zu", scratch ? bytes : 0, need);
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "incre_flash_attention: thread %d of %d", ith, nth);
+    sc->shared = nth > 1;
     return LOOM_OK;
 }
 
@@ -380,7 +381,6 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
                                  size_t bytes) {
     dec_scratch sc;
     LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
-    sc.shared = nth > 1;
     int64_t lo, hi, M = pl->M, ld = pl->ldq;
     attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
     for (int64_t x = lo; x < hi; x++) {
@@ -405,7 +405,6 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
                                  size_t bytes, void *ws, size_t ws_bytes) {
     dec_scratch sc;
     LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
-    sc.shared = nth > 1;
     LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
                    "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
                    dec_workspace(pl));

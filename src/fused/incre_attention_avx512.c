@@ -283,15 +283,22 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
 #undef DOT_I8
 }
 
-/* Without a prepared q (a direct call): rows rounded four at a time on the stack. */
-static ATTN_T512VNNI void dot_i8_all(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                                     const void *const *rows, int nc, int d) {
+/* dec_dot through a level's prepared form, for a direct call that has no
+ * prepared q: rows converted four at a time on the stack. 0 if qprep does not
+ * take this K dtype and head dim (nothing done). */
+static int dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
+                        void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
+                                         loom_dtype, int, int, const attn_dec_pf *, int),
+                        float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                        const void *const *rows, loom_dtype dt, int nc, int d,
+                        const attn_dec_pf *pf) {
     _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
     for (int r = 0; r < nr; r += 4) {
         int n = nr - r < 4 ? nr - r : 4;
-        i8_prep_rows(qp, q + r * ldq, ldq, n, d / 32);
-        dot_i8_prep(s + r * lds, lds, qp, n, rows, nc, d, NULL);
+        if (!qprep(qp, q + r * ldq, ldq, n, dt, d, 0)) return 0;
+        dot_prep(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf, 0);
     }
+    return 1;
 }
 
 ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr,
@@ -312,10 +319,9 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf) {
-    if (dt == LOOM_I8 && DEC_I8_D(d) && loom_cpu_get()->avx512_vnni) {
-        dot_i8_all(s, lds, q, ldq, nr, rows, nc, d);
-        return;
-    }
+    if (dot_via_prep(loom_attn_dec_qprep_avx512, loom_attn_dec_dot_prep_avx512, s, lds, q, ldq, nr,
+                     rows, dt, nc, d, pf))
+        return; /* an i8 K on AVX512_VNNI CPUs */
     switch (dt) {
     case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, pf); break;
     case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d, pf); break;
@@ -605,16 +611,9 @@ ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const vo
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
                                             int nr, const void *const *rows, loom_dtype dt, int nc,
                                             int d, const attn_dec_pf *pf) {
-    if (dt == LOOM_BF16 && (d == 128 || d == 64)) { /* without a prepared q: four rows at a time */
-        _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
-        for (int r = 0; r < nr; r += 4) {
-            int n = nr - r < 4 ? nr - r : 4;
-            bf16_prep_rows(qp, q + r * ldq, ldq, n, d / 32, 0);
-            loom_attn_dec_dot_prep_avx512bf(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf, 0);
-        }
-    } else {
+    if (!dot_via_prep(loom_attn_dec_qprep_avx512bf, loom_attn_dec_dot_prep_avx512bf, s, lds, q, ldq,
+                      nr, rows, dt, nc, d, pf))
         loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
-    }
 }
 
 /* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values

@@ -219,8 +219,7 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
 loom_status loom_qkv_rope_workspace_size(const loom_tensor *x, const loom_tensor *w_q,
                                          const loom_tensor *w_k, const loom_tensor *w_v,
                                          const loom_qkv_rope_params *p, int nth, size_t *bytes) {
-    LOOM_RETURN_IF(!bytes, LOOM_ERR_INVALID_ARG, "qkv_rope: bytes is NULL");
-    LOOM_RETURN_IF(nth < 1, LOOM_ERR_INVALID_ARG, "qkv_rope: nth must be >= 1, got %d", nth);
+    LOOM_TRY(loom_fused_check_size_query("qkv_rope", nth, bytes));
     qkv_ctx c;
     LOOM_TRY(qkv_prepare(x, w_q, w_k, w_v, p, NULL, NULL, NULL, NULL, NULL, 1, &c));
     *bytes = c.per * (size_t)nth;

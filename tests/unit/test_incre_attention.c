@@ -2,9 +2,11 @@
  * contiguous and paged caches (paged = contiguous, bit for bit), f32/f16/bf16
  * and i8 caches with per-channel / per-token antiquant, q_len 1..16, masks,
  * split-KV chunking; one launch vs split+merge for nth 1..3 (bit-identical);
- * fused_infer_attention_score dispatch; errors; the op-table entry. */
+ * fused_infer_attention_score dispatch; errors; the op-table entry; the
+ * kernels' prepared-q Q.K^T against their direct one. */
 #include "test_attention_common.h"
 
+#include "fused/flash_attention_internal.h"
 #include "ops/ops.h"
 
 typedef struct inc_case {
@@ -339,6 +341,64 @@ static void test_peaked_scores(void) {
     }
 }
 
+/* The kernel tables' contract for a prepared q: dec_qprep + dec_dot_prep give
+ * dec_dot's scores bit for bit (the driver takes the first, direct callers the
+ * second), for i8 and bf16 K rows at head dims 64/96/128, 1-9 q rows and
+ * partial tiles; inner_precise 1 (bf16 q for a bf16 K) stays within bf16's
+ * rounding of q. */
+static void test_prepared_q(void) {
+    loom_rng r;
+    loom_rng_init(&r, 61, 2);
+    enum { NR = 9, D = 128, T = ATTN_DEC_TILE };
+    static float q[NR * D], s0[NR * T], s1[NR * T], s2[NR * T];
+    static int8_t k8[T * D];
+    static uint16_t kb[T * D];
+    _Alignas(64) static char qp[NR * ATTN_DEC_QPREP_STRIDE];
+    for (int i = 0; i < NR * D; i++) q[i] = 2.0f * loom_rng_uniform(&r) - 1.0f;
+    for (int i = 0; i < T * D; i++) {
+        k8[i] = (int8_t)(int)(255.0f * loom_rng_uniform(&r) - 127.0f);
+        float f = 2.0f * loom_rng_uniform(&r) - 1.0f;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        kb[i] = (uint16_t)(u >> 16);
+    }
+    loom_isa lv[LOOM_ISA_COUNT];
+    int nl = test_levels(lv), tried = 0;
+    static const int dims[] = {64, 96, 128};
+    for (int li = 0; li < nl; li++) {
+        const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
+        if (!kn->dec_qprep) continue;
+        for (int t = 0; t < 2; t++)
+            for (int di = 0; di < 3; di++)
+                for (int nr = 1; nr <= NR; nr += 2)
+                    for (int nc = T - 5; nc <= T; nc += 5) {
+                        loom_dtype dt = t ? LOOM_BF16 : LOOM_I8;
+                        int d = dims[di];
+                        const void *rows[T];
+                        for (int c = 0; c < T; c++)
+                            rows[c] = t ? (const void *)(kb + c * D) : (const void *)(k8 + c * D);
+                        memset(s0, 0, sizeof s0), memset(s1, 0, sizeof s1);
+                        kn->dec_dot(s0, T, q, D, nr, rows, dt, nc, d, NULL);
+                        if (!kn->dec_qprep(qp, q, D, nr, dt, d, 0)) continue;
+                        tried++;
+                        kn->dec_dot_prep(s1, T, qp, nr, rows, dt, nc, d, NULL, 0);
+                        CHECK_MSG(memcmp(s0, s1, sizeof s0) == 0, "%s: %s d=%d nr=%d nc=%d: prepared q differs",
+                                  kn->name, loom_dtype_name(dt), d, nr, nc);
+                        if (!t || !kn->dec_qprep(qp, q, D, nr, dt, d, 1)) continue;
+                        memset(s2, 0, sizeof s2);
+                        kn->dec_dot_prep(s2, T, qp, nr, rows, dt, nc, d, NULL, 1);
+                        for (int i = 0; i < nr; i++)
+                            for (int c = 0; c < nc; c++) { /* |q - bf16(q)| <= 2^-9 |q|, |k| <= 1 */
+                                double bound = 0.0;
+                                for (int x = 0; x < d; x++) bound += fabs(q[i * D + x]) / 256.0;
+                                CHECK(fabs(s2[i * T + c] - s0[i * T + c]) <= bound);
+                            }
+                    }
+    }
+    if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_vnni)
+        CHECK_MSG(tried > 0, "no level prepared q on an AVX512_VNNI CPU");
+}
+
 /* Whether case c (inner_precise 1) gives other bits than with inner_precise 0. */
 static int hp_differs(const inc_case *c, loom_rng *r) {
     inc_data d;
@@ -610,6 +670,7 @@ int main(void) {
     RUN_TEST(test_rising_scores);
     RUN_TEST(test_masked_row_starts);
     RUN_TEST(test_inner_precise);
+    RUN_TEST(test_prepared_q);
     RUN_TEST(test_fused_infer_dispatch);
     RUN_TEST(test_decode_errors);
     RUN_TEST(test_incre_op_table);
