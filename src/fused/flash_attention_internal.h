@@ -150,9 +150,9 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
 
 /* ------------------------------------------------------------ micro-kernels */
 
-/* Bytes per q row of a level's dec_qprep form (up to 256 16-bit values: i8's
- * rounded q, or bf16's hi and lo parts; then a scale). */
-#define ATTN_DEC_QPREP_STRIDE 576
+/* Bytes per q row of a level's dec_qprep form (i8's rounded q: up to 128
+ * 16-bit values and a scale; bf16's hi and lo parts: up to 256 values each). */
+#define ATTN_DEC_QPREP_STRIDE 1088
 
 /* Rows a decode kernel prefetches while it computes on others: the V rows of
  * the tile during Q.K^T, the next tile's K rows during P.V, so that both

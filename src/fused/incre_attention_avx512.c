@@ -2,9 +2,9 @@
  * dot products run along D: (row, key) pairs accumulate in 16 registers and
  * one transpose-reduction turns them into 16 scores. K/V rows are read in
  * their cache dtype (f32, f16, bf16, i8) and widened in registers, except
- * for d = 64/128: bf16 caches on AVX512_BF16 CPUs multiply with vdpbf16ps
+ * for d = 64/128/256: bf16 caches on AVX512_BF16 CPUs multiply with vdpbf16ps
  * (dot_bf16, pv_bf16_rows), an i8 K on AVX512_VNNI CPUs with vpdpwssd
- * (dot_i8); see docs/ops.md for their accuracy.
+ * (dot_i8, d = 64/96/128); see docs/ops.md for their accuracy.
  *
  * Decode streams the cache from DRAM once, so the order of the reads matters
  * as much as the arithmetic. For d = 64/128 the kernels read every K and V
@@ -17,8 +17,9 @@
  * streams: in a synthetic test the same loads and FMAs streamed 6.6 GB/s in
  * that order against 30 GB/s in address order (one core, Zen 5), and in the
  * kernel the loads stopped overlapping with the arithmetic (time = compute
- * + transfer). Other head sizes use the side-by-side kernels (dot_all,
- * pv_rows).
+ * + transfer). d = 256 (not i8) runs as two halves of 128 (dot_halves,
+ * pv_all; dot_bf16_halves and the bf16 P.V for a bf16 cache). Other head
+ * sizes use the side-by-side kernels (dot_all, pv_rows).
  *
  * On top of that, on its first pass over a tile each kernel prefetches every
  * cache line of the rows it reads ATTN_DEC_PF_DIST bytes further on
@@ -166,9 +167,14 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
         }                                                   \
     } while (0)
 
-ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
-                                  int64_t ldq, int nr, const void *const *rows, int nc, int d,
-                                  const attn_dec_pf *pf) {
+/* Rows of the tile's cache rows from byte off on (the second half of d = 256). */
+ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, int64_t off) {
+    for (int c = 0; c < nc; c++) dst[c] = (const char *)rows[c] + off;
+}
+
+ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const float *q,
+                                    int64_t ldq, int nr, const void *const *rows, int nc, int d,
+                                    const attn_dec_pf *pf) {
     if (DEC_SEQ_D(DT, d)) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
 #define DOT_SEQ(RB, NQ) dot_seq(RB, NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf)
@@ -185,6 +191,34 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     else if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d);
     else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d);
     else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
+}
+
+/* d = 256 (not i8) as two halves of 128 through the address-order kernels, the
+ * second half's scores added to the first's, eight rows at a time: a q row of
+ * 256 floats takes 16 registers, the side-by-side kernel read four rows
+ * interleaved. */
+ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, const float *q,
+                                      int64_t ldq, int nr, const void *const *rows, int nc,
+                                      const attn_dec_pf *pf) {
+    const void *hrows[ATTN_DEC_TILE];
+    float t[8 * ATTN_DEC_TILE];
+    const int64_t es = DT == LOOM_F32 ? 4 : 2;
+    dec_rows_at(hrows, rows, nc, 128 * es);
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        int n = nr - r0 < 8 ? nr - r0 : 8;
+        float *sr = s + r0 * lds;
+        dot_dt_d(DT, sr, lds, q + r0 * ldq, ldq, n, rows, nc, 128, r0 ? NULL : pf);
+        dot_dt_d(DT, t, ATTN_DEC_TILE, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL);
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+    }
+}
+
+ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
+                                  int64_t ldq, int nr, const void *const *rows, int nc, int d,
+                                  const attn_dec_pf *pf) {
+    if (d == 256 && DT != LOOM_I8) dot_halves(DT, s, lds, q, ldq, nr, rows, nc, pf);
+    else dot_dt_d(DT, s, lds, q, ldq, nr, rows, nc, d, pf);
 }
 
 /* ---------------------------------------------------------- i8 caches with AVX512_VNNI */
@@ -400,9 +434,9 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
         for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + r * lda + 16 * v, ac[r][v]);
 }
 
-ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
-                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                  const float *alpha, const attn_dec_pf *pf) {
+ATTN_INLINE ATTN_T512 void pv_all_d(loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                    int64_t ldp, int nr, const void *const *rows, int nc, int d,
+                                    const float *alpha, const attn_dec_pf *pf) {
     int r = 0;
     if (DEC_SEQ_D(DT, d) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
         for (; d == 64 && r + 4 <= nr; r += 4)
@@ -428,6 +462,20 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
     if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
 }
 
+/* d = 256 (not i8) as two halves of 128, as dot_halves */
+ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
+                                  const float *alpha, const attn_dec_pf *pf) {
+    if (d != 256 || DT == LOOM_I8) {
+        pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf);
+        return;
+    }
+    const void *hrows[ATTN_DEC_TILE];
+    dec_rows_at(hrows, rows, nc, DT == LOOM_F32 ? 512 : 256);
+    pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, 128, alpha, pf);
+    pv_all_d(DT, acc + 128, lda, p, ldp, nr, hrows, nc, 128, alpha, NULL);
+}
+
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
                                        int nr, const void *const *rows, loom_dtype dt, int nc,
                                        int d, const float *alpha, const attn_dec_pf *pf) {
@@ -441,12 +489,16 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
 
 /* ---------------------------------------------------------- bf16 caches with AVX512_BF16 */
 
+/* Head dims of the vdpbf16ps kernels, and the byte of a prepared row where q_lo begins */
+#define DEC_BF16_D(d) ((d) == 64 || (d) == 128 || (d) == 256)
+#define BF16_QLO 512
+
 /* Scores against a bf16 K with vdpbf16ps, d = 32 NQ (64 or 128). Each q row is
  * split into q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 bits
  * (relative error <= 2^-17) and every product is exact in f32: the scores stay
  * as accurate as the widening kernel's at half the instructions (no widening). */
 ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, __m512i *ql) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NQ; v++) {
         __m512 a = _mm512_loadu_ps(qr + 32 * v), b = _mm512_loadu_ps(qr + 32 * v + 16);
         __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
@@ -466,7 +518,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *
     __m512i qh[4], ql[4];
     for (int v = 0; v < NQ; v++) {
         qh[v] = _mm512_loadu_si512(qp + 64 * v);
-        ql[v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(qp + 256 + 64 * v);
+        ql[v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(qp + BF16_QLO + 64 * v);
     }
     for (int c0 = 0; c0 < nc; c0 += 16) {
         int ncv = nc - c0 < 16 ? nc - c0 : 16;
@@ -559,7 +611,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
                 qh[i][v] = _mm512_loadu_si512(row + 64 * v);
-                ql[i][v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(row + 256 + 64 * v);
+                ql[i][v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(row + BF16_QLO + 64 * v);
             }
         }
         int c0 = 0;
@@ -572,27 +624,53 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
     if (r < nr) dot_bf16_row(HI, NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0);
 }
 
+/* d = 256 as two halves of 128 through dot_bf16 (a prepared row's halves
+ * start 256 bytes apart in both its q_hi and q_lo parts), the second half's
+ * scores added to the first's, eight rows at a time. Two rows' q parts at 256
+ * would take 32 registers; one row at a time (q_lo read from memory, 8 keys,
+ * reduce8) measured 13.5 ns per key hot against 12.4 this way (four rows). */
+static ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
+                                        const void *const *rows, int nc, const attn_dec_pf *pf) {
+    const void *hrows[ATTN_DEC_TILE];
+    float t[8 * ATTN_DEC_TILE];
+    for (int c = 0; c < nc; c++) hrows[c] = (const char *)rows[c] + 256;
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        int n = nr - r0 < 8 ? nr - r0 : 8;
+        const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
+        float *sr = s + r0 * lds;
+        if (HI) {
+            dot_bf16(1, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf);
+            dot_bf16(1, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL);
+        } else {
+            dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf);
+            dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL);
+        }
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+    }
+}
+
 /* q rows split into bf16 hi and lo parts (ATTN_DEC_QPREP_STRIDE bytes a row: q_hi
- * vectors from byte 0, q_lo from byte 256), once per (batch, kv head) by the
+ * vectors from byte 0, q_lo from byte BF16_QLO), once per (batch, kv head) by the
  * driver: the split in front of every tile cost as the i8 rounding did. With
  * hp (inner_precise 1) only q_hi, q rounded to bf16 as the prefill kernel's
  * inner_precise 1 rounds it: one vdpbf16ps per product instead of two (hot,
  * 6.7 -> 4.3 ns per key for the four rows of GQA 32/8 at d = 128). */
 static ATTN_T512BF void bf16_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ, int hp) {
     for (int r = 0; r < nr; r++) {
-        __m512i qh[4], ql[4];
+        __m512i qh[8], ql[8];
         char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
         bf16_split_q(NQ, q + r * ldq, qh, ql);
         for (int v = 0; v < NQ; v++) {
             _mm512_storeu_si512(row + 64 * v, qh[v]);
-            if (!hp) _mm512_storeu_si512(row + 256 + 64 * v, ql[v]);
+            if (!hp) _mm512_storeu_si512(row + BF16_QLO + 64 * v, ql[v]);
         }
     }
 }
 
 ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr,
                                              loom_dtype kdt, int d, int hp) {
-    if (kdt != LOOM_BF16 || (d != 64 && d != 128))
+    if (kdt != LOOM_BF16 || !DEC_BF16_D(d))
         return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d, hp);
     bf16_prep_rows(qp, q, ldq, nr, d / 32, hp);
     return 1;
@@ -602,6 +680,7 @@ ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const vo
                                                  const void *const *rows, loom_dtype dt, int nc,
                                                  int d, const attn_dec_pf *pf, int hp) {
     if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf, hp);
+    else if (d == 256) dot_bf16_halves(hp, s, lds, qp, nr, rows, nc, pf);
     else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf);
     else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf);
     else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf);
@@ -710,26 +789,36 @@ ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const floa
 ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
                                            int d, const float *alpha, const attn_dec_pf *pf) {
-    if (dt != LOOM_BF16 || (d != 128 && d != 64) || nc > ATTN_DEC_TILE) {
+    if (dt != LOOM_BF16 || !DEC_BF16_D(d) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
-    /* probabilities as bf16, two rows at a time, zero padded to an even count */
+    /* probabilities as bf16, two rows at a time, zero padded to an even count.
+     * d = 256 goes as two halves of 128 (rows offset by 256 bytes): two rows
+     * of 256 would need 32 accumulators, and one row at a time pairs every
+     * two V vectors for a single row's products (twice the shuffles). */
     uint16_t pb[2][ATTN_DEC_TILE + 32];
     const int ldb = ATTN_DEC_TILE + 32;
+    const void *hrows[ATTN_DEC_TILE];
+    if (d == 256)
+        for (int c = 0; c < nc; c++) hrows[c] = (const char *)rows[c] + 256;
     for (int r0 = 0; r0 < nr; r0 += 2) {
         int rb = nr - r0 < 2 ? nr - r0 : 2;
         pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
-        float *ar = acc + r0 * lda;
-#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf)
-        if (rb == 2) {
-            if (d == 128) PV_BF(2, 4);
-            else PV_BF(2, 2);
-        } else {
-            if (d == 128) PV_BF(1, 4);
-            else PV_BF(1, 2);
-        }
+        for (int x0 = 0; x0 < d; x0 += 128) {
+            float *ar = acc + r0 * lda + x0;
+            const void *const *rw = x0 ? hrows : rows;
+            const attn_dec_pf *f = r0 || x0 ? NULL : pf;
+#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rw, nc, alpha + r0, !r0, f)
+            if (rb == 2) {
+                if (d >= 128) PV_BF(2, 4);
+                else PV_BF(2, 2);
+            } else {
+                if (d >= 128) PV_BF(1, 4);
+                else PV_BF(1, 2);
+            }
 #undef PV_BF
+        }
     }
 }
 

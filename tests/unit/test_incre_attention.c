@@ -315,7 +315,7 @@ static inc_case base_case(void) {
  * and nearly flat, which hides score errors (a 0.2 % error in every score
  * passes). A large scale_value makes the softmax peaked, so the output follows
  * the few largest scores and their errors show: the kernels' fast paths for
- * d = 64, 80, 96, 128 (rows in registers; vdpbf16ps with q split hi/lo,
+ * d = 64, 80, 96, 128 and 256 in halves (rows in registers; vdpbf16ps with q split hi/lo,
  * vpdpwssd with q rounded to 16 bits) must stay within the f32/bf16
  * tolerances here too. Every head dim meets every cache dtype, with one and
  * four query rows per kv head. */
@@ -323,12 +323,12 @@ static void test_peaked_scores(void) {
     loom_rng r;
     loom_rng_init(&r, 21, 2);
     static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_I8, LOOM_I8, LOOM_F16};
-    static const int64_t dims[] = {64, 128, 80, 96};
-    for (int i = 0; i < 40; i++) {
+    static const int64_t dims[] = {64, 128, 80, 96, 256};
+    for (int i = 0; i < 50; i++) {
         inc_case c = base_case();
         c.L = (loom_attn_layout)(i % 3);
-        c.D = dims[i % 4];
-        c.kvdt = kv[(i / 2) % 5];
+        c.D = dims[i % 5];
+        c.kvdt = kv[(i / 5) % 5];
         c.kmode = c.vmode = (i / 4) % 2; /* i8: per channel and per token, at both d */
         c.Nkv = 2, c.N = c.Nkv * (i % 3 == 0 ? 1 : 4), c.Sq = i % 5 == 0 ? 3 : 1;
         c.Smax = 300 + 17 * i, c.chunk = i % 2 ? 128 : 0;
@@ -343,13 +343,13 @@ static void test_peaked_scores(void) {
 
 /* The kernel tables' contract for a prepared q: dec_qprep + dec_dot_prep give
  * dec_dot's scores bit for bit (the driver takes the first, direct callers the
- * second), for i8 and bf16 K rows at head dims 64/96/128, 1-9 q rows and
+ * second), for i8 and bf16 K rows at head dims 64/96/128/256, 1-9 q rows and
  * partial tiles; inner_precise 1 (bf16 q for a bf16 K) stays within bf16's
  * rounding of q. */
 static void test_prepared_q(void) {
     loom_rng r;
     loom_rng_init(&r, 61, 2);
-    enum { NR = 9, D = 128, T = ATTN_DEC_TILE };
+    enum { NR = 9, D = 256, T = ATTN_DEC_TILE };
     static float q[NR * D], s0[NR * T], s1[NR * T], s2[NR * T];
     static int8_t k8[T * D];
     static uint16_t kb[T * D];
@@ -364,12 +364,12 @@ static void test_prepared_q(void) {
     }
     loom_isa lv[LOOM_ISA_COUNT];
     int nl = test_levels(lv), tried = 0;
-    static const int dims[] = {64, 96, 128};
+    static const int dims[] = {64, 96, 128, 256};
     for (int li = 0; li < nl; li++) {
         const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
         if (!kn->dec_qprep) continue;
         for (int t = 0; t < 2; t++)
-            for (int di = 0; di < 3; di++)
+            for (int di = 0; di < 4; di++)
                 for (int nr = 1; nr <= NR; nr += 2)
                     for (int nc = T - 5; nc <= T; nc += 5) {
                         loom_dtype dt = t ? LOOM_BF16 : LOOM_I8;
@@ -415,25 +415,26 @@ static int hp_differs(const inc_case *c, loom_rng *r) {
     return differs;
 }
 
-/* inner_precise 1 takes the bf16 paths where the CPU has AVX512_BF16 (head dims
- * 64 and 128): an i8 V's P.V with P rounded to bf16, a bf16 K's Q.K^T with q
- * rounded to bf16. The output differs from inner_precise 0's (or the fast path
+/* inner_precise 1 takes the bf16 paths where the CPU has AVX512_BF16: an i8
+ * V's P.V with P rounded to bf16 (head dims 64 and 128), a bf16 K's Q.K^T with
+ * q rounded to bf16 (64, 128 and 256). The output differs from inner_precise 0's (or the fast path
  * went unused), stays within bf16's tolerance of the reference, and keeps its
  * bits for every thread count (inc_check_case). An f32 cache ignores it: the
  * same bits as inner_precise 0. */
 static void test_inner_precise(void) {
     loom_rng r;
     loom_rng_init(&r, 52, 2);
-    static const int64_t dims[] = {64, 128, 96};
-    for (int i = 0; i < 12; i++) {
+    static const int64_t dims[] = {64, 128, 96, 256};
+    for (int i = 0; i < 16; i++) {
         inc_case c = base_case();
-        c.kvdt = i < 6 ? LOOM_I8 : LOOM_BF16;
-        c.D = dims[i % 3], c.N = c.Nkv * (i % 2 ? 4 : 3), c.Sq = 1 + i % 2;
+        c.kvdt = i < 8 ? LOOM_I8 : LOOM_BF16;
+        c.D = dims[i % 4], c.N = c.Nkv * (i % 2 ? 4 : 3), c.Sq = 1 + i % 3;
         c.kmode = c.vmode = i % 2, c.voff = i % 3 == 0;
         c.Smax = 90 + 31 * i, c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
         inc_check_case(&c, &r, 1);
         int differs = hp_differs(&c, &r);
-        if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && c.D != 96)
+        int fast = c.D == 64 || c.D == 128 || (c.D == 256 && c.kvdt == LOOM_BF16);
+        if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && fast)
             CHECK_MSG(differs, "inner_precise 1 gave inner_precise 0's bits at D=%lld", (long long)c.D);
         else
             CHECK_MSG(!differs, "inner_precise 1 changed the result at D=%lld", (long long)c.D);
@@ -452,12 +453,12 @@ static void test_rising_scores(void) {
     loom_rng r;
     loom_rng_init(&r, 33, 2);
     static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_F16};
-    static const int64_t dims[] = {64, 128, 80};
-    for (int i = 0; i < 12; i++) {
+    static const int64_t dims[] = {64, 128, 80, 256};
+    for (int i = 0; i < 16; i++) {
         inc_case c = base_case();
         c.ramp = 1;
-        c.D = dims[i % 3];
-        c.kvdt = kv[(i / 3) % 3];
+        c.D = dims[i % 4];
+        c.kvdt = kv[(i / 4) % 3];
         c.N = c.Nkv * (i % 2 ? 4 : 1);
         c.Smax = 700 + 13 * i, c.chunk = i % 4 == 3 ? 160 : 0;
         c.scale = 4.0f / sqrtf((float)c.D);
