@@ -4,7 +4,7 @@
  * their cache dtype (f32, f16, bf16, i8) and widened in registers, except
  * for d = 64/128/256: bf16 caches on AVX512_BF16 CPUs multiply with vdpbf16ps
  * (dot_bf16, pv_bf16_rows), an i8 K on AVX512_VNNI CPUs with vpdpwssd
- * (dot_i8, d = 64/96/128); see docs/ops.md for their accuracy.
+ * (dot_i8, also d = 96); see docs/ops.md for their accuracy.
  *
  * Decode streams the cache from DRAM once, so the order of the reads matters
  * as much as the arithmetic. For d = 64/128 the kernels read every K and V
@@ -17,9 +17,10 @@
  * streams: in a synthetic test the same loads and FMAs streamed 6.6 GB/s in
  * that order against 30 GB/s in address order (one core, Zen 5), and in the
  * kernel the loads stopped overlapping with the arithmetic (time = compute
- * + transfer). d = 256 (not i8) runs as two halves of 128 (dot_halves,
- * pv_all; dot_bf16_halves and the bf16 P.V for a bf16 cache). Other head
- * sizes use the side-by-side kernels (dot_all, pv_rows).
+ * + transfer). d = 256 runs as two halves of 128 (dot_halves and pv_all;
+ * dot_bf16_halves and the bf16 P.V for a bf16 cache; dot_i8_prep for an i8
+ * K, whose V keeps pv_rows). Other head sizes use the side-by-side kernels
+ * (dot_all, pv_rows).
  *
  * On top of that, on its first pass over a tile each kernel prefetches every
  * cache line of the rows it reads ATTN_DEC_PF_DIST bytes further on
@@ -225,7 +226,8 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
 
 #define ATTN_T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-/* Scores against an i8 K with vpdpwssd, d = 32 NQ (64, 96 or 128). Widening
+/* Scores against an i8 K with vpdpwssd, d = 32 NQ (64, 96 or 128; 256 in two
+ * halves of 128, dot_i8_prep). Widening
  * every K element to f32 cost as much as the FMAs themselves (an i8 cache is
  * compute-bound); instead each q row (its per-channel K scales already folded
  * in) is rounded to 16-bit integers against its own max, q ~ sq * qi with
@@ -253,7 +255,7 @@ ATTN_INLINE ATTN_T512VNNI float i8_quant_row(int NQ, const float *qr, __m512i *q
 
 static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ) {
     for (int r = 0; r < nr; r++) {
-        __m512i qi[4];
+        __m512i qi[8];
         char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
         float sq = i8_quant_row(NQ, q + r * ldq, qi);
         for (int v = 0; v < NQ; v++) _mm512_storeu_si512(row + 64 * v, qi[v]);
@@ -261,8 +263,9 @@ static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, in
     }
 }
 
-/* RB (1 or 2) prepared rows against the keys. */
-ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const char *qp,
+/* RB (1 or 2) prepared rows against the keys; their q vectors from byte qoff
+ * of the prepared row (256: the second half of d = 256). */
+ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const char *qp, int qoff,
                                       const void *const *rows, int nc, int own,
                                       const attn_dec_pf *pf) {
     const int KB = 16 / RB;
@@ -270,7 +273,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
     float sq[2];
     for (int r = 0; r < RB; r++) {
         const char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
-        for (int v = 0; v < NQ; v++) qi[r][v] = _mm512_loadu_si512(row + 64 * v);
+        for (int v = 0; v < NQ; v++) qi[r][v] = _mm512_loadu_si512(row + qoff + 64 * v);
         memcpy(&sq[r], row + 512, sizeof sq[r]);
     }
     __m512 scale = _mm512_set1_ps(sq[0]);
@@ -298,13 +301,13 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
     }
 }
 
-#define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128) /* the head dims dot_i8 takes */
+#define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256) /* the head dims dot_i8_prep takes */
 
-static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
+static ATTN_T512VNNI void dot_i8_rows(float *s, int64_t lds, const char *qp, int qoff, int nr,
                                       const void *const *rows, int nc, int d,
                                       const attn_dec_pf *pf) {
     int r = 0;
-#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, !r, r ? NULL : pf)
+#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, qoff, rows, nc, !r, r ? NULL : pf)
 #define DOT_I8_D(RB)                      \
     do {                                  \
         if (d == 128) DOT_I8(RB, 4);      \
@@ -315,6 +318,29 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
     if (r < nr) DOT_I8_D(1);
 #undef DOT_I8_D
 #undef DOT_I8
+}
+
+/* d = 256 as two halves of 128 (q rounded against the whole row's max, so the
+ * halves' scores share a scale), as dot_halves does for the other caches. */
+static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
+                                      const void *const *rows, int nc, int d,
+                                      const attn_dec_pf *pf) {
+    if (d != 256) {
+        dot_i8_rows(s, lds, qp, 0, nr, rows, nc, d, pf);
+        return;
+    }
+    const void *hrows[ATTN_DEC_TILE];
+    float t[8 * ATTN_DEC_TILE];
+    dec_rows_at(hrows, rows, nc, 128);
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        int n = nr - r0 < 8 ? nr - r0 : 8;
+        const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
+        float *sr = s + r0 * lds;
+        dot_i8_rows(sr, lds, q0, 0, n, rows, nc, 128, r0 ? NULL : pf);
+        dot_i8_rows(t, ATTN_DEC_TILE, q0, 256, n, hrows, nc, 128, NULL);
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+    }
 }
 
 /* dec_dot through a level's prepared form, for a direct call that has no
@@ -874,7 +900,7 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
                                               int nr, const void *const *rows, loom_dtype dt,
                                               int nc, int d, const float *alpha,
                                               const attn_dec_pf *pf) {
-    if (dt != LOOM_I8 || (d != 128 && d != 64) || nc > ATTN_DEC_TILE) {
+    if (dt != LOOM_I8 || (d != 128 && d != 64 && d != 256) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512bf(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
