@@ -19,7 +19,8 @@
  * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
  * [B, S, N_kv, D] (BSND, --layout)):
  *   (caches i8hp, bf16hp: inner_precise 1 — an i8 V's P.V with P rounded to bf16,
- *   a bf16 K's Q.K^T with q rounded to bf16)
+ *   a bf16 K's Q.K^T with q rounded to bf16; i8tok: an i8 cache with per-token
+ *   K and V scales, the others per channel)
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
  *   real decode step does), all in one block on 2 MiB pages as the engine's
@@ -41,7 +42,7 @@
  *   with a copy of the tile's scores in front (512 bytes per 32 keys).
  *
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
- *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp, bf16hp)
+ *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp, bf16hp, i8tok)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--dec-shape N_KV,D]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine] [--ab VARIANT]
@@ -374,12 +375,18 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-static const char *cache_name(loom_dtype ct, int hp) {
-    return !hp ? loom_dtype_name(ct) : ct == LOOM_I8 ? "i8hp" : "bf16hp";
+/* A cache variant of --caches: CV_HP is inner_precise 1 (i8hp, bf16hp), CV_TOKEN
+ * an i8 cache with per-token K and V scales (i8tok: [1, N_kv, L], antiquant
+ * mode 1; the others per channel). */
+enum { CV_HP = 1, CV_TOKEN = 2 };
+
+static const char *cache_name(loom_dtype ct, int var) {
+    if (var == CV_TOKEN) return "i8tok";
+    return !var ? loom_dtype_name(ct) : ct == LOOM_I8 ? "i8hp" : "bf16hp";
 }
 
-/* hp: inner_precise 1 (the "i8hp" and "bf16hp" caches) */
-static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int hp, int64_t L) {
+static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int var, int64_t L) {
+    const int hp = var == CV_HP, tok = var == CV_TOKEN;
     const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
@@ -395,14 +402,14 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
     loom_rng_init(&rng, 7, (uint64_t)L);
     float *kf = xalloc((size_t)(L * Nkv * D) * 4), *vf = xalloc((size_t)(L * Nkv * D) * 4);
     float *q = xalloc((size_t)(N * D) * 4), *out = xalloc((size_t)(N * D) * 4);
-    float *scale = xalloc((size_t)(Nkv * D) * 4);
+    float *scale = xalloc((size_t)(Nkv * (D > L ? D : L)) * 4);
     fill(q, N * D, LOOM_F32, &rng);
     if (ct == LOOM_I8) {
         for (int64_t i = 0; i < L * Nkv * D; i++) {
             kf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
             vf[i] = (float)(int)(loom_rng_uniform(&rng) * 255.0f - 127.0f);
         }
-        for (int64_t i = 0; i < Nkv * D; i++) scale[i] = 1.0f / 127.0f;
+        for (int64_t i = 0; i < Nkv * (D > L ? D : L); i++) scale[i] = 1.0f / 127.0f;
     } else {
         fill(kf, L * Nkv * D, ct, &rng);
         fill(vf, L * Nkv * D, ct, &rng);
@@ -418,19 +425,20 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int h
         memcpy(c.kc[i], c.kc[0], half);
         memcpy(c.vc[i], c.vc[0], half);
     }
-    int64_t qs[4] = {1, 1, N, D}, ks[4] = {1, L, Nkv, D}, sc[2] = {Nkv, D};
+    int64_t qs[4] = {1, 1, N, D}, ks[4] = {1, L, Nkv, D}, sc[2] = {Nkv, D}, st[3] = {1, Nkv, L};
     if (dec_layout == LOOM_ATTN_BNSD) qs[1] = N, qs[2] = 1, ks[1] = Nkv, ks[2] = L;
     loom_tensor_init(&c.tq, LOOM_F32, 4, qs, q);
     loom_tensor_init(&c.to, LOOM_F32, 4, qs, out);
     loom_tensor_init(&c.tk, ct, 4, ks, c.kc[0]);
     loom_tensor_init(&c.tv, ct, 4, ks, c.vc[0]);
-    loom_tensor_init(&c.ksc, LOOM_F32, 2, sc, scale);
-    loom_tensor_init(&c.vsc, LOOM_F32, 2, sc, scale);
+    loom_tensor_init(&c.ksc, LOOM_F32, tok ? 3 : 2, tok ? st : sc, scale);
+    loom_tensor_init(&c.vsc, LOOM_F32, tok ? 3 : 2, tok ? st : sc, scale);
     c.ip = loom_incre_flash_attention_default_params();
     c.fp = loom_flash_attention_default_params();
     c.ip.input_layout = c.fp.input_layout = dec_layout;
     c.ip.inner_precise = hp ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
-    const char *name = cache_name(ct, hp);
+    if (tok) c.ip.key_antiquant_mode = c.ip.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+    const char *name = cache_name(ct, var);
     double bytes = 2.0 * (double)half;
     for (int ti = 0; ti < o->n_threads; ti++) {
         int nt = o->threads[ti];
@@ -565,7 +573,8 @@ static void run_kernel(void *arg) {
     }
 }
 
-static void bench_kernels(const opts *o, loom_dtype ct, int hp) {
+static void bench_kernels(const opts *o, loom_dtype ct, int var) {
+    const int hp = var == CV_HP; /* i8tok: the kernels see no scales */
     const int T = ATTN_DEC_TILE, R = ker_rows(), D = dec_d;
     static ker_ctx c;
     memset(&c, 0, sizeof c);
@@ -611,7 +620,7 @@ static void bench_kernels(const opts *o, loom_dtype ct, int hp) {
         ns[w] = bench_time(run_kernel, &c, 2, reps) * 1e9 / ((double)KER_SWEEPS * KER_KEYS);
         total += ns[w];
     }
-    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", cache_name(ct, hp), loom_isa_name(loom_cpu_isa()),
+    printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n", cache_name(ct, var), loom_isa_name(loom_cpu_isa()),
            ns[0], ns[1], ns[2], total, 2.0 * (double)row / total);
     fflush(stdout);
     void *bufs[] = {kf, vf, kc, vc};
@@ -679,14 +688,16 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", caches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         loom_dtype t = LOOM_I8;
-        int hp = strcmp(tok, "i8hp") == 0 || strcmp(tok, "bf16hp") == 0; /* inner_precise 1 */
-        if (hp) t = tok[0] == 'i' ? LOOM_I8 : LOOM_BF16;
-        if (n_cache == 8 || (!hp && (parse_dtype(tok, &t) != 0 ||
+        int var = strcmp(tok, "i8hp") == 0 || strcmp(tok, "bf16hp") == 0 ? CV_HP
+                  : strcmp(tok, "i8tok") == 0                            ? CV_TOKEN
+                                                                         : 0;
+        if (var) t = tok[0] == 'i' ? LOOM_I8 : LOOM_BF16;
+        if (n_cache == 8 || (!var && (parse_dtype(tok, &t) != 0 ||
             (t != LOOM_F32 && t != LOOM_BF16 && t != LOOM_F16 && t != LOOM_I8)))) {
-            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp, bf16hp\n", tok);
+            fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp, bf16hp, i8tok\n", tok);
             return 2;
         }
-        cache_hp[n_cache] = hp;
+        cache_hp[n_cache] = var;
         cache_t[n_cache++] = t;
     }
     const loom_cpu_features *f = loom_cpu_get();
