@@ -44,6 +44,7 @@
  *   bench_attention [--threads 1,2] [--seqs 512,1024,2048,4096] [--dtypes f32,f32hp,bf16]
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp, bf16hp, i8tok)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
+ *                   [--paged BS]
  *                   [--dec-shape N_KV,D]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine] [--ab VARIANT]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
@@ -96,6 +97,7 @@ static void probe_once(void *p) { bench_probe_gbs(p, NULL); }
 static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
 static int dec_nkv = 8, dec_d = HEAD_DIM;            /* --dec-shape: kv heads, head dim of decode rows */
 static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
+static int dec_paged; /* --paged BS: a paged cache of blocks of BS keys, in shuffled order (0: contiguous) */
 
 static void *xalloc(size_t bytes) {
     void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
@@ -302,7 +304,8 @@ typedef struct dec_ctx {
     loom_pool *pool;
     void *kc[MAX_COPIES], *vc[MAX_COPIES];
     int n_copies, next, prefill, failed;
-    loom_tensor tq, tk, tv, to, ksc, vsc;
+    loom_tensor tq, tk, tv, to, ksc, vsc, bt;
+    int64_t len[1]; /* paged: the KV length */
     loom_incre_flash_attention_params ip;
     loom_flash_attention_params fp;
     /* --ab: the decode driver run directly (one launch, whole units per thread)
@@ -345,7 +348,8 @@ static void dec_tensors(dec_ctx *c, loom_incre_flash_attention_tensors *t) {
     int q8 = c->tk.dtype == LOOM_I8;
     *t = (loom_incre_flash_attention_tensors){
         .query = &c->tq, .key = &c->tk, .value = &c->tv, .attention_out = &c->to,
-        .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL};
+        .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL,
+        .block_table = dec_paged ? &c->bt : NULL};
 }
 
 static void run_decode_direct_fn(int ith, int nth, void *arg) {
@@ -387,6 +391,10 @@ static const char *cache_name(loom_dtype ct, int var) {
 
 static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int var, int64_t L) {
     const int hp = var == CV_HP, tok = var == CV_TOKEN;
+    if (dec_paged && L % dec_paged) {
+        fprintf(stderr, "bench_attention: --paged %d does not divide the context %lld\n", dec_paged, (long long)L);
+        exit(2);
+    }
     const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
@@ -426,7 +434,21 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
         memcpy(c.vc[i], c.vc[0], half);
     }
     int64_t qs[4] = {1, 1, N, D}, ks[4] = {1, L, Nkv, D}, sc[2] = {Nkv, D}, st[3] = {1, Nkv, L};
-    if (dec_layout == LOOM_ATTN_BNSD) qs[1] = N, qs[2] = 1, ks[1] = Nkv, ks[2] = L;
+    int32_t *table = NULL;
+    if (dec_paged) { /* blocks of dec_paged keys, the table a shuffled order of them */
+        int64_t nb = L / dec_paged, bts[2] = {1, nb};
+        ks[0] = st[0] = nb, ks[1] = dec_paged, st[2] = dec_paged;
+        table = xalloc((size_t)nb * sizeof *table);
+        for (int64_t i = 0; i < nb; i++) table[i] = (int32_t)i;
+        for (int64_t i = nb - 1; i > 0; i--) {
+            int64_t j = (int64_t)(loom_rng_uniform(&rng) * (float)(i + 1)) % (i + 1);
+            int32_t t = table[i];
+            table[i] = table[j], table[j] = t;
+        }
+        loom_tensor_init(&c.bt, LOOM_I32, 2, bts, table);
+        c.len[0] = L;
+    }
+    if (dec_layout == LOOM_ATTN_BNSD) qs[1] = N, qs[2] = 1, ks[1] = Nkv, ks[2] = dec_paged ? dec_paged : L;
     loom_tensor_init(&c.tq, LOOM_F32, 4, qs, q);
     loom_tensor_init(&c.to, LOOM_F32, 4, qs, out);
     loom_tensor_init(&c.tk, ct, 4, ks, c.kc[0]);
@@ -438,6 +460,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
     c.ip.input_layout = c.fp.input_layout = dec_layout;
     c.ip.inner_precise = hp ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
     if (tok) c.ip.key_antiquant_mode = c.ip.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+    if (dec_paged) c.ip.block_size = dec_paged, c.ip.actual_seq_lengths = c.len;
     const char *name = cache_name(ct, var);
     double bytes = 2.0 * (double)half;
     for (int ti = 0; ti < o->n_threads; ti++) {
@@ -496,7 +519,8 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
             }
         }
         double tp = 0.0;
-        if (ct != LOOM_I8) {
+        const int vs_prefill = ct != LOOM_I8 && !dec_paged; /* the prefill kernel takes neither */
+        if (vs_prefill) {
             c.prefill = 1;
             tp = time_it(run_decode, &c, nt, 2, reps);
         }
@@ -506,7 +530,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
         }
         double gbs = bytes / td / 1e9;
         char pf[32] = "-", ratio[32] = "-";
-        if (ct != LOOM_I8) {
+        if (vs_prefill) {
             snprintf(pf, sizeof pf, "%.3f", tp * 1e3);
             snprintf(ratio, sizeof ratio, "%.2f×", tp / td);
         }
@@ -520,8 +544,9 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
         loom_pool_free(c.pool);
     }
     loom_free_aligned(arena);
-    void *bufs[] = {kf, vf, q, out, scale};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
+    void *bufs[] = {kf, vf, q, out, scale, table};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) loom_free_aligned(bufs[i]);
 }
 
 /* ------------------------------------------------------------ decode micro-kernels */
@@ -670,6 +695,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--caches") == 0) caches = v;
         else if (strcmp(a, "--sets") == 0) sets = v;
         else if (strcmp(a, "--ab") == 0) ok = ab_setup(ab_variant = v) == 0;
+        else if (strcmp(a, "--paged") == 0) ok = (dec_paged = atoi(v)) >= 1;
         else if (strcmp(a, "--layout") == 0)
             ok = loom_attn_layout_parse(v, &dec_layout) == LOOM_OK &&
                  (dec_layout == LOOM_ATTN_BNSD || dec_layout == LOOM_ATTN_BSND);

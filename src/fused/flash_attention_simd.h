@@ -17,17 +17,17 @@
 #define ATTN_T256 __attribute__((target("avx2,fma,f16c")))
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
-/* Decode kernels prefetch each cache row's line this many bytes further on in
- * memory (swept 2-32 KiB on Zen 5: 8 KiB best for f32, bf16 and i8 caches).
- * In a contiguous or paged cache that is the rows 16 (f32, d = 128) to 128
- * (i8, d = 64) keys ahead. */
-#define ATTN_DEC_PF_DIST 8192
-
-/* The address is formed as an integer: it may lie past the cache's end, where
+/* Line byte_off of the row ahead bytes further on in memory (ahead 0: none).
+ * The address is formed as an integer: it may lie past the cache's end, where
  * a prefetch is harmless but pointer arithmetic would not be valid C. */
-static inline __attribute__((always_inline)) void attn_dec_prefetch(const void *row, int64_t byte_off) {
-    _mm_prefetch((const char *)((uintptr_t)row + (uintptr_t)(byte_off + ATTN_DEC_PF_DIST)), _MM_HINT_T0);
+static inline __attribute__((always_inline)) void attn_dec_prefetch(const void *row, int64_t byte_off,
+                                                                    int64_t ahead) {
+    if (ahead) _mm_prefetch((const char *)((uintptr_t)row + (uintptr_t)(byte_off + ahead)), _MM_HINT_T0);
 }
+
+/* The distance of a kernel call's own prefetch: pf's, ATTN_DEC_PF_DIST when the
+ * caller gives no pf (the kernels' entry points read it once). */
+static inline int64_t attn_dec_ahead(const attn_dec_pf *pf) { return pf ? pf->ahead : ATTN_DEC_PF_DIST; }
 
 /* Every line of row c of the other stream (attn_dec_pf), if there is one. */
 ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {

@@ -28,7 +28,7 @@ ATTN_INLINE ATTN_T256 void store_scores8(const __m256 *acc, int KB, float *s, in
 /* RB rows x KB = 8/RB keys of an f32 K, each row read whole before the next. */
 ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q, int64_t ldq,
                                    const void *const *rows, int nc, int d, int own,
-                                   const attn_dec_pf *pf) {
+                                   const attn_dec_pf *pf, int64_t ahead) {
     const int KB = 8 / RB;
     for (int c0 = 0; c0 < nc; c0 += KB) {
         int ncv = nc - c0 < KB ? nc - c0 : KB;
@@ -38,7 +38,7 @@ ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q
             const float *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
             if (own) attn_dec_pf_row(pf, c0 + k);
             for (int x = 0; x < d; x += 8) {
-                if (own && x % 16 == 0) attn_dec_prefetch(kp, x * 4);
+                if (own && x % 16 == 0) attn_dec_prefetch(kp, x * 4, ahead);
                 __m256 kv = _mm256_loadu_ps(kp + x);
                 for (int r = 0; r < RB; r++)
                     acc[r * KB + k] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * ldq + x), kv, acc[r * KB + k]);
@@ -50,7 +50,7 @@ ATTN_INLINE ATTN_T256 void dot_seq(int RB, float *s, int64_t lds, const float *q
 
 ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t lds,
                                      const float *const *qr, const void *const *kp, int d,
-                                     int nrv, int ncv) {
+                                     int nrv, int ncv, int64_t ahead) {
     const int KB = 8 / RB;
     __m256 acc[8];
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
@@ -60,7 +60,7 @@ ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
         __m256 qv[4];
         for (int r = 0; r < RB; r++) qv[r] = _mm256_loadu_ps(qr[r] + x);
         if ((x * es) % 64 == 0) /* once per cache line of each row (see the AVX-512 kernels) */
-            for (int k = 0; k < KB; k++) attn_dec_prefetch(kp[k], x * es);
+            for (int k = 0; k < KB; k++) attn_dec_prefetch(kp[k], x * es, ahead);
         for (int k = 0; k < KB; k++) {
             __m256 kv = attn_load8(kp[k], x, DT, n);
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm256_fmadd_ps(qv[r], kv, acc[r * KB + k]);
@@ -70,7 +70,7 @@ ATTN_INLINE ATTN_T256 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
 }
 
 ATTN_INLINE ATTN_T256 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
-                                   int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+                                   int64_t ldq, int nr, const void *const *rows, int nc, int d, int64_t ahead) {
     const int KB = 8 / RB;
     for (int r0 = 0; r0 < nr; r0 += RB) {
         const float *qr[4];
@@ -79,43 +79,44 @@ ATTN_INLINE ATTN_T256 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
         for (int c0 = 0; c0 < nc; c0 += KB) {
             const void *kp[8];
             for (int k = 0; k < KB; k++) kp[k] = rows[c0 + k < nc ? c0 + k : nc - 1];
-            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB);
+            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB, ahead);
         }
     }
 }
 
 ATTN_INLINE ATTN_T256 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
-                                  int64_t ldq, int nr, const void *const *rows, int nc, int d) {
-    if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d);
-    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d);
-    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
+                                  int64_t ldq, int nr, const void *const *rows, int nc, int d, int64_t ahead) {
+    if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
+    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
+    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
 }
 
 ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                       const void *const *rows, loom_dtype dt, int nc, int d,
                                       const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (dt == LOOM_F32 && d % 8 == 0) { /* the first pass over the keys prefetches V */
         int r = 0;
-        for (; r + 4 <= nr; r += 4) dot_seq(4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf);
+        for (; r + 4 <= nr; r += 4) dot_seq(4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf, ahead);
         if (r + 2 <= nr) {
-            dot_seq(2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf);
+            dot_seq(2, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf, ahead);
             r += 2;
         }
-        if (r < nr) dot_seq(1, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf);
+        if (r < nr) dot_seq(1, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf, ahead);
         return;
     }
     switch (dt) {
-    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d); break;
-    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d); break;
-    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d); break;
-    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d); break;
+    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
+    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
+    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
+    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
     }
 }
 
 /* RB rows, NV vectors of 8 from x0; n = valid elements of the last vector. */
 ATTN_INLINE ATTN_T256 void pv_block(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                     const float *p, int64_t ldp, const void *const *rows, int nc,
-                                    int x0, int n, const float *alpha) {
+                                    int x0, int n, const float *alpha, int64_t ahead) {
     __m256 ac[2][4];
     for (int r = 0; r < RB; r++) {
         __m256 al = _mm256_set1_ps(alpha[r]);
@@ -125,7 +126,7 @@ ATTN_INLINE ATTN_T256 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     for (int c = 0; c < nc; c++) {
         __m256 kv[4];
-        for (int64_t off = x0 * es; off < (x0 + 8 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off);
+        for (int64_t off = x0 * es; off < (x0 + 8 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off, ahead);
         for (int v = 0; v < NV; v++) kv[v] = attn_load8(rows[c], x0 + 8 * v, DT, v == NV - 1 ? n : 8);
         for (int r = 0; r < RB; r++) {
             __m256 pb = _mm256_set1_ps(p[r * ldp + c]);
@@ -138,30 +139,30 @@ ATTN_INLINE ATTN_T256 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
 
 ATTN_INLINE ATTN_T256 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p,
                                    int64_t ldp, const void *const *rows, int nc, int d,
-                                   const float *alpha) {
+                                   const float *alpha, int64_t ahead) {
     int x0 = 0;
-    for (; x0 + 32 <= d; x0 += 32) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, 8, alpha);
+    for (; x0 + 32 <= d; x0 += 32) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, 8, alpha, ahead);
     for (; x0 < d; x0 += 8)
-        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, d - x0 >= 8 ? 8 : d - x0, alpha);
+        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, d - x0 >= 8 ? 8 : d - x0, alpha, ahead);
 }
 
 ATTN_INLINE ATTN_T256 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
                                   int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                  const float *alpha) {
+                                  const float *alpha, int64_t ahead) {
     int r = 0;
-    for (; r + 2 <= nr; r += 2) pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
-    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+    for (; r + 2 <= nr; r += 2) pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, ahead);
+    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, ahead);
 }
 
 ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
                                      const float *alpha, const attn_dec_pf *pf) {
-    (void)pf;
+    const int64_t ahead = attn_dec_ahead(pf);
     switch (dt) {
-    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
-    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha); break;
+    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
+    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
+    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
+    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
     }
 }
 

@@ -59,7 +59,7 @@ ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, 
 /* RB query rows x 16/RB keys; nrv x ncv of the results are real. */
 ATTN_INLINE ATTN_T512 void dot_block(int RB, loom_dtype DT, float *s, int64_t lds,
                                      const float *const *qr, const void *const *kp, int d,
-                                     int nrv, int ncv) {
+                                     int nrv, int ncv, int64_t ahead) {
     const int KB = 16 / RB;
     __m512 acc[16];
     for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
@@ -69,7 +69,7 @@ ATTN_INLINE ATTN_T512 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
         __m512 qv[8];
         for (int r = 0; r < RB; r++) qv[r] = _mm512_loadu_ps(qr[r] + x);
         if ((x * es) % 64 == 0) /* once per cache line of each row */
-            for (int k = 0; k < KB; k++) attn_dec_prefetch(kp[k], x * es);
+            for (int k = 0; k < KB; k++) attn_dec_prefetch(kp[k], x * es, ahead);
         for (int k = 0; k < KB; k++) {
             __m512 kv = attn_load16(kp[k], x, DT, 0xFFFF);
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r], kv, acc[r * KB + k]);
@@ -88,7 +88,7 @@ ATTN_INLINE ATTN_T512 void dot_block(int RB, loom_dtype DT, float *s, int64_t ld
 }
 
 ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds, const float *q,
-                                   int64_t ldq, int nr, const void *const *rows, int nc, int d) {
+                                   int64_t ldq, int nr, const void *const *rows, int nc, int d, int64_t ahead) {
     const int KB = 16 / RB;
     for (int r0 = 0; r0 < nr; r0 += RB) {
         const float *qr[8];
@@ -97,7 +97,7 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
         for (int c0 = 0; c0 < nc; c0 += KB) {
             const void *kp[16];
             for (int k = 0; k < KB; k++) kp[k] = rows[c0 + k < nc ? c0 + k : nc - 1];
-            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB);
+            dot_block(RB, DT, s + r0 * lds + c0, lds, qr, kp, d, nrv, nc - c0 < KB ? nc - c0 : KB, ahead);
         }
     }
 }
@@ -105,7 +105,7 @@ ATTN_INLINE ATTN_T512 void dot_all(int RB, loom_dtype DT, float *s, int64_t lds,
 /* Keys c0 .. c0+KB-1 (ncv of them real) of dot_seq. */
 ATTN_INLINE ATTN_T512 void dot_seq_keys(int RB, int NQ, loom_dtype DT, float *s, int64_t lds,
                                         const __m512 (*qv)[16], const void *const *rows, int c0,
-                                        int ncv, int own, const attn_dec_pf *pf) {
+                                        int ncv, int own, const attn_dec_pf *pf, int64_t ahead) {
     const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
     const int KB = 16 / RB;
     __m512 acc[16];
@@ -117,7 +117,7 @@ ATTN_INLINE ATTN_T512 void dot_seq_keys(int RB, int NQ, loom_dtype DT, float *s,
         attn_dec_pf_row(pf, c0 + k);
 #pragma GCC unroll 16
         for (int v = 0; v < NQ; v++) {
-            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es);
+            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp, 16 * v * es, ahead);
             __m512 kv = attn_load16(kp, 16 * v, DT, 0xFFFF);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_fmadd_ps(qv[r][v], kv, acc[r * KB + k]);
@@ -136,7 +136,7 @@ ATTN_INLINE ATTN_T512 void dot_seq_keys(int RB, int NQ, loom_dtype DT, float *s,
  * 8.70 -> 8.35 ns per key, f16 8.7 -> 7.5, hot, without it). */
 ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int64_t lds,
                                    const float *q, int64_t ldq, const void *const *rows, int nc,
-                                   int own, const attn_dec_pf *pf) {
+                                   int own, const attn_dec_pf *pf, int64_t ahead) {
     const int KB = 16 / RB;
     __m512 qv[2][16];
 #pragma GCC unroll 16
@@ -144,8 +144,8 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
 #pragma GCC unroll 16
         for (int v = 0; v < NQ; v++) qv[r][v] = _mm512_loadu_ps(q + r * ldq + 16 * v);
     int c0 = 0; /* whole blocks without per-key clamping, then the partial one */
-    for (; c0 + KB <= nc; c0 += KB) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, KB, own, pf);
-    if (c0 < nc) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, nc - c0, own, pf);
+    for (; c0 + KB <= nc; c0 += KB) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, KB, own, pf, ahead);
+    if (c0 < nc) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, nc - c0, own, pf, ahead);
 }
 
 /* Head dims whose q rows (or accumulator rows) the address-order kernels keep
@@ -175,10 +175,10 @@ ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, 
 
 ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const float *q,
                                     int64_t ldq, int nr, const void *const *rows, int nc, int d,
-                                    const attn_dec_pf *pf) {
+                                    const attn_dec_pf *pf, int64_t ahead) {
     if (DEC_SEQ_D(DT, d)) { /* the first pass over the keys prefetches the other stream */
         int r = 0;
-#define DOT_SEQ(RB, NQ) dot_seq(RB, NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf)
+#define DOT_SEQ(RB, NQ) dot_seq(RB, NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf, ahead)
 #define DOT_SEQ2(NQ) DOT_SEQ(2, NQ)
 #define DOT_SEQ1(NQ) DOT_SEQ(1, NQ)
         for (; r + 2 <= nr; r += 2) DEC_BY_NQ(DT, d, DOT_SEQ2);
@@ -188,10 +188,10 @@ ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const 
 #undef DOT_SEQ
         return;
     }
-    if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d);
-    else if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d);
-    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d);
-    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d);
+    if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
+    else if (nr >= 4) dot_all(4, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
+    else if (nr >= 2) dot_all(2, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
+    else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
 }
 
 /* d = 256 (not i8) as two halves of 128 through the address-order kernels, the
@@ -200,7 +200,7 @@ ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const 
  * interleaved. */
 ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, const float *q,
                                       int64_t ldq, int nr, const void *const *rows, int nc,
-                                      const attn_dec_pf *pf) {
+                                      const attn_dec_pf *pf, int64_t ahead) {
     const void *hrows[ATTN_DEC_TILE];
     float t[8 * ATTN_DEC_TILE];
     const int64_t es = DT == LOOM_F32 ? 4 : 2;
@@ -208,8 +208,8 @@ ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, cons
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n = nr - r0 < 8 ? nr - r0 : 8;
         float *sr = s + r0 * lds;
-        dot_dt_d(DT, sr, lds, q + r0 * ldq, ldq, n, rows, nc, 128, r0 ? NULL : pf);
-        dot_dt_d(DT, t, ATTN_DEC_TILE, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL);
+        dot_dt_d(DT, sr, lds, q + r0 * ldq, ldq, n, rows, nc, 128, r0 ? NULL : pf, ahead);
+        dot_dt_d(DT, t, ATTN_DEC_TILE, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL, ahead);
         for (int r = 0; r < n; r++)
             for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
     }
@@ -217,9 +217,9 @@ ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, cons
 
 ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const float *q,
                                   int64_t ldq, int nr, const void *const *rows, int nc, int d,
-                                  const attn_dec_pf *pf) {
-    if (d == 256 && DT != LOOM_I8) dot_halves(DT, s, lds, q, ldq, nr, rows, nc, pf);
-    else dot_dt_d(DT, s, lds, q, ldq, nr, rows, nc, d, pf);
+                                  const attn_dec_pf *pf, int64_t ahead) {
+    if (d == 256 && DT != LOOM_I8) dot_halves(DT, s, lds, q, ldq, nr, rows, nc, pf, ahead);
+    else dot_dt_d(DT, s, lds, q, ldq, nr, rows, nc, d, pf, ahead);
 }
 
 /* ---------------------------------------------------------- i8 caches with AVX512_VNNI */
@@ -267,7 +267,7 @@ static ATTN_T512VNNI void i8_prep_rows(char *qp, const float *q, int64_t ldq, in
  * of the prepared row (256: the second half of d = 256). */
 ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, const char *qp, int qoff,
                                       const void *const *rows, int nc, int own,
-                                      const attn_dec_pf *pf) {
+                                      const attn_dec_pf *pf, int64_t ahead) {
     const int KB = 16 / RB;
     __m512i qi[2][4];
     float sq[2];
@@ -289,7 +289,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
             if (own) attn_dec_pf_row(pf, c0 + k);
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
-                if (own && v % 2 == 0) attn_dec_prefetch(kp, 32 * v);
+                if (own && v % 2 == 0) attn_dec_prefetch(kp, 32 * v, ahead);
                 __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kp + 32 * v)));
 #pragma GCC unroll 2
                 for (int r = 0; r < RB; r++) acc[r * KB + k] = _mm512_dpwssd_epi32(acc[r * KB + k], qi[r][v], kv);
@@ -305,9 +305,9 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
 
 static ATTN_T512VNNI void dot_i8_rows(float *s, int64_t lds, const char *qp, int qoff, int nr,
                                       const void *const *rows, int nc, int d,
-                                      const attn_dec_pf *pf) {
+                                      const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
-#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, qoff, rows, nc, !r, r ? NULL : pf)
+#define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, qoff, rows, nc, !r, r ? NULL : pf, ahead)
 #define DOT_I8_D(RB)                      \
     do {                                  \
         if (d == 128) DOT_I8(RB, 4);      \
@@ -325,8 +325,9 @@ static ATTN_T512VNNI void dot_i8_rows(float *s, int64_t lds, const char *qp, int
 static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
                                       const void *const *rows, int nc, int d,
                                       const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (d != 256) {
-        dot_i8_rows(s, lds, qp, 0, nr, rows, nc, d, pf);
+        dot_i8_rows(s, lds, qp, 0, nr, rows, nc, d, pf, ahead);
         return;
     }
     const void *hrows[ATTN_DEC_TILE];
@@ -336,8 +337,8 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
         int n = nr - r0 < 8 ? nr - r0 : 8;
         const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
         float *sr = s + r0 * lds;
-        dot_i8_rows(sr, lds, q0, 0, n, rows, nc, 128, r0 ? NULL : pf);
-        dot_i8_rows(t, ATTN_DEC_TILE, q0, 256, n, hrows, nc, 128, NULL);
+        dot_i8_rows(sr, lds, q0, 0, n, rows, nc, 128, r0 ? NULL : pf, ahead);
+        dot_i8_rows(t, ATTN_DEC_TILE, q0, 256, n, hrows, nc, 128, NULL, ahead);
         for (int r = 0; r < n; r++)
             for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
     }
@@ -379,14 +380,15 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (dot_via_prep(loom_attn_dec_qprep_avx512, loom_attn_dec_dot_prep_avx512, s, lds, q, ldq, nr,
                      rows, dt, nc, d, pf))
         return; /* an i8 K on AVX512_VNNI CPUs */
     switch (dt) {
-    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, pf); break;
-    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d, pf); break;
-    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, pf); break;
-    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, pf); break;
+    case LOOM_F32: dot_dt(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
+    case LOOM_F16: dot_dt(LOOM_F16, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
+    case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
+    default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
     }
 }
 
@@ -394,7 +396,7 @@ ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, i
 ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                     const float *p, int64_t ldp, const void *const *rows, int nc,
                                     int x0, const __mmask16 *km, const float *alpha,
-                                    const attn_dec_pf *pf) {
+                                    const attn_dec_pf *pf, int64_t ahead) {
     __m512 ac[4][4];
     for (int r = 0; r < RB; r++) {
         __m512 al = _mm512_set1_ps(alpha[r]);
@@ -405,7 +407,7 @@ ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
     for (int c = 0; c < nc; c++) {
         attn_dec_pf_row(pf, c);
         __m512 kv[4];
-        for (int64_t off = x0 * es; off < (x0 + 16 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off);
+        for (int64_t off = x0 * es; off < (x0 + 16 * NV) * es; off += 64) attn_dec_prefetch(rows[c], off, ahead);
         for (int v = 0; v < NV; v++) kv[v] = attn_load16(rows[c], x0 + 16 * v, DT, km[v]);
         for (int r = 0; r < RB; r++) {
             __m512 pb = _mm512_set1_ps(p[r * ldp + c]);
@@ -418,13 +420,13 @@ ATTN_INLINE ATTN_T512 void pv_block(int RB, int NV, loom_dtype DT, float *acc, i
 
 ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p,
                                    int64_t ldp, const void *const *rows, int nc, int d,
-                                   const float *alpha, const attn_dec_pf *pf) {
+                                   const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
     const __mmask16 full[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
     int x0 = 0;
-    for (; x0 + 64 <= d; x0 += 64) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, full, alpha, x0 ? NULL : pf);
+    for (; x0 + 64 <= d; x0 += 64) pv_block(RB, 4, DT, acc, lda, p, ldp, rows, nc, x0, full, alpha, x0 ? NULL : pf, ahead);
     for (; x0 < d; x0 += 16) {
         __mmask16 km = d - x0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - x0)) - 1);
-        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, &km, alpha, x0 ? NULL : pf);
+        pv_block(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, &km, alpha, x0 ? NULL : pf, ahead);
     }
 }
 
@@ -432,7 +434,7 @@ ATTN_INLINE ATTN_T512 void pv_rows(int RB, loom_dtype DT, float *acc, int64_t ld
  * one after the other (address order, which the hardware prefetcher follows). */
 ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int64_t lda,
                                   const float *p, int64_t ldp, const void *const *rows, int nc,
-                                  const float *alpha, int own, const attn_dec_pf *pf) {
+                                  const float *alpha, int own, const attn_dec_pf *pf, int64_t ahead) {
     __m512 ac[4][16];
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
@@ -448,7 +450,7 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
         for (int r = 0; r < RB; r++) pb[r] = _mm512_set1_ps(p[r * ldp + c]);
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) {
-            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(rows[c], 16 * v * es);
+            if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(rows[c], 16 * v * es, ahead);
             __m512 kv = attn_load16(rows[c], 16 * v, DT, 0xFFFF);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) ac[r][v] = _mm512_fmadd_ps(pb[r], kv, ac[r][v]);
@@ -462,12 +464,12 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
 
 ATTN_INLINE ATTN_T512 void pv_all_d(loom_dtype DT, float *acc, int64_t lda, const float *p,
                                     int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                    const float *alpha, const attn_dec_pf *pf) {
+                                    const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
     if (DEC_SEQ_D(DT, d) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
         for (; d == 64 && r + 4 <= nr; r += 4)
-            pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf);
-#define PV_SEQ(RB, NV) pv_seq(RB, NV, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf)
+            pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf, ahead);
+#define PV_SEQ(RB, NV) pv_seq(RB, NV, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf, ahead)
 #define PV_SEQ2(NV) PV_SEQ(2, NV)
 #define PV_SEQ1(NV) PV_SEQ(1, NV)
         for (; r + 2 <= nr; r += 2) DEC_BY_NQ(DT, d, PV_SEQ2);
@@ -480,26 +482,27 @@ ATTN_INLINE ATTN_T512 void pv_all_d(loom_dtype DT, float *acc, int64_t lda, cons
     /* an i8 V prefetches the next K tile here (the driver passes pf with two or more
      * threads); other caches at these head dims leave it to the hardware */
     const attn_dec_pf *pf8 = DT == LOOM_I8 ? pf : NULL;
-    for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
+    for (; r + 4 <= nr; r += 4) pv_rows(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8, ahead);
     if (r + 2 <= nr) {
-        pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
+        pv_rows(2, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8, ahead);
         r += 2;
     }
-    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8);
+    if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8, ahead);
 }
 
 /* d = 256 (not i8) as two halves of 128, as dot_halves */
 ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
                                   int64_t ldp, int nr, const void *const *rows, int nc, int d,
                                   const float *alpha, const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (d != 256 || DT == LOOM_I8) {
-        pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf);
+        pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead);
         return;
     }
     const void *hrows[ATTN_DEC_TILE];
     dec_rows_at(hrows, rows, nc, DT == LOOM_F32 ? 512 : 256);
-    pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, 128, alpha, pf);
-    pv_all_d(DT, acc + 128, lda, p, ldp, nr, hrows, nc, 128, alpha, NULL);
+    pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, 128, alpha, pf, ahead);
+    pv_all_d(DT, acc + 128, lda, p, ldp, nr, hrows, nc, 128, alpha, NULL, ahead);
 }
 
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
@@ -540,7 +543,7 @@ ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, 
  * (inner_precise 1, q rounded to bf16). */
 ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *qp,
                                           const void *const *rows, int nc, const attn_dec_pf *pf,
-                                          int first) {
+                                          int first, int64_t ahead) {
     __m512i qh[4], ql[4];
     for (int v = 0; v < NQ; v++) {
         qh[v] = _mm512_loadu_si512(qp + 64 * v);
@@ -556,7 +559,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *
             acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
             for (int v = 0; v < NQ; v++) {
-                if (first) attn_dec_prefetch(kp, 64 * v);
+                if (first) attn_dec_prefetch(kp, 64 * v, ahead);
                 __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
                 acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
                 if (!HI) acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
@@ -585,7 +588,7 @@ ATTN_INLINE ATTN_T512 __m256 reduce8(const __m512 *a) {
 /* Keys c0 .. c0+3 (ncv of them real) against the two rows' q parts. */
 ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t lds, const __m512i (*qh)[4],
                                             const __m512i (*ql)[4], const void *const *rows,
-                                            int c0, int ncv, const attn_dec_pf *pf, int first) {
+                                            int c0, int ncv, const attn_dec_pf *pf, int first, int64_t ahead) {
     __m512 acc[8], accl[8]; /* acc[k]: row r, acc[4 + k]: row r + 1; accl: their q_lo products */
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
@@ -597,7 +600,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t ld
         accl[4 + k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int v = 0; v < NQ; v++) {
-            if (first) attn_dec_prefetch(kp, 64 * v);
+            if (first) attn_dec_prefetch(kp, 64 * v, ahead);
             __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
             acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[0][v], (__m512bh)kv);
             acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)qh[1][v], (__m512bh)kv);
@@ -627,7 +630,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t ld
  * with the clamping in the hot loop GCC reloaded six q vectors from the stack
  * in every block. */
 ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, const char *qp, int nr,
-                                      const void *const *rows, int nc, const attn_dec_pf *pf) {
+                                      const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
         __m512i qh[2][4], ql[2][4];
@@ -642,12 +645,12 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
         }
         int c0 = 0;
         if (r == 0)
-            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s, lds, qh, ql, rows, c0, 4, pf, 1);
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s, lds, qh, ql, rows, c0, 4, pf, 1, ahead);
         else
-            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0);
-        if (c0 < nc) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0);
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0, ahead);
+        if (c0 < nc) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0, ahead);
     }
-    if (r < nr) dot_bf16_row(HI, NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0);
+    if (r < nr) dot_bf16_row(HI, NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0, ahead);
 }
 
 /* d = 256 as two halves of 128 through dot_bf16 (a prepared row's halves
@@ -656,7 +659,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
  * would take 32 registers; one row at a time (q_lo read from memory, 8 keys,
  * reduce8) measured 13.5 ns per key hot against 12.4 this way (four rows). */
 static ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
-                                        const void *const *rows, int nc, const attn_dec_pf *pf) {
+                                        const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
     const void *hrows[ATTN_DEC_TILE];
     float t[8 * ATTN_DEC_TILE];
     for (int c = 0; c < nc; c++) hrows[c] = (const char *)rows[c] + 256;
@@ -665,11 +668,11 @@ static ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const cha
         const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
         float *sr = s + r0 * lds;
         if (HI) {
-            dot_bf16(1, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf);
-            dot_bf16(1, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL);
+            dot_bf16(1, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
+            dot_bf16(1, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
         } else {
-            dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf);
-            dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL);
+            dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
+            dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
         }
         for (int r = 0; r < n; r++)
             for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
@@ -705,12 +708,13 @@ ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t l
 ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
                                                  const void *const *rows, loom_dtype dt, int nc,
                                                  int d, const attn_dec_pf *pf, int hp) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf, hp);
-    else if (d == 256) dot_bf16_halves(hp, s, lds, qp, nr, rows, nc, pf);
-    else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf);
-    else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf);
-    else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf);
-    else dot_bf16(0, 2, s, lds, qp, nr, rows, nc, pf);
+    else if (d == 256) dot_bf16_halves(hp, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf, ahead);
+    else dot_bf16(0, 2, s, lds, qp, nr, rows, nc, pf, ahead);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -740,7 +744,7 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0
 /* Keys c and c + 1 (the second only if two) into the accumulators of pv_bf16_rows. */
 ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const uint16_t *pb,
                                           int64_t ldb, const void *const *rows, int c, int two,
-                                          int own, const attn_dec_pf *pf) {
+                                          int own, const attn_dec_pf *pf, int64_t ahead) {
     const char *v0 = rows[c], *v1 = two ? rows[c + 1] : NULL;
     attn_dec_pf_row(pf, c);
     attn_dec_pf_row(pf, c + 1);
@@ -753,10 +757,10 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NC; j++) {
-        if (own) attn_dec_prefetch(v0, 64 * j);
+        if (own) attn_dec_prefetch(v0, 64 * j, ahead);
         __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
         if (two) {
-            if (own) attn_dec_prefetch(v1, 64 * j);
+            if (own) attn_dec_prefetch(v1, 64 * j, ahead);
             b = _mm512_loadu_si512(v1 + 64 * j);
         }
         __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
@@ -775,7 +779,7 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const
 ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
                                           const uint16_t *pb, int64_t ldb,
                                           const void *const *rows, int nc, const float *alpha,
-                                          int own, const attn_dec_pf *pf) {
+                                          int own, const attn_dec_pf *pf, int64_t ahead) {
     __m512 ac[2][8];
 #pragma GCC unroll 2
     for (int r = 0; r < RB; r++) {
@@ -787,8 +791,8 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t ld
                              &ac[r][2 * j], &ac[r][2 * j + 1]);
     }
     int c = 0; /* whole pairs, then an odd last key */
-    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 1, own, pf);
-    if (c < nc) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 0, own, pf);
+    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 1, own, pf, ahead);
+    if (c < nc) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 0, own, pf, ahead);
 #pragma GCC unroll 2
     for (int r = 0; r < RB; r++)
 #pragma GCC unroll 4
@@ -815,6 +819,7 @@ ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const floa
 ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
                                            int d, const float *alpha, const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (dt != LOOM_BF16 || !DEC_BF16_D(d) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
@@ -835,7 +840,7 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
             float *ar = acc + r0 * lda + x0;
             const void *const *rw = x0 ? hrows : rows;
             const attn_dec_pf *f = r0 || x0 ? NULL : pf;
-#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rw, nc, alpha + r0, !r0, f)
+#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rw, nc, alpha + r0, !r0, f, ahead)
             if (rb == 2) {
                 if (d >= 128) PV_BF(2, 4);
                 else PV_BF(2, 2);
@@ -858,7 +863,7 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
  * hot, 5.2 -> 4.0 ns per key for the four rows of GQA 32/8 at d = 128. */
 ATTN_INLINE ATTN_T512BF void pv_i8_half(int RB, float *acc, int64_t lda, const uint16_t *pb,
                                         int64_t ldb, const void *const *rows, int nc, int x0,
-                                        const float *alpha, const attn_dec_pf *pf) {
+                                        const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
     __m512 ac[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
@@ -871,8 +876,8 @@ ATTN_INLINE ATTN_T512BF void pv_i8_half(int RB, float *acc, int64_t lda, const u
         const int8_t *v1 = c + 1 < nc ? (const int8_t *)rows[c + 1] + x0 : NULL;
         attn_dec_pf_row(pf, c);
         attn_dec_pf_row(pf, c + 1);
-        attn_dec_prefetch(v0, 0);
-        if (v1) attn_dec_prefetch(v1, 0);
+        attn_dec_prefetch(v0, 0, ahead);
+        if (v1) attn_dec_prefetch(v1, 0, ahead);
         __m512i pp[4];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
@@ -900,6 +905,7 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
                                               int nr, const void *const *rows, loom_dtype dt,
                                               int nc, int d, const float *alpha,
                                               const attn_dec_pf *pf) {
+    const int64_t ahead = attn_dec_ahead(pf);
     if (dt != LOOM_I8 || (d != 128 && d != 64 && d != 256) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512bf(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
@@ -913,7 +919,7 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
         float *ar = acc + r0 * lda;
         for (int x0 = 0; x0 < d; x0 += 64) {
             const attn_dec_pf *f = r0 == 0 && x0 == 0 ? pf : NULL; /* the next K tile, once */
-#define PV_I8(RB) pv_i8_half(RB, ar, lda, pb[0], ldb, rows, nc, x0, alpha + r0, f)
+#define PV_I8(RB) pv_i8_half(RB, ar, lda, pb[0], ldb, rows, nc, x0, alpha + r0, f, ahead)
             if (rb == 4) PV_I8(4);
             else if (rb == 3) PV_I8(3);
             else if (rb == 2) PV_I8(2);
