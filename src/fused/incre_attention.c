@@ -139,20 +139,29 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc
                 pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D, pl->hp);
 }
 
-/* Per-token scale/offset of cache position j (slot of the block when paged). */
+/* Cache position j of the unit's sequence: its batch entry (the block when
+ * paged) and slot, and how many of the next n positions (j included) follow
+ * in the same entry: all n in a contiguous cache. The callers take a tile's
+ * keys run by run, one block-table lookup per run. */
+static int64_t dec_run(const attn_problem *pr, const dec_unit *u, int64_t j, int64_t n, int64_t *cb,
+                       int64_t *cs) {
+    if (!pr->paged) {
+        *cb = u->b, *cs = j;
+        return n;
+    }
+    *cb = pr->block_table[u->b * pr->bt_b + (j / pr->block_size) * pr->bt_j];
+    *cs = j % pr->block_size;
+    return pr->block_size - *cs < n ? pr->block_size - *cs : n;
+}
+
 /* Per-token scales of keys j0 .. j0+n-1 of the unit into s, and their offsets
- * into o when the cache has offsets (otherwise o is left alone): one block
- * table lookup per run of keys in a block, not a call per key (per-token
- * scales cost an i8 decode 37-44 % of its time that way). */
+ * into o when the cache has offsets (otherwise o is left alone). A call per
+ * key, with the offsets' terms for caches without offsets, cost an i8 decode
+ * 37-44 % of its time. */
 static void dec_token_quant(const attn_problem *pr, const attn_quant *q, const dec_unit *u,
                             int64_t j0, int n, float *s, float *o) {
     for (int c = 0; c < n;) {
-        int64_t j = j0 + c, cb = u->b, cs = j, run = n - c;
-        if (pr->paged) {
-            cb = pr->block_table[u->b * pr->bt_b + (j / pr->block_size) * pr->bt_j];
-            cs = j % pr->block_size;
-            if (run > pr->block_size - cs) run = pr->block_size - cs;
-        }
+        int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
         const float *ps = q->scale + cb * q->s0 + u->hkv * q->s1 + cs * q->s2;
         for (int64_t i = 0; i < run; i++) s[c + i] = ps[i * q->s2];
         if (q->offset) {
@@ -183,21 +192,13 @@ static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, 
 /* Addresses of cache rows j0 .. j0+n-1 of the unit (K or V view). */
 static void dec_rows(const attn_problem *pr, const attn_view *v, const dec_unit *u, int64_t j0,
                      int n, const void **rows) {
-    if (pr->paged) { /* one block-table lookup per run of keys in a block */
-        int64_t stride = v->ss * v->esize;
-        for (int c = 0; c < n;) {
-            int64_t j = j0 + c, run = pr->block_size - j % pr->block_size;
-            const char *r0 = v->data + attn_kv_offset(pr, v, u->b, j, u->hkv) * v->esize;
-            if (run > n - c) run = n - c;
-            for (int64_t i = 0; i < run; i++) rows[c + i] = r0 + i * stride;
-            c += (int)run;
-        }
-        return;
+    int64_t stride = v->ss * v->esize; /* rows of one block a fixed stride apart */
+    for (int c = 0; c < n;) {
+        int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
+        const char *r0 = v->data + (cb * v->sb + cs * v->ss + u->hkv * v->sn) * v->esize;
+        for (int64_t i = 0; i < run; i++) rows[c + i] = r0 + i * stride;
+        c += (int)run;
     }
-    if (n <= 0) return;
-    const char *r0 = v->data + attn_kv_offset(pr, v, u->b, j0, u->hkv) * v->esize;
-    int64_t stride = v->ss * v->esize; /* contiguous: rows a fixed stride apart */
-    for (int c = 0; c < n; c++) rows[c] = r0 + c * stride;
 }
 
 /* Partial (m, l, acc) of chunk k into pm, pl_, pacc (rows of ldq floats). */
