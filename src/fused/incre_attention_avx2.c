@@ -91,10 +91,9 @@ ATTN_INLINE ATTN_T256 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     else dot_all(1, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
 }
 
-ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+ATTN_INLINE ATTN_T256 void loom_attn_dec_dot_avx2_a(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                       const void *const *rows, loom_dtype dt, int nc, int d,
-                                      const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                      const attn_dec_pf *pf, int64_t ahead) {
     if (dt == LOOM_F32 && d % 8 == 0) { /* the first pass over the keys prefetches V */
         int r = 0;
         for (; r + 4 <= nr; r += 4) dot_seq(4, s + r * lds, lds, q + r * ldq, ldq, rows, nc, d, !r, pf, ahead);
@@ -111,6 +110,14 @@ ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int
     case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
     default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, ahead); break;
     }
+}
+
+ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                                      const void *const *rows, loom_dtype dt, int nc, int d,
+                                      const attn_dec_pf *pf) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_dot_avx2_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_dot_avx2_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, 0);
 }
 
 /* RB rows, NV vectors of 8 from x0; n = valid elements of the last vector. */
@@ -154,16 +161,23 @@ ATTN_INLINE ATTN_T256 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
     if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, ahead);
 }
 
-ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+ATTN_INLINE ATTN_T256 void loom_attn_dec_pv_avx2_a(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
-                                     const float *alpha, const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                     const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
     switch (dt) {
     case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
     case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
     case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
     default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha, ahead); break;
     }
+}
+
+ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                                     const void *const *rows, loom_dtype dt, int nc, int d,
+                                     const float *alpha, const attn_dec_pf *pf) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_pv_avx2_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_pv_avx2_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
 }
 
 ATTN_INLINE ATTN_T256 float hsum8(__m256 v) {

@@ -303,9 +303,9 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8(int RB, int NQ, float *s, int64_t lds, con
 
 #define DEC_I8_D(d) ((d) == 64 || (d) == 96 || (d) == 128 || (d) == 256) /* the head dims dot_i8_prep takes */
 
-static ATTN_T512VNNI void dot_i8_rows(float *s, int64_t lds, const char *qp, int qoff, int nr,
-                                      const void *const *rows, int nc, int d,
-                                      const attn_dec_pf *pf, int64_t ahead) {
+ATTN_INLINE ATTN_T512VNNI void dot_i8_rows_b(float *s, int64_t lds, const char *qp, int qoff, int nr,
+                                             const void *const *rows, int nc, int d,
+                                             const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
 #define DOT_I8(RB, NQ) dot_i8(RB, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, qoff, rows, nc, !r, r ? NULL : pf, ahead)
 #define DOT_I8_D(RB)                      \
@@ -320,12 +320,27 @@ static ATTN_T512VNNI void dot_i8_rows(float *s, int64_t lds, const char *qp, int
 #undef DOT_I8
 }
 
+/* The rows in pairs, one function per prefetch distance (a constant in its loops;
+ * inlined into its callers instead, the i8 Q.K^T ran 4.1 -> 4.7 ns per key). */
+static ATTN_T512VNNI void dot_i8_rows_far(float *s, int64_t lds, const char *qp, int qoff, int nr,
+                                          const void *const *rows, int nc, int d, const attn_dec_pf *pf) {
+    dot_i8_rows_b(s, lds, qp, qoff, nr, rows, nc, d, pf, ATTN_DEC_PF_DIST);
+}
+static ATTN_T512VNNI void dot_i8_rows_none(float *s, int64_t lds, const char *qp, int qoff, int nr,
+                                           const void *const *rows, int nc, int d, const attn_dec_pf *pf) {
+    dot_i8_rows_b(s, lds, qp, qoff, nr, rows, nc, d, pf, 0);
+}
+ATTN_INLINE void dot_i8_rows(float *s, int64_t lds, const char *qp, int qoff, int nr,
+                             const void *const *rows, int nc, int d, const attn_dec_pf *pf, int64_t ahead) {
+    if (ahead) dot_i8_rows_far(s, lds, qp, qoff, nr, rows, nc, d, pf);
+    else dot_i8_rows_none(s, lds, qp, qoff, nr, rows, nc, d, pf);
+}
+
 /* d = 256 as two halves of 128 (q rounded against the whole row's max, so the
  * halves' scores share a scale), as dot_halves does for the other caches. */
-static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
+ATTN_INLINE ATTN_T512VNNI void dot_i8_prep_a(float *s, int64_t lds, const char *qp, int nr,
                                       const void *const *rows, int nc, int d,
-                                      const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                      const attn_dec_pf *pf, int64_t ahead) {
     if (d != 256) {
         dot_i8_rows(s, lds, qp, 0, nr, rows, nc, d, pf, ahead);
         return;
@@ -342,6 +357,14 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
         for (int r = 0; r < n; r++)
             for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
     }
+}
+
+static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
+                                      const void *const *rows, int nc, int d,
+                                      const attn_dec_pf *pf) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) dot_i8_prep_a(s, lds, qp, nr, rows, nc, d, pf, ATTN_DEC_PF_DIST);
+    else dot_i8_prep_a(s, lds, qp, nr, rows, nc, d, pf, 0);
 }
 
 /* dec_dot through a level's prepared form, for a direct call that has no
@@ -377,10 +400,9 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
     dot_i8_prep(s, lds, qp, nr, rows, nc, d, pf);
 }
 
-ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
+ATTN_INLINE ATTN_T512 void loom_attn_dec_dot_avx512_a(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
-                                        int d, const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                        int d, const attn_dec_pf *pf, int64_t ahead) {
     if (dot_via_prep(loom_attn_dec_qprep_avx512, loom_attn_dec_dot_prep_avx512, s, lds, q, ldq, nr,
                      rows, dt, nc, d, pf))
         return; /* an i8 K on AVX512_VNNI CPUs */
@@ -390,6 +412,14 @@ ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, i
     case LOOM_BF16: dot_dt(LOOM_BF16, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
     default: dot_dt(LOOM_I8, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
     }
+}
+
+ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
+                                        int nr, const void *const *rows, loom_dtype dt, int nc,
+                                        int d, const attn_dec_pf *pf) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_dot_avx512_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_dot_avx512_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, 0);
 }
 
 /* acc rows r0..r0+RB-1, NV vectors from element x0 (masks km) */
@@ -462,9 +492,9 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
         for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + r * lda + 16 * v, ac[r][v]);
 }
 
-ATTN_INLINE ATTN_T512 void pv_all_d(loom_dtype DT, float *acc, int64_t lda, const float *p,
-                                    int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                    const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
+ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
+                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
+                                  const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
     if (DEC_SEQ_D(DT, d) && DT != LOOM_I8) { /* i8: half rows, each element widened once */
         for (; d == 64 && r + 4 <= nr; r += 4)
@@ -490,30 +520,40 @@ ATTN_INLINE ATTN_T512 void pv_all_d(loom_dtype DT, float *acc, int64_t lda, cons
     if (r < nr) pv_rows(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r, r ? NULL : pf8, ahead);
 }
 
-/* d = 256 (not i8) as two halves of 128, as dot_halves */
-ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
-                                  int64_t ldp, int nr, const void *const *rows, int nc, int d,
-                                  const float *alpha, const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
-    if (d != 256 || DT == LOOM_I8) {
-        pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead);
-        return;
-    }
+/* The two halves of d = 256 (not i8) through the d = 128 kernels, as dot_halves;
+ * the second without the other stream's rows, at the first's prefetch distance. */
+typedef void attn_dec_pv_half_fn(float *, int64_t, const float *, int64_t, int, const void *const *,
+                                 loom_dtype, int, int, const float *, const attn_dec_pf *);
+static void pv_halves(attn_dec_pv_half_fn *pv, float *acc, int64_t lda, const float *p, int64_t ldp,
+                      int nr, const void *const *rows, loom_dtype dt, int nc, const float *alpha,
+                      const attn_dec_pf *pf) {
     const void *hrows[ATTN_DEC_TILE];
-    dec_rows_at(hrows, rows, nc, DT == LOOM_F32 ? 512 : 256);
-    pv_all_d(DT, acc, lda, p, ldp, nr, rows, nc, 128, alpha, pf, ahead);
-    pv_all_d(DT, acc + 128, lda, p, ldp, nr, hrows, nc, 128, alpha, NULL, ahead);
+    const attn_dec_pf none = {NULL, 0, 0, attn_dec_ahead(pf)};
+    dec_rows_at(hrows, rows, nc, 128 * (int64_t)loom_dtype_size(dt));
+    pv(acc, lda, p, ldp, nr, rows, dt, nc, 128, alpha, pf);
+    pv(acc + 128, lda, p, ldp, nr, hrows, dt, nc, 128, alpha, &none);
 }
 
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
                                        int nr, const void *const *rows, loom_dtype dt, int nc,
                                        int d, const float *alpha, const attn_dec_pf *pf) {
-    switch (dt) {
-    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
-    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
-    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
-    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf); break;
+    if (d == 256 && dt != LOOM_I8 && nc <= ATTN_DEC_TILE) {
+        pv_halves(loom_attn_dec_pv_avx512, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
+        return;
     }
+#define PV_ALL(DT, A) pv_all(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, A)
+#define PV_DT(A)                                   \
+    switch (dt) {                                  \
+    case LOOM_F32: PV_ALL(LOOM_F32, A); break;     \
+    case LOOM_F16: PV_ALL(LOOM_F16, A); break;     \
+    case LOOM_BF16: PV_ALL(LOOM_BF16, A); break;   \
+    default: PV_ALL(LOOM_I8, A); break;            \
+    }
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) PV_DT(ATTN_DEC_PF_DIST)
+    else PV_DT(0)
+#undef PV_DT
+#undef PV_ALL
 }
 
 /* ---------------------------------------------------------- bf16 caches with AVX512_BF16 */
@@ -658,7 +698,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
  * scores added to the first's, eight rows at a time. Two rows' q parts at 256
  * would take 32 registers; one row at a time (q_lo read from memory, 8 keys,
  * reduce8) measured 13.5 ns per key hot against 12.4 this way (four rows). */
-static ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
+ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
                                         const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
     const void *hrows[ATTN_DEC_TILE];
     float t[8 * ATTN_DEC_TILE];
@@ -705,16 +745,23 @@ ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t l
     return 1;
 }
 
-ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
+ATTN_INLINE ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf_a(float *s, int64_t lds, const void *qp, int nr,
                                                  const void *const *rows, loom_dtype dt, int nc,
-                                                 int d, const attn_dec_pf *pf, int hp) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                                 int d, const attn_dec_pf *pf, int hp, int64_t ahead) {
     if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf, hp);
     else if (d == 256) dot_bf16_halves(hp, s, lds, qp, nr, rows, nc, pf, ahead);
     else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf, ahead);
     else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf, ahead);
     else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf, ahead);
     else dot_bf16(0, 2, s, lds, qp, nr, rows, nc, pf, ahead);
+}
+
+ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
+                                                 const void *const *rows, loom_dtype dt, int nc,
+                                                 int d, const attn_dec_pf *pf, int hp) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, 0);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -816,41 +863,42 @@ ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const floa
         }
 }
 
-ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_avx512bf_a(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
-                                           int d, const float *alpha, const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
-    if (dt != LOOM_BF16 || !DEC_BF16_D(d) || nc > ATTN_DEC_TILE) {
+                                           int d, const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
+    if (dt != LOOM_BF16 || (d != 64 && d != 128) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
-    /* probabilities as bf16, two rows at a time, zero padded to an even count.
-     * d = 256 goes as two halves of 128 (rows offset by 256 bytes): two rows
-     * of 256 would need 32 accumulators, and one row at a time pairs every
-     * two V vectors for a single row's products (twice the shuffles). */
+    /* probabilities as bf16, two rows at a time, zero padded to an even count */
     uint16_t pb[2][ATTN_DEC_TILE + 32];
     const int ldb = ATTN_DEC_TILE + 32;
-    const void *hrows[ATTN_DEC_TILE];
-    if (d == 256)
-        for (int c = 0; c < nc; c++) hrows[c] = (const char *)rows[c] + 256;
     for (int r0 = 0; r0 < nr; r0 += 2) {
         int rb = nr - r0 < 2 ? nr - r0 : 2;
         pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
-        for (int x0 = 0; x0 < d; x0 += 128) {
-            float *ar = acc + r0 * lda + x0;
-            const void *const *rw = x0 ? hrows : rows;
-            const attn_dec_pf *f = r0 || x0 ? NULL : pf;
-#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rw, nc, alpha + r0, !r0, f, ahead)
-            if (rb == 2) {
-                if (d >= 128) PV_BF(2, 4);
-                else PV_BF(2, 2);
-            } else {
-                if (d >= 128) PV_BF(1, 4);
-                else PV_BF(1, 2);
-            }
-#undef PV_BF
+        float *ar = acc + r0 * lda;
+#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf, ahead)
+        if (rb == 2) {
+            if (d == 128) PV_BF(2, 4);
+            else PV_BF(2, 2);
+        } else {
+            if (d == 128) PV_BF(1, 4);
+            else PV_BF(1, 2);
         }
+#undef PV_BF
     }
+}
+
+ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                           int nr, const void *const *rows, loom_dtype dt, int nc,
+                                           int d, const float *alpha, const attn_dec_pf *pf) {
+    if (d == 256 && dt == LOOM_BF16 && nc <= ATTN_DEC_TILE) { /* two rows of 256 would need 32 accumulators */
+        pv_halves(loom_attn_dec_pv_avx512bf, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
+        return;
+    }
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
 }
 
 /* P.V against an i8 V with vdpbf16ps over key pairs (inner_precise 1): every
@@ -901,11 +949,10 @@ ATTN_INLINE ATTN_T512BF void pv_i8_half(int RB, float *acc, int64_t lda, const u
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(acc + r * lda + x0 + 16 * j, ac[r][j]);
 }
 
-ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf_a(float *acc, int64_t lda, const float *p, int64_t ldp,
                                               int nr, const void *const *rows, loom_dtype dt,
                                               int nc, int d, const float *alpha,
-                                              const attn_dec_pf *pf) {
-    const int64_t ahead = attn_dec_ahead(pf);
+                                              const attn_dec_pf *pf, int64_t ahead) {
     if (dt != LOOM_I8 || (d != 128 && d != 64 && d != 256) || nc > ATTN_DEC_TILE) {
         loom_attn_dec_pv_avx512bf(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
@@ -927,6 +974,15 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
 #undef PV_I8
         }
     }
+}
+
+ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                              int nr, const void *const *rows, loom_dtype dt,
+                                              int nc, int d, const float *alpha,
+                                              const attn_dec_pf *pf) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_pv_hp_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_pv_hp_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
 }
 
 /* Online softmax along each row. The running max m[r] moves only when a score
