@@ -17,9 +17,9 @@
  * streams: in a synthetic test the same loads and FMAs streamed 6.6 GB/s in
  * that order against 30 GB/s in address order (one core, Zen 5), and in the
  * kernel the loads stopped overlapping with the arithmetic (time = compute
- * + transfer). d = 256 runs as two halves of 128 (dot_halves and pv_all;
- * dot_bf16_halves and the bf16 P.V for a bf16 cache; dot_i8_prep for an i8
- * K, whose V keeps pv_rows). Other head sizes use the side-by-side kernels
+ * + transfer). d = 256 runs as two halves of 128 (dot_halves, dot_bf16_halves
+ * and dot_i8_prep for Q.K^T; pv_halves through the d = 128 P.V entry points;
+ * an i8 V keeps pv_rows). Other head sizes use the side-by-side kernels
  * (dot_all, pv_rows).
  *
  * On top of that, on its first pass over a tile each kernel prefetches every
