@@ -710,7 +710,7 @@ int main(int argc, char **argv) {
     o.bq = blk[0], o.bkv = blk[1];
     char list[256];
     loom_dtype cache_t[8]; /* --caches, for the decode and kernels sets */
-    int cache_hp[8], n_cache = 0;
+    int cache_var[8], n_cache = 0;
     snprintf(list, sizeof list, "%s", caches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         loom_dtype t = LOOM_I8;
@@ -723,7 +723,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_attention: cache dtype %s: expected at most 8 of f32, f16, bf16, i8, i8hp, bf16hp, i8tok\n", tok);
             return 2;
         }
-        cache_hp[n_cache] = var;
+        cache_var[n_cache] = var;
         cache_t[n_cache++] = t;
     }
     const loom_cpu_features *f = loom_cpu_get();
@@ -763,7 +763,7 @@ int main(int argc, char **argv) {
             printf("|---|---|---|---|---|---|---|---|---|---|\n");
         }
         for (int i = 0; i < n_cache; i++)
-            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], cache_hp[i], ctx[l]);
+            for (int l = 0; l < n_ctx; l++) bench_decode(&o, probe, cache_t[i], cache_var[i], ctx[l]);
         bench_probe_free(probe);
     }
     if (strstr(sets, "kernels")) {
@@ -771,7 +771,7 @@ int main(int argc, char **argv) {
                ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE);
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i], cache_hp[i]);
+        for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i], cache_var[i]);
     }
     return 0;
 }

@@ -221,7 +221,7 @@ typedef struct loom_attn_kernels {
     /* Decode: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x]. */
     attn_dec_pv_fn *dec_pv;
     /* As dec_pv, for inner_precise 1 (NULL: dec_pv serves both): an i8 V multiplies
-     * P rounded to bf16 (vdpbf16ps; head dims 64 and 128), other caches as dec_pv. */
+     * P rounded to bf16 (vdpbf16ps; head dims 64, 128 and 256), other caches as dec_pv. */
     attn_dec_pv_fn *dec_pv_hp;
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols,
      * except that m[r] is a lazy reference max (ATTN_DEC_MAX_SLACK): l, the

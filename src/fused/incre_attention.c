@@ -214,13 +214,12 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
      * tiles only when threads share the memory (dec_i8_xpf): one core is
      * compute-bound on them and the extra requests cost it 2-4 points of the
      * read bandwidth; two threads gained 1-3 (bench_attention --ab noi8xpf) */
-    int xpf = (pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared)) && kn->dec_self_prefetch;
     /* A paged cache's next rows are not further on in memory: no prefetch at a
      * distance (the kernels' own would fetch other heads' rows, or nothing
      * useful), and the lists of real rows for every cache dtype, one thread
      * too (bench_attention --paged 16, i8 on one thread: 1.2 -> 0.6 ms). */
-    int64_t ahead = ATTN_DEC_PF_DIST;
-    if (pr->paged) xpf = kn->dec_self_prefetch, ahead = 0;
+    int xpf = kn->dec_self_prefetch && (pr->paged || pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared));
+    int64_t ahead = pr->paged ? 0 : ATTN_DEC_PF_DIST;
     for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
     memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
     for (int64_t j0 = c0; j0 < c1; j0 += T) {

@@ -173,6 +173,12 @@ ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, 
     for (int c = 0; c < nc; c++) dst[c] = (const char *)rows[c] + off;
 }
 
+/* s[r][c] += t[r][c] (t rows ATTN_DEC_TILE apart): the second half's scores of d = 256. */
+ATTN_INLINE void dec_add_scores(float *s, int64_t lds, const float *t, int nr, int nc) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+}
+
 ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const float *q,
                                     int64_t ldq, int nr, const void *const *rows, int nc, int d,
                                     const attn_dec_pf *pf, int64_t ahead) {
@@ -210,8 +216,7 @@ ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, cons
         float *sr = s + r0 * lds;
         dot_dt_d(DT, sr, lds, q + r0 * ldq, ldq, n, rows, nc, 128, r0 ? NULL : pf, ahead);
         dot_dt_d(DT, t, ATTN_DEC_TILE, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL, ahead);
-        for (int r = 0; r < n; r++)
-            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+        dec_add_scores(sr, lds, t, n, nc);
     }
 }
 
@@ -354,8 +359,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8_prep_a(float *s, int64_t lds, const char *
         float *sr = s + r0 * lds;
         dot_i8_rows(sr, lds, q0, 0, n, rows, nc, 128, r0 ? NULL : pf, ahead);
         dot_i8_rows(t, ATTN_DEC_TILE, q0, 256, n, hrows, nc, 128, NULL, ahead);
-        for (int r = 0; r < n; r++)
-            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+        dec_add_scores(sr, lds, t, n, nc);
     }
 }
 
@@ -522,9 +526,7 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 
 /* The two halves of d = 256 (not i8) through the d = 128 kernels, as dot_halves;
  * the second without the other stream's rows, at the first's prefetch distance. */
-typedef void attn_dec_pv_half_fn(float *, int64_t, const float *, int64_t, int, const void *const *,
-                                 loom_dtype, int, int, const float *, const attn_dec_pf *);
-static void pv_halves(attn_dec_pv_half_fn *pv, float *acc, int64_t lda, const float *p, int64_t ldp,
+static void pv_halves(attn_dec_pv_fn *pv, float *acc, int64_t lda, const float *p, int64_t ldp,
                       int nr, const void *const *rows, loom_dtype dt, int nc, const float *alpha,
                       const attn_dec_pf *pf) {
     const void *hrows[ATTN_DEC_TILE];
@@ -702,7 +704,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, cons
                                         const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
     const void *hrows[ATTN_DEC_TILE];
     float t[8 * ATTN_DEC_TILE];
-    for (int c = 0; c < nc; c++) hrows[c] = (const char *)rows[c] + 256;
+    dec_rows_at(hrows, rows, nc, 256);
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n = nr - r0 < 8 ? nr - r0 : 8;
         const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
@@ -714,8 +716,7 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, cons
             dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
             dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
         }
-        for (int r = 0; r < n; r++)
-            for (int c = 0; c < nc; c++) sr[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+        dec_add_scores(sr, lds, t, n, nc);
     }
 }
 
