@@ -1,0 +1,74 @@
+/* Helpers shared by the AVX-512 decode kernels, which live in three files:
+ * incre_attention_avx512.c (every cache dtype widened to f32: the
+ * address-order and side-by-side kernels, the softmax), _i8.c (an i8 K with
+ * AVX512_VNNI, an i8 V under inner_precise 1) and _bf16.c (a bf16 cache with
+ * AVX512_BF16). Internal to those files. */
+#ifndef LOOM_FUSED_INCRE_ATTENTION_AVX512_H
+#define LOOM_FUSED_INCRE_ATTENTION_AVX512_H
+
+#if defined(__x86_64__)
+#include "fused/flash_attention_simd.h"
+
+#define ATTN_T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+/* Lane r*KB + k of z is s[r][k]: row by row with masked stores (KB = 16/RB). */
+ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, int nrv, int ncv) {
+    __mmask16 k = (__mmask16)((1u << ncv) - 1);
+    if (RB == 1) {
+        _mm512_mask_storeu_ps(s, k, z);
+    } else if (RB == 2) {
+        _mm256_mask_storeu_ps(s, (__mmask8)k, _mm512_castps512_ps256(z));
+        if (nrv > 1)
+            _mm256_mask_storeu_ps(s + lds, (__mmask8)k,
+                                  _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0xEE)));
+    } else { /* 4 or 2 keys per row: through a small buffer (store forwarding) */
+        float out[20];
+        _mm512_storeu_ps(out, z);
+        _mm_storeu_ps(out + 16, _mm_setzero_ps()); /* read (masked off) by the last row of RB = 8 */
+        for (int r = 0; r < nrv; r++)
+            _mm_mask_storeu_ps(s + r * lds, (__mmask8)k, _mm_loadu_ps(out + r * (16 / RB)));
+    }
+}
+
+/* Rows of the tile's cache rows from byte off on (the second half of d = 256). */
+ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, int64_t off) {
+    for (int c = 0; c < nc; c++) dst[c] = (const char *)rows[c] + off;
+}
+
+/* s[r][c] += t[r][c] (t rows ATTN_DEC_TILE apart): the second half's scores of d = 256. */
+ATTN_INLINE void dec_add_scores(float *s, int64_t lds, const float *t, int nr, int nc) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+}
+
+/* nr rows of probabilities (nc <= ATTN_DEC_TILE each) rounded to bf16 into pb
+ * (rows ldb apart), zero padded to the next 16: an odd last key pairs with 0. */
+ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const float *p, int64_t ldp,
+                                           int nr, int nc) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            _mm256_storeu_si256((__m256i *)(pb + r * ldb + c),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p + r * ldp + c)));
+        }
+}
+
+/* dec_dot through a level's prepared form, for a direct call that has no
+ * prepared q: rows converted four at a time on the stack. 0 if qprep does not
+ * take this K dtype and head dim (nothing done). */
+int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
+                          void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
+                                           loom_dtype, int, int, const attn_dec_pf *, int),
+                          float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                          const void *const *rows, loom_dtype dt, int nc, int d,
+                          const attn_dec_pf *pf);
+
+/* The two halves of d = 256 (not i8) through the d = 128 P.V entry point pv,
+ * as the Q.K^T kernels run them; the second without the other stream's rows,
+ * at the first's prefetch distance. */
+void attn_dec_pv_halves(attn_dec_pv_fn *pv, float *acc, int64_t lda, const float *p, int64_t ldp,
+                        int nr, const void *const *rows, loom_dtype dt, int nc, const float *alpha,
+                        const attn_dec_pf *pf);
+
+#endif /* __x86_64__ */
+#endif

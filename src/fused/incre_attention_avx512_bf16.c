@@ -1,0 +1,346 @@
+/* AVX-512 decode kernels for bf16 caches on AVX512_BF16 CPUs: the scores
+ * with vdpbf16ps on q split into bf16 hi and lo parts (prepared once per
+ * (batch, kv head); hi only under inner_precise 1), and the P.V with
+ * vdpbf16ps over key pairs, P rounded to bf16. Row order and prefetching as
+ * described in incre_attention_avx512.c; other dtypes and head dims fall
+ * through to its kernels (and an i8 K to the VNNI kernels). */
+#include "fused/flash_attention_internal.h"
+
+#if defined(__x86_64__)
+#include "fused/incre_attention_avx512.h"
+
+
+/* Head dims of the vdpbf16ps kernels, and the byte of a prepared row where q_lo begins */
+#define DEC_BF16_D(d) ((d) == 64 || (d) == 128 || (d) == 256)
+#define BF16_QLO 512
+
+/* Scores against a bf16 K with vdpbf16ps, d = 32 NQ (64 or 128). Each q row is
+ * split into q_hi = bf16(q) and q_lo = bf16(q - q_hi), so q keeps ~16 bits
+ * (relative error <= 2^-17) and every product is exact in f32: the scores stay
+ * as accurate as the widening kernel's at half the instructions (no widening). */
+ATTN_INLINE ATTN_T512BF void bf16_split_q(int NQ, const float *qr, __m512i *qh, __m512i *ql) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NQ; v++) {
+        __m512 a = _mm512_loadu_ps(qr + 32 * v), b = _mm512_loadu_ps(qr + 32 * v + 16);
+        __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
+        __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
+        __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+        qh[v] = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
+        ql[v] = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(ra)),
+                                   (__m256i)_mm512_cvtneps_pbh(rb), 1);
+    }
+}
+
+/* One q row (the last of an odd count), 16 keys at a time. HI: q_hi only
+ * (inner_precise 1, q rounded to bf16). */
+ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *qp,
+                                          const void *const *rows, int nc, const attn_dec_pf *pf,
+                                          int first, int64_t ahead) {
+    __m512i qh[4], ql[4];
+    for (int v = 0; v < NQ; v++) {
+        qh[v] = _mm512_loadu_si512(qp + 64 * v);
+        ql[v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(qp + BF16_QLO + 64 * v);
+    }
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        int ncv = nc - c0 < 16 ? nc - c0 : 16;
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+            if (first) attn_dec_pf_row(pf, c0 + k);
+            acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int v = 0; v < NQ; v++) {
+                if (first) attn_dec_prefetch(kp, 64 * v, ahead);
+                __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
+                acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[v], (__m512bh)kv);
+                if (!HI) acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)ql[v], (__m512bh)kv);
+            }
+        }
+        _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << ncv) - 1), attn_reduce16_acc(acc));
+    }
+}
+
+/* Lane j (j < 8) of the result = sum of the lanes of a[j]: three shuffle+add
+ * levels and a fold, the cost per sum of attn_reduce16. */
+ATTN_INLINE ATTN_T512 __m256 reduce8(const __m512 *a) {
+    __m512 w[4], x[2];
+    for (int k = 0; k < 4; k++) /* 256-bit half 0: a[2k] folded, half 1: a[2k + 1] */
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 2; k++) /* 128-bit block b of x[k]: a[4k + b] */
+        x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(x[0], x[1]), _mm512_unpackhi_ps(x[0], x[1]));
+    y = _mm512_add_ps(y, _mm512_permute_ps(y, 0x4E)); /* lane 4b: a[b], lane 4b + 1: a[4 + b] */
+    const __m512i ix = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(ix, y));
+}
+
+/* Keys c0 .. c0+3 (ncv of them real) against the two rows' q parts. */
+ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t lds, const __m512i (*qh)[4],
+                                            const __m512i (*ql)[4], const void *const *rows,
+                                            int c0, int ncv, const attn_dec_pf *pf, int first, int64_t ahead) {
+    __m512 acc[8], accl[8]; /* acc[k]: row r, acc[4 + k]: row r + 1; accl: their q_lo products */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const void *kp = rows[c0 + (k < ncv ? k : ncv - 1)];
+        if (first) attn_dec_pf_row(pf, c0 + k);
+        acc[k] = _mm512_setzero_ps();
+        acc[4 + k] = _mm512_setzero_ps();
+        accl[k] = _mm512_setzero_ps();
+        accl[4 + k] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < NQ; v++) {
+            if (first) attn_dec_prefetch(kp, 64 * v, ahead);
+            __m512i kv = _mm512_loadu_si512((const char *)kp + 64 * v);
+            acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)qh[0][v], (__m512bh)kv);
+            acc[4 + k] = _mm512_dpbf16_ps(acc[4 + k], (__m512bh)qh[1][v], (__m512bh)kv);
+            if (!HI) {
+                accl[k] = _mm512_dpbf16_ps(accl[k], (__m512bh)ql[0][v], (__m512bh)kv);
+                accl[4 + k] = _mm512_dpbf16_ps(accl[4 + k], (__m512bh)ql[1][v], (__m512bh)kv);
+            }
+        }
+    }
+    if (!HI) /* the q_lo products in accumulators of their own: chains half as long */
+        for (int j = 0; j < 8; j++) acc[j] = _mm512_add_ps(acc[j], accl[j]);
+    __m256 z = reduce8(acc);
+    __mmask8 m = (__mmask8)((1u << ncv) - 1);
+    _mm_mask_storeu_ps(s + c0, m, _mm256_castps256_ps128(z));
+    _mm_mask_storeu_ps(s + lds + c0, m, _mm256_extractf128_ps(z, 1));
+}
+
+/* Rows in pairs (q hi + lo of both: 16 registers), 4 keys at a time (8
+ * accumulators, reduce8): each K row is loaded once per pair of rows instead
+ * of once per row (measured from DRAM, in-process A/B: +2-5 %; hot, the same).
+ * The q_lo products go to 8 accumulators of their own, added before the
+ * reduction: one chain of 8 dependent vdpbf16ps per (row, key) was longer than
+ * the block's throughput (hot 6.7 -> 5.9 ns per key; bench_attention --ab, a
+ * temporary variant: +1.5..+3.5 points on one thread, -0.2..+2.5 on two).
+ * The first pass over the keys prefetches. Whole blocks of 4 keys take a loop
+ * of their own (no per-key clamping), the last partial block a second one:
+ * with the clamping in the hot loop GCC reloaded six q vectors from the stack
+ * in every block. */
+ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, const char *qp, int nr,
+                                      const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) {
+        __m512i qh[2][4], ql[2][4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            const char *row = qp + (size_t)(r + i) * ATTN_DEC_QPREP_STRIDE;
+#pragma GCC unroll 4
+            for (int v = 0; v < NQ; v++) {
+                qh[i][v] = _mm512_loadu_si512(row + 64 * v);
+                ql[i][v] = HI ? _mm512_setzero_si512() : _mm512_loadu_si512(row + BF16_QLO + 64 * v);
+            }
+        }
+        int c0 = 0;
+        if (r == 0)
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s, lds, qh, ql, rows, c0, 4, pf, 1, ahead);
+        else
+            for (; c0 + 4 <= nc; c0 += 4) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, 4, pf, 0, ahead);
+        if (c0 < nc) dot_bf16_keys4(HI, NQ, s + r * lds, lds, qh, ql, rows, c0, nc - c0, pf, r == 0, ahead);
+    }
+    if (r < nr) dot_bf16_row(HI, NQ, s + r * lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, pf, r == 0, ahead);
+}
+
+/* d = 256 as two halves of 128 through dot_bf16 (a prepared row's halves
+ * start 256 bytes apart in both its q_hi and q_lo parts), the second half's
+ * scores added to the first's, eight rows at a time. Two rows' q parts at 256
+ * would take 32 registers; one row at a time (q_lo read from memory, 8 keys,
+ * reduce8) measured 13.5 ns per key hot against 12.4 this way (four rows). */
+ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
+                                        const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
+    const void *hrows[ATTN_DEC_TILE];
+    float t[8 * ATTN_DEC_TILE];
+    dec_rows_at(hrows, rows, nc, 256);
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        int n = nr - r0 < 8 ? nr - r0 : 8;
+        const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
+        float *sr = s + r0 * lds;
+        if (HI) {
+            dot_bf16(1, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
+            dot_bf16(1, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
+        } else {
+            dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
+            dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
+        }
+        dec_add_scores(sr, lds, t, n, nc);
+    }
+}
+
+/* q rows split into bf16 hi and lo parts (ATTN_DEC_QPREP_STRIDE bytes a row: q_hi
+ * vectors from byte 0, q_lo from byte BF16_QLO), once per (batch, kv head) by the
+ * driver: the split in front of every tile cost as the i8 rounding did. With
+ * hp (inner_precise 1) only q_hi, q rounded to bf16 as the prefill kernel's
+ * inner_precise 1 rounds it: one vdpbf16ps per product instead of two (hot,
+ * 6.7 -> 4.3 ns per key for the four rows of GQA 32/8 at d = 128). */
+static ATTN_T512BF void bf16_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int NQ, int hp) {
+    for (int r = 0; r < nr; r++) {
+        __m512i qh[8], ql[8];
+        char *row = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE;
+        bf16_split_q(NQ, q + r * ldq, qh, ql);
+        for (int v = 0; v < NQ; v++) {
+            _mm512_storeu_si512(row + 64 * v, qh[v]);
+            if (!hp) _mm512_storeu_si512(row + BF16_QLO + 64 * v, ql[v]);
+        }
+    }
+}
+
+ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr,
+                                             loom_dtype kdt, int d, int hp) {
+    if (kdt != LOOM_BF16 || !DEC_BF16_D(d))
+        return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d, hp);
+    bf16_prep_rows(qp, q, ldq, nr, d / 32, hp);
+    return 1;
+}
+
+ATTN_INLINE ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf_a(float *s, int64_t lds, const void *qp, int nr,
+                                                 const void *const *rows, loom_dtype dt, int nc,
+                                                 int d, const attn_dec_pf *pf, int hp, int64_t ahead) {
+    if (dt != LOOM_BF16) loom_attn_dec_dot_prep_avx512(s, lds, qp, nr, rows, dt, nc, d, pf, hp);
+    else if (d == 256) dot_bf16_halves(hp, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (hp && d == 128) dot_bf16(1, 4, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (hp) dot_bf16(1, 2, s, lds, qp, nr, rows, nc, pf, ahead);
+    else if (d == 128) dot_bf16(0, 4, s, lds, qp, nr, rows, nc, pf, ahead);
+    else dot_bf16(0, 2, s, lds, qp, nr, rows, nc, pf, ahead);
+}
+
+ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
+                                                 const void *const *rows, loom_dtype dt, int nc,
+                                                 int d, const attn_dec_pf *pf, int hp) {
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, 0);
+}
+
+ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
+                                            int nr, const void *const *rows, loom_dtype dt, int nc,
+                                            int d, const attn_dec_pf *pf) {
+    if (!attn_dec_dot_via_prep(loom_attn_dec_qprep_avx512bf, loom_attn_dec_dot_prep_avx512bf, s, lds,
+                               q, ldq, nr, rows, dt, nc, d, pf))
+        loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
+}
+
+/* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values
+ * (unpacked lo/hi within 128-bit lanes) leaves x = 8L + i in lane 4L + i of
+ * "lo" and x = 8L + 4 + i in lane 4L + i of "hi" (L = 0..3, i = 0..3). */
+ATTN_INLINE ATTN_T512BF void pv_bf16_to_pairs(__m512 n0, __m512 n1, __m512 *lo, __m512 *hi) {
+    const __m512i il = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i ih = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    *lo = _mm512_permutex2var_ps(n0, il, n1);
+    *hi = _mm512_permutex2var_ps(n0, ih, n1);
+}
+ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m512 *n1) {
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    *n0 = _mm512_permutex2var_ps(lo, i0, hi);
+    *n1 = _mm512_permutex2var_ps(lo, i1, hi);
+}
+
+/* Keys c and c + 1 (the second only if two) into the accumulators of pv_bf16_rows. */
+ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const uint16_t *pb,
+                                          int64_t ldb, const void *const *rows, int c, int two,
+                                          int own, const attn_dec_pf *pf, int64_t ahead) {
+    const char *v0 = rows[c], *v1 = two ? rows[c + 1] : NULL;
+    attn_dec_pf_row(pf, c);
+    attn_dec_pf_row(pf, c + 1);
+    __m512i pp[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++) {
+        uint32_t pair;
+        memcpy(&pair, pb + r * ldb + c, sizeof pair);
+        pp[r] = _mm512_set1_epi32((int)pair);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        if (own) attn_dec_prefetch(v0, 64 * j, ahead);
+        __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
+        if (two) {
+            if (own) attn_dec_prefetch(v1, 64 * j, ahead);
+            b = _mm512_loadu_si512(v1 + 64 * j);
+        }
+        __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 2
+        for (int r = 0; r < RB; r++) {
+            ac[r][2 * j] = _mm512_dpbf16_ps(ac[r][2 * j], (__m512bh)lo, (__m512bh)pp[r]);
+            ac[r][2 * j + 1] = _mm512_dpbf16_ps(ac[r][2 * j + 1], (__m512bh)hi, (__m512bh)pp[r]);
+        }
+    }
+}
+
+/* P.V against a bf16 V with vdpbf16ps over key pairs, P rounded to bf16 (as the
+ * prefill kernel's bf16 path: relative error <= 2^-9 per probability), d = 32 NC.
+ * RB rows (2 NC accumulators each); an odd last key pairs with zeros. pb holds
+ * the rows' probabilities as bf16, ldb apart, zero padded to even length. */
+ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
+                                          const uint16_t *pb, int64_t ldb,
+                                          const void *const *rows, int nc, const float *alpha,
+                                          int own, const attn_dec_pf *pf, int64_t ahead) {
+    __m512 ac[2][8];
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++) {
+        __m512 al = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++)
+            pv_bf16_to_pairs(_mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j)),
+                             _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j + 16)),
+                             &ac[r][2 * j], &ac[r][2 * j + 1]);
+    }
+    int c = 0; /* whole pairs, then an odd last key */
+    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 1, own, pf, ahead);
+    if (c < nc) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 0, own, pf, ahead);
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            __m512 n0, n1;
+            pv_bf16_from_pairs(ac[r][2 * j], ac[r][2 * j + 1], &n0, &n1);
+            _mm512_storeu_ps(acc + r * lda + 32 * j, n0);
+            _mm512_storeu_ps(acc + r * lda + 32 * j + 16, n1);
+        }
+}
+
+
+ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_avx512bf_a(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                           int nr, const void *const *rows, loom_dtype dt, int nc,
+                                           int d, const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
+    if (dt != LOOM_BF16 || (d != 64 && d != 128) || nc > ATTN_DEC_TILE) {
+        loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
+        return;
+    }
+    /* probabilities as bf16, two rows at a time, zero padded to an even count */
+    uint16_t pb[2][ATTN_DEC_TILE + 32];
+    const int ldb = ATTN_DEC_TILE + 32;
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        int rb = nr - r0 < 2 ? nr - r0 : 2;
+        pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
+        float *ar = acc + r0 * lda;
+#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf, ahead)
+        if (rb == 2) {
+            if (d == 128) PV_BF(2, 4);
+            else PV_BF(2, 2);
+        } else {
+            if (d == 128) PV_BF(1, 4);
+            else PV_BF(1, 2);
+        }
+#undef PV_BF
+    }
+}
+
+ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                           int nr, const void *const *rows, loom_dtype dt, int nc,
+                                           int d, const float *alpha, const attn_dec_pf *pf) {
+    if (d == 256 && dt == LOOM_BF16 && nc <= ATTN_DEC_TILE) { /* two rows of 256 would need 32 accumulators */
+        attn_dec_pv_halves(loom_attn_dec_pv_avx512bf, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
+        return;
+    }
+    /* the prefetch distance as a constant in each copy: it folds into the loops */
+    if (attn_dec_ahead(pf)) loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
+    else loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
+}
+
+#else
+typedef int loom_attn_incre_avx512_bf16_unused; /* ISO C wants a non-empty translation unit */
+#endif
