@@ -172,6 +172,11 @@ static void dec_token_quant(const attn_problem *pr, const attn_quant *q, const d
     }
 }
 
+/* Row cs of entry cb (batch, or block when paged) of the unit's kv head in view v. */
+static const char *dec_row0(const attn_view *v, const dec_unit *u, int64_t cb, int64_t cs) {
+    return v->data + (cb * v->sb + cs * v->ss + u->hkv * v->sn) * v->esize;
+}
+
 /* Asks for the K/V rows of the next tile: decode streams the cache once and the
  * hardware prefetcher alone keeps too few misses in flight (measured: +15% f32,
  * +20% bf16 from DRAM). i8 caches skip it: their tiles are compute-bound and
@@ -179,13 +184,17 @@ static void dec_token_quant(const attn_problem *pr, const attn_quant *q, const d
  * AVX2) prefetch inside their loops instead, spread evenly, which streams faster. */
 static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1) {
     int64_t row_bytes = pr->D * pr->k.esize, n = c1 - j0 < T ? c1 - j0 : T;
-    for (int64_t c = 0; c < n; c++) {
-        const char *k = pr->k.data + attn_kv_offset(pr, &pr->k, u->b, j0 + c, u->hkv) * pr->k.esize;
-        const char *v = pr->v.data + attn_kv_offset(pr, &pr->v, u->b, j0 + c, u->hkv) * pr->v.esize;
-        for (int64_t x = 0; x < row_bytes; x += 64) {
-            __builtin_prefetch(k + x);
-            __builtin_prefetch(v + x);
+    for (int64_t c = 0; c < n;) { /* one block-table lookup per run of keys */
+        int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
+        const char *k0 = dec_row0(&pr->k, u, cb, cs), *v0 = dec_row0(&pr->v, u, cb, cs);
+        for (int64_t i = 0; i < run; i++) {
+            const char *k = k0 + i * pr->k.ss * pr->k.esize, *v = v0 + i * pr->v.ss * pr->v.esize;
+            for (int64_t x = 0; x < row_bytes; x += 64) {
+                __builtin_prefetch(k + x);
+                __builtin_prefetch(v + x);
+            }
         }
+        c += run;
     }
 }
 
@@ -195,7 +204,7 @@ static void dec_rows(const attn_problem *pr, const attn_view *v, const dec_unit 
     int64_t stride = v->ss * v->esize; /* rows of one block a fixed stride apart */
     for (int c = 0; c < n;) {
         int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
-        const char *r0 = v->data + (cb * v->sb + cs * v->ss + u->hkv * v->sn) * v->esize;
+        const char *r0 = dec_row0(v, u, cb, cs);
         for (int64_t i = 0; i < run; i++) rows[c + i] = r0 + i * stride;
         c += (int)run;
     }
