@@ -23,7 +23,12 @@
  * GEMMs; add_rms_norm: 4 per element).
  *
  *   bench_fused [--threads 1,2] [--ms 1,512] [--wtypes f32,bf16] [--ops add_rms_norm,ffn,qkv_rope]
- *               [--reps N] [--cpu-time]
+ *               [--reps N] [--cpu-time] [--sequential]
+ * The fused and unfused calls alternate (rounds of fused, unfused, unfused,
+ * fused): times are medians over the rounds, the speed-up the median of the
+ * rounds' ratios, so a drift of the host's speed weighs on both paths alike.
+ * --sequential times all fused calls, then all unfused ones (the method of
+ * tables before 2026-12-03 20:30 UTC).
  * --cpu-time times 1-thread rows by the thread's CPU time (loaded machines).
  * Fails (status 1) if a fused result differs from the unfused one beyond the
  * tolerance of its weight dtype.
@@ -202,7 +207,7 @@ static void run_fused(void *arg) {
 
 /* ------------------------------------------------------------ rows */
 
-typedef struct opts { int threads[8], n_threads, reps, cpu_time; } opts;
+typedef struct opts { int threads[8], n_threads, reps, cpu_time, sequential; } opts;
 
 /* bench_time, or with --cpu-time and one thread the thread's CPU time. */
 static double time_it(const opts *o, void (*fn)(void *), void *arg, int nt) {
@@ -238,8 +243,14 @@ static void row(const char *op, int64_t M, const char *wt, const opts *o, fused_
             memset(f->ws, 0, f->ws_bytes); /* touched once, as the unfused intermediates are */
         }
         f->failed = q->failed = 0;
-        double tf = time_it(o, run_fused, f, nt);
-        double tu = time_it(o, run_seq, q, nt);
+        double tf, tu, speedup;
+        if (o->sequential) { /* all fused calls, then all unfused ones */
+            tf = time_it(o, run_fused, f, nt);
+            tu = time_it(o, run_seq, q, nt);
+            speedup = tu / tf;
+        } else { /* alternating: the speed-up is the median of the rounds' ratios */
+            bench_time_ab(run_fused, f, run_seq, q, 1, o->reps, o->cpu_time && nt == 1, &tf, &tu, &speedup);
+        }
         if (f->failed || q->failed) {
             fprintf(stderr, "bench_fused: %s failed: %s\n", op, loom_last_error());
             exit(1);
@@ -247,7 +258,7 @@ static void row(const char *op, int64_t M, const char *wt, const opts *o, fused_
         double err = max_diff(yf, yu, ny), tol = strcmp(wt, "bf16") == 0 || strcmp(wt, "f16") == 0 ? 1.0 / 64.0
                                                  : strcmp(wt, "f32") == 0 || wt[0] == '-' ? 1.0 / 2048.0 : 1.0 / 32.0;
         printf("| %s | %lld | %s | %d | %.3f | %.3f | **%.2f×** | %.1f | %.1f | %.2f | %.1f | %.1f | %.1e |\n",
-               op, (long long)M, wt, nt, tf * 1e3, tu * 1e3, tu / tf, bytes_f / 1e6, bytes_u / 1e6,
+               op, (long long)M, wt, nt, tf * 1e3, tu * 1e3, speedup, bytes_f / 1e6, bytes_u / 1e6,
                bytes_u / bytes_f, bytes_f / tf / 1e9, flops / tf / 1e9, err);
         if (!(err <= tol)) { /* DESIGN.md / docs/fused.md tolerances */
             fprintf(stderr, "bench_fused: %s fused and unfused differ by %g (tolerance %g)\n", op, err, tol);
@@ -367,6 +378,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cpu-time") == 0) { o.cpu_time = 1, i--; continue; }
+        if (strcmp(a, "--sequential") == 0) { o.sequential = 1, i--; continue; }
         if (!v) { fprintf(stderr, "bench_fused: %s needs a value\n", a); return 2; }
         int ok = 1;
         if (strcmp(a, "--threads") == 0) ok = (o.n_threads = bench_parse_ints(v, o.threads, 8)) > 0;
@@ -388,9 +400,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     const loom_cpu_features *cf = loom_cpu_get();
-    printf("# bench_fused\n\nisa %s; avx512f %d bf16 %d; L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)%s\n\n",
+    printf("# bench_fused\n\nisa %s; avx512f %d bf16 %d; L2 %d KiB, L3 %d KiB; reps %d (%s, after 1 warm-up)%s\n\n",
            loom_isa_name(loom_cpu_isa()), cf->avx512f, cf->avx512_bf16, cf->l2_bytes >> 10,
-           cf->l3_bytes >> 10, o.reps, o.cpu_time ? "; 1-thread rows: thread CPU time" : "");
+           cf->l3_bytes >> 10, o.reps,
+           o.sequential ? "medians, all fused calls then all unfused"
+                        : "rounds of fused, unfused, unfused, fused; medians, speed-up = median of the rounds' ratios",
+           o.cpu_time ? "; 1-thread rows: thread CPU time" : "");
     printf("| op | M | weights | threads | fused ms | unfused ms | speed-up | fused MB | unfused MB | bytes ratio | fused GB/s | fused GFLOP/s | max rel diff |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int mi = 0; mi < n_ms; mi++) {

@@ -55,6 +55,31 @@ double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps) {
     return time_with(thread_cpu_s, fn, arg, warmup, reps);
 }
 
+void bench_time_ab(void (*fa)(void *), void *a, void (*fb)(void *), void *b, int warmup, int reps,
+                   int cpu, double *ta, double *tb, double *ratio) {
+    double (*now)(void) = cpu ? thread_cpu_s : loom_time_s;
+    for (int i = 0; i < warmup; i++) fa(a), fb(b);
+    double va[64], vb[64], vr[64];
+    if (reps > 64) reps = 64;
+    if (reps < 1) reps = 1;
+    for (int i = 0; i < reps; i++) {
+        double t[4];
+        for (int k = 0; k < 4; k++) { /* A B B A */
+            int is_a = k == 0 || k == 3;
+            double t0 = now();
+            if (is_a) fa(a);
+            else fb(b);
+            t[k] = now() - t0;
+        }
+        va[i] = 0.5 * (t[0] + t[3]);
+        vb[i] = 0.5 * (t[1] + t[2]);
+        vr[i] = vb[i] / va[i];
+    }
+    *ta = bench_median(va, reps);
+    *tb = bench_median(vb, reps);
+    *ratio = bench_median(vr, reps);
+}
+
 typedef struct { const float *buf; size_t n; double sums[64]; } read_ctx;
 
 #if defined(__x86_64__)

@@ -15,6 +15,13 @@ double bench_time(void (*fn)(void *), void *arg, int warmup, int reps);
  * on a loaded machine it leaves out the time the thread was preempted (cache
  * and memory contention remain). For one-thread rows. */
 double bench_time_cpu(void (*fn)(void *), void *arg, int warmup, int reps);
+/* Two calls compared in one process: fa and fb alternately, each round A B B A
+ * (so a drift of the host's speed within a round weighs on both alike), after
+ * warmup calls of each. ta, tb: the medians of each one's mean time per round;
+ * ratio: the median of the rounds' tb / ta. cpu: the calling thread's CPU time
+ * (one-thread rows on a loaded machine), else wall clock. */
+void bench_time_ab(void (*fa)(void *), void *a, void (*fb)(void *), void *b, int warmup, int reps,
+                   int cpu, double *ta, double *tb, double *ratio);
 /* Read bandwidth in GB/s: nth threads of pool sum disjoint parts of a bytes-sized
  * buffer (larger than the caches); median of reps. */
 double bench_read_bandwidth(loom_pool *pool, size_t bytes, int reps);
