@@ -1,0 +1,527 @@
+/* libFuzzer target: the fused attention ops (loom_flash_attention_score,
+ * loom_incre_flash_attention, loom_fused_infer_attention_score) called with
+ * shapes, layouts, dtypes, masks, lengths, block tables, antiquant scales and
+ * parameters decoded from the input, valid or not. Every tensor is its own
+ * heap block of exactly the bytes its shape and strides span, so AddressSanitizer
+ * reports any read or write past it. Properties checked:
+ *   - an error status comes with a message, and leaves the outputs untouched;
+ *   - LOOM_OK leaves every output finite (inputs are finite; masks hold finite
+ *     values or -inf; lse may be -inf) and writes nothing else;
+ *   - LOOM_OK on one thread and on two gives bit-identical outputs;
+ *   - half the inputs make only valid choices, and those calls must run (LOOM_OK).
+ * Sizes are capped (S <= 150 keys, D <= 257, B <= 3, N <= 20) so an input runs
+ * in milliseconds. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "fused/attention.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* ------------------------------------------------------------ input bytes */
+
+/* wild: 0 for inputs whose every choice is valid (the call must run), else the
+ * odds (1 in wild) that each choice takes an invalid value. */
+typedef struct { const uint8_t *p; size_t n, i; uint64_t rng; unsigned wild; } reader;
+
+static unsigned rd(reader *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
+static unsigned pick(reader *r, unsigned n) { return rd(r) % n; }
+static int bad(reader *r) { return r->wild && r->i < r->n && pick(r, r->wild) == 0; }
+
+static float rnd(reader *r) { /* deterministic values in [-2, 2) */
+    r->rng = r->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((r->rng >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+}
+
+/* ------------------------------------------------------------ tensors */
+
+#define MAX_T 24
+typedef struct {
+    loom_tensor t[MAX_T];
+    void *buf[MAX_T];
+    size_t bytes[MAX_T];
+    int out[MAX_T]; /* written by the op */
+    int n;
+} arena;
+
+static size_t span_elems(const loom_tensor *t) {
+    size_t e = 1;
+    for (int i = 0; i < t->ndim; i++) e += (size_t)(t->shape[i] - 1) * (size_t)t->stride[i];
+    return e;
+}
+
+/* A tensor of the given shape; the row dim (ndim - 2) padded by pad elements
+ * when pad > 0. Data: finite values (i8: -127..127, i32: filled by the caller). */
+static loom_tensor *mk(arena *a, reader *r, loom_dtype dt, int ndim, const int64_t *shape, int pad,
+                       int is_out) {
+    if (a->n >= MAX_T) return NULL;
+    loom_tensor *t = &a->t[a->n];
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1) return NULL;
+    if (loom_tensor_init(t, dt, ndim, shape, NULL) != LOOM_OK) return NULL;
+    if (pad > 0 && ndim >= 2) { /* strides rebuilt over a padded row */
+        t->stride[ndim - 1] = 1;
+        t->stride[ndim - 2] = shape[ndim - 1] + pad;
+        for (int i = ndim - 3; i >= 0; i--) t->stride[i] = t->stride[i + 1] * shape[i + 1];
+    }
+    size_t n = span_elems(t), es = loom_dtype_size(dt);
+    size_t bytes = n * es;
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        float v = rnd(r);
+        switch (dt) {
+        case LOOM_F32: ((float *)p)[i] = v; break;
+        case LOOM_F16: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
+        case LOOM_BF16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
+        case LOOM_I8: ((int8_t *)p)[i] = (int8_t)(v * 63.0f); break;
+        default: memset((char *)p + i * es, 0, es); break;
+        }
+    }
+    t->data = p;
+    a->buf[a->n] = p;
+    a->bytes[a->n] = bytes;
+    a->out[a->n] = is_out;
+    a->n++;
+    return t;
+}
+
+static void arena_free(arena *a) {
+    for (int i = 0; i < a->n; i++) free(a->buf[i]);
+    a->n = 0;
+}
+
+/* Copies of the output buffers (before a call, or after the first run). */
+typedef struct { void *copy[MAX_T]; } snapshot;
+
+static void snap(const arena *a, snapshot *s) {
+    for (int i = 0; i < a->n; i++) {
+        s->copy[i] = NULL;
+        if (!a->out[i]) continue;
+        s->copy[i] = malloc(a->bytes[i] ? a->bytes[i] : 1);
+        if (s->copy[i]) memcpy(s->copy[i], a->buf[i], a->bytes[i]);
+    }
+}
+
+static int same(const arena *a, const snapshot *s) {
+    for (int i = 0; i < a->n; i++)
+        if (s->copy[i] && memcmp(s->copy[i], a->buf[i], a->bytes[i]) != 0) return 0;
+    return 1;
+}
+
+static void snap_free(const arena *a, snapshot *s) {
+    for (int i = 0; i < a->n; i++) free(s->copy[i]);
+}
+
+/* Every element of an f32/f16/bf16 output is finite (-inf allowed where lse). */
+static int finite_out(const loom_tensor *t, int allow_ninf) {
+    if (!t) return 1;
+    int64_t idx[4] = {0, 0, 0, 0};
+    int64_t n = loom_tensor_nelem(t);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0, rem = e;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            idx[i] = rem % t->shape[i];
+            rem /= t->shape[i];
+            off += idx[i] * t->stride[i];
+        }
+        float v;
+        if (t->dtype == LOOM_F32) v = ((const float *)t->data)[off];
+        else if (t->dtype == LOOM_F16) v = loom_f16_to_f32(((const uint16_t *)t->data)[off]);
+        else if (t->dtype == LOOM_BF16) v = loom_bf16_to_f32(((const uint16_t *)t->data)[off]);
+        else return 1;
+        if (isnan(v) || v == INFINITY || (v == -INFINITY && !allow_ninf)) return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ choices */
+
+static loom_dtype pick_fdt(reader *r) { /* f32/f16/bf16; invalid: i8 or i32 */
+    static const loom_dtype d[4] = {LOOM_F32, LOOM_F32, LOOM_F16, LOOM_BF16};
+    if (bad(r)) return pick(r, 2) ? LOOM_I8 : LOOM_I32;
+    return d[pick(r, 4)];
+}
+
+static int64_t pick_d(reader *r) { /* 1..256; invalid: 257 */
+    static const int64_t d[11] = {1, 8, 16, 31, 32, 64, 80, 96, 128, 200, 256};
+    return bad(r) ? 257 : d[pick(r, 11)];
+}
+
+static int64_t pick_tokens(reader *r) {
+    static const int64_t t[8] = {LOOM_ATTN_TOKENS_ALL, 0, 1, 3, 17, -1, -5, LOOM_ATTN_TOKENS_ALL};
+    return t[pick(r, 8)];
+}
+
+/* A length up to n: n, 0, 1 or n - 1; invalid: n + 1 or -1. */
+static int64_t near(reader *r, int64_t n) {
+    if (bad(r)) return pick(r, 2) ? n + 1 : -1;
+    switch (pick(r, 8)) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return n > 1 ? n - 1 : n;
+    default: return n;
+    }
+}
+
+/* The 4-D shape of a [B, S, N, D] sequence or cache in a layout (TND: [B*S, N, D]). */
+static int shape_of(loom_attn_layout l, int64_t B, int64_t S, int64_t N, int64_t D, int64_t *sh) {
+    switch (l) {
+    case LOOM_ATTN_BNSD: sh[0] = B, sh[1] = N, sh[2] = S, sh[3] = D; return 4;
+    case LOOM_ATTN_BSH: sh[0] = B, sh[1] = S, sh[2] = N * D; return 3;
+    case LOOM_ATTN_TND: sh[0] = B * S, sh[1] = N, sh[2] = D; return 3;
+    default: sh[0] = B, sh[1] = S, sh[2] = N, sh[3] = D; return 4;
+    }
+}
+
+/* An optional mask: none, boolean i8 or additive f32 (-inf, -3 or 0), 2-D
+ * [S_q, S_kv] or 4-D with broadcast dims; invalid: one key short. */
+static const loom_tensor *pick_mask(arena *a, reader *r, int64_t B, int64_t N, int64_t Sq, int64_t Skv) {
+    unsigned kind = pick(r, 4);
+    if (kind < 2) return NULL;
+    loom_dtype dt = kind == 2 ? LOOM_I8 : LOOM_F32;
+    int64_t kv = Skv + (bad(r) ? -1 : 0), sh[4];
+    if (kv < 1) kv = 1;
+    int nd = 2;
+    if (pick(r, 2)) {
+        sh[0] = pick(r, 2) ? B : 1, sh[1] = pick(r, 2) ? N : 1, sh[2] = Sq, sh[3] = kv;
+        nd = 4;
+    } else {
+        sh[0] = Sq, sh[1] = kv;
+    }
+    loom_tensor *m = mk(a, r, dt, nd, sh, 0, 0);
+    if (!m) return NULL;
+    int64_t n = loom_tensor_nelem(m);
+    unsigned dense = 1 + pick(r, 8); /* 1 in dense masked (from the values' generator, not the input) */
+    for (int64_t i = 0; i < n; i++) {
+        (void)rnd(r);
+        unsigned v = (unsigned)(r->rng >> 33) % (dense + 1);
+        if (dt == LOOM_I8) ((int8_t *)m->data)[i] = (int8_t)(v == 0);
+        else ((float *)m->data)[i] = v == 0 ? -INFINITY : v == 1 ? -3.0f : 0.0f;
+    }
+    return m;
+}
+
+static int64_t *lens(reader *r, int64_t n, int64_t full) {
+    if (!pick(r, 2)) return NULL;
+    int64_t *v = malloc((size_t)n * sizeof *v);
+    if (!v) return NULL;
+    for (int64_t i = 0; i < n; i++) v[i] = near(r, full);
+    return v;
+}
+
+/* ------------------------------------------------------------ runs */
+
+typedef loom_status (*run_fn)(void *ctx, loom_pool *pool);
+
+static loom_pool *pool2(void) {
+    static loom_pool *p;
+    if (!p && loom_pool_init(&p, 2) != LOOM_OK) p = NULL;
+    return p;
+}
+
+/* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
+ * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
+static long n_ok[3], n_err[3];
+static int cur_op;
+static unsigned cur_wild; /* the input's reader.wild: 0 = every choice valid */
+
+static void print_stats(void) {
+    static const char *names[3] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score"};
+    for (int i = 0; i < 3; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
+}
+
+/* The call on one thread, then on two; the properties of the file comment. */
+static void check_run(arena *a, run_fn fn, void *ctx, loom_tensor *const *outs, int n_outs) {
+    snapshot before, first;
+    snap(a, &before);
+    loom_clear_error();
+    loom_status s = fn(ctx, NULL);
+    (s == LOOM_OK ? n_ok : n_err)[cur_op]++;
+    if (s != LOOM_OK && getenv("LOOM_FUZZ_DEBUG")) fprintf(stderr, "E%d %s\n", cur_op, loom_last_error());
+    if (s != LOOM_OK) {
+        if (loom_last_error()[0] == '\0' || !same(a, &before)) __builtin_trap();
+        if (cur_wild == 0) __builtin_trap(); /* a valid call refused */
+        snap_free(a, &before);
+        return;
+    }
+    for (int i = 0; i < n_outs; i++)
+        if (!finite_out(outs[i], i > 0)) __builtin_trap();
+    snap(a, &first);
+    loom_pool *p = pool2();
+    if (p) {
+        if (fn(ctx, p) != LOOM_OK || !same(a, &first)) __builtin_trap();
+    }
+    snap_free(a, &first);
+    snap_free(a, &before);
+}
+
+typedef struct {
+    loom_flash_attention_tensors t;
+    loom_flash_attention_params p;
+} pf_ctx;
+static loom_status run_prefill(void *c, loom_pool *pool) {
+    pf_ctx *x = c;
+    return loom_flash_attention_score(&x->t, &x->p, pool);
+}
+
+typedef struct {
+    loom_incre_flash_attention_tensors t;
+    loom_incre_flash_attention_params p;
+} dec_ctx;
+static loom_status run_decode(void *c, loom_pool *pool) {
+    dec_ctx *x = c;
+    return loom_incre_flash_attention(&x->t, &x->p, pool);
+}
+
+typedef struct {
+    loom_fused_infer_attention_tensors t;
+    loom_fused_infer_attention_params p;
+} fia_ctx;
+static loom_status run_fia(void *c, loom_pool *pool) {
+    fia_ctx *x = c;
+    return loom_fused_infer_attention_score(&x->t, &x->p, pool, NULL);
+}
+
+/* Shapes shared by the three ops. */
+typedef struct {
+    loom_attn_layout layout;
+    int64_t B, N, Nkv, D, Sq, Skv;
+    loom_dtype qdt, kdt, odt;
+    int pad, paged;
+} shapes;
+
+/* decode: 1 incre_flash_attention, 2 fused_infer (either kernel), 0 prefill. */
+static void pick_shapes(reader *r, shapes *s, int decode) {
+    s->layout = (loom_attn_layout)pick(r, decode == 1 ? 3 : 4);
+    if (decode == 1 && bad(r)) s->layout = LOOM_ATTN_TND; /* for prefill only */
+    s->B = 1 + pick(r, 3);
+    s->Nkv = 1 + pick(r, 4);
+    s->N = s->Nkv * (1 + pick(r, 4)) + bad(r); /* invalid: not a multiple */
+    s->D = pick_d(r);
+    s->Sq = 1 + (decode == 1 ? pick(r, 16) + bad(r) : pick(r, 70));
+    s->Skv = 1 + pick(r, 150);
+    s->qdt = pick_fdt(r);
+    s->kdt = decode && pick(r, 3) == 0 ? LOOM_I8 : pick_fdt(r);
+    s->odt = pick_fdt(r);
+    s->pad = pick(r, 4) == 0 ? (int)(1 + pick(r, 9)) : 0;
+    s->paged = decode && pick(r, 3) == 0;
+    /* a paged or i8 cache: the decode kernel only (invalid: TND, S_q > 16) */
+    if (decode == 2 && (s->paged || s->kdt == LOOM_I8) && !bad(r)) {
+        if (s->layout == LOOM_ATTN_TND) s->layout = LOOM_ATTN_BSND;
+        if (s->Sq > LOOM_INCRE_MAX_Q_LEN) s->Sq = 1 + s->Sq % LOOM_INCRE_MAX_Q_LEN;
+    }
+}
+
+/* q, k, v and out in the layout (k/v Skv long); lse [B, N, S_q] (TND [T, N]), optional. */
+static void mk_qkvo(arena *a, reader *r, const shapes *s, const loom_tensor **q, const loom_tensor **k,
+                    const loom_tensor **v, loom_tensor **o, loom_tensor **lse) {
+    int64_t sh[4];
+    int nd = shape_of(s->layout, s->B, s->Sq, s->N, s->D, sh);
+    *q = mk(a, r, s->qdt, nd, sh, s->pad, 0);
+    *o = mk(a, r, s->odt, nd, sh, pick(r, 2) ? s->pad : 0, 1);
+    nd = shape_of(s->layout, s->B, s->Skv, s->Nkv, s->D, sh);
+    *k = mk(a, r, s->kdt, nd, sh, s->pad, 0);
+    *v = mk(a, r, bad(r) ? pick_fdt(r) : s->kdt, nd, sh, bad(r) ? 0 : s->pad, 0);
+    *lse = NULL;
+    if (pick(r, 2)) {
+        int64_t ls[3] = {s->B, s->N, s->Sq};
+        if (s->layout == LOOM_ATTN_TND) ls[0] = s->B * s->Sq, ls[1] = s->N;
+        if (bad(r)) ls[2] += 1; /* wrong shape */
+        *lse = mk(a, r, LOOM_F32, s->layout == LOOM_ATTN_TND ? 2 : 3, ls, 0, 1);
+    }
+}
+
+static float pick_scale(reader *r) { /* invalid: not finite */
+    static const float v[6] = {0.0f, 0.0f, 0.125f, 1.0f, -0.5f, 3.0f};
+    if (bad(r)) return pick(r, 2) ? NAN : INFINITY;
+    return v[pick(r, 6)];
+}
+
+static int pick_sparse(reader *r, int has_mask) { /* 0..4 (1 needs a mask); invalid: 5 */
+    if (bad(r)) return 5;
+    int m = (int)pick(r, 5);
+    return m == 1 && !has_mask ? 0 : m;
+}
+
+static void fuzz_prefill(reader *r) {
+    arena a = {0};
+    shapes s;
+    pick_shapes(r, &s, 0);
+    pf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = loom_flash_attention_default_params();
+    c.p.input_layout = s.layout;
+    const loom_tensor *q, *k, *v;
+    loom_tensor *o, *lse;
+    mk_qkvo(&a, r, &s, &q, &k, &v, &o, &lse);
+    c.t = (loom_flash_attention_tensors){.query = q, .key = k, .value = v, .attention_out = o, .softmax_lse = lse};
+    c.t.atten_mask = pick_mask(&a, r, s.B, s.N, s.Sq, s.Skv);
+    if (s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
+    c.p.scale_value = pick_scale(r);
+    c.p.sparse_mode = pick_sparse(r, c.t.atten_mask != NULL);
+    c.p.pre_tokens = pick_tokens(r);
+    c.p.next_tokens = pick_tokens(r);
+    static const float kp[4] = {1.0f, 1.0f, 0.5f, 0.03f}, kbad[4] = {0.0f, 1.5f, -1.0f, NAN};
+    c.p.keep_prob = bad(r) ? kbad[pick(r, 4)] : kp[pick(r, 4)];
+    c.p.seed = rd(r), c.p.offset = rd(r);
+    int64_t *al = NULL, *alk = NULL, *cq = NULL, *ck = NULL;
+    if (s.layout == LOOM_ATTN_TND) {
+        c.p.num_seqs = s.B + bad(r);
+        cq = malloc((size_t)c.p.num_seqs * sizeof *cq);
+        ck = malloc((size_t)c.p.num_seqs * sizeof *ck);
+        if (cq && ck) {
+            int64_t eq = 0, ek = 0;
+            for (int64_t b = 0; b < c.p.num_seqs; b++) { /* cumulative; invalid: decreasing or too long */
+                eq += pick(r, 4) ? s.Sq : pick(r, 2) ? 0 : s.Sq / 2;
+                ek += pick(r, 4) ? s.Skv : pick(r, 2) ? 0 : s.Skv / 2;
+                if (bad(r)) eq = pick(r, 2) ? eq - 1 : eq + 1;
+                if (bad(r)) ek = pick(r, 2) ? ek - 1 : ek + 1;
+                cq[b] = eq, ck[b] = ek;
+            }
+            c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
+        }
+    } else {
+        c.p.actual_seq_lengths = al = lens(r, s.B, s.Sq);
+        c.p.actual_seq_lengths_kv = alk = lens(r, s.B, s.Skv);
+    }
+    static const int64_t blk[5] = {0, 0, 1, 16, 33};
+    c.p.block_q = bad(r) ? 2000 : blk[pick(r, 5)];
+    c.p.block_kv = bad(r) ? -1 : blk[pick(r, 5)];
+    c.p.inner_precise = (int)pick(r, 2) + 2 * bad(r);
+    loom_tensor *outs[2] = {o, lse};
+    if (q && k && v && o) check_run(&a, run_prefill, &c, outs, 2);
+    free(al), free(alk), free(cq), free(ck);
+    arena_free(&a);
+}
+
+/* Decode and fused-infer share the cache setup: contiguous or paged, f32/f16/bf16
+ * or i8 with per-channel or per-token scales (sometimes of the wrong shape). */
+typedef struct {
+    const loom_tensor *bt, *ks, *ko, *vs, *vo;
+    int64_t block_size, *al;
+    int kmode, vmode;
+} cache_opts;
+
+static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loom_tensor **k,
+                       const loom_tensor **v) {
+    memset(co, 0, sizeof *co);
+    co->al = lens(r, s->B, s->Skv);
+    int64_t sh[4], nb = 0;
+    if (s->paged) { /* paged: lengths required (invalid: none) */
+        if (!co->al && !bad(r)) {
+            co->al = malloc((size_t)s->B * sizeof *co->al);
+            if (co->al)
+                for (int64_t b = 0; b < s->B; b++) co->al[b] = near(r, s->Skv);
+        }
+        static const int64_t bs[5] = {1, 3, 16, 32, 64};
+        co->block_size = bs[pick(r, 5)];
+        int64_t per = (s->Skv + co->block_size - 1) / co->block_size;
+        nb = 1 + (int64_t)pick(r, (unsigned)(s->B * per + 2));
+        int64_t bts[2] = {s->B, per + (int64_t)pick(r, 2) - bad(r)};
+        loom_tensor *bt = bts[1] > 0 ? mk(a, r, LOOM_I32, 2, bts, 0, 0) : NULL;
+        if (bt) { /* entries in [0, nb), shared blocks too; invalid: -1 or nb */
+            int64_t n = loom_tensor_nelem(bt);
+            for (int64_t i = 0; i < n; i++)
+                ((int32_t *)bt->data)[i] = bad(r) ? (pick(r, 2) ? -1 : (int32_t)nb) : (int32_t)(rd(r) % nb);
+        }
+        co->bt = bt;
+        int nd = shape_of(s->layout, nb, co->block_size, s->Nkv, s->D, sh);
+        *k = mk(a, r, s->kdt, nd, sh, 0, 0);
+        *v = mk(a, r, s->kdt, nd, sh, 0, 0);
+        if (pick(r, 4) == 0) co->block_size = 0; /* from the shape */
+        else if (bad(r)) co->block_size += 1;
+    }
+    if (s->kdt != LOOM_I8) return;
+    for (int side = 0; side < 2; side++) {
+        int mode = (int)pick(r, 3) == 0 ? LOOM_ANTIQUANT_PER_TOKEN : LOOM_ANTIQUANT_PER_CHANNEL;
+        int nd;
+        if (mode == LOOM_ANTIQUANT_PER_CHANNEL) sh[0] = pick(r, 4) ? s->Nkv : 1, sh[1] = s->D, nd = 2;
+        else sh[0] = co->bt ? nb : s->B, sh[1] = pick(r, 4) ? s->Nkv : 1, sh[2] = co->bt ? co->block_size : s->Skv, nd = 3;
+        if (nd == 3 && sh[2] < 1) sh[2] = 1;
+        if (bad(r)) sh[nd - 1] += 1; /* invalid: wrong shape */
+        const loom_tensor *sc = bad(r) ? NULL : mk(a, r, LOOM_F32, nd, sh, 0, 0);
+        const loom_tensor *of = pick(r, 3) == 0 ? mk(a, r, LOOM_F32, nd, sh, 0, 0) : NULL;
+        if (side == 0) co->ks = sc, co->ko = of, co->kmode = mode;
+        else co->vs = sc, co->vo = of, co->vmode = mode;
+    }
+}
+
+static void fuzz_decode(reader *r, int fia) {
+    arena a = {0};
+    shapes s;
+    pick_shapes(r, &s, fia ? 2 : 1);
+    const loom_tensor *q, *k, *v;
+    loom_tensor *o, *lse;
+    mk_qkvo(&a, r, &s, &q, &k, &v, &o, &lse);
+    cache_opts co;
+    pick_cache(&a, r, &s, &co, &k, &v);
+    const loom_tensor *mask = pick_mask(&a, r, s.B, s.N, s.Sq, s.Skv);
+    float scale = pick_scale(r);
+    int sparse = pick_sparse(r, mask != NULL), precise = (int)pick(r, 2) + 2 * bad(r);
+    int64_t pre = pick_tokens(r), next = pick_tokens(r);
+    int heads = s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0;
+    loom_tensor *outs[2] = {o, lse};
+    if (!fia) {
+        dec_ctx c;
+        memset(&c, 0, sizeof c);
+        c.p = loom_incre_flash_attention_default_params();
+        c.p.input_layout = s.layout;
+        if (heads) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
+        c.p.scale_value = scale, c.p.sparse_mode = sparse, c.p.inner_precise = precise;
+        c.p.pre_tokens = pre, c.p.next_tokens = next;
+        c.p.actual_seq_lengths = co.al, c.p.block_size = co.block_size;
+        c.p.key_antiquant_mode = co.kmode, c.p.value_antiquant_mode = co.vmode;
+        static const int64_t ch[4] = {0, 1, 16, 100};
+        c.p.kv_chunk = bad(r) ? 5000 : ch[pick(r, 4)];
+        c.t = (loom_incre_flash_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
+                                                   .block_table = co.bt, .key_antiquant_scale = co.ks,
+                                                   .key_antiquant_offset = co.ko, .value_antiquant_scale = co.vs,
+                                                   .value_antiquant_offset = co.vo, .attention_out = o,
+                                                   .softmax_lse = lse};
+        if (q && k && v && o) check_run(&a, run_decode, &c, outs, 2);
+    } else {
+        fia_ctx c;
+        memset(&c, 0, sizeof c);
+        c.p = loom_fused_infer_attention_default_params();
+        c.p.input_layout = s.layout;
+        if (heads) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
+        c.p.scale_value = scale, c.p.sparse_mode = sparse, c.p.inner_precise = precise;
+        c.p.pre_tokens = pre, c.p.next_tokens = next;
+        c.p.actual_seq_lengths_kv = co.al, c.p.block_size = co.block_size;
+        c.p.key_antiquant_mode = co.kmode, c.p.value_antiquant_mode = co.vmode;
+        c.p.decode_max_q_len = bad(r) ? 17 : (int64_t)pick(r, 17);
+        c.t = (loom_fused_infer_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
+                                                   .block_table = co.bt, .key_antiquant_scale = co.ks,
+                                                   .key_antiquant_offset = co.ko, .value_antiquant_scale = co.vs,
+                                                   .value_antiquant_offset = co.vo, .attention_out = o,
+                                                   .softmax_lse = lse};
+        if (q && k && v && o) check_run(&a, run_fia, &c, outs, 2);
+    }
+    free(co.al);
+    arena_free(&a);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int init;
+    if (!init) {
+        init = 1;
+        if (getenv("LOOM_FUZZ_STATS")) atexit(print_stats);
+    }
+    reader r = {data, size, 0, 0x9E3779B97F4A7C15ull ^ size, 0};
+    unsigned w = rd(&r) % 4; /* half the inputs valid throughout, the rest invalid 1 in 4..16 */
+    r.wild = w < 2 ? 0 : w == 2 ? 4 : 16;
+    cur_wild = r.wild;
+    for (size_t i = 0; i < size && i < 16; i++) r.rng = r.rng * 31 + data[i];
+    cur_op = (int)pick(&r, 3);
+    switch (cur_op) {
+    case 0: fuzz_prefill(&r); break;
+    case 1: fuzz_decode(&r, 0); break;
+    default: fuzz_decode(&r, 1); break;
+    }
+    return 0;
+}
