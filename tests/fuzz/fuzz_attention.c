@@ -28,14 +28,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * odds (1 in wild) that each choice takes an invalid value. */
 typedef struct { const uint8_t *p; size_t n, i; uint64_t rng; unsigned wild; } reader;
 
-static unsigned rd(reader *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
-static unsigned pick(reader *r, unsigned n) { return rd(r) % n; }
-static int bad(reader *r) { return r->wild && r->i < r->n && pick(r, r->wild) == 0; }
-
 static float rnd(reader *r) { /* deterministic values in [-2, 2) */
     r->rng = r->rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((r->rng >> 40) & 0xFFFF) / 16384.0f - 2.0f;
 }
+
+/* The next input byte; past the input's end, bytes of the generator seeded by
+ * it (libFuzzer starts with inputs of a few bytes and lengthens them slowly). */
+static unsigned rd(reader *r) {
+    if (r->i < r->n) return r->p[r->i++];
+    (void)rnd(r);
+    return (unsigned)(r->rng >> 32) & 0xFFu;
+}
+static unsigned pick(reader *r, unsigned n) { return rd(r) % n; }
+static int bad(reader *r) { return r->wild && pick(r, r->wild) == 0; }
 
 /* ------------------------------------------------------------ tensors */
 
@@ -348,6 +354,24 @@ static int pick_sparse(reader *r, int has_mask) { /* 0..4 (1 needs a mask); inva
     return m == 1 && !has_mask ? 0 : m;
 }
 
+/* TND: cumulative end offsets of the sequences in T_q and T_kv (invalid: a
+ * sequence too many, decreasing or past the end); returns num_seqs. */
+static int64_t tnd_offsets(reader *r, const shapes *s, int64_t **cq, int64_t **ck) {
+    int64_t n = s->B + bad(r);
+    *cq = malloc((size_t)n * sizeof **cq);
+    *ck = malloc((size_t)n * sizeof **ck);
+    if (!*cq || !*ck) return 0;
+    int64_t eq = 0, ek = 0;
+    for (int64_t b = 0; b < n; b++) {
+        eq += pick(r, 4) ? s->Sq : pick(r, 2) ? 0 : s->Sq / 2;
+        ek += pick(r, 4) ? s->Skv : pick(r, 2) ? 0 : s->Skv / 2;
+        if (bad(r)) eq = pick(r, 2) ? eq - 1 : eq + 1;
+        if (bad(r)) ek = pick(r, 2) ? ek - 1 : ek + 1;
+        (*cq)[b] = eq, (*ck)[b] = ek;
+    }
+    return n;
+}
+
 static void fuzz_prefill(reader *r) {
     arena a = {0};
     shapes s;
@@ -371,20 +395,8 @@ static void fuzz_prefill(reader *r) {
     c.p.seed = rd(r), c.p.offset = rd(r);
     int64_t *al = NULL, *alk = NULL, *cq = NULL, *ck = NULL;
     if (s.layout == LOOM_ATTN_TND) {
-        c.p.num_seqs = s.B + bad(r);
-        cq = malloc((size_t)c.p.num_seqs * sizeof *cq);
-        ck = malloc((size_t)c.p.num_seqs * sizeof *ck);
-        if (cq && ck) {
-            int64_t eq = 0, ek = 0;
-            for (int64_t b = 0; b < c.p.num_seqs; b++) { /* cumulative; invalid: decreasing or too long */
-                eq += pick(r, 4) ? s.Sq : pick(r, 2) ? 0 : s.Sq / 2;
-                ek += pick(r, 4) ? s.Skv : pick(r, 2) ? 0 : s.Skv / 2;
-                if (bad(r)) eq = pick(r, 2) ? eq - 1 : eq + 1;
-                if (bad(r)) ek = pick(r, 2) ? ek - 1 : ek + 1;
-                cq[b] = eq, ck[b] = ek;
-            }
-            c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
-        }
+        c.p.num_seqs = tnd_offsets(r, &s, &cq, &ck);
+        c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
     } else {
         c.p.actual_seq_lengths = al = lens(r, s.B, s.Sq);
         c.p.actual_seq_lengths_kv = alk = lens(r, s.B, s.Skv);
@@ -411,15 +423,15 @@ static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loo
                        const loom_tensor **v) {
     memset(co, 0, sizeof *co);
     co->al = lens(r, s->B, s->Skv);
-    int64_t sh[4], nb = 0;
+    int64_t sh[4], nb = 0, bs = 0; /* bs: the cache's block size (co->block_size may say 0) */
     if (s->paged) { /* paged: lengths required (invalid: none) */
         if (!co->al && !bad(r)) {
             co->al = malloc((size_t)s->B * sizeof *co->al);
             if (co->al)
                 for (int64_t b = 0; b < s->B; b++) co->al[b] = near(r, s->Skv);
         }
-        static const int64_t bs[5] = {1, 3, 16, 32, 64};
-        co->block_size = bs[pick(r, 5)];
+        static const int64_t sizes[5] = {1, 3, 16, 32, 64};
+        co->block_size = sizes[pick(r, 5)];
         int64_t per = (s->Skv + co->block_size - 1) / co->block_size;
         nb = 1 + (int64_t)pick(r, (unsigned)(s->B * per + 2));
         int64_t bts[2] = {s->B, per + (int64_t)pick(r, 2) - bad(r)};
@@ -430,7 +442,8 @@ static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loo
                 ((int32_t *)bt->data)[i] = bad(r) ? (pick(r, 2) ? -1 : (int32_t)nb) : (int32_t)(rd(r) % nb);
         }
         co->bt = bt;
-        int nd = shape_of(s->layout, nb, co->block_size, s->Nkv, s->D, sh);
+        bs = co->block_size;
+        int nd = shape_of(s->layout, nb, bs, s->Nkv, s->D, sh);
         *k = mk(a, r, s->kdt, nd, sh, 0, 0);
         *v = mk(a, r, s->kdt, nd, sh, 0, 0);
         if (pick(r, 4) == 0) co->block_size = 0; /* from the shape */
@@ -441,8 +454,7 @@ static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loo
         int mode = (int)pick(r, 3) == 0 ? LOOM_ANTIQUANT_PER_TOKEN : LOOM_ANTIQUANT_PER_CHANNEL;
         int nd;
         if (mode == LOOM_ANTIQUANT_PER_CHANNEL) sh[0] = pick(r, 4) ? s->Nkv : 1, sh[1] = s->D, nd = 2;
-        else sh[0] = co->bt ? nb : s->B, sh[1] = pick(r, 4) ? s->Nkv : 1, sh[2] = co->bt ? co->block_size : s->Skv, nd = 3;
-        if (nd == 3 && sh[2] < 1) sh[2] = 1;
+        else sh[0] = co->bt ? nb : s->B, sh[1] = pick(r, 4) ? s->Nkv : 1, sh[2] = co->bt ? bs : s->Skv, nd = 3;
         if (bad(r)) sh[nd - 1] += 1; /* invalid: wrong shape */
         const loom_tensor *sc = bad(r) ? NULL : mk(a, r, LOOM_F32, nd, sh, 0, 0);
         const loom_tensor *of = pick(r, 3) == 0 ? mk(a, r, LOOM_F32, nd, sh, 0, 0) : NULL;
@@ -466,6 +478,7 @@ static void fuzz_decode(reader *r, int fia) {
     int64_t pre = pick_tokens(r), next = pick_tokens(r);
     int heads = s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0;
     loom_tensor *outs[2] = {o, lse};
+    int64_t *cq = NULL, *ck = NULL;
     if (!fia) {
         dec_ctx c;
         memset(&c, 0, sizeof c);
@@ -492,7 +505,11 @@ static void fuzz_decode(reader *r, int fia) {
         if (heads) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
         c.p.scale_value = scale, c.p.sparse_mode = sparse, c.p.inner_precise = precise;
         c.p.pre_tokens = pre, c.p.next_tokens = next;
-        c.p.actual_seq_lengths_kv = co.al, c.p.block_size = co.block_size;
+        c.p.block_size = co.block_size;
+        if (s.layout == LOOM_ATTN_TND && !bad(r)) /* TND takes offsets, not lengths */
+            c.p.num_seqs = tnd_offsets(r, &s, &cq, &ck), c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
+        else
+            c.p.actual_seq_lengths_kv = co.al;
         c.p.key_antiquant_mode = co.kmode, c.p.value_antiquant_mode = co.vmode;
         c.p.decode_max_q_len = bad(r) ? 17 : (int64_t)pick(r, 17);
         c.t = (loom_fused_infer_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
@@ -502,7 +519,7 @@ static void fuzz_decode(reader *r, int fia) {
                                                    .softmax_lse = lse};
         if (q && k && v && o) check_run(&a, run_fia, &c, outs, 2);
     }
-    free(co.al);
+    free(co.al), free(cq), free(ck);
     arena_free(&a);
 }
 
@@ -516,7 +533,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned w = rd(&r) % 4; /* half the inputs valid throughout, the rest invalid 1 in 4..16 */
     r.wild = w < 2 ? 0 : w == 2 ? 4 : 16;
     cur_wild = r.wild;
-    for (size_t i = 0; i < size && i < 16; i++) r.rng = r.rng * 31 + data[i];
+    for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
     cur_op = (int)pick(&r, 3);
     switch (cur_op) {
     case 0: fuzz_prefill(&r); break;
