@@ -28,7 +28,7 @@
  * fused): times are medians over the rounds, the speed-up the median of the
  * rounds' ratios, so a drift of the host's speed weighs on both paths alike.
  * --sequential times all fused calls, then all unfused ones (the method of
- * tables before 2026-12-03 20:30 UTC).
+ * tables before 2026-12-03 20:00 UTC).
  * --cpu-time times 1-thread rows by the thread's CPU time (loaded machines).
  * Fails (status 1) if a fused result differs from the unfused one beyond the
  * tolerance of its weight dtype.
