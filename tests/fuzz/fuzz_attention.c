@@ -1,5 +1,6 @@
 /* libFuzzer target: the fused attention ops (loom_flash_attention_score,
- * loom_incre_flash_attention, loom_fused_infer_attention_score) called with
+ * loom_incre_flash_attention, loom_fused_infer_attention_score) and the
+ * KV-cache write (loom_reshape_and_cache, checked in fuzz_kv_write) called with
  * shapes, layouts, dtypes, masks, lengths, block tables, antiquant scales and
  * parameters decoded from the input, valid or not. Every tensor is its own
  * heap block of exactly the bytes its shape and strides span, so AddressSanitizer
@@ -20,6 +21,7 @@
 
 #include "base/threadpool.h"
 #include "fused/attention.h"
+#include "fused/fused.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -254,13 +256,14 @@ static loom_pool *pool2(void) {
 
 /* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
  * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
-static long n_ok[3], n_err[3];
+static long n_ok[4], n_err[4];
 static int cur_op;
 static unsigned cur_wild; /* the input's reader.wild: 0 = every choice valid */
 
 static void print_stats(void) {
-    static const char *names[3] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score"};
-    for (int i = 0; i < 3; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
+    static const char *names[4] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score",
+                                   "reshape_and_cache"};
+    for (int i = 0; i < 4; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
 }
 
 /* The call on one thread, then on two; the properties of the file comment. */
@@ -548,6 +551,130 @@ static void fuzz_decode(reader *r, int fia) {
     arena_free(&a);
 }
 
+
+/* ------------------------------------------------------------ reshape_and_cache */
+
+/* Element offset of (entry e, slot s, head h, element d) in a cache of layout l. */
+static int64_t cache_off(const loom_tensor *c, loom_attn_layout l, int64_t e, int64_t s, int64_t h,
+                         int64_t d, int64_t D) {
+    if (l == LOOM_ATTN_BNSD) return e * c->stride[0] + h * c->stride[1] + s * c->stride[2] + d;
+    if (l == LOOM_ATTN_BSH) return e * c->stride[0] + s * c->stride[1] + h * D + d;
+    return e * c->stride[0] + s * c->stride[1] + h * c->stride[2] + d;
+}
+
+/* loom_reshape_and_cache: key/value f32 [T, N_kv, D] into contiguous or paged
+ * caches of f32/f16/bf16/i8 (per-channel scales given, per-token ones written).
+ * On LOOM_OK: the inputs are unchanged, every cache element outside the written
+ * slots is unchanged, and (float caches, each slot written once) the written
+ * rows hold the inputs within their dtype's rounding. */
+static void fuzz_kv_write(reader *r) {
+    arena a = {0};
+    loom_attn_layout l = (loom_attn_layout)pick(r, 3);
+    if (bad(r)) l = LOOM_ATTN_TND;
+    int64_t T = 1 + pick(r, 40), N = 1 + pick(r, 4), D = pick_d(r), B = 1 + pick(r, 3), S = 1 + pick(r, 64);
+    static const loom_dtype cdt[4] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
+    loom_dtype dt = bad(r) ? LOOM_I32 : cdt[pick(r, 4)];
+    int64_t ks[3] = {T, N, D};
+    const loom_tensor *key = mk(&a, r, LOOM_F32, 3, ks, 0, 0), *val = mk(&a, r, LOOM_F32, 3, ks, 0, 0);
+    loom_kv_write_params p = {.cache_layout = l};
+    int64_t nent = B, slots = S, per = 0, sh[4];
+    if (pick(r, 2)) { /* paged */
+        static const int64_t sizes[4] = {1, 3, 16, 32};
+        slots = sizes[pick(r, 4)];
+        per = (S + slots - 1) / slots;
+        nent = 1 + pick(r, (unsigned)(B * per + 1));
+        int64_t bts[2] = {B, per};
+        loom_tensor *bt = mk(&a, r, LOOM_I32, 2, bts, 0, 0);
+        if (bt)
+            for (int64_t i = 0; i < B * per; i++)
+                ((int32_t *)bt->data)[i] = bad(r) ? (pick(r, 2) ? -1 : (int32_t)nent) : (int32_t)(rd(r) % nent);
+        p.block_table = bt;
+    }
+    int nd = shape_of(l == LOOM_ATTN_TND ? LOOM_ATTN_BSND : l, nent, slots, N, D, sh);
+    if (l == LOOM_ATTN_TND) nd = 3, sh[0] = nent * slots, sh[1] = N, sh[2] = D;
+    loom_tensor *kc = mk(&a, r, dt, nd, sh, pick(r, 4) == 0 ? 3 : 0, 1);
+    int kci = a.n - 1;
+    loom_tensor *vc = mk(&a, r, dt, nd, sh, 0, 1);
+    int vci = a.n - 1;
+    if (dt == LOOM_I8) {
+        p.antiquant_mode = pick(r, 2) ? LOOM_ANTIQUANT_PER_TOKEN : LOOM_ANTIQUANT_PER_CHANNEL;
+        int64_t ss[3] = {N, D, 1};
+        int snd = 2, tok = p.antiquant_mode == LOOM_ANTIQUANT_PER_TOKEN;
+        if (tok) ss[0] = nent, ss[1] = N, ss[2] = slots, snd = 3;
+        if (bad(r)) ss[snd - 1] += 1;
+        p.key_scale = bad(r) ? NULL : mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        p.value_scale = bad(r) ? NULL : mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        if (pick(r, 3) == 0) p.key_offset = mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        if (pick(r, 3) == 0) p.value_offset = mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+    }
+    int64_t *pos = malloc((size_t)T * sizeof *pos), *bid = pick(r, 2) ? malloc((size_t)T * sizeof *bid) : NULL;
+    int64_t limit = p.block_table ? per * slots : S; /* positions the cache (or the table) covers */
+    if (!pos) goto done;
+    for (int64_t t = 0; t < T; t++) {
+        pos[t] = pick(r, 8) == 0 ? -1 : (int64_t)(rd(r) % (unsigned)limit); /* -1: a padding token */
+        if (bad(r)) pos[t] = limit + (int64_t)pick(r, 3);
+        if (bid) bid[t] = bad(r) ? (pick(r, 2) ? -1 : B) : (int64_t)pick(r, (unsigned)B);
+    }
+    p.positions = bad(r) ? NULL : pos;
+    p.batch_ids = bid;
+    if (!key || !val || !kc || !vc) goto done;
+    snapshot before;
+    snap(&a, &before);
+    loom_clear_error();
+    loom_status st = loom_reshape_and_cache(key, val, kc, vc, &p);
+    (st == LOOM_OK ? n_ok : n_err)[cur_op]++;
+    if (st != LOOM_OK && getenv("LOOM_FUZZ_DEBUG")) fprintf(stderr, "E%d %s\n", cur_op, loom_last_error());
+    if (st != LOOM_OK) {
+        if (loom_last_error()[0] == '\0' || !same(&a, &before, 0)) __builtin_trap();
+        if (cur_wild == 0) __builtin_trap();
+    } else {
+        if (!same(&a, &before, 1)) __builtin_trap();
+        /* the cache elements each token's slot covers, and how often it is written */
+        for (int side = 0; side < 2; side++) {
+            loom_tensor *c = side ? vc : kc;
+            const float *x = (const float *)(side ? val : key)->data;
+            int ci = side ? vci : kci;
+            size_t n = span_elems(c), es = loom_dtype_size(dt);
+            unsigned char *hit = calloc(n, 1);
+            if (!hit) break;
+            for (int64_t t = 0; t < T; t++) {
+                if (pos[t] < 0) continue;
+                int64_t b = bid ? bid[t] : 0, e = b, sl = pos[t];
+                if (p.block_table) e = ((const int32_t *)p.block_table->data)[b * per + sl / slots], sl %= slots;
+                for (int64_t h = 0; h < N; h++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t o = cache_off(c, l, e, sl, h, d, D);
+                        if (hit[o] < 2) hit[o]++;
+                    }
+            }
+            for (size_t o = 0; o < n; o++)
+                if (!hit[o] && memcmp((const char *)before.copy[ci] + o * es, (const char *)c->data + o * es, es) != 0)
+                    __builtin_trap(); /* written outside the tokens' slots */
+            for (int64_t t = 0; t < T && dt != LOOM_I8; t++) {
+                if (pos[t] < 0) continue;
+                int64_t b = bid ? bid[t] : 0, e = b, sl = pos[t];
+                if (p.block_table) e = ((const int32_t *)p.block_table->data)[b * per + sl / slots], sl %= slots;
+                for (int64_t h = 0; h < N; h++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t o = cache_off(c, l, e, sl, h, d, D);
+                        if (hit[o] != 1) continue; /* a slot two tokens wrote */
+                        float want = x[(t * N + h) * D + d], got;
+                        if (dt == LOOM_F32) got = ((const float *)c->data)[o];
+                        else if (dt == LOOM_F16) got = loom_f16_to_f32(((const uint16_t *)c->data)[o]);
+                        else got = loom_bf16_to_f32(((const uint16_t *)c->data)[o]);
+                        float tol = dt == LOOM_F32 ? 0.0f : dt == LOOM_F16 ? 1.0f / 1024 : 1.0f / 128;
+                        if (!(fabsf(got - want) <= tol * fabsf(want) + 1e-6f)) __builtin_trap();
+                    }
+            }
+            free(hit);
+        }
+    }
+    snap_free(&a, &before);
+done:
+    free(pos), free(bid);
+    arena_free(&a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int init;
     if (!init) {
@@ -559,11 +686,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.wild = w < 2 ? 0 : w == 2 ? 4 : 16;
     cur_wild = r.wild;
     for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
-    cur_op = (int)pick(&r, 3);
+    cur_op = (int)pick(&r, 4);
     switch (cur_op) {
     case 0: fuzz_prefill(&r); break;
     case 1: fuzz_decode(&r, 0); break;
-    default: fuzz_decode(&r, 1); break;
+    case 2: fuzz_decode(&r, 1); break;
+    default: fuzz_kv_write(&r); break;
     }
     return 0;
 }
