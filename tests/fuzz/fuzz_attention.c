@@ -1,6 +1,7 @@
 /* libFuzzer target: the fused attention ops (loom_flash_attention_score,
- * loom_incre_flash_attention, loom_fused_infer_attention_score) and the
- * KV-cache write (loom_reshape_and_cache, checked in fuzz_kv_write) called with
+ * loom_incre_flash_attention, loom_fused_infer_attention_score), the KV-cache
+ * write (loom_reshape_and_cache, checked in fuzz_kv_write) and the fused row ops
+ * (loom_add_rms_norm, loom_swiglu, loom_ffn: fuzz_fused) called with
  * shapes, layouts, dtypes, masks, lengths, block tables, antiquant scales and
  * parameters decoded from the input, valid or not. Every tensor is its own
  * heap block of exactly the bytes its shape and strides span, so AddressSanitizer
@@ -256,14 +257,14 @@ static loom_pool *pool2(void) {
 
 /* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
  * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
-static long n_ok[4], n_err[4];
+static long n_ok[7], n_err[7];
 static int cur_op;
 static unsigned cur_wild; /* the input's reader.wild: 0 = every choice valid */
 
 static void print_stats(void) {
-    static const char *names[4] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score",
-                                   "reshape_and_cache"};
-    for (int i = 0; i < 4; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
+    static const char *names[7] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score",
+                                   "reshape_and_cache", "add_rms_norm", "swiglu", "ffn"};
+    for (int i = 0; i < 7; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
 }
 
 /* The call on one thread, then on two; the properties of the file comment. */
@@ -675,6 +676,98 @@ done:
     arena_free(&a);
 }
 
+/* ------------------------------------------------------------ add_rms_norm, swiglu, ffn */
+
+typedef struct {
+    int op; /* 4 add_rms_norm, 5 swiglu, 6 ffn */
+    const loom_tensor *x, *res, *gamma, *wg, *wu, *wd;
+    loom_tensor *y, *r;
+    loom_add_rms_norm_params an;
+    loom_act act;
+    loom_ffn_params fp;
+} fused_ctx;
+
+static loom_status run_fused(void *c, loom_pool *pool) {
+    fused_ctx *f = c;
+    if (f->op == 4) return loom_add_rms_norm(f->x, f->res, f->gamma, &f->an, f->y, f->r, pool);
+    if (f->op == 5) return loom_swiglu(f->x, f->act, f->y, pool);
+    return loom_ffn(f->x, f->wg, f->wu, f->wd, f->res, &f->fp, f->y, pool);
+}
+
+static float half_act(float x, void *user) { return x * *(const float *)user; }
+
+/* Element (i, j) of a 2-D f32 tensor. */
+static float at2(const loom_tensor *t, int64_t i, int64_t j) {
+    return ((const float *)t->data)[i * t->stride[0] + j * t->stride[1]];
+}
+
+/* The fused row ops against formulas in double (add_rms_norm, swiglu) and the
+ * FFN's robustness properties (its accuracy is test_fused_ffn's). */
+static void fuzz_fused(reader *r, int op) {
+    arena a = {0};
+    fused_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    int64_t M = 1 + pick(r, 24), D = pick_d(r), H = 1 + pick(r, 100);
+    int pad = pick(r, 3) == 0 ? 1 + (int)pick(r, 5) : 0;
+    loom_dtype xdt = bad(r) ? LOOM_F16 : LOOM_F32;
+    int64_t xs[2] = {M, op == 5 ? 2 * H : D}, ys[2] = {M, op == 5 ? H : D};
+    if (bad(r)) ys[1] += 1; /* wrong shape */
+    c.x = mk(&a, r, xdt, 2, xs, pad, 0);
+    c.y = mk(&a, r, LOOM_F32, 2, ys, pick(r, 2) ? pad : 0, 1);
+    float user = 0.5f;
+    if (op == 4) {
+        c.res = mk(&a, r, LOOM_F32, 2, xs, 0, 0);
+        c.r = mk(&a, r, LOOM_F32, 2, xs, pad, 1);
+        int64_t gs[1] = {D + bad(r)};
+        c.gamma = mk(&a, r, LOOM_F32, 1, gs, 0, 0);
+        static const float eps[4] = {1e-6f, 1e-5f, 0.5f, INFINITY}, ebad[3] = {0.0f, -1.0f, NAN};
+        c.an.epsilon = bad(r) ? ebad[pick(r, 3)] : eps[pick(r, 4)];
+    } else if (op == 5) {
+        c.act = bad(r) ? LOOM_ACT_COUNT : (loom_act)pick(r, LOOM_ACT_COUNT);
+    } else {
+        static const loom_dtype wdt[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+        loom_dtype wt = bad(r) ? LOOM_I8 : wdt[pick(r, 3)];
+        int merged = pick(r, 2);
+        int64_t gs[2] = {merged ? 2 * H : H, D}, ds[2] = {D, H + bad(r)};
+        c.wg = mk(&a, r, wt, 2, gs, 0, 0);
+        c.wu = merged ? NULL : mk(&a, r, wt, 2, gs, 0, 0);
+        c.wd = mk(&a, r, pick(r, 8) ? wt : wdt[pick(r, 3)], 2, ds, 0, 0);
+        c.res = pick(r, 2) ? mk(&a, r, LOOM_F32, 2, xs, 0, 0) : NULL;
+        c.fp = loom_ffn_default_params();
+        c.fp.act = bad(r) ? LOOM_ACT_COUNT : (loom_act)pick(r, LOOM_ACT_COUNT);
+        if (pick(r, 4) == 0) c.fp.custom_act = half_act, c.fp.custom_user = &user;
+        static const int64_t bn[4] = {0, 1, 7, 64};
+        c.fp.block_n = bad(r) ? -1 : bn[pick(r, 4)];
+        if (!c.wg || !c.wd || (!merged && !c.wu)) goto done;
+    }
+    if (!c.x || !c.y || (op == 4 && (!c.res || !c.r || !c.gamma))) goto done;
+    loom_tensor *outs[2] = {c.y, c.r};
+    long ran = n_ok[op];
+    check_run(&a, run_fused, &c, outs, op == 4 ? 2 : 1);
+    if (n_ok[op] > ran && op != 6) { /* it ran: the formulas, from the inputs as they were */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < ys[1]; j++) {
+                double want, got = at2(c.y, i, j);
+                if (op == 4) {
+                    double ss = 0.0;
+                    for (int64_t k = 0; k < D; k++) {
+                        float rk = at2(c.x, i, k) + at2(c.res, i, k);
+                        ss += (double)rk * rk;
+                    }
+                    float rj = at2(c.x, i, j) + at2(c.res, i, j);
+                    if (at2(c.r, i, j) != rj) __builtin_trap(); /* the sum, exactly */
+                    want = rj / sqrt(ss / (double)D + (double)c.an.epsilon) * ((const float *)c.gamma->data)[j];
+                } else {
+                    want = (double)loom_act_apply(c.act, at2(c.x, i, j)) * at2(c.x, i, H + j);
+                }
+                if (!(fabs(got - want) <= (1.0 / 2048) * fmax(1.0, fabs(want)))) __builtin_trap();
+            }
+    }
+done:
+    arena_free(&a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int init;
     if (!init) {
@@ -686,12 +779,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.wild = w < 2 ? 0 : w == 2 ? 4 : 16;
     cur_wild = r.wild;
     for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
-    cur_op = (int)pick(&r, 4);
+    cur_op = (int)pick(&r, 7);
     switch (cur_op) {
     case 0: fuzz_prefill(&r); break;
     case 1: fuzz_decode(&r, 0); break;
     case 2: fuzz_decode(&r, 1); break;
-    default: fuzz_kv_write(&r); break;
+    case 3: fuzz_kv_write(&r); break;
+    default: fuzz_fused(&r, cur_op); break;
     }
     return 0;
 }
