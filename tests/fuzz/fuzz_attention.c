@@ -295,31 +295,22 @@ static void check_run(arena *a, run_fn fn, void *ctx, loom_tensor *const *outs, 
     snap_free(a, &before);
 }
 
+/* One call of an attention op: which, and its tensors and params. */
 typedef struct {
-    loom_flash_attention_tensors t;
-    loom_flash_attention_params p;
-} pf_ctx;
-static loom_status run_prefill(void *c, loom_pool *pool) {
-    pf_ctx *x = c;
-    return loom_flash_attention_score(&x->t, &x->p, pool);
-}
+    int op; /* 0 flash_attention_score, 1 incre_flash_attention, 2 fused_infer */
+    loom_flash_attention_tensors pt;
+    loom_flash_attention_params pp;
+    loom_incre_flash_attention_tensors dt;
+    loom_incre_flash_attention_params dp;
+    loom_fused_infer_attention_tensors ft;
+    loom_fused_infer_attention_params fp;
+} attn_ctx;
 
-typedef struct {
-    loom_incre_flash_attention_tensors t;
-    loom_incre_flash_attention_params p;
-} dec_ctx;
-static loom_status run_decode(void *c, loom_pool *pool) {
-    dec_ctx *x = c;
-    return loom_incre_flash_attention(&x->t, &x->p, pool);
-}
-
-typedef struct {
-    loom_fused_infer_attention_tensors t;
-    loom_fused_infer_attention_params p;
-} fia_ctx;
-static loom_status run_fia(void *c, loom_pool *pool) {
-    fia_ctx *x = c;
-    return loom_fused_infer_attention_score(&x->t, &x->p, pool, NULL);
+static loom_status run_attn(void *c, loom_pool *pool) {
+    attn_ctx *x = c;
+    if (x->op == 0) return loom_flash_attention_score(&x->pt, &x->pp, pool);
+    if (x->op == 1) return loom_incre_flash_attention(&x->dt, &x->dp, pool);
+    return loom_fused_infer_attention_score(&x->ft, &x->fp, pool, NULL);
 }
 
 /* Shapes shared by the three ops. */
@@ -405,37 +396,38 @@ static void fuzz_prefill(reader *r) {
     arena a = {0};
     shapes s;
     pick_shapes(r, &s, 0);
-    pf_ctx c;
+    attn_ctx c;
     memset(&c, 0, sizeof c);
-    c.p = loom_flash_attention_default_params();
-    c.p.input_layout = s.layout;
+    c.op = 0;
+    c.pp = loom_flash_attention_default_params();
+    c.pp.input_layout = s.layout;
     const loom_tensor *q, *k, *v;
     loom_tensor *o, *lse;
     mk_qkvo(&a, r, &s, &q, &k, &v, &o, &lse);
-    c.t = (loom_flash_attention_tensors){.query = q, .key = k, .value = v, .attention_out = o, .softmax_lse = lse};
-    c.t.atten_mask = pick_mask(&a, r, s.B, s.N, s.Sq, s.Skv);
-    if (s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
-    c.p.scale_value = pick_scale(r);
-    c.p.sparse_mode = pick_sparse(r, c.t.atten_mask != NULL);
-    c.p.pre_tokens = pick_tokens(r);
-    c.p.next_tokens = pick_tokens(r);
+    c.pt = (loom_flash_attention_tensors){.query = q, .key = k, .value = v, .attention_out = o, .softmax_lse = lse};
+    c.pt.atten_mask = pick_mask(&a, r, s.B, s.N, s.Sq, s.Skv);
+    if (s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0) c.pp.num_heads = s.N, c.pp.num_key_value_heads = s.Nkv;
+    c.pp.scale_value = pick_scale(r);
+    c.pp.sparse_mode = pick_sparse(r, c.pt.atten_mask != NULL);
+    c.pp.pre_tokens = pick_tokens(r);
+    c.pp.next_tokens = pick_tokens(r);
     static const float kp[4] = {1.0f, 1.0f, 0.5f, 0.03f}, kbad[4] = {0.0f, 1.5f, -1.0f, NAN};
-    c.p.keep_prob = bad(r) ? kbad[pick(r, 4)] : kp[pick(r, 4)];
-    c.p.seed = rd(r), c.p.offset = rd(r);
+    c.pp.keep_prob = bad(r) ? kbad[pick(r, 4)] : kp[pick(r, 4)];
+    c.pp.seed = rd(r), c.pp.offset = rd(r);
     int64_t *al = NULL, *alk = NULL, *cq = NULL, *ck = NULL;
     if (s.layout == LOOM_ATTN_TND) {
-        c.p.num_seqs = tnd_offsets(r, &s, &cq, &ck);
-        c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
+        c.pp.num_seqs = tnd_offsets(r, &s, &cq, &ck);
+        c.pp.actual_seq_qlen = cq, c.pp.actual_seq_kvlen = ck;
     } else {
-        c.p.actual_seq_lengths = al = lens(r, s.B, s.Sq);
-        c.p.actual_seq_lengths_kv = alk = lens(r, s.B, s.Skv);
+        c.pp.actual_seq_lengths = al = lens(r, s.B, s.Sq);
+        c.pp.actual_seq_lengths_kv = alk = lens(r, s.B, s.Skv);
     }
     static const int64_t blk[5] = {0, 0, 1, 16, 33};
-    c.p.block_q = bad(r) ? 2000 : blk[pick(r, 5)];
-    c.p.block_kv = bad(r) ? -1 : blk[pick(r, 5)];
-    c.p.inner_precise = (int)pick(r, 2) + 2 * bad(r);
+    c.pp.block_q = bad(r) ? 2000 : blk[pick(r, 5)];
+    c.pp.block_kv = bad(r) ? -1 : blk[pick(r, 5)];
+    c.pp.inner_precise = (int)pick(r, 2) + 2 * bad(r);
     loom_tensor *outs[2] = {o, lse};
-    if (q && k && v && o) check_run(&a, run_prefill, &c, outs, 2);
+    if (q && k && v && o) check_run(&a, run_attn, &c, outs, 2);
     free(al), free(alk), free(cq), free(ck);
     arena_free(&a);
 }
@@ -508,46 +500,44 @@ static void fuzz_decode(reader *r, int fia) {
     int heads = s.layout == LOOM_ATTN_BSH || pick(r, 8) == 0;
     loom_tensor *outs[2] = {o, lse};
     int64_t *cq = NULL, *ck = NULL;
+    attn_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = fia ? 2 : 1;
     if (!fia) {
-        dec_ctx c;
-        memset(&c, 0, sizeof c);
-        c.p = loom_incre_flash_attention_default_params();
-        c.p.input_layout = s.layout;
-        if (heads) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
-        c.p.scale_value = scale, c.p.sparse_mode = sparse, c.p.inner_precise = precise;
-        c.p.pre_tokens = pre, c.p.next_tokens = next;
-        c.p.actual_seq_lengths = co.al, c.p.block_size = co.block_size;
-        c.p.key_antiquant_mode = co.kmode, c.p.value_antiquant_mode = co.vmode;
+        c.dp = loom_incre_flash_attention_default_params();
+        c.dp.input_layout = s.layout;
+        if (heads) c.dp.num_heads = s.N, c.dp.num_key_value_heads = s.Nkv;
+        c.dp.scale_value = scale, c.dp.sparse_mode = sparse, c.dp.inner_precise = precise;
+        c.dp.pre_tokens = pre, c.dp.next_tokens = next;
+        c.dp.actual_seq_lengths = co.al, c.dp.block_size = co.block_size;
+        c.dp.key_antiquant_mode = co.kmode, c.dp.value_antiquant_mode = co.vmode;
         static const int64_t ch[4] = {0, 1, 16, 100};
-        c.p.kv_chunk = bad(r) ? 5000 : ch[pick(r, 4)];
-        c.t = (loom_incre_flash_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
+        c.dp.kv_chunk = bad(r) ? 5000 : ch[pick(r, 4)];
+        c.dt = (loom_incre_flash_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
                                                    .block_table = co.bt, .key_antiquant_scale = co.ks,
                                                    .key_antiquant_offset = co.ko, .value_antiquant_scale = co.vs,
                                                    .value_antiquant_offset = co.vo, .attention_out = o,
                                                    .softmax_lse = lse};
-        if (q && k && v && o) check_run(&a, run_decode, &c, outs, 2);
     } else {
-        fia_ctx c;
-        memset(&c, 0, sizeof c);
-        c.p = loom_fused_infer_attention_default_params();
-        c.p.input_layout = s.layout;
-        if (heads) c.p.num_heads = s.N, c.p.num_key_value_heads = s.Nkv;
-        c.p.scale_value = scale, c.p.sparse_mode = sparse, c.p.inner_precise = precise;
-        c.p.pre_tokens = pre, c.p.next_tokens = next;
-        c.p.block_size = co.block_size;
+        c.fp = loom_fused_infer_attention_default_params();
+        c.fp.input_layout = s.layout;
+        if (heads) c.fp.num_heads = s.N, c.fp.num_key_value_heads = s.Nkv;
+        c.fp.scale_value = scale, c.fp.sparse_mode = sparse, c.fp.inner_precise = precise;
+        c.fp.pre_tokens = pre, c.fp.next_tokens = next;
+        c.fp.block_size = co.block_size;
         if (s.layout == LOOM_ATTN_TND && !bad(r)) /* TND takes offsets, not lengths */
-            c.p.num_seqs = tnd_offsets(r, &s, &cq, &ck), c.p.actual_seq_qlen = cq, c.p.actual_seq_kvlen = ck;
+            c.fp.num_seqs = tnd_offsets(r, &s, &cq, &ck), c.fp.actual_seq_qlen = cq, c.fp.actual_seq_kvlen = ck;
         else
-            c.p.actual_seq_lengths_kv = co.al;
-        c.p.key_antiquant_mode = co.kmode, c.p.value_antiquant_mode = co.vmode;
-        c.p.decode_max_q_len = bad(r) ? 17 : (int64_t)pick(r, 17);
-        c.t = (loom_fused_infer_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
+            c.fp.actual_seq_lengths_kv = co.al;
+        c.fp.key_antiquant_mode = co.kmode, c.fp.value_antiquant_mode = co.vmode;
+        c.fp.decode_max_q_len = bad(r) ? 17 : (int64_t)pick(r, 17);
+        c.ft = (loom_fused_infer_attention_tensors){.query = q, .key = k, .value = v, .atten_mask = mask,
                                                    .block_table = co.bt, .key_antiquant_scale = co.ks,
                                                    .key_antiquant_offset = co.ko, .value_antiquant_scale = co.vs,
                                                    .value_antiquant_offset = co.vo, .attention_out = o,
                                                    .softmax_lse = lse};
-        if (q && k && v && o) check_run(&a, run_fia, &c, outs, 2);
     }
+    if (q && k && v && o) check_run(&a, run_attn, &c, outs, 2);
     free(co.al), free(cq), free(ck);
     arena_free(&a);
 }
