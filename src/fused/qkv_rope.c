@@ -166,8 +166,10 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
     LOOM_RETURN_IF(D < 2 || n_rot < 2 || n_rot % 2 || n_rot > D, LOOM_ERR_INVALID_ARG,
                    "qkv_rope: head_dim %lld / n_rot %lld: n_rot must be even and in [2, head_dim]",
                    (long long)D, (long long)n_rot);
-    LOOM_RETURN_IF(!(p->theta > 0.0f) || !(p->freq_scale >= 0.0f), LOOM_ERR_INVALID_ARG,
-                   "qkv_rope: theta must be > 0 and freq_scale >= 0");
+    LOOM_RETURN_IF(!(p->theta > 0.0f) || !isfinite(p->theta) || !(p->freq_scale >= 0.0f) ||
+                       !isfinite(p->freq_scale),
+                   LOOM_ERR_INVALID_ARG, "qkv_rope: theta %g / freq_scale %g: theta must be finite and > 0, "
+                   "freq_scale finite and >= 0", (double)p->theta, (double)p->freq_scale);
     LOOM_RETURN_IF(p->rope_mode != LOOM_ROPE_HALF && p->rope_mode != LOOM_ROPE_INTERLEAVED,
                    LOOM_ERR_INVALID_ARG, "qkv_rope: unknown rope_mode %d", (int)p->rope_mode);
     LOOM_RETURN_IF(!query && !p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");

@@ -1,5 +1,6 @@
 /* loom_reshape_and_cache and loom_qkv_rope against independent indexing and the
  * reference decomposition (matmul -> rope -> cache write). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,6 +232,17 @@ static void test_qkv_rope(void) {
     loom_tensor x = tensor(LOOM_F32, 2, xs, 1);
     CHECK(loom_qkv_rope(&x, &x, NULL, NULL, &p, &x, NULL, NULL, &x, &x, NULL) == LOOM_ERR_INVALID_ARG);
     CHECK(strstr(loom_last_error(), "num_key_value_heads") != NULL);
+    /* an infinite freq_scale turned every angle into NaN; theta must be finite too */
+    for (int i = 0; i < 4; i++) {
+        loom_qkv_rope_params b = p;
+        b.num_heads = 2;
+        if (i == 0) b.freq_scale = INFINITY;
+        else if (i == 1) b.freq_scale = NAN;
+        else if (i == 2) b.theta = INFINITY;
+        else b.theta = -1.0f;
+        CHECK(loom_qkv_rope(&x, &x, NULL, NULL, &b, &x, NULL, NULL, &x, &x, NULL) == LOOM_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(loom_last_error(), i < 2 ? "freq_scale" : "theta") != NULL, "%s", loom_last_error());
+    }
     size_t need = 0;
     CHECK(loom_qkv_rope_workspace_size(&x, &x, NULL, NULL, &p, 1, &need) == LOOM_ERR_INVALID_ARG);
     /* a valid call: workspace too small, misaligned, nth < 1 */

@@ -1,4 +1,5 @@
 /* The op registry, loom_op_run's checks, every infer error path, and costs. */
+#include <math.h>
 #include "test_ops_common.h"
 
 #include "base/cpu.h"
@@ -225,6 +226,12 @@ static void test_infer_errors(void) {
     CHECK_FAILS(infer(LOOM_OP_ROPE, ro3, 1, &bad));
     bad = ra;
     bad.freq_scale = -1.0f;
+    CHECK_FAILS(infer(LOOM_OP_ROPE, ro3, 1, &bad));
+    bad = ra;
+    bad.freq_scale = INFINITY; /* every angle NaN */
+    CHECK_FAILS(infer(LOOM_OP_ROPE, ro3, 1, &bad));
+    bad = ra;
+    bad.theta = INFINITY;
     CHECK_FAILS(infer(LOOM_OP_ROPE, ro3, 1, &bad));
     bad = ra;
     bad.pos_offset = -1;

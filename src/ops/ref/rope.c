@@ -30,10 +30,10 @@ loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const 
                    "rope: n_rot %lld with head dim %lld: expected an even n_rot in [2, %lld] "
                    "(0 means D)",
                    (long long)n_rot, (long long)D, (long long)D);
-    LOOM_RETURN_IF(!(at->theta > 0.0f), LOOM_ERR_INVALID_ARG, "rope: theta %g: expected > 0",
-                   (double)at->theta);
-    LOOM_RETURN_IF(!(at->freq_scale >= 0.0f), LOOM_ERR_INVALID_ARG,
-                   "rope: freq_scale %g: expected >= 0 (0 means 1)", (double)at->freq_scale);
+    LOOM_RETURN_IF(!(at->theta > 0.0f) || !isfinite(at->theta), LOOM_ERR_INVALID_ARG,
+                   "rope: theta %g: expected finite and > 0", (double)at->theta);
+    LOOM_RETURN_IF(!(at->freq_scale >= 0.0f) || !isfinite(at->freq_scale), LOOM_ERR_INVALID_ARG,
+                   "rope: freq_scale %g: expected finite and >= 0 (0 means 1)", (double)at->freq_scale);
     LOOM_RETURN_IF(at->pos_offset < 0, LOOM_ERR_INVALID_ARG, "rope: pos_offset %d: expected >= 0",
                    at->pos_offset);
     loom_ref_set_dst(dst, LOOM_F32, x->ndim, x->shape);
