@@ -1,7 +1,7 @@
 /* libFuzzer target: the fused attention ops (loom_flash_attention_score,
  * loom_incre_flash_attention, loom_fused_infer_attention_score), the KV-cache
- * write (loom_reshape_and_cache, checked in fuzz_kv_write) and the fused row ops
- * (loom_add_rms_norm, loom_swiglu, loom_ffn: fuzz_fused) called with
+ * write (loom_reshape_and_cache, checked in fuzz_kv_write), the fused row ops
+ * (loom_add_rms_norm, loom_swiglu, loom_ffn: fuzz_fused) and loom_qkv_rope, called with
  * shapes, layouts, dtypes, masks, lengths, block tables, antiquant scales and
  * parameters decoded from the input, valid or not. Every tensor is its own
  * heap block of exactly the bytes its shape and strides span, so AddressSanitizer
@@ -257,14 +257,14 @@ static loom_pool *pool2(void) {
 
 /* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
  * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
-static long n_ok[7], n_err[7];
+static long n_ok[8], n_err[8];
 static int cur_op;
 static unsigned cur_wild; /* the input's reader.wild: 0 = every choice valid */
 
 static void print_stats(void) {
-    static const char *names[7] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score",
-                                   "reshape_and_cache", "add_rms_norm", "swiglu", "ffn"};
-    for (int i = 0; i < 7; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
+    static const char *names[8] = {"flash_attention_score", "incre_flash_attention", "fused_infer_attention_score",
+                                   "reshape_and_cache", "add_rms_norm", "swiglu", "ffn", "qkv_rope"};
+    for (int i = 0; i < 8; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
 }
 
 /* The call on one thread, then on two; the properties of the file comment. */
@@ -758,6 +758,92 @@ done:
     arena_free(&a);
 }
 
+/* ------------------------------------------------------------ qkv_rope */
+
+typedef struct {
+    const loom_tensor *x, *wq, *wk, *wv;
+    loom_qkv_rope_params p;
+    loom_tensor *q, *k, *v, *kc, *vc;
+} qkv_ctx_f;
+
+static loom_status run_qkv(void *c, loom_pool *pool) {
+    qkv_ctx_f *f = c;
+    return loom_qkv_rope(f->x, f->wq, f->wk, f->wv, &f->p, f->q, f->k, f->v, f->kc, f->vc, pool);
+}
+
+/* loom_qkv_rope: merged or separate weights (f32/f16/bf16), RoPE modes, n_rot,
+ * theta and freq_scale, optional k/v outputs, contiguous or paged f32/f16/bf16
+ * caches; the robustness properties of check_run. */
+static void fuzz_qkv_rope(reader *r) {
+    arena a = {0};
+    qkv_ctx_f c;
+    memset(&c, 0, sizeof c);
+    static const int64_t ds[7] = {2, 4, 8, 16, 32, 64, 128};
+    int64_t T = 1 + pick(r, 20), hid = 1 + pick(r, 96), NKV = 1 + pick(r, 3), N = NKV * (1 + pick(r, 3)) + bad(r);
+    int64_t D = bad(r) ? 3 : ds[pick(r, 7)];
+    c.p = loom_qkv_rope_default_params();
+    c.p.num_heads = N, c.p.num_key_value_heads = NKV, c.p.head_dim = D;
+    c.p.rope_mode = bad(r) ? (loom_rope_mode)7 : (loom_rope_mode)pick(r, 2);
+    c.p.n_rot = bad(r) ? D + 2 : pick(r, 2) ? 0 : 2 * (1 + (int64_t)pick(r, (unsigned)(D / 2)));
+    static const float th[3] = {10000.0f, 500000.0f, 1.5f}, thbad[3] = {INFINITY, 0.0f, NAN};
+    static const float fs[3] = {0.0f, 1.0f, 0.25f}, fsbad[3] = {INFINITY, -1.0f, NAN};
+    c.p.theta = bad(r) ? thbad[pick(r, 3)] : th[pick(r, 3)];
+    c.p.freq_scale = bad(r) ? fsbad[pick(r, 3)] : fs[pick(r, 3)];
+    static const loom_dtype wdt[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    loom_dtype wt = wdt[pick(r, 3)];
+    int64_t xs[2] = {T, hid}, qs[2] = {T, N * D}, ks[2] = {T, NKV * D};
+    c.x = mk(&a, r, LOOM_F32, 2, xs, pick(r, 4) == 0 ? 2 : 0, 0);
+    if (pick(r, 2)) {
+        int64_t ws[2] = {(N + 2 * NKV) * D, hid};
+        c.wq = mk(&a, r, wt, 2, ws, 0, 0);
+    } else {
+        int64_t wq[2] = {N * D, hid}, wk[2] = {NKV * D, hid};
+        c.wq = mk(&a, r, wt, 2, wq, 0, 0);
+        c.wk = mk(&a, r, bad(r) ? wdt[pick(r, 3)] : wt, 2, wk, 0, 0);
+        c.wv = mk(&a, r, wt, 2, wk, 0, 0);
+        if (!c.wk || !c.wv) goto done;
+    }
+    c.q = mk(&a, r, LOOM_F32, 2, qs, pick(r, 4) == 0 ? 3 : 0, 1);
+    if (pick(r, 2)) c.k = mk(&a, r, LOOM_F32, 2, ks, 0, 1);
+    if (pick(r, 2)) c.v = mk(&a, r, LOOM_F32, 2, ks, 0, 1);
+    int64_t B = 1 + pick(r, 2), S = 1 + pick(r, 48), nent = B, slots = S, per = 0, cs[4];
+    loom_kv_write_params *kp = &c.p.cache;
+    kp->cache_layout = (loom_attn_layout)pick(r, 3);
+    if (pick(r, 3) == 0) { /* paged */
+        static const int64_t sizes[3] = {1, 4, 16};
+        slots = sizes[pick(r, 3)];
+        per = (S + slots - 1) / slots;
+        nent = 1 + pick(r, (unsigned)(B * per));
+        int64_t bts[2] = {B, per};
+        loom_tensor *bt = mk(&a, r, LOOM_I32, 2, bts, 0, 0);
+        if (!bt) goto done;
+        for (int64_t i = 0; i < B * per; i++)
+            ((int32_t *)bt->data)[i] = bad(r) ? (int32_t)nent : (int32_t)(rd(r) % nent);
+        kp->block_table = bt;
+    }
+    int nd = shape_of(kp->cache_layout, nent, slots, NKV, D, cs);
+    loom_dtype cdt = wdt[pick(r, 3)];
+    c.kc = mk(&a, r, cdt, nd, cs, 0, 1);
+    c.vc = mk(&a, r, cdt, nd, cs, 0, 1);
+    int64_t *pos = malloc((size_t)T * sizeof *pos), *bid = malloc((size_t)T * sizeof *bid);
+    if (pos && bid && c.x && c.wq && c.q && c.kc && c.vc) {
+        int64_t limit = kp->block_table ? per * slots : S;
+        for (int64_t t = 0; t < T; t++) {
+            pos[t] = pick(r, 8) == 0 ? -1 : (int64_t)(rd(r) % (unsigned)limit);
+            if (bad(r)) pos[t] = limit;
+            bid[t] = (int64_t)pick(r, (unsigned)B);
+        }
+        kp->positions = pos, kp->batch_ids = bid;
+        loom_tensor *outs[3] = {c.q, c.k, c.v};
+        check_run(&a, run_qkv, &c, outs, 1);
+        if (c.k && !finite_out(c.k, 0)) __builtin_trap();
+        if (c.v && !finite_out(c.v, 0)) __builtin_trap();
+    }
+    free(pos), free(bid);
+done:
+    arena_free(&a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int init;
     if (!init) {
@@ -769,12 +855,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.wild = w < 2 ? 0 : w == 2 ? 4 : 16;
     cur_wild = r.wild;
     for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
-    cur_op = (int)pick(&r, 7);
+    cur_op = (int)pick(&r, 8);
     switch (cur_op) {
     case 0: fuzz_prefill(&r); break;
     case 1: fuzz_decode(&r, 0); break;
     case 2: fuzz_decode(&r, 1); break;
     case 3: fuzz_kv_write(&r); break;
+    case 7: fuzz_qkv_rope(&r); break;
     default: fuzz_fused(&r, cur_op); break;
     }
     return 0;
