@@ -11,7 +11,9 @@
  *     values or -inf; lse may be -inf) and writes nothing else: no input, no
  *     padding between an output's rows;
  *   - LOOM_OK on one thread and on two gives bit-identical outputs;
- *   - half the inputs make only valid choices, and those calls must run (LOOM_OK).
+ *   - half the inputs make only valid choices, and those calls must run (LOOM_OK);
+ *   - an attention call with the default scale matches the reference
+ *     decomposition within DESIGN.md's tolerances (check_ref).
  * Sizes are capped (S <= 150 keys, D <= 257, B <= 3, N <= 17) so an input runs
  * in milliseconds. */
 #include <math.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/threadpool.h"
 #include "fused/attention.h"
 #include "fused/fused.h"
@@ -313,6 +316,102 @@ static loom_status run_attn(void *c, loom_pool *pool) {
     return loom_fused_infer_attention_score(&x->ft, &x->fp, pool, NULL);
 }
 
+
+/* ------------------------------------------------------------ against the reference */
+
+static double dtype_tol(loom_dtype t) { /* DESIGN.md; an i8 cache counts as f32 */
+    return t == LOOM_BF16 ? 1.0 / 128 : t == LOOM_F16 ? 1.0 / 256 : 1.0 / 2048;
+}
+
+/* Element off of t's layout read from base (t's dtype), as a double. */
+static double elem_at(const loom_tensor *t, const void *base, int64_t off) {
+    if (t->dtype == LOOM_F32) return ((const float *)base)[off];
+    if (t->dtype == LOOM_F16) return loom_f16_to_f32(((const uint16_t *)base)[off]);
+    return loom_bf16_to_f32(((const uint16_t *)base)[off]);
+}
+
+/* Every element of t: |got - ref| <= tol * max(1, |ref|), got read from the copy
+ * of t's buffer, ref from the buffer itself; equal infinities (lse) match. */
+static int close_to(const loom_tensor *t, const void *got, double tol) {
+    int64_t n = loom_tensor_nelem(t);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0, rem = e;
+        for (int d = t->ndim - 1; d >= 0; d--) off += (rem % t->shape[d]) * t->stride[d], rem /= t->shape[d];
+        double g = elem_at(t, got, off), w = elem_at(t, t->data, off);
+        if (g == w) continue;
+        if (!(fabs(g - w) <= tol * fmax(1.0, fabs(w)))) {
+            if (getenv("LOOM_FUZZ_DEBUG"))
+                fprintf(stderr, "element %lld of %lld: %g, reference %g (tolerance %g)\n", (long long)e,
+                        (long long)n, g, w, tol);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A call that ran, with the default scale: its outputs against the reference
+ * decomposition (LOOM_ISA_REF, in doubles) within DESIGN.md's tolerance of the
+ * dtypes involved (inner_precise 1: twice bf16's). Other scales are left out:
+ * with a large one the softmax is so sharp that rounding the scores to bf16
+ * moves the result past any element-wise tolerance, by design. Dropout divides
+ * the tolerance by keep_prob (prefill). */
+static void check_ref(arena *a, void *ctx, loom_tensor *const *outs, int n_outs, double tol) {
+    void *got[2] = {NULL, NULL};
+    for (int i = 0; i < n_outs; i++) {
+        if (!outs[i]) continue;
+        for (int j = 0; j < a->n; j++)
+            if (&a->t[j] == outs[i] && (got[i] = malloc(a->bytes[j] ? a->bytes[j] : 1)))
+                memcpy(got[i], a->buf[j], a->bytes[j]);
+    }
+    loom_isa was = loom_cpu_isa();
+    if (loom_cpu_set_isa(LOOM_ISA_REF) != LOOM_OK) __builtin_trap();
+    loom_status s = run_attn(ctx, NULL);
+    loom_cpu_set_isa(was);
+    if (s != LOOM_OK) __builtin_trap(); /* the reference refused what the kernels ran */
+    for (int i = 0; i < n_outs; i++)
+        if (got[i] && !close_to(outs[i], got[i], tol)) {
+            if (getenv("LOOM_FUZZ_DEBUG")) {
+                const attn_ctx *c = ctx;
+                const loom_tensor *ts[4] = {c->pt.query, c->pt.key, c->pt.value, c->pt.attention_out};
+                if (c->op == 1) ts[0] = c->dt.query, ts[1] = c->dt.key, ts[2] = c->dt.value, ts[3] = c->dt.attention_out;
+                if (c->op == 2) ts[0] = c->ft.query, ts[1] = c->ft.key, ts[2] = c->ft.value, ts[3] = c->ft.attention_out;
+                fprintf(stderr, "op %d output %d; q k v out:", c->op, i);
+                for (int j = 0; j < 4; j++) {
+                    fprintf(stderr, " %s[", loom_dtype_name(ts[j]->dtype));
+                    for (int d = 0; d < ts[j]->ndim; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)ts[j]->shape[d]);
+                    fprintf(stderr, "]");
+                }
+                if (c->op == 0)
+                    fprintf(stderr, " layout %d sparse %d pre %lld next %lld keep %g precise %d mask %d blocks %lld/%lld\n",
+                            c->pp.input_layout, c->pp.sparse_mode, (long long)c->pp.pre_tokens,
+                            (long long)c->pp.next_tokens, c->pp.keep_prob, c->pp.inner_precise,
+                            c->pt.atten_mask != NULL, (long long)c->pp.block_q, (long long)c->pp.block_kv);
+                else if (c->op == 1)
+                    fprintf(stderr, " layout %d sparse %d pre %lld next %lld precise %d mask %d paged %d chunk %lld\n",
+                            c->dp.input_layout, c->dp.sparse_mode, (long long)c->dp.pre_tokens,
+                            (long long)c->dp.next_tokens, c->dp.inner_precise, c->dt.atten_mask != NULL,
+                            c->dt.block_table != NULL, (long long)c->dp.kv_chunk);
+                else
+                    fprintf(stderr, " layout %d sparse %d pre %lld next %lld precise %d mask %d paged %d\n",
+                            c->fp.input_layout, c->fp.sparse_mode, (long long)c->fp.pre_tokens,
+                            (long long)c->fp.next_tokens, c->fp.inner_precise, c->ft.atten_mask != NULL,
+                            c->ft.block_table != NULL);
+            }
+            __builtin_trap();
+        }
+    free(got[0]), free(got[1]);
+}
+
+static double attn_tol(const loom_tensor *q, const loom_tensor *k, const loom_tensor *v, const loom_tensor *o,
+                       int precise) {
+    double t = dtype_tol(q->dtype);
+    const loom_tensor *ts[3] = {k, v, o};
+    for (int i = 0; i < 3; i++)
+        if (dtype_tol(ts[i]->dtype) > t) t = dtype_tol(ts[i]->dtype);
+    if (precise == LOOM_ATTN_HIGH_PERFORMANCE) t = 2.0 * fmax(t, 1.0 / 128);
+    return t;
+}
+
 /* Shapes shared by the three ops. */
 typedef struct {
     loom_attn_layout layout;
@@ -427,7 +526,14 @@ static void fuzz_prefill(reader *r) {
     c.pp.block_kv = bad(r) ? -1 : blk[pick(r, 5)];
     c.pp.inner_precise = (int)pick(r, 2) + 2 * bad(r);
     loom_tensor *outs[2] = {o, lse};
-    if (q && k && v && o) check_run(&a, run_attn, &c, outs, 2);
+    if (q && k && v && o) {
+        long ran = n_ok[cur_op];
+        check_run(&a, run_attn, &c, outs, 2);
+        /* dropout multiplies the kept terms by 1 / keep_prob, and their rounding
+         * with them: partial cancellation leaves an output keep_prob times smaller */
+        if (n_ok[cur_op] > ran && c.pp.scale_value == 0.0f)
+            check_ref(&a, &c, outs, 2, attn_tol(q, k, v, o, c.pp.inner_precise) / c.pp.keep_prob);
+    }
     free(al), free(alk), free(cq), free(ck);
     arena_free(&a);
 }
@@ -477,7 +583,12 @@ static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loo
         if (mode == LOOM_ANTIQUANT_PER_CHANNEL) sh[0] = pick(r, 4) ? s->Nkv : 1, sh[1] = s->D, nd = 2;
         else sh[0] = co->bt ? nb : s->B, sh[1] = pick(r, 4) ? s->Nkv : 1, sh[2] = co->bt ? bs : s->Skv, nd = 3;
         if (bad(r)) sh[nd - 1] += 1; /* invalid: wrong shape */
-        const loom_tensor *sc = bad(r) ? NULL : mk(a, r, LOOM_F32, nd, sh, 0, 0);
+        loom_tensor *sc = bad(r) ? NULL : mk(a, r, LOOM_F32, nd, sh, 0, 0);
+        if (sc) /* scales as a quantizer sets them (max|x| / 127): values of order 1 */
+            for (int64_t i = 0; i < loom_tensor_nelem(sc); i++) {
+                float *e = (float *)sc->data + i;
+                *e = (0.25f + fabsf(*e)) / 127.0f;
+            }
         const loom_tensor *of = pick(r, 3) == 0 ? mk(a, r, LOOM_F32, nd, sh, 0, 0) : NULL;
         if (side == 0) co->ks = sc, co->ko = of, co->kmode = mode;
         else co->vs = sc, co->vo = of, co->vmode = mode;
@@ -537,7 +648,11 @@ static void fuzz_decode(reader *r, int fia) {
                                                    .value_antiquant_offset = co.vo, .attention_out = o,
                                                    .softmax_lse = lse};
     }
-    if (q && k && v && o) check_run(&a, run_attn, &c, outs, 2);
+    if (q && k && v && o) {
+        long ran = n_ok[cur_op];
+        check_run(&a, run_attn, &c, outs, 2);
+        if (n_ok[cur_op] > ran && scale == 0.0f) check_ref(&a, &c, outs, 2, attn_tol(q, k, v, o, precise));
+    }
     free(co.al), free(cq), free(ck);
     arena_free(&a);
 }
