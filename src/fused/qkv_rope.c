@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "fused/fused_internal.h"
+#include "ops/ref/ref.h"
 
 loom_qkv_rope_params loom_qkv_rope_default_params(void) {
     loom_qkv_rope_params p;
@@ -163,15 +164,11 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
                    "qkv_rope: num_heads %lld must be a positive multiple of num_key_value_heads %lld",
                    (long long)N, (long long)NKV);
     int64_t n_rot = p->n_rot ? p->n_rot : D;
-    LOOM_RETURN_IF(D < 2 || n_rot < 2 || n_rot % 2 || n_rot > D, LOOM_ERR_INVALID_ARG,
-                   "qkv_rope: head_dim %lld / n_rot %lld: n_rot must be even and in [2, head_dim]",
-                   (long long)D, (long long)n_rot);
-    LOOM_RETURN_IF(!(p->theta > 0.0f) || !isfinite(p->theta) || !(p->freq_scale >= 0.0f) ||
-                       !isfinite(p->freq_scale),
-                   LOOM_ERR_INVALID_ARG, "qkv_rope: theta %g / freq_scale %g: theta must be finite and > 0, "
-                   "freq_scale finite and >= 0", (double)p->theta, (double)p->freq_scale);
-    LOOM_RETURN_IF(p->rope_mode != LOOM_ROPE_HALF && p->rope_mode != LOOM_ROPE_INTERLEAVED,
-                   LOOM_ERR_INVALID_ARG, "qkv_rope: unknown rope_mode %d", (int)p->rope_mode);
+    LOOM_RETURN_IF(p->n_rot < 0 || p->n_rot > D, LOOM_ERR_INVALID_ARG, /* before the narrowing to int */
+                   "qkv_rope: n_rot %lld outside [0, head_dim %lld]", (long long)p->n_rot, (long long)D);
+    loom_rope_attrs ra = {.mode = p->rope_mode, .n_rot = (int)p->n_rot, .theta = p->theta,
+                          .freq_scale = p->freq_scale};
+    LOOM_TRY(loom_rope_attrs_check("qkv_rope", &ra, D)); /* the rope op's checks */
     LOOM_RETURN_IF(!query && !p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");
     LOOM_TRY(loom_fused_check_2d("qkv_rope", "x", x, T, hid));
     if (!query) LOOM_TRY(loom_fused_check_2d("qkv_rope", "q_out", q_out, T, N * D));

@@ -110,6 +110,11 @@ loom_status loom_ref_softmax(const loom_kernel_args *a);
 
 /* ---------------------------------------------------------- rope.c */
 
+/* RoPE attributes for head dim D: mode, an even n_rot in [2, D] (0 = D), finite
+ * theta > 0 and freq_scale >= 0, pos_offset >= 0. Errors name op and the
+ * attribute. Shared by the rope op and the fused qkv_rope. */
+loom_status loom_rope_attrs_check(const char *op, const loom_rope_attrs *at, int64_t D);
+
 loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                 loom_tensor *dst);
 void loom_ref_rope_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,

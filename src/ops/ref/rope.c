@@ -10,6 +10,24 @@
 
 #include <math.h>
 
+loom_status loom_rope_attrs_check(const char *op, const loom_rope_attrs *at, int64_t D) {
+    int64_t n_rot = at->n_rot ? at->n_rot : D;
+    LOOM_RETURN_IF(at->mode != LOOM_ROPE_INTERLEAVED && at->mode != LOOM_ROPE_HALF,
+                   LOOM_ERR_INVALID_ARG, "%s: mode %d: expected 0 (interleaved) or 1 (half)", op,
+                   (int)at->mode);
+    LOOM_RETURN_IF(n_rot <= 0 || n_rot % 2 != 0 || n_rot > D, LOOM_ERR_INVALID_ARG,
+                   "%s: n_rot %lld with head dim %lld: expected an even n_rot in [2, %lld] "
+                   "(0 means D)",
+                   op, (long long)n_rot, (long long)D, (long long)D);
+    LOOM_RETURN_IF(!(at->theta > 0.0f) || !isfinite(at->theta), LOOM_ERR_INVALID_ARG,
+                   "%s: theta %g: expected finite and > 0", op, (double)at->theta);
+    LOOM_RETURN_IF(!(at->freq_scale >= 0.0f) || !isfinite(at->freq_scale), LOOM_ERR_INVALID_ARG,
+                   "%s: freq_scale %g: expected finite and >= 0 (0 means 1)", op, (double)at->freq_scale);
+    LOOM_RETURN_IF(at->pos_offset < 0, LOOM_ERR_INVALID_ARG, "%s: pos_offset %d: expected >= 0", op,
+                   at->pos_offset);
+    return LOOM_OK;
+}
+
 loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                 loom_tensor *dst) {
     LOOM_TRY(loom_ref_check_arity("rope", src, n_src, 1, 1));
@@ -21,21 +39,7 @@ loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const 
                    loom_ref_shape_str(x, xs, sizeof xs));
     const loom_rope_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "rope: attributes missing");
-    int64_t D = x->shape[x->ndim - 1];
-    int64_t n_rot = at->n_rot ? at->n_rot : D;
-    LOOM_RETURN_IF(at->mode != LOOM_ROPE_INTERLEAVED && at->mode != LOOM_ROPE_HALF,
-                   LOOM_ERR_INVALID_ARG, "rope: mode %d: expected 0 (interleaved) or 1 (half)",
-                   (int)at->mode);
-    LOOM_RETURN_IF(n_rot <= 0 || n_rot % 2 != 0 || n_rot > D, LOOM_ERR_INVALID_ARG,
-                   "rope: n_rot %lld with head dim %lld: expected an even n_rot in [2, %lld] "
-                   "(0 means D)",
-                   (long long)n_rot, (long long)D, (long long)D);
-    LOOM_RETURN_IF(!(at->theta > 0.0f) || !isfinite(at->theta), LOOM_ERR_INVALID_ARG,
-                   "rope: theta %g: expected finite and > 0", (double)at->theta);
-    LOOM_RETURN_IF(!(at->freq_scale >= 0.0f) || !isfinite(at->freq_scale), LOOM_ERR_INVALID_ARG,
-                   "rope: freq_scale %g: expected finite and >= 0 (0 means 1)", (double)at->freq_scale);
-    LOOM_RETURN_IF(at->pos_offset < 0, LOOM_ERR_INVALID_ARG, "rope: pos_offset %d: expected >= 0",
-                   at->pos_offset);
+    LOOM_TRY(loom_rope_attrs_check("rope", at, x->shape[x->ndim - 1]));
     loom_ref_set_dst(dst, LOOM_F32, x->ndim, x->shape);
     return LOOM_OK;
 }
