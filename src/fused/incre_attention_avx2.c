@@ -115,9 +115,7 @@ ATTN_INLINE ATTN_T256 void loom_attn_dec_dot_avx2_a(float *s, int64_t lds, const
 ATTN_T256 void loom_attn_dec_dot_avx2(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                       const void *const *rows, loom_dtype dt, int nc, int d,
                                       const attn_dec_pf *pf) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_dot_avx2_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_dot_avx2_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_dot_avx2_a, s, lds, q, ldq, nr, rows, dt, nc, d, pf);
 }
 
 /* RB rows, NV vectors of 8 from x0; n = valid elements of the last vector. */
@@ -175,9 +173,7 @@ ATTN_INLINE ATTN_T256 void loom_attn_dec_pv_avx2_a(float *acc, int64_t lda, cons
 ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
                                      const float *alpha, const attn_dec_pf *pf) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_pv_avx2_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_pv_avx2_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx2_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
 }
 
 ATTN_INLINE ATTN_T256 float hsum8(__m256 v) {

@@ -231,9 +231,7 @@ ATTN_INLINE ATTN_T512 void loom_attn_dec_dot_avx512_a(float *s, int64_t lds, con
 ATTN_T512 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_dot_avx512_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_dot_avx512_a(s, lds, q, ldq, nr, rows, dt, nc, d, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_dot_avx512_a, s, lds, q, ldq, nr, rows, dt, nc, d, pf);
 }
 
 /* acc rows r0..r0+RB-1, NV vectors from element x0 (masks km) */
@@ -345,6 +343,18 @@ void attn_dec_pv_halves(attn_dec_pv_fn *pv, float *acc, int64_t lda, const float
     pv(acc + 128, lda, p, ldp, nr, hrows, dt, nc, 128, alpha, &none);
 }
 
+ATTN_INLINE ATTN_T512 void loom_attn_dec_pv_avx512_a(float *acc, int64_t lda, const float *p, int64_t ldp,
+                                                     int nr, const void *const *rows, loom_dtype dt, int nc,
+                                                     int d, const float *alpha, const attn_dec_pf *pf,
+                                                     int64_t ahead) {
+    switch (dt) {
+    case LOOM_F32: pv_all(LOOM_F32, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead); break;
+    case LOOM_F16: pv_all(LOOM_F16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead); break;
+    case LOOM_BF16: pv_all(LOOM_BF16, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead); break;
+    default: pv_all(LOOM_I8, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, ahead); break;
+    }
+}
+
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
                                        int nr, const void *const *rows, loom_dtype dt, int nc,
                                        int d, const float *alpha, const attn_dec_pf *pf) {
@@ -352,19 +362,7 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
         attn_dec_pv_halves(loom_attn_dec_pv_avx512, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }
-#define PV_ALL(DT, A) pv_all(DT, acc, lda, p, ldp, nr, rows, nc, d, alpha, pf, A)
-#define PV_DT(A)                                   \
-    switch (dt) {                                  \
-    case LOOM_F32: PV_ALL(LOOM_F32, A); break;     \
-    case LOOM_F16: PV_ALL(LOOM_F16, A); break;     \
-    case LOOM_BF16: PV_ALL(LOOM_BF16, A); break;   \
-    default: PV_ALL(LOOM_I8, A); break;            \
-    }
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) PV_DT(ATTN_DEC_PF_DIST)
-    else PV_DT(0)
-#undef PV_DT
-#undef PV_ALL
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx512_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
 }
 
 

@@ -210,9 +210,7 @@ ATTN_INLINE ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf_a(float *s, int64_t
 ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
                                                  const void *const *rows, loom_dtype dt, int nc,
                                                  int d, const attn_dec_pf *pf, int hp) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_dot_prep_avx512bf_a(s, lds, qp, nr, rows, dt, nc, d, pf, hp, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_dot_prep_avx512bf_a, s, lds, qp, nr, rows, dt, nc, d, pf, hp);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -336,9 +334,7 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
         attn_dec_pv_halves(loom_attn_dec_pv_avx512bf, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_pv_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx512bf_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
 }
 
 #else

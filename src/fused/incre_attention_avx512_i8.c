@@ -147,9 +147,7 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8_prep_a(float *s, int64_t lds, const char *
 static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int nr,
                                       const void *const *rows, int nc, int d,
                                       const attn_dec_pf *pf) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) dot_i8_prep_a(s, lds, qp, nr, rows, nc, d, pf, ATTN_DEC_PF_DIST);
-    else dot_i8_prep_a(s, lds, qp, nr, rows, nc, d, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, dot_i8_prep_a, s, lds, qp, nr, rows, nc, d, pf);
 }
 
 
@@ -248,9 +246,7 @@ ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const flo
                                               int nr, const void *const *rows, loom_dtype dt,
                                               int nc, int d, const float *alpha,
                                               const attn_dec_pf *pf) {
-    /* the prefetch distance as a constant in each copy: it folds into the loops */
-    if (attn_dec_ahead(pf)) loom_attn_dec_pv_hp_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, ATTN_DEC_PF_DIST);
-    else loom_attn_dec_pv_hp_avx512bf_a(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf, 0);
+    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_hp_avx512bf_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
 }
 
 #else
