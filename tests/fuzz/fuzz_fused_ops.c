@@ -1,0 +1,302 @@
+/* The fuzz_attention target's calls of the cache write, the row ops, the FFN and
+ * QKV+RoPE (the properties: fuzz_attention.c's comment). */
+#include "fuzz_harness.h"
+
+/* ------------------------------------------------------------ reshape_and_cache */
+
+/* Element offset of (entry e, slot s, head h, element d) in a cache of layout l. */
+static int64_t cache_off(const loom_tensor *c, loom_attn_layout l, int64_t e, int64_t s, int64_t h,
+                         int64_t d, int64_t D) {
+    if (l == LOOM_ATTN_BNSD) return e * c->stride[0] + h * c->stride[1] + s * c->stride[2] + d;
+    if (l == LOOM_ATTN_BSH) return e * c->stride[0] + s * c->stride[1] + h * D + d;
+    return e * c->stride[0] + s * c->stride[1] + h * c->stride[2] + d;
+}
+
+/* loom_reshape_and_cache: key/value f32 [T, N_kv, D] into contiguous or paged
+ * caches of f32/f16/bf16/i8 (per-channel scales given, per-token ones written).
+ * On LOOM_OK: the inputs are unchanged, every cache element outside the written
+ * slots is unchanged, and (float caches, each slot written once) the written
+ * rows hold the inputs within their dtype's rounding. */
+void fuzz_kv_write(reader *r) {
+    arena a = {0};
+    loom_attn_layout l = (loom_attn_layout)pick(r, 3);
+    if (bad(r)) l = LOOM_ATTN_TND;
+    int64_t T = 1 + pick(r, 40), N = 1 + pick(r, 4), D = pick_d(r), B = 1 + pick(r, 3), S = 1 + pick(r, 64);
+    static const loom_dtype cdt[4] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
+    loom_dtype dt = bad(r) ? LOOM_I32 : cdt[pick(r, 4)];
+    int64_t ks[3] = {T, N, D};
+    const loom_tensor *key = mk(&a, r, LOOM_F32, 3, ks, 0, 0), *val = mk(&a, r, LOOM_F32, 3, ks, 0, 0);
+    loom_kv_write_params p = {.cache_layout = l};
+    int64_t nent = B, slots = S, per = 0, sh[4];
+    if (pick(r, 2)) { /* paged */
+        static const int64_t sizes[4] = {1, 3, 16, 32};
+        slots = sizes[pick(r, 4)];
+        per = (S + slots - 1) / slots;
+        nent = 1 + pick(r, (unsigned)(B * per + 1));
+        int64_t bts[2] = {B, per};
+        loom_tensor *bt = mk(&a, r, LOOM_I32, 2, bts, 0, 0);
+        if (bt)
+            for (int64_t i = 0; i < B * per; i++)
+                ((int32_t *)bt->data)[i] = bad(r) ? (pick(r, 2) ? -1 : (int32_t)nent) : (int32_t)(rd(r) % nent);
+        p.block_table = bt;
+    }
+    int nd = shape_of(l == LOOM_ATTN_TND ? LOOM_ATTN_BSND : l, nent, slots, N, D, sh);
+    if (l == LOOM_ATTN_TND) nd = 3, sh[0] = nent * slots, sh[1] = N, sh[2] = D;
+    loom_tensor *kc = mk(&a, r, dt, nd, sh, pick(r, 4) == 0 ? 3 : 0, 1);
+    int kci = a.n - 1;
+    loom_tensor *vc = mk(&a, r, dt, nd, sh, 0, 1);
+    int vci = a.n - 1;
+    if (dt == LOOM_I8) {
+        p.antiquant_mode = pick(r, 2) ? LOOM_ANTIQUANT_PER_TOKEN : LOOM_ANTIQUANT_PER_CHANNEL;
+        int64_t ss[3] = {N, D, 1};
+        int snd = 2, tok = p.antiquant_mode == LOOM_ANTIQUANT_PER_TOKEN;
+        if (tok) ss[0] = nent, ss[1] = N, ss[2] = slots, snd = 3;
+        if (bad(r)) ss[snd - 1] += 1;
+        p.key_scale = bad(r) ? NULL : mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        p.value_scale = bad(r) ? NULL : mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        if (pick(r, 3) == 0) p.key_offset = mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+        if (pick(r, 3) == 0) p.value_offset = mk(&a, r, LOOM_F32, snd, ss, 0, tok);
+    }
+    int64_t *pos = malloc((size_t)T * sizeof *pos), *bid = pick(r, 2) ? malloc((size_t)T * sizeof *bid) : NULL;
+    int64_t limit = p.block_table ? per * slots : S; /* positions the cache (or the table) covers */
+    if (!pos) goto done;
+    for (int64_t t = 0; t < T; t++) {
+        pos[t] = pick(r, 8) == 0 ? -1 : (int64_t)(rd(r) % (unsigned)limit); /* -1: a padding token */
+        if (bad(r)) pos[t] = limit + (int64_t)pick(r, 3);
+        if (bid) bid[t] = bad(r) ? (pick(r, 2) ? -1 : B) : (int64_t)pick(r, (unsigned)B);
+    }
+    p.positions = bad(r) ? NULL : pos;
+    p.batch_ids = bid;
+    if (!key || !val || !kc || !vc) goto done;
+    snapshot before;
+    snap(&a, &before);
+    loom_clear_error();
+    loom_status st = loom_reshape_and_cache(key, val, kc, vc, &p);
+    count_status(st);
+    if (st != LOOM_OK) {
+        FUZZ_CHECK(loom_last_error()[0] != '\0' && same(&a, &before, 0));
+        FUZZ_CHECK(cur_wild != 0); /* a valid call refused */
+    } else {
+        FUZZ_CHECK(same(&a, &before, 1));
+        /* the cache elements each token's slot covers, and how often it is written */
+        for (int side = 0; side < 2; side++) {
+            loom_tensor *c = side ? vc : kc;
+            const float *x = (const float *)(side ? val : key)->data;
+            int ci = side ? vci : kci;
+            size_t n = span_elems(c), es = loom_dtype_size(dt);
+            unsigned char *hit = calloc(n, 1);
+            if (!hit) break;
+            for (int64_t t = 0; t < T; t++) {
+                if (pos[t] < 0) continue;
+                int64_t b = bid ? bid[t] : 0, e = b, sl = pos[t];
+                if (p.block_table) e = ((const int32_t *)p.block_table->data)[b * per + sl / slots], sl %= slots;
+                for (int64_t h = 0; h < N; h++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t o = cache_off(c, l, e, sl, h, d, D);
+                        if (hit[o] < 2) hit[o]++;
+                    }
+            }
+            for (size_t o = 0; o < n; o++) /* nothing written outside the tokens' slots */
+                FUZZ_CHECK(hit[o] || memcmp((const char *)before.copy[ci] + o * es, (const char *)c->data + o * es, es) == 0);
+            for (int64_t t = 0; t < T && dt != LOOM_I8; t++) {
+                if (pos[t] < 0) continue;
+                int64_t b = bid ? bid[t] : 0, e = b, sl = pos[t];
+                if (p.block_table) e = ((const int32_t *)p.block_table->data)[b * per + sl / slots], sl %= slots;
+                for (int64_t h = 0; h < N; h++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t o = cache_off(c, l, e, sl, h, d, D);
+                        if (hit[o] != 1) continue; /* a slot two tokens wrote */
+                        float want = x[(t * N + h) * D + d], got;
+                        if (dt == LOOM_F32) got = ((const float *)c->data)[o];
+                        else if (dt == LOOM_F16) got = loom_f16_to_f32(((const uint16_t *)c->data)[o]);
+                        else got = loom_bf16_to_f32(((const uint16_t *)c->data)[o]);
+                        float tol = dt == LOOM_F32 ? 0.0f : dt == LOOM_F16 ? 1.0f / 1024 : 1.0f / 128;
+                        FUZZ_CHECK(fabsf(got - want) <= tol * fabsf(want) + 1e-6f);
+                    }
+            }
+            free(hit);
+        }
+    }
+    snap_free(&a, &before);
+done:
+    free(pos), free(bid);
+    arena_free(&a);
+}
+
+/* ------------------------------------------------------------ add_rms_norm, swiglu, ffn */
+
+typedef struct {
+    int op; /* OP_ADD_RMS_NORM, OP_SWIGLU or OP_FFN */
+    const loom_tensor *x, *res, *gamma, *wg, *wu, *wd;
+    loom_tensor *y, *r;
+    loom_add_rms_norm_params an;
+    loom_act act;
+    loom_ffn_params fp;
+} fused_ctx;
+
+static loom_status run_fused(void *c, loom_pool *pool) {
+    fused_ctx *f = c;
+    if (f->op == OP_ADD_RMS_NORM) return loom_add_rms_norm(f->x, f->res, f->gamma, &f->an, f->y, f->r, pool);
+    if (f->op == OP_SWIGLU) return loom_swiglu(f->x, f->act, f->y, pool);
+    return loom_ffn(f->x, f->wg, f->wu, f->wd, f->res, &f->fp, f->y, pool);
+}
+
+static float half_act(float x, void *user) { return x * *(const float *)user; }
+
+/* Element (i, j) of a 2-D f32 tensor. */
+static float at2(const loom_tensor *t, int64_t i, int64_t j) {
+    return ((const float *)t->data)[i * t->stride[0] + j * t->stride[1]];
+}
+
+/* The fused row ops against formulas in double (add_rms_norm, swiglu) and the
+ * FFN's robustness properties (its accuracy is test_fused_ffn's). */
+void fuzz_fused(reader *r, int op) {
+    arena a = {0};
+    fused_ctx c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    int64_t M = 1 + pick(r, 24), D = pick_d(r), H = 1 + pick(r, 100);
+    int pad = pick(r, 3) == 0 ? 1 + (int)pick(r, 5) : 0;
+    loom_dtype xdt = bad(r) ? LOOM_F16 : LOOM_F32;
+    int64_t xs[2] = {M, op == OP_SWIGLU ? 2 * H : D}, ys[2] = {M, op == OP_SWIGLU ? H : D};
+    if (bad(r)) ys[1] += 1; /* wrong shape */
+    c.x = mk(&a, r, xdt, 2, xs, pad, 0);
+    c.y = mk(&a, r, LOOM_F32, 2, ys, pick(r, 2) ? pad : 0, 1);
+    float user = 0.5f;
+    if (op == OP_ADD_RMS_NORM) {
+        c.res = mk(&a, r, LOOM_F32, 2, xs, 0, 0);
+        c.r = mk(&a, r, LOOM_F32, 2, xs, pad, 1);
+        int64_t gs[1] = {D + bad(r)};
+        c.gamma = mk(&a, r, LOOM_F32, 1, gs, 0, 0);
+        static const float eps[4] = {1e-6f, 1e-5f, 0.5f, INFINITY}, ebad[3] = {0.0f, -1.0f, NAN};
+        c.an.epsilon = bad(r) ? ebad[pick(r, 3)] : eps[pick(r, 4)];
+    } else if (op == OP_SWIGLU) {
+        c.act = bad(r) ? LOOM_ACT_COUNT : (loom_act)pick(r, LOOM_ACT_COUNT);
+    } else {
+        static const loom_dtype wdt[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+        loom_dtype wt = bad(r) ? LOOM_I8 : wdt[pick(r, 3)];
+        int merged = pick(r, 2);
+        int64_t gs[2] = {merged ? 2 * H : H, D}, ds[2] = {D, H + bad(r)};
+        c.wg = mk(&a, r, wt, 2, gs, 0, 0);
+        c.wu = merged ? NULL : mk(&a, r, wt, 2, gs, 0, 0);
+        c.wd = mk(&a, r, pick(r, 8) ? wt : wdt[pick(r, 3)], 2, ds, 0, 0);
+        c.res = pick(r, 2) ? mk(&a, r, LOOM_F32, 2, xs, 0, 0) : NULL;
+        c.fp = loom_ffn_default_params();
+        c.fp.act = bad(r) ? LOOM_ACT_COUNT : (loom_act)pick(r, LOOM_ACT_COUNT);
+        if (pick(r, 4) == 0) c.fp.custom_act = half_act, c.fp.custom_user = &user;
+        static const int64_t bn[4] = {0, 1, 7, 64};
+        c.fp.block_n = bad(r) ? -1 : bn[pick(r, 4)];
+        if (!c.wg || !c.wd || (!merged && !c.wu)) goto done;
+    }
+    if (!c.x || !c.y || (op == OP_ADD_RMS_NORM && (!c.res || !c.r || !c.gamma))) goto done;
+    loom_tensor *outs[2] = {c.y, c.r};
+    long ran = n_ok[op];
+    check_run(&a, run_fused, &c, outs, op == OP_ADD_RMS_NORM ? 2 : 1);
+    if (n_ok[op] > ran && op != OP_FFN) { /* it ran: the formulas, from the inputs as they were */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < ys[1]; j++) {
+                double want, got = at2(c.y, i, j);
+                if (op == OP_ADD_RMS_NORM) {
+                    double ss = 0.0;
+                    for (int64_t k = 0; k < D; k++) {
+                        float rk = at2(c.x, i, k) + at2(c.res, i, k);
+                        ss += (double)rk * rk;
+                    }
+                    float rj = at2(c.x, i, j) + at2(c.res, i, j);
+                    FUZZ_CHECK(at2(c.r, i, j) == rj); /* the sum, exactly */
+                    want = rj / sqrt(ss / (double)D + (double)c.an.epsilon) * ((const float *)c.gamma->data)[j];
+                } else {
+                    want = (double)loom_act_apply(c.act, at2(c.x, i, j)) * at2(c.x, i, H + j);
+                }
+                FUZZ_CHECK(fabs(got - want) <= (1.0 / 2048) * fmax(1.0, fabs(want)));
+            }
+    }
+done:
+    arena_free(&a);
+}
+
+/* ------------------------------------------------------------ qkv_rope */
+
+typedef struct {
+    const loom_tensor *x, *wq, *wk, *wv;
+    loom_qkv_rope_params p;
+    loom_tensor *q, *k, *v, *kc, *vc;
+} qkv_ctx_f;
+
+static loom_status run_qkv(void *c, loom_pool *pool) {
+    qkv_ctx_f *f = c;
+    return loom_qkv_rope(f->x, f->wq, f->wk, f->wv, &f->p, f->q, f->k, f->v, f->kc, f->vc, pool);
+}
+
+/* loom_qkv_rope: merged or separate weights (f32/f16/bf16), RoPE modes, n_rot,
+ * theta and freq_scale, optional k/v outputs, contiguous or paged f32/f16/bf16
+ * caches; the robustness properties of check_run. */
+void fuzz_qkv_rope(reader *r) {
+    arena a = {0};
+    qkv_ctx_f c;
+    memset(&c, 0, sizeof c);
+    static const int64_t ds[7] = {2, 4, 8, 16, 32, 64, 128};
+    int64_t T = 1 + pick(r, 20), hid = 1 + pick(r, 96), NKV = 1 + pick(r, 3), N = NKV * (1 + pick(r, 3)) + bad(r);
+    int64_t D = bad(r) ? 3 : ds[pick(r, 7)];
+    c.p = loom_qkv_rope_default_params();
+    c.p.num_heads = N, c.p.num_key_value_heads = NKV, c.p.head_dim = D;
+    c.p.rope_mode = bad(r) ? (loom_rope_mode)7 : (loom_rope_mode)pick(r, 2);
+    c.p.n_rot = bad(r) ? D + 2 : pick(r, 2) ? 0 : 2 * (1 + (int64_t)pick(r, (unsigned)(D / 2)));
+    static const float th[3] = {10000.0f, 500000.0f, 1.5f}, thbad[3] = {INFINITY, 0.0f, NAN};
+    static const float fs[3] = {0.0f, 1.0f, 0.25f}, fsbad[3] = {INFINITY, -1.0f, NAN};
+    c.p.theta = bad(r) ? thbad[pick(r, 3)] : th[pick(r, 3)];
+    c.p.freq_scale = bad(r) ? fsbad[pick(r, 3)] : fs[pick(r, 3)];
+    static const loom_dtype wdt[3] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    loom_dtype wt = wdt[pick(r, 3)];
+    int64_t xs[2] = {T, hid}, qs[2] = {T, N * D}, ks[2] = {T, NKV * D};
+    c.x = mk(&a, r, LOOM_F32, 2, xs, pick(r, 4) == 0 ? 2 : 0, 0);
+    if (pick(r, 2)) {
+        int64_t ws[2] = {(N + 2 * NKV) * D, hid};
+        c.wq = mk(&a, r, wt, 2, ws, 0, 0);
+    } else {
+        int64_t wq[2] = {N * D, hid}, wk[2] = {NKV * D, hid};
+        c.wq = mk(&a, r, wt, 2, wq, 0, 0);
+        c.wk = mk(&a, r, bad(r) ? wdt[pick(r, 3)] : wt, 2, wk, 0, 0);
+        c.wv = mk(&a, r, wt, 2, wk, 0, 0);
+        if (!c.wk || !c.wv) goto done;
+    }
+    c.q = mk(&a, r, LOOM_F32, 2, qs, pick(r, 4) == 0 ? 3 : 0, 1);
+    if (pick(r, 2)) c.k = mk(&a, r, LOOM_F32, 2, ks, 0, 1);
+    if (pick(r, 2)) c.v = mk(&a, r, LOOM_F32, 2, ks, 0, 1);
+    int64_t B = 1 + pick(r, 2), S = 1 + pick(r, 48), nent = B, slots = S, per = 0, cs[4];
+    loom_kv_write_params *kp = &c.p.cache;
+    kp->cache_layout = (loom_attn_layout)pick(r, 3);
+    if (pick(r, 3) == 0) { /* paged */
+        static const int64_t sizes[3] = {1, 4, 16};
+        slots = sizes[pick(r, 3)];
+        per = (S + slots - 1) / slots;
+        nent = 1 + pick(r, (unsigned)(B * per));
+        int64_t bts[2] = {B, per};
+        loom_tensor *bt = mk(&a, r, LOOM_I32, 2, bts, 0, 0);
+        if (!bt) goto done;
+        for (int64_t i = 0; i < B * per; i++)
+            ((int32_t *)bt->data)[i] = bad(r) ? (int32_t)nent : (int32_t)(rd(r) % nent);
+        kp->block_table = bt;
+    }
+    int nd = shape_of(kp->cache_layout, nent, slots, NKV, D, cs);
+    loom_dtype cdt = wdt[pick(r, 3)];
+    c.kc = mk(&a, r, cdt, nd, cs, 0, 1);
+    c.vc = mk(&a, r, cdt, nd, cs, 0, 1);
+    int64_t *pos = malloc((size_t)T * sizeof *pos), *bid = malloc((size_t)T * sizeof *bid);
+    if (pos && bid && c.x && c.wq && c.q && c.kc && c.vc) {
+        int64_t limit = kp->block_table ? per * slots : S;
+        for (int64_t t = 0; t < T; t++) {
+            pos[t] = pick(r, 8) == 0 ? -1 : (int64_t)(rd(r) % (unsigned)limit);
+            if (bad(r)) pos[t] = limit;
+            bid[t] = (int64_t)pick(r, (unsigned)B);
+        }
+        kp->positions = pos, kp->batch_ids = bid;
+        loom_tensor *outs[3] = {c.q, c.k, c.v};
+        check_run(&a, run_qkv, &c, outs, 1);
+        FUZZ_CHECK(!c.k || finite_out(c.k, 0));
+        FUZZ_CHECK(!c.v || finite_out(c.v, 0));
+    }
+    free(pos), free(bid);
+done:
+    arena_free(&a);
+}
