@@ -727,7 +727,9 @@ int main(int argc, char **argv) {
         cache_t[n_cache++] = t;
     }
     const loom_cpu_features *f = loom_cpu_get();
-    printf("# bench_attention\n\nisa %s; avx512f %d bf16 %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after warm-up)%s\n\n",
+    printf("# bench_attention\n\n");
+    bench_print_cpu();
+    printf("isa %s; avx512f %d bf16 %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after warm-up)%s\n\n",
            loom_isa_name(loom_cpu_isa()), f->avx512f, f->avx512_bf16, f->l1d_bytes >> 10,
            f->l2_bytes >> 10, f->l3_bytes >> 10, o.reps,
            cpu_time ? "; 1-thread rows: thread CPU time" : "");

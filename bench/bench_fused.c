@@ -400,7 +400,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     const loom_cpu_features *cf = loom_cpu_get();
-    printf("# bench_fused\n\nisa %s; avx512f %d bf16 %d; L2 %d KiB, L3 %d KiB; reps %d (%s, after 1 warm-up)%s\n\n",
+    printf("# bench_fused\n\n");
+    bench_print_cpu();
+    printf("isa %s; avx512f %d bf16 %d; L2 %d KiB, L3 %d KiB; reps %d (%s, after 1 warm-up)%s\n\n",
            loom_isa_name(loom_cpu_isa()), cf->avx512f, cf->avx512_bf16, cf->l2_bytes >> 10,
            cf->l3_bytes >> 10, o.reps,
            o.sequential ? "medians, all fused calls then all unfused"

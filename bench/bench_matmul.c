@@ -124,7 +124,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const loom_cpu_features *f = loom_cpu_get();
-    printf("# bench_matmul\n\nisa %s; avx512f %d bf16 %d vnni %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)\n\n",
+    printf("# bench_matmul\n\n");
+    bench_print_cpu();
+    printf("isa %s; avx512f %d bf16 %d vnni %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)\n\n",
            loom_isa_name(isa), f->avx512f, f->avx512_bf16, f->avx512_vnni, f->l1d_bytes >> 10,
            f->l2_bytes >> 10, f->l3_bytes >> 10, reps);
 

@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -181,4 +182,10 @@ int bench_parse_ints(const char *s, int *out, int n) {
         if (*end && *end != ',') return -1;
     }
     return k;
+}
+
+void bench_print_cpu(void) {
+    const loom_cpu_features *f = loom_cpu_get();
+    printf("cpu %s family %d model %d (%s)\n", f->vendor[0] ? f->vendor : "unknown", f->family, f->model,
+           f->brand[0] ? f->brand : "no brand string");
 }

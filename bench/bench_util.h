@@ -33,6 +33,11 @@ bench_probe *bench_probe_new(size_t bytes);
 /* One pass over the buffer with every thread of pool (NULL: this thread); GB/s. */
 double bench_probe_gbs(bench_probe *p, loom_pool *pool);
 void bench_probe_free(bench_probe *p);
+/* The line every benchmark's output starts with after its title: the CPU's vendor,
+ * family, model and brand string, so that a results table says which machine it
+ * came from (a cloud VM may land on a different CPU generation from one session
+ * to the next), e.g. "cpu AuthenticAMD family 25 model 17 (AMD EPYC)". */
+void bench_print_cpu(void);
 /* Parses "1,2,4" into out (max n entries); returns the count or -1. */
 int bench_parse_ints(const char *s, int *out, int n);
 

@@ -73,8 +73,15 @@ static void detect_x86(loom_cpu_features *f) {
     int intel = memcmp(&r[1], "Genu", 4) == 0;  /* "GenuineIntel": leaf 4 is Intel-only */
     if (max_leaf < 1) return;
 
+    memcpy(f->vendor, &r[1], 4); /* ebx, edx, ecx: "AuthenticAMD", "GenuineIntel" */
+    memcpy(f->vendor + 4, &r[3], 4);
+    memcpy(f->vendor + 8, &r[2], 4);
+    f->vendor[12] = '\0';
+
     cpuid(1, 0, r);
-    unsigned ecx1 = r[2];
+    unsigned ecx1 = r[2], fam = (r[0] >> 8) & 0xf, mod = (r[0] >> 4) & 0xf;
+    f->family = (int)(fam == 0xf ? fam + ((r[0] >> 20) & 0xff) : fam);
+    f->model = (int)(fam == 0x6 || fam == 0xf ? mod | (((r[0] >> 16) & 0xf) << 4) : mod);
     int osxsave = (ecx1 >> 27) & 1, avx = (ecx1 >> 28) & 1;
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
     int os_ymm = osxsave && (xcr0 & 0x6) == 0x6;           /* XMM + YMM state */
@@ -100,9 +107,23 @@ static void detect_x86(loom_cpu_features *f) {
         }
     }
 
-    if (intel && max_leaf >= 4 && caches_from_leaf(4, f)) return;
     cpuid(0x80000000u, 0, r);
-    if (r[0] >= 0x8000001du) {
+    unsigned max_ext = r[0];
+    if (max_ext >= 0x80000004u) { /* 48 bytes of brand string, leading blanks dropped */
+        char b[49];
+        for (unsigned i = 0; i < 3; i++) {
+            cpuid(0x80000002u + i, 0, r);
+            memcpy(b + 16 * i, r, 16);
+        }
+        b[48] = '\0';
+        const char *p = b;
+        while (*p == ' ') p++;
+        snprintf(f->brand, sizeof f->brand, "%s", p);
+        for (size_t n = strlen(f->brand); n > 0 && f->brand[n - 1] == ' '; n--) f->brand[n - 1] = '\0';
+    }
+
+    if (intel && max_leaf >= 4 && caches_from_leaf(4, f)) return;
+    if (max_ext >= 0x8000001du) {
         cpuid(0x80000001u, 0, r);
         if ((r[2] >> 22) & 1) caches_from_leaf(0x8000001du, f);  /* topology extensions */
     }

@@ -17,6 +17,12 @@ typedef struct loom_cpu_features {
     int avx2, fma, f16c;
     int avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni;
     int l1d_bytes, l2_bytes, l3_bytes;  /* data cache sizes per core (0 if unknown) */
+    /* Identity, for benchmark records (x86 cpuid; "" and 0 elsewhere): the vendor
+     * string, the display family and model (base + extended fields), the brand
+     * string. Kernels choose by features, never by these. */
+    char vendor[13];
+    int family, model;
+    char brand[49];
 } loom_cpu_features;
 
 /* Features of the running CPU (cpuid + xgetbv; OS support of AVX/AVX-512 state checked). */

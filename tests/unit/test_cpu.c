@@ -8,6 +8,8 @@
 #include "check.h"
 #include "base/cpu.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +41,34 @@ static void test_features_consistent(void) {
 #endif
     loom_isa cur = loom_cpu_isa();
     CHECK(cur >= LOOM_ISA_REF && cur <= best);
+}
+
+/* The identity fields: terminated strings, and on Linux/x86 the same family and
+ * model as the kernel's /proc/cpuinfo (which decodes cpuid leaf 1 itself). */
+static void test_identity(void) {
+    const loom_cpu_features *f = loom_cpu_get();
+    CHECK(memchr(f->vendor, '\0', sizeof f->vendor) != NULL);
+    CHECK(memchr(f->brand, '\0', sizeof f->brand) != NULL);
+    CHECK(f->brand[0] != ' ');
+    fprintf(stderr, "  vendor '%s' family %d model %d brand '%s'\n", f->vendor, f->family, f->model, f->brand);
+#if defined(__x86_64__)
+    CHECK(strlen(f->vendor) == 12); /* cpuid leaf 0: twelve characters */
+    CHECK(f->family >= 3 && f->family <= 0xf + 0xff);
+    CHECK(f->model >= 0 && f->model <= 0xff);
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (!ci) return; /* not Linux: nothing to compare with */
+    char line[512];
+    int fam = -1, mod = -1;
+    while (fgets(line, sizeof line, ci) && (fam < 0 || mod < 0)) {
+        const char *colon = strchr(line, ':');
+        if (!colon) continue;
+        if (strncmp(line, "cpu family", 10) == 0 && fam < 0) fam = atoi(colon + 1);
+        else if (strncmp(line, "model\t", 6) == 0 && mod < 0) mod = atoi(colon + 1);
+    }
+    fclose(ci);
+    if (fam >= 0) CHECK(f->family == fam);
+    if (mod >= 0) CHECK(f->model == mod);
+#endif
 }
 
 static void test_parse(void) {
@@ -120,6 +150,7 @@ static void test_env_override(void) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--expect-isa") == 0) return child_expect(argv[2]);
     RUN_TEST(test_features_consistent);
+    RUN_TEST(test_identity);
     RUN_TEST(test_parse);
     RUN_TEST(test_set_isa);
     RUN_TEST(test_env_override);
