@@ -25,6 +25,16 @@ typedef struct loom_cpu_features {
     char brand[49];
 } loom_cpu_features;
 
+/* The hint of a software prefetch of data streamed once from DRAM (a decode's KV
+ * cache, a GEMV's 16-bit weight rows): into L2 (_MM_HINT_T2 of <xmmintrin.h>), not
+ * L1. An L1 prefetch holds one of the core's few L1 miss buffers until its line
+ * arrives from DRAM; with the streams in flight they ran out and the loads waited:
+ * on a Zen 4 host a decode tile took its compute time plus its transfer time (f32
+ * on two threads at 61-64 % of the read bandwidth, 84 % into L2; bf16 GEMV rows
+ * at N = 11008 on one thread 39 -> 70 %). bench/results/attention.md, "Decode
+ * prefetches into L2", and bench/results/matmul.md. */
+#define LOOM_PF_STREAM _MM_HINT_T2
+
 /* Features of the running CPU (cpuid + xgetbv; OS support of AVX/AVX-512 state checked). */
 const loom_cpu_features *loom_cpu_get(void);
 /* Highest ISA level this CPU supports. */

@@ -158,17 +158,9 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
  * memory (swept 2-32 KiB on Zen 5: 8 KiB best for f32, bf16 and i8 caches).
  * In a contiguous BNSD cache that is the rows 16 (f32, d = 128) to 128 (i8,
  * d = 64) keys ahead. Not in a paged one: a block of 16 keys of one head is 2-8
- * KiB, and the next block lies anywhere (attn_dec_pf.ahead is 0 there). */
+ * KiB, and the next block lies anywhere (attn_dec_pf.ahead is 0 there).
+ * Every decode prefetch fills L2, not L1 (LOOM_PF_STREAM, base/cpu.h). */
 #define ATTN_DEC_PF_DIST 8192
-
-/* The hint of every decode prefetch (the own stream and attn_dec_pf's rows): into
- * L2, not L1. A prefetch into L1 holds one of the core's few L1 miss buffers until
- * its line arrives from DRAM; with both streams in flight they ran out, the loads
- * waited, and on Zen 4 a tile took its compute time plus its transfer time (f32
- * on two threads at 61-64 % of the read bandwidth). Into L2, the same prefetches
- * stay in flight and the loads find the lines in L2: 84 % (bench/results/
- * attention.md, "Decode prefetches into L2"). */
-#define ATTN_DEC_PF_HINT _MM_HINT_T2
 
 /* Rows a decode kernel prefetches while it computes on others: the V rows of
  * the tile during Q.K^T, the next tile's K rows during P.V, so that both

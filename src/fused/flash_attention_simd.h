@@ -22,7 +22,7 @@
  * a prefetch is harmless but pointer arithmetic would not be valid C. */
 static inline __attribute__((always_inline)) void attn_dec_prefetch(const void *row, int64_t byte_off,
                                                                     int64_t ahead) {
-    if (ahead) _mm_prefetch((const char *)((uintptr_t)row + (uintptr_t)(byte_off + ahead)), ATTN_DEC_PF_HINT);
+    if (ahead) _mm_prefetch((const char *)((uintptr_t)row + (uintptr_t)(byte_off + ahead)), LOOM_PF_STREAM);
 }
 
 /* The distance of a kernel call's own prefetch: pf's, ATTN_DEC_PF_DIST when the
@@ -41,7 +41,7 @@ static inline int64_t attn_dec_ahead(const attn_dec_pf *pf) { return pf ? pf->ah
 ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
     if (!pf || c >= pf->n) return;
     const char *row = pf->rows[c];
-    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, ATTN_DEC_PF_HINT);
+    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, LOOM_PF_STREAM);
 }
 
 /* 2^f on [-0.5, 0.5]: Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */

@@ -12,6 +12,8 @@
  */
 #include "ops/matmul/gemv_kernels.h"
 
+#include "base/cpu.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -63,18 +65,15 @@ UNROLL
         for (int m = 0; m < M; m++) acc[i][m] = _mm512_setzero_ps();
     for (; k + 16 * U <= K; k += 16 * U) {
         /* 16-bit weights take twice the instructions per line: fetch ahead
-         * (for f32 the hardware prefetchers do better alone), into L2 as the
-         * decode attention does (flash_attention_internal.h, ATTN_DEC_PF_HINT):
-         * on Zen 4 an L1 prefetch held a miss buffer until the line came from
-         * DRAM; bf16 N = 11008 on one thread 39-46 % -> 70-78 % of the read
-         * bandwidth (bench/results/matmul.md). The quantized blocks keep T0:
-         * q8_0 measured no better, q4_1 mixed. */
+         * (for f32 the hardware prefetchers do better alone), into L2
+         * (LOOM_PF_STREAM, base/cpu.h). The quantized blocks below keep T0:
+         * into L2, q8_0 lost in every row and q4_1 was mixed. */
         if (t != LOOM_F32)
 UNROLL
             for (int r = 0; r < R; r++)
 UNROLL
                 for (int u = 0; u < U; u += 2)
-                    _mm_prefetch(w[r] + (size_t)(k + 16 * u) * es + GEMV_PREFETCH, _MM_HINT_T2);
+                    _mm_prefetch(w[r] + (size_t)(k + 16 * u) * es + GEMV_PREFETCH, LOOM_PF_STREAM);
 UNROLL
         for (int u = 0; u < U; u++) {
             __m512 xv[LOOM_GEMM_MIN_M];
