@@ -160,7 +160,9 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
  * d = 64) keys ahead. Not in a paged one: a block of 16 keys of one head is 2-8
  * KiB, and the next block lies anywhere (attn_dec_pf.ahead is 0 there).
  * Every decode prefetch fills L2, not L1 (LOOM_PF_STREAM, base/cpu.h). */
+#ifndef ATTN_DEC_PF_DIST /* -DATTN_DEC_PF_DIST=N builds a variant for an A/B */
 #define ATTN_DEC_PF_DIST 8192
+#endif
 
 /* Rows a decode kernel prefetches while it computes on others: the V rows of
  * the tile during Q.K^T, the next tile's K rows during P.V, so that both

@@ -237,30 +237,38 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0
     *n1 = _mm512_permutex2var_ps(lo, i1, hi);
 }
 
-/* Keys c and c + 1 (the second only if two) into the accumulators of pv_bf16_rows. */
-ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const uint16_t *pb,
+/* Values per pass of pv_bf16_rows: 64, in 2 chunks of 32 (4 rows: 16 accumulators). */
+#define PV_BF16_X 64
+
+/* Keys c and c + 1 (the second only if two) into the accumulators of
+ * pv_bf16_rows: the PV_BF16_X values from value x0 of the rows. own: the first
+ * pass over the rows, which prefetches all NL lines of each. */
+ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NL, int x0, __m512 (*ac)[4], const uint16_t *pb,
                                           int64_t ldb, const void *const *rows, int c, int two,
                                           int own, const attn_dec_pf *pf, int64_t ahead) {
     const char *v0 = rows[c], *v1 = two ? rows[c + 1] : NULL;
-    attn_dec_pf_row(pf, c);
-    attn_dec_pf_row(pf, c + 1);
-    __m512i pp[2];
-#pragma GCC unroll 2
+    if (own) {
+        attn_dec_pf_row(pf, c);
+        attn_dec_pf_row(pf, c + 1);
+#pragma GCC unroll 8
+        for (int j = 0; j < NL; j++) {
+            attn_dec_prefetch(v0, 64 * j, ahead);
+            if (two) attn_dec_prefetch(v1, 64 * j, ahead);
+        }
+    }
+    __m512i pp[4];
+#pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
         uint32_t pair;
         memcpy(&pair, pb + r * ldb + c, sizeof pair);
         pp[r] = _mm512_set1_epi32((int)pair);
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < NC; j++) {
-        if (own) attn_dec_prefetch(v0, 64 * j, ahead);
-        __m512i a = _mm512_loadu_si512(v0 + 64 * j), b = _mm512_setzero_si512();
-        if (two) {
-            if (own) attn_dec_prefetch(v1, 64 * j, ahead);
-            b = _mm512_loadu_si512(v1 + 64 * j);
-        }
-        __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
 #pragma GCC unroll 2
+    for (int j = 0; j < PV_BF16_X / 32; j++) {
+        __m512i a = _mm512_loadu_si512(v0 + 2 * x0 + 64 * j), b = _mm512_setzero_si512();
+        if (two) b = _mm512_loadu_si512(v1 + 2 * x0 + 64 * j);
+        __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+#pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             ac[r][2 * j] = _mm512_dpbf16_ps(ac[r][2 * j], (__m512bh)lo, (__m512bh)pp[r]);
             ac[r][2 * j + 1] = _mm512_dpbf16_ps(ac[r][2 * j + 1], (__m512bh)hi, (__m512bh)pp[r]);
@@ -269,30 +277,35 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_pair(int RB, int NC, __m512 (*ac)[8], const
 }
 
 /* P.V against a bf16 V with vdpbf16ps over key pairs, P rounded to bf16 (as the
- * prefill kernel's bf16 path: relative error <= 2^-9 per probability), d = 32 NC.
- * RB rows (2 NC accumulators each); an odd last key pairs with zeros. pb holds
- * the rows' probabilities as bf16, ldb apart, zero padded to even length. */
-ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NC, float *acc, int64_t lda,
+ * prefill kernel's bf16 path: relative error <= 2^-9 per probability): RB
+ * (<= 4) rows, values x0 .. x0 + PV_BF16_X - 1 of a row of NL lines. An odd
+ * last key pairs with zeros. pb holds the rows' probabilities as bf16, ldb
+ * apart, zero padded to even length. Four rows per pass over a half row load
+ * and interleave each V line once for all of them; two rows over the whole row
+ * (d = 128) did it twice: dec_pv 7.1 -> 6.6 ns per key at d = 128 and 5.2-5.6
+ * -> 4.6-4.9 at d = 64 (Zen 4, bench_attention --sets kernels, alternated). */
+ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NL, int x0, float *acc, int64_t lda,
                                           const uint16_t *pb, int64_t ldb,
                                           const void *const *rows, int nc, const float *alpha,
                                           int own, const attn_dec_pf *pf, int64_t ahead) {
-    __m512 ac[2][8];
-#pragma GCC unroll 2
+    __m512 ac[4][4];
+    acc += x0;
+#pragma GCC unroll 4
     for (int r = 0; r < RB; r++) {
         __m512 al = _mm512_set1_ps(alpha[r]);
 #pragma GCC unroll 4
-        for (int j = 0; j < NC; j++)
+        for (int j = 0; j < PV_BF16_X / 32; j++)
             pv_bf16_to_pairs(_mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j)),
                              _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j + 16)),
                              &ac[r][2 * j], &ac[r][2 * j + 1]);
     }
     int c = 0; /* whole pairs, then an odd last key */
-    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 1, own, pf, ahead);
-    if (c < nc) pv_bf16_pair(RB, NC, ac, pb, ldb, rows, c, 0, own, pf, ahead);
-#pragma GCC unroll 2
+    for (; c + 2 <= nc; c += 2) pv_bf16_pair(RB, NL, x0, ac, pb, ldb, rows, c, 1, own, pf, ahead);
+    if (c < nc) pv_bf16_pair(RB, NL, x0, ac, pb, ldb, rows, c, 0, own, pf, ahead);
+#pragma GCC unroll 4
     for (int r = 0; r < RB; r++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NC; j++) {
+        for (int j = 0; j < PV_BF16_X / 32; j++) {
             __m512 n0, n1;
             pv_bf16_from_pairs(ac[r][2 * j], ac[r][2 * j + 1], &n0, &n1);
             _mm512_storeu_ps(acc + r * lda + 32 * j, n0);
@@ -308,22 +321,22 @@ ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_avx512bf_a(float *acc, int64_t lda
         loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
-    /* probabilities as bf16, two rows at a time, zero padded to an even count */
-    uint16_t pb[2][ATTN_DEC_TILE + 32];
-    const int ldb = ATTN_DEC_TILE + 32;
-    for (int r0 = 0; r0 < nr; r0 += 2) {
-        int rb = nr - r0 < 2 ? nr - r0 : 2;
+    /* probabilities as bf16, four rows at a time, zero padded to an even count */
+    uint16_t pb[4][ATTN_DEC_TILE + 32];
+    const int ldb = ATTN_DEC_TILE + 32, NL = d / 32;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        int rb = nr - r0 < 4 ? nr - r0 : 4;
         pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
         float *ar = acc + r0 * lda;
-#define PV_BF(RB, NC) pv_bf16_rows(RB, NC, ar, lda, pb[0], ldb, rows, nc, alpha + r0, !r0, r0 ? NULL : pf, ahead)
-        if (rb == 2) {
-            if (d == 128) PV_BF(2, 4);
-            else PV_BF(2, 2);
-        } else {
-            if (d == 128) PV_BF(1, 4);
-            else PV_BF(1, 2);
-        }
+        for (int x0 = 0; x0 < d; x0 += PV_BF16_X) {
+            int own = r0 == 0 && x0 == 0; /* the first pass prefetches, and names the next K tile */
+#define PV_BF(RB) pv_bf16_rows(RB, NL, x0, ar, lda, pb[0], ldb, rows, nc, alpha + r0, own, own ? pf : NULL, ahead)
+            if (rb == 4) PV_BF(4);
+            else if (rb == 3) PV_BF(3);
+            else if (rb == 2) PV_BF(2);
+            else PV_BF(1);
 #undef PV_BF
+        }
     }
 }
 
