@@ -18,9 +18,9 @@
  * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D: other kv heads and head
  * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
  * [B, S, N_kv, D] (BSND, --layout)):
- *   (caches i8hp, bf16hp: inner_precise 1 — an i8 V's P.V with P rounded to bf16,
- *   a bf16 K's Q.K^T with q rounded to bf16; i8tok: an i8 cache with per-token
- *   K and V scales, the others per channel)
+ *   (caches i8hp, bf16hp: inner_precise 1 — a bf16 K's Q.K^T with q rounded
+ *   to bf16; an i8 cache computes as with 0; i8tok: an i8 cache with
+ *   per-token K and V scales, the others per channel)
  *   loom_incre_flash_attention over caches rotated through copies totalling
  *   >= 8x L3 and 512 MiB (each call reads K/V from DRAM, as one layer of a
  *   real decode step does), all in one block on 2 MiB pages as the engine's
@@ -56,7 +56,7 @@
  * in L3 measure the kernel's compute time. --ab VARIANT (decode): each row's
  * samples alternate between the level's kernel table and a copy with one entry
  * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
- * inner_precise 1 computed as 0, i.e. i8hp as i8 and bf16hp as bf16;
+ * inner_precise 1 computed as 0, i.e. bf16hp as bf16;
  * noi8xpf: i8 tiles without the other stream's prefetch on two threads; none:
  * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host
@@ -334,8 +334,7 @@ static void dot_prep_exact(float *s, int64_t lds, const void *qp, int nr, const 
 static int ab_setup(const char *v) {
     ab_kernels = *loom_attn_kernels_for(loom_cpu_isa());
     if (strcmp(v, "noprep") == 0) ab_kernels.dec_qprep = NULL;      /* q prepared per tile */
-    else if (strcmp(v, "nohp") == 0) { /* i8hp as i8, bf16hp as bf16 */
-        ab_kernels.dec_pv_hp = NULL;
+    else if (strcmp(v, "nohp") == 0) { /* bf16hp as bf16 */
         if (ab_kernels.dec_qprep) ab_kernels.dec_qprep = qprep_exact, ab_kernels.dec_dot_prep = dot_prep_exact;
     }
     else if (strcmp(v, "none") == 0) { }                            /* the method's null test */
@@ -562,7 +561,7 @@ static int ker_rows(void) { return (int)(HEADS / dec_nkv) < KER_MAX_ROWS ? (int)
 typedef struct ker_ctx {
     const loom_attn_kernels *kn;
     loom_dtype dt;
-    int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv (or dec_pv_hp: pv) */
+    int which; /* 0 dec_dot, 1 softmax_rows, 2 dec_pv */
     int hp;    /* inner_precise 1 */
     attn_dec_pv_fn *pv;
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
@@ -607,7 +606,7 @@ static void bench_kernels(const opts *o, loom_dtype ct, int var) {
     c.d = D, c.ld = LD, c.rows = R;
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
-    c.pv = hp && c.kn->dec_pv_hp ? c.kn->dec_pv_hp : c.kn->dec_pv;
+    c.pv = c.kn->dec_pv;
     c.hp = hp;
     size_t es = esize(ct), row = (size_t)D * es;
     loom_rng rng;

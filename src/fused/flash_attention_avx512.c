@@ -250,7 +250,6 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .to_bf16 = to_bf16_avx512,
     .dec_dot = loom_attn_dec_dot_avx512bf,
     .dec_pv = loom_attn_dec_pv_avx512bf,
-    .dec_pv_hp = loom_attn_dec_pv_hp_avx512bf,
     .dec_qprep = loom_attn_dec_qprep_avx512bf,
     .dec_dot_prep = loom_attn_dec_dot_prep_avx512bf,
     .softmax_rows = loom_attn_softmax_rows_avx512,

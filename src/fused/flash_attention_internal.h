@@ -180,7 +180,7 @@ typedef struct attn_dec_pf {
 } attn_dec_pf;
 
 /* Decode P.V: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x] (the
- * kernel table's dec_pv and dec_pv_hp). */
+ * kernel table's dec_pv). */
 typedef void attn_dec_pv_fn(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                             const void *const *rows, loom_dtype dt, int nc, int d,
                             const float *alpha, const attn_dec_pf *pf);
@@ -223,9 +223,6 @@ typedef struct loom_attn_kernels {
                     const attn_dec_pf *pf);
     /* Decode: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x]. */
     attn_dec_pv_fn *dec_pv;
-    /* As dec_pv, for inner_precise 1 (NULL: dec_pv serves both): an i8 V multiplies
-     * P rounded to bf16 (vdpbf16ps; head dims 64, 128 and 256), other caches as dec_pv. */
-    attn_dec_pv_fn *dec_pv_hp;
     /* Decode: online softmax along rows s[nr][nc] (log2 domain), as softmax_cols,
      * except that m[r] is a lazy reference max (ATTN_DEC_MAX_SLACK): l, the
      * accumulator and alpha are all relative to it. */
@@ -297,9 +294,6 @@ int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr, lo
 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *qp, int nr,
                                    const void *const *rows, loom_dtype dt, int nc, int d,
                                    const attn_dec_pf *pf, int hp);
-void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
-                                  const void *const *rows, loom_dtype dt, int nc, int d,
-                                  const float *alpha, const attn_dec_pf *pf);
 int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt,
                                  int d, int hp);
 void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,

@@ -218,7 +218,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     int64_t D = pr->D, ld = pl->ldq, M = pl->M, c0, c1;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
     dec_chunk_range(pr, u, k, &c0, &c1);
-    attn_dec_pv_fn *pv = pl->hp && kn->dec_pv_hp ? kn->dec_pv_hp : kn->dec_pv;
+    attn_dec_pv_fn *pv = kn->dec_pv;
     /* the other stream is prefetched by kernels that prefetch themselves. For i8
      * tiles only when threads share the memory (dec_i8_xpf): one core is
      * compute-bound on them and the extra requests cost it 2-4 points of the

@@ -34,6 +34,8 @@
  * past a cache's end is harmless. */
 #include "fused/flash_attention_internal.h"
 
+#include "base/cpu.h"
+
 #if defined(__x86_64__)
 #include "fused/incre_attention_avx512.h"
 
@@ -360,6 +362,18 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
                                        int d, const float *alpha, const attn_dec_pf *pf) {
     if (d == 256 && dt != LOOM_I8 && nc <= ATTN_DEC_TILE) {
         attn_dec_pv_halves(loom_attn_dec_pv_avx512, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
+        return;
+    }
+    if (dt == LOOM_I8 && loom_cpu_get()->avx512_vnni && d % 64 == 0 && nc <= ATTN_DEC_TILE) {
+        /* four rows at a time with vpdpwssd; rows whose p it cannot take (NaN or
+         * inf, or a vanishing largest p) through the widening kernel */
+        for (int r = 0; r < nr; r += 4) {
+            int rb = nr - r < 4 ? nr - r : 4;
+            const attn_dec_pf *f = r ? NULL : pf;
+            if (!attn_dec_pv_i8w(acc + r * lda, lda, p + r * ldp, ldp, rb, rows, nc, d, alpha + r, !r, f))
+                ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx512_a, acc + r * lda, lda, p + r * ldp, ldp, rb,
+                                    rows, dt, nc, d, alpha + r, f);
+        }
         return;
     }
     ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx512_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);

@@ -53,6 +53,23 @@ ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const floa
         }
 }
 
+/* The accumulator layout of the P.V kernels over key pairs (vdpbf16ps on a bf16
+ * V, vpdpwssd on an i8 V): 32 x values of two keys unpacked lo/hi within
+ * 128-bit lanes leave x = 8L + i in lane 4L + i of "lo" and x = 8L + 4 + i in
+ * lane 4L + i of "hi" (L = 0..3, i = 0..3). */
+ATTN_INLINE ATTN_T512 void pv_to_pairs(__m512 n0, __m512 n1, __m512 *lo, __m512 *hi) {
+    const __m512i il = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i ih = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    *lo = _mm512_permutex2var_ps(n0, il, n1);
+    *hi = _mm512_permutex2var_ps(n0, ih, n1);
+}
+ATTN_INLINE ATTN_T512 void pv_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m512 *n1) {
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    *n0 = _mm512_permutex2var_ps(lo, i0, hi);
+    *n1 = _mm512_permutex2var_ps(lo, i1, hi);
+}
+
 /* dec_dot through a level's prepared form, for a direct call that has no
  * prepared q: rows converted four at a time on the stack. 0 if qprep does not
  * take this K dtype and head dim (nothing done). */
@@ -62,6 +79,15 @@ int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom
                           float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                           const void *const *rows, loom_dtype dt, int nc, int d,
                           const attn_dec_pf *pf);
+
+/* P.V against an i8 V with vpdpwssd (incre_attention_avx512_i8.c; call only
+ * on AVX512_VNNI CPUs) for nr <= 4 rows: d a multiple of 64, nc <=
+ * ATTN_DEC_TILE. own: these rows' pass prefetches the V rows ahead (and names
+ * pf's). 0 (nothing done) where it does not apply or the rows' p holds a
+ * non-finite value. */
+int attn_dec_pv_i8w(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                    const void *const *rows, int nc, int d, const float *alpha, int own,
+                    const attn_dec_pf *pf);
 
 /* The two halves of d = 256 (not i8) through the d = 128 P.V entry point pv,
  * as the Q.K^T kernels run them; the second without the other stream's rows,

@@ -221,22 +221,6 @@ ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *
         loom_attn_dec_dot_avx512(s, lds, q, ldq, nr, rows, dt, nc, d, pf);
 }
 
-/* The accumulator layout of pv_bf16: vdpbf16ps over key pairs of 32 x values
- * (unpacked lo/hi within 128-bit lanes) leaves x = 8L + i in lane 4L + i of
- * "lo" and x = 8L + 4 + i in lane 4L + i of "hi" (L = 0..3, i = 0..3). */
-ATTN_INLINE ATTN_T512BF void pv_bf16_to_pairs(__m512 n0, __m512 n1, __m512 *lo, __m512 *hi) {
-    const __m512i il = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-    const __m512i ih = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    *lo = _mm512_permutex2var_ps(n0, il, n1);
-    *hi = _mm512_permutex2var_ps(n0, ih, n1);
-}
-ATTN_INLINE ATTN_T512BF void pv_bf16_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m512 *n1) {
-    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-    *n0 = _mm512_permutex2var_ps(lo, i0, hi);
-    *n1 = _mm512_permutex2var_ps(lo, i1, hi);
-}
-
 /* Values per pass of pv_bf16_rows: 64, in 2 chunks of 32 (4 rows: 16 accumulators). */
 #define PV_BF16_X 64
 
@@ -295,7 +279,7 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NL, int x0, float *acc, in
         __m512 al = _mm512_set1_ps(alpha[r]);
 #pragma GCC unroll 4
         for (int j = 0; j < PV_BF16_X / 32; j++)
-            pv_bf16_to_pairs(_mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j)),
+            pv_to_pairs(_mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j)),
                              _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + 32 * j + 16)),
                              &ac[r][2 * j], &ac[r][2 * j + 1]);
     }
@@ -307,7 +291,7 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NL, int x0, float *acc, in
 #pragma GCC unroll 4
         for (int j = 0; j < PV_BF16_X / 32; j++) {
             __m512 n0, n1;
-            pv_bf16_from_pairs(ac[r][2 * j], ac[r][2 * j + 1], &n0, &n1);
+            pv_from_pairs(ac[r][2 * j], ac[r][2 * j + 1], &n0, &n1);
             _mm512_storeu_ps(acc + r * lda + 32 * j, n0);
             _mm512_storeu_ps(acc + r * lda + 32 * j + 16, n1);
         }

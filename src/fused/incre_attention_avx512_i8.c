@@ -1,9 +1,10 @@
-/* AVX-512 decode kernels for i8 caches: the scores against an i8 K with
- * AVX512_VNNI (vpdpwssd on q rounded to 16-bit integers, prepared once per
- * (batch, kv head)), and the P.V against an i8 V under inner_precise 1
- * (vdpbf16ps, P rounded to bf16). An i8 V under inner_precise 0 goes through
- * the widening kernels of incre_attention_avx512.c. Row order and prefetching
- * as described there. */
+/* AVX-512 decode kernels for i8 caches with AVX512_VNNI: the scores against an
+ * i8 K (vpdpwssd on q rounded to 16-bit integers, prepared once per (batch, kv
+ * head)), and the P.V against an i8 V (vpdpwssd on P rounded to 16-bit
+ * integers per row and tile). Row order and prefetching as described in
+ * incre_attention_avx512.c. */
+#include <float.h>
+
 #include "fused/flash_attention_internal.h"
 
 #include "base/cpu.h"
@@ -167,86 +168,124 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
 }
 
 
-/* P.V against an i8 V with vdpbf16ps over key pairs (inner_precise 1): every
- * i8 value is exact in bf16 and so are the products, so P's rounding to bf16
- * (as pv_bf16_rows) is the only new error. An i8 widened to f32 has its low 16
- * bits zero, so its bf16 is the f32's upper half: a key pair's lane is
- * (f32(v_c) >> 16) | f32(v_c+1). RB rows x a half row of 64 values (16
- * accumulators), which widens each element once for all the rows, as pv_rows
- * does for inner_precise 0. Half the multiply instructions of the f32 FMAs:
- * hot, 5.2 -> 4.0 ns per key for the four rows of GQA 32/8 at d = 128. */
-ATTN_INLINE ATTN_T512BF void pv_i8_half(int RB, float *acc, int64_t lda, const uint16_t *pb,
-                                        int64_t ldb, const void *const *rows, int nc, int x0,
-                                        const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
-    __m512 ac[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < RB; r++) {
-        __m512 al = _mm512_set1_ps(alpha[r]);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) ac[r][j] = _mm512_mul_ps(al, _mm512_loadu_ps(acc + r * lda + x0 + 16 * j));
+/* P.V against an i8 V with vpdpwssd over key pairs (AVX512_VNNI), the mirror of
+ * dot_i8: each row's probabilities in the tile are rounded to 16-bit integers
+ * against the row's largest |p| (pq = round(p * 32767 / pmax), relative error
+ * <= 2^-16 of pmax, as q's rounding for an i8 K), V is sign-extended to 16
+ * bits, and a key pair's products sum exactly in 32-bit lanes (at most
+ * ATTN_DEC_TILE products of <= 2^15 * 2^7 per lane: no overflow); the tile's
+ * sums are converted and scaled by pmax / 32767 once. 16 multiply instructions
+ * per key for four rows at d = 128, against 32 FMAs plus 16 conversions when
+ * every element is widened to f32. */
+
+/* nr rows of p as 16-bit integers into pq (rows ldb apart, zero padded to the
+ * next 16: an odd last key pairs with 0) and their scales into ps. 0 (nothing
+ * usable) if some |p| is not finite or the largest is too small to scale up
+ * (the f32 kernel then keeps NaN and Inf where they are). */
+ATTN_INLINE ATTN_T512VNNI int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, const float *p,
+                                           int64_t ldp, int nr, int nc) {
+    for (int r = 0; r < nr; r++) {
+        __m512 mx = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c));
+            bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ); /* inf or NaN */
+            mx = _mm512_max_ps(mx, a);
+        }
+        float m = _mm512_reduce_max_ps(mx);
+        if (bad || (m > 0.0f && m < 0x1p-100f)) return 0;
+        __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+        ps[r] = m / 32767.0f;
+        for (int c = 0; c < nc; c += 16) {
+            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c), inv));
+            _mm256_storeu_si256((__m256i *)(pq + r * ldb + c), _mm512_cvtsepi32_epi16(v));
+        }
     }
+    return 1;
+}
+
+/* RB (<= 4) rows x values x0 .. x0 + 63 of the V rows: 16 accumulators. own:
+ * the first rows' pass, which prefetches its line of each row and names the
+ * other stream's rows (pf). */
+ATTN_INLINE ATTN_T512VNNI void pv_i8w_pass(int RB, float *acc, int64_t lda, const int16_t *pq, int64_t ldb,
+                                           const float *ps, const void *const *rows, int nc, int x0,
+                                           const float *alpha, int own, const attn_dec_pf *pf,
+                                           int64_t ahead) {
+    __m512i ac[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) ac[r][j] = _mm512_setzero_si512();
     for (int c = 0; c < nc; c += 2) { /* an odd last key pairs with zeros */
         const int8_t *v0 = (const int8_t *)rows[c] + x0;
         const int8_t *v1 = c + 1 < nc ? (const int8_t *)rows[c + 1] + x0 : NULL;
-        attn_dec_pf_row(pf, c);
-        attn_dec_pf_row(pf, c + 1);
-        attn_dec_prefetch(v0, 0, ahead);
-        if (v1) attn_dec_prefetch(v1, 0, ahead);
+        if (own) {
+            attn_dec_pf_row(pf, c);
+            attn_dec_pf_row(pf, c + 1);
+            attn_dec_prefetch(v0, 0, ahead);
+            if (v1) attn_dec_prefetch(v1, 0, ahead);
+        }
         __m512i pp[4];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             uint32_t pair;
-            memcpy(&pair, pb + r * ldb + c, sizeof pair);
+            memcpy(&pair, pq + r * ldb + c, sizeof pair);
             pp[r] = _mm512_set1_epi32((int)pair);
         }
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            __m512i a = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v0 + 16 * j)))));
-            __m512i b = v1 ? _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(v1 + 16 * j)))))
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) {
+            __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(v0 + 32 * j)));
+            __m512i b = v1 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(v1 + 32 * j)))
                            : _mm512_setzero_si512();
-            __m512i pr = _mm512_or_si512(_mm512_srli_epi32(a, 16), b);
+            __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) ac[r][j] = _mm512_dpbf16_ps(ac[r][j], (__m512bh)pr, (__m512bh)pp[r]);
+            for (int r = 0; r < RB; r++) {
+                ac[r][2 * j] = _mm512_dpwssd_epi32(ac[r][2 * j], lo, pp[r]);
+                ac[r][2 * j + 1] = _mm512_dpwssd_epi32(ac[r][2 * j + 1], hi, pp[r]);
+            }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < RB; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) _mm512_storeu_ps(acc + r * lda + x0 + 16 * j, ac[r][j]);
+    for (int r = 0; r < RB; r++) {
+        __m512 al = _mm512_set1_ps(alpha[r]), sc = _mm512_set1_ps(ps[r]);
+        float *ar = acc + r * lda + x0;
+#pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) {
+            __m512 n0, n1;
+            pv_from_pairs(_mm512_cvtepi32_ps(ac[r][2 * j]), _mm512_cvtepi32_ps(ac[r][2 * j + 1]), &n0, &n1);
+            _mm512_storeu_ps(ar + 32 * j, _mm512_fmadd_ps(n0, sc, _mm512_mul_ps(al, _mm512_loadu_ps(ar + 32 * j))));
+            _mm512_storeu_ps(ar + 32 * j + 16,
+                             _mm512_fmadd_ps(n1, sc, _mm512_mul_ps(al, _mm512_loadu_ps(ar + 32 * j + 16))));
+        }
+    }
 }
 
-ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf_a(float *acc, int64_t lda, const float *p, int64_t ldp,
-                                              int nr, const void *const *rows, loom_dtype dt,
-                                              int nc, int d, const float *alpha,
-                                              const attn_dec_pf *pf, int64_t ahead) {
-    if (dt != LOOM_I8 || (d != 128 && d != 64 && d != 256) || nc > ATTN_DEC_TILE) {
-        loom_attn_dec_pv_avx512bf(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
-        return;
-    }
-    /* probabilities as bf16, four rows at a time, zero padded to an even count */
-    uint16_t pb[4][ATTN_DEC_TILE + 32];
+/* RB (<= 4) rows: 0 (nothing done) if their p is not usable (pv_probs_i16). */
+ATTN_INLINE ATTN_T512VNNI int pv_i8w_a(int RB, float *acc, int64_t lda, const float *p, int64_t ldp,
+                                       const void *const *rows, int nc, int d, const float *alpha,
+                                       int own, const attn_dec_pf *pf, int64_t ahead) {
+    int16_t pq[4][ATTN_DEC_TILE + 32];
+    float ps[4];
     const int ldb = ATTN_DEC_TILE + 32;
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        int rb = nr - r0 < 4 ? nr - r0 : 4;
-        pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
-        float *ar = acc + r0 * lda;
-        for (int x0 = 0; x0 < d; x0 += 64) {
-            const attn_dec_pf *f = r0 == 0 && x0 == 0 ? pf : NULL; /* the next K tile, once */
-#define PV_I8(RB) pv_i8_half(RB, ar, lda, pb[0], ldb, rows, nc, x0, alpha + r0, f, ahead)
-            if (rb == 4) PV_I8(4);
-            else if (rb == 3) PV_I8(3);
-            else if (rb == 2) PV_I8(2);
-            else PV_I8(1);
-#undef PV_I8
-        }
-    }
+    if (!pv_probs_i16(pq[0], ldb, ps, p, ldp, RB, nc)) return 0;
+    for (int x0 = 0; x0 < d; x0 += 64)
+        pv_i8w_pass(RB, acc, lda, pq[0], ldb, ps, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
+    return 1;
 }
 
-ATTN_T512BF void loom_attn_dec_pv_hp_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
-                                              int nr, const void *const *rows, loom_dtype dt,
-                                              int nc, int d, const float *alpha,
-                                              const attn_dec_pf *pf) {
-    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_hp_avx512bf_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
+ATTN_T512VNNI int attn_dec_pv_i8w(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                                  const void *const *rows, int nc, int d, const float *alpha,
+                                  int own, const attn_dec_pf *pf) {
+    if (d % 64 != 0 || nc > ATTN_DEC_TILE || nr > 4) return 0;
+#define PV_I8W(RB, AHEAD) pv_i8w_a(RB, acc, lda, p, ldp, rows, nc, d, alpha, own, pf, AHEAD)
+#define PV_I8W_RB(AHEAD) \
+    (nr == 4 ? PV_I8W(4, AHEAD) : nr == 3 ? PV_I8W(3, AHEAD) : nr == 2 ? PV_I8W(2, AHEAD) : PV_I8W(1, AHEAD))
+    if (attn_dec_ahead(pf)) return PV_I8W_RB(ATTN_DEC_PF_DIST);
+    return PV_I8W_RB(0);
+#undef PV_I8W_RB
+#undef PV_I8W
 }
 
 #else

@@ -220,10 +220,10 @@ static loom_status inc_run(const loom_incre_flash_attention_tensors *t,
     return s;
 }
 
-static void inc_check_case(const inc_case *c, loom_rng *r, int threads) {
-    inc_data d;
-    inc_setup(c, &d, r);
-    int before = check_failures_;
+/* The fused run of a set-up case at every level against the reference; paged
+ * and threaded runs against the fused one, bit for bit. */
+static void inc_check_data(const inc_case *c, inc_data *dp, int threads) {
+    inc_data d = *dp;
     loom_status s = inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0);
     CHECK_MSG(s == LOOM_OK, "reference: %s", loom_last_error());
     double tol = case_tol(c->qdt, c->kvdt, c->odt);
@@ -252,6 +252,13 @@ static void inc_check_case(const inc_case *c, loom_rng *r, int threads) {
                           name, split, nth);
             }
     }
+}
+
+static void inc_check_case(const inc_case *c, loom_rng *r, int threads) {
+    inc_data d;
+    inc_setup(c, &d, r);
+    int before = check_failures_;
+    inc_check_data(c, &d, threads);
     inc_teardown(&d);
     if (check_failures_ != before) inc_describe(c);
 }
@@ -334,7 +341,7 @@ static void test_peaked_scores(void) {
         c.Smax = 300 + 17 * i, c.chunk = i % 2 ? 128 : 0;
         c.scale = 12.0f / sqrtf((float)c.D);
         inc_check_case(&c, &r, i % 2 == 0);
-        if (c.kvdt == LOOM_I8) { /* and with P rounded to bf16 */
+        if (c.kvdt == LOOM_I8) { /* and under inner_precise 1 (the same arithmetic) */
             c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
             inc_check_case(&c, &r, i % 2 == 0);
         }
@@ -415,12 +422,12 @@ static int hp_differs(const inc_case *c, loom_rng *r) {
     return differs;
 }
 
-/* inner_precise 1 takes the bf16 paths where the CPU has AVX512_BF16 (head dims
- * 64, 128 and 256): an i8 V's P.V with P rounded to bf16, a bf16 K's Q.K^T with
- * q rounded to bf16. The output differs from inner_precise 0's (or the fast path
- * went unused), stays within bf16's tolerance of the reference, and keeps its
- * bits for every thread count (inc_check_case). An f32 cache ignores it: the
- * same bits as inner_precise 0. */
+/* inner_precise 1 takes the bf16 path where the CPU has AVX512_BF16 (head dims
+ * 64, 128 and 256): a bf16 K's Q.K^T with q rounded to bf16. The output
+ * differs from inner_precise 0's (or the fast path went unused), stays within
+ * bf16's tolerance of the reference, and keeps its bits for every thread count
+ * (inc_check_case). An i8 cache ignores it (its q and P are 16-bit integers
+ * either way), as does an f32 cache: the same bits as inner_precise 0. */
 static void test_inner_precise(void) {
     loom_rng r;
     loom_rng_init(&r, 52, 2);
@@ -433,10 +440,11 @@ static void test_inner_precise(void) {
         c.Smax = 90 + 31 * i, c.precise = LOOM_ATTN_HIGH_PERFORMANCE;
         inc_check_case(&c, &r, 1);
         int differs = hp_differs(&c, &r);
-        if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && c.D != 96)
+        if (c.kvdt == LOOM_BF16 && loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && c.D != 96)
             CHECK_MSG(differs, "inner_precise 1 gave inner_precise 0's bits at D=%lld", (long long)c.D);
         else
-            CHECK_MSG(!differs, "inner_precise 1 changed the result at D=%lld", (long long)c.D);
+            CHECK_MSG(!differs, "inner_precise 1 changed the result: %s cache, D=%lld",
+                      loom_dtype_name(c.kvdt), (long long)c.D);
     }
     inc_case c = base_case(); /* an f32 cache: inner_precise changes nothing */
     c.precise = LOOM_ATTN_HIGH_PERFORMANCE, c.Smax = 77;
@@ -478,6 +486,48 @@ static void test_masked_row_starts(void) {
         c.kvdt = i % 4 == 1 ? LOOM_BF16 : i % 4 == 3 ? LOOM_I8 : LOOM_F32;
         c.kmode = c.vmode = i % 2;
         inc_check_case(&c, &r, i % 2 == 0);
+    }
+}
+
+/* Sets per-token V scale (b, n, s) of the contiguous and the paged copies. */
+static void set_v_token_scale(const inc_case *c, inc_data *d, int64_t b, int64_t n, int64_t s, float v) {
+    int64_t maxb = (c->Smax + c->bs - 1) / c->bs, blk = (int64_t)tget(&d->bt, b * maxb + s / c->bs);
+    tset(&d->vs, b * d->vs.stride[0] + n * d->vs.stride[1] + s * d->vs.stride[2], v);
+    tset(&d->pvs, blk * d->pvs.stride[0] + n * d->pvs.stride[1] + s % c->bs * d->pvs.stride[2], v);
+}
+
+/* Probabilities the i8 P.V cannot round to 16-bit integers: per-token V
+ * scales multiply P before it, so an infinite scale on one token gives infinite
+ * entries, and scales of 1e-37 on a whole head give probabilities too small to
+ * scale up. Those rows go to the widening kernel: inf and NaN land where the
+ * reference puts them, and the other rows stay within tolerance. (Not with V
+ * offsets for the infinite scale: the kernels add offset * sum(P) apart, so
+ * (x + offset) * inf becomes inf - inf where x and the offset differ in sign.) */
+static void test_nonfinite_probs(void) {
+    loom_rng r;
+    loom_rng_init(&r, 61, 2);
+    for (int i = 0; i < 6; i++) {
+        inc_case c = base_case();
+        c.kvdt = LOOM_I8, c.kmode = c.vmode = LOOM_ANTIQUANT_PER_TOKEN, c.voff = i >= 4;
+        c.D = i % 2 ? 128 : 64, c.N = 8, c.Nkv = 2, c.Sq = 1 + i / 2 % 2, c.Smax = 100;
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        int before = check_failures_;
+        if (!c.voff) set_v_token_scale(&c, &d, 1, 0, 40, INFINITY);
+        for (int64_t s = 0; s < c.Smax; s++) set_v_token_scale(&c, &d, 1, 1, s, 1e-37f);
+        inc_check_data(&c, &d, 1);
+        int64_t n = 0; /* batch 1, head 0 (kv head 0): no finite output left */
+        for (int64_t x = 0; x < c.D; x++) n += !isfinite(tget(&d.out, cache_off(&d.out, c.L, c.D, 1, 0, 0) + x));
+        CHECK_MSG(n == (c.voff ? 0 : c.D), "%lld of %lld outputs not finite", (long long)n, (long long)c.D);
+        double err = 0, big = 0; /* head 4 (kv head 1): ~1e-35, to the f32 tolerance of its own size */
+        for (int64_t x = 0; x < c.D; x++) {
+            int64_t o = cache_off(&d.out, c.L, c.D, 1, 0, 4) + x;
+            err = fmax(err, fabs(tget(&d.out, o) - tget(&d.rout, o)));
+            big = fmax(big, fabs(tget(&d.rout, o)));
+        }
+        CHECK_MSG(big > 0 && err <= big / 2048, "outputs of size %g off by %g", big, err);
+        inc_teardown(&d);
+        if (check_failures_ != before) inc_describe(&c);
     }
 }
 
@@ -669,6 +719,7 @@ int main(void) {
     RUN_TEST(test_peaked_scores);
     RUN_TEST(test_rising_scores);
     RUN_TEST(test_masked_row_starts);
+    RUN_TEST(test_nonfinite_probs);
     RUN_TEST(test_inner_precise);
     RUN_TEST(test_prepared_q);
     RUN_TEST(test_fused_infer_dispatch);
