@@ -33,7 +33,9 @@ typedef struct loom_cpu_features {
  * on two threads at 61-64 % of the read bandwidth, 84 % into L2; bf16 GEMV rows
  * at N = 11008 on one thread 39 -> 70 %). bench/results/attention.md, "Decode
  * prefetches into L2", and bench/results/matmul.md. */
+#ifndef LOOM_PF_STREAM /* -DLOOM_PF_STREAM=_MM_HINT_T0 builds a variant for an A/B */
 #define LOOM_PF_STREAM _MM_HINT_T2
+#endif
 
 /* Features of the running CPU (cpuid + xgetbv; OS support of AVX/AVX-512 state checked). */
 const loom_cpu_features *loom_cpu_get(void);

@@ -29,13 +29,15 @@ static inline __attribute__((always_inline)) void attn_dec_prefetch(const void *
  * caller gives no pf (the kernels' entry points read it once). */
 static inline int64_t attn_dec_ahead(const attn_dec_pf *pf) { return pf ? pf->ahead : ATTN_DEC_PF_DIST; }
 
-/* Calls F(args..., ahead) with pf's prefetch distance as a constant (one inlined
- * copy of F per distance, so it folds into the loops): the entry points' dispatch. */
-#define ATTN_DEC_WITH_AHEAD(pf, F, ...)                        \
-    do {                                                       \
-        if (attn_dec_ahead(pf)) F(__VA_ARGS__, ATTN_DEC_PF_DIST); \
-        else F(__VA_ARGS__, 0);                                \
+/* Calls F(args..., ahead) with the prefetch distance as a constant, DIST where pf
+ * asks for one (one inlined copy of F per distance, so it folds into the loops):
+ * the entry points' dispatch. ATTN_DEC_WITH_AHEAD: at ATTN_DEC_PF_DIST. */
+#define ATTN_DEC_WITH_AHEAD_AT(pf, DIST, F, ...) \
+    do {                                         \
+        if (attn_dec_ahead(pf)) F(__VA_ARGS__, DIST); \
+        else F(__VA_ARGS__, 0);                  \
     } while (0)
+#define ATTN_DEC_WITH_AHEAD(pf, F, ...) ATTN_DEC_WITH_AHEAD_AT(pf, ATTN_DEC_PF_DIST, F, __VA_ARGS__)
 
 /* Every line of row c of the other stream (attn_dec_pf), if there is one. */
 ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {

@@ -10,6 +10,16 @@
 #include "fused/incre_attention_avx512.h"
 
 
+/* The bf16 kernels' own prefetch distance: 4 KiB, half of ATTN_DEC_PF_DIST (16
+ * rows of 256 bytes). On a Zen 4 host (L2 prefetches) a bf16 cache went from
+ * 48-50 % of the read bandwidth to 53-60 % on one thread and from 71 % to 78-86 %
+ * on two; f32 and f16 caches (widening kernels) lost 3-6 points at 4 KiB and
+ * i8 caches did not move between 2 and 32 KiB, so they keep 8 KiB
+ * (bench/results/attention.md, "Decode: what bounds it on Zen 4"). */
+#ifndef DEC_BF16_PF_DIST
+#define DEC_BF16_PF_DIST 4096
+#endif
+
 /* Head dims of the vdpbf16ps kernels, and the byte of a prepared row where q_lo begins */
 #define DEC_BF16_D(d) ((d) == 64 || (d) == 128 || (d) == 256)
 #define BF16_QLO 512
@@ -210,7 +220,7 @@ ATTN_INLINE ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf_a(float *s, int64_t
 ATTN_T512BF void loom_attn_dec_dot_prep_avx512bf(float *s, int64_t lds, const void *qp, int nr,
                                                  const void *const *rows, loom_dtype dt, int nc,
                                                  int d, const attn_dec_pf *pf, int hp) {
-    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_dot_prep_avx512bf_a, s, lds, qp, nr, rows, dt, nc, d, pf, hp);
+    ATTN_DEC_WITH_AHEAD_AT(pf, DEC_BF16_PF_DIST, loom_attn_dec_dot_prep_avx512bf_a, s, lds, qp, nr, rows, dt, nc, d, pf, hp);
 }
 
 ATTN_T512BF void loom_attn_dec_dot_avx512bf(float *s, int64_t lds, const float *q, int64_t ldq,
@@ -331,7 +341,7 @@ ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float 
         attn_dec_pv_halves(loom_attn_dec_pv_avx512bf, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }
-    ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx512bf_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
+    ATTN_DEC_WITH_AHEAD_AT(pf, DEC_BF16_PF_DIST, loom_attn_dec_pv_avx512bf_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
 }
 
 #else
