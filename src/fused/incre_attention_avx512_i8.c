@@ -178,6 +178,14 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
  * per key for four rows at d = 128, against 32 FMAs plus 16 conversions when
  * every element is widened to f32. */
 
+/* acc + the pairwise products of a and b (vpdpwssd). In asm with acc tied to
+ * its register: GCC 12 copied the intrinsic's accumulator to another register
+ * and back around every instruction (two moves per product instruction). */
+ATTN_INLINE ATTN_T512VNNI __m512i dpwssd_tied(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
 /* nr rows of p as 16-bit integers into pq (rows ldb apart, zero padded to the
  * next 16: an odd last key pairs with 0) and their scales into ps. 0 (nothing
  * usable) if some |p| is not finite or the largest is too small to scale up
@@ -242,8 +250,8 @@ ATTN_INLINE ATTN_T512VNNI void pv_i8w_pass(int RB, float *acc, int64_t lda, cons
             __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) {
-                ac[r][2 * j] = _mm512_dpwssd_epi32(ac[r][2 * j], lo, pp[r]);
-                ac[r][2 * j + 1] = _mm512_dpwssd_epi32(ac[r][2 * j + 1], hi, pp[r]);
+                ac[r][2 * j] = dpwssd_tied(ac[r][2 * j], lo, pp[r]);
+                ac[r][2 * j + 1] = dpwssd_tied(ac[r][2 * j + 1], hi, pp[r]);
             }
         }
     }
