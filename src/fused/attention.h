@@ -191,11 +191,10 @@ typedef struct loom_incre_flash_attention_params {
     int     key_antiquant_mode, value_antiquant_mode;  /* loom_antiquant_mode */
     int64_t kv_chunk;                  /* split-KV chunk length; 0 = 512. Fixed, never from nth */
     /* loom_attn_inner_precise: 0 (default) as documented per cache; 1 on
-     * AVX512_BF16 CPUs at head dims 64, 128 and 256: an i8 V's P.V rounds P to bf16
-     * (vdpbf16ps; as bf16 caches always do: relative error <= 2^-9 per
-     * probability), a bf16 K's Q.K^T takes q rounded to bf16 (one product
-     * instead of the hi/lo pair; as the prefill kernel's inner_precise 1). Other
-     * caches, head dims and CPUs compute as with 0. */
+     * AVX512_BF16 CPUs at head dims 64, 128 and 256: a bf16 K's Q.K^T takes q
+     * rounded to bf16 (one product instead of the hi/lo pair; as the prefill
+     * kernel's inner_precise 1). Other caches (i8 included), head dims and CPUs
+     * compute as with 0. */
     int     inner_precise;
 } loom_incre_flash_attention_params;
 

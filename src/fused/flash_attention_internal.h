@@ -155,7 +155,9 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
 #define ATTN_DEC_QPREP_STRIDE 1088
 
 /* Decode kernels prefetch each cache row's line this many bytes further on in
- * memory (swept 2-32 KiB on Zen 5: 8 KiB best for f32, bf16 and i8 caches).
+ * memory (swept 2-32 KiB on Zen 5 with L1 prefetches: 8 KiB best for f32, bf16
+ * and i8 caches; on Zen 4 with L2 prefetches still for f32, f16 and i8, while
+ * the bf16 kernels take 4 KiB: DEC_BF16_PF_DIST).
  * In a contiguous BNSD cache that is the rows 16 (f32, d = 128) to 128 (i8,
  * d = 64) keys ahead. Not in a paged one: a block of 16 keys of one head is 2-8
  * KiB, and the next block lies anywhere (attn_dec_pf.ahead is 0 there).

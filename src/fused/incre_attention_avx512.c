@@ -3,16 +3,18 @@
  * one transpose-reduction turns them into 16 scores. K/V rows are read in
  * their cache dtype (f32, f16, bf16, i8) and widened in registers, except
  * for d = 64/128/256: bf16 caches on AVX512_BF16 CPUs multiply with vdpbf16ps
- * (dot_bf16, pv_bf16_rows in incre_attention_avx512_bf16.c), an i8 K on
- * AVX512_VNNI CPUs with vpdpwssd (dot_i8 in incre_attention_avx512_i8.c, also
- * d = 96); see docs/ops.md for their accuracy. This file holds the kernels
+ * (dot_bf16, pv_bf16_rows in incre_attention_avx512_bf16.c), i8 caches on
+ * AVX512_VNNI CPUs with vpdpwssd (dot_i8, also d = 96, and pv_i8w_pass, any
+ * multiple of 64, in incre_attention_avx512_i8.c); see docs/ops.md for their
+ * accuracy. This file holds the kernels
  * that widen every dtype to f32, the entry points of the plain AVX-512 level
  * and the softmax.
  *
  * Decode streams the cache from DRAM once, so the order of the reads matters
  * as much as the arithmetic. For d = 64/128 the kernels read every K and V
  * row front to back, one row after the other (dot_seq, pv_seq and the bf16 /
- * i8 kernels; an i8 V keeps the half-row kernel pv_rows, which widens each
+ * i8 kernels; the i8 and bf16 V kernels take half rows of 64 values, and
+ * without VNNI an i8 V keeps the half-row kernel pv_rows, which widens each
  * element once): up to four q rows (or accumulator rows) stay in registers
  * and the tile is walked in address order once per row group, which the
  * hardware prefetcher follows. Reading four rows side by side, 64 bytes of
@@ -22,12 +24,12 @@
  * kernel the loads stopped overlapping with the arithmetic (time = compute
  * + transfer). d = 256 runs as two halves of 128 (dot_halves, dot_bf16_halves
  * and dot_i8_prep for Q.K^T; pv_halves through the d = 128 P.V entry points;
- * an i8 V keeps pv_rows). Other head sizes use the side-by-side kernels
+ * an i8 V takes its 64-value passes over the whole row). Other head sizes use the side-by-side kernels
  * (dot_all, pv_rows).
  *
  * On top of that, on its first pass over a tile each kernel prefetches every
- * cache line of the rows it reads ATTN_DEC_PF_DIST bytes further on
- * (attn_dec_prefetch, flash_attention_simd.h: in a contiguous BNSD or paged
+ * cache line of the rows it reads ATTN_DEC_PF_DIST bytes further on (the bf16
+ * kernels DEC_BF16_PF_DIST; attn_dec_prefetch, flash_attention_simd.h: in a contiguous BNSD or paged
  * cache, the rows half a tile to a few tiles ahead), and the rows of the
  * other stream the driver names (attn_dec_pf: the tile's V rows during Q.K^T,
  * the next tile's K rows during P.V). Prefetches never fault, so reading

@@ -531,6 +531,34 @@ static void test_nonfinite_probs(void) {
     }
 }
 
+/* A NaN in q: the rounded forms of q (bf16 parts for a bf16 K, 16-bit
+ * integers for an i8 K) would lose it, so such units take f32 dot products;
+ * every level gives the reference's output for that head (its scores are NaN,
+ * which the softmax treats as masked: 0, lse -inf) and matches it elsewhere.
+ * (An inf in q is not covered: there the reference's softmax gives NaN and
+ * the kernels' gives 0, at every level.) */
+static void test_nonfinite_q(void) {
+    loom_rng r;
+    loom_rng_init(&r, 67, 2);
+    static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_F16, LOOM_I8, LOOM_I8};
+    static const int64_t dims[] = {64, 128, 256};
+    for (int i = 0; i < 10; i++) {
+        inc_case c = base_case();
+        c.kvdt = kv[i % 5], c.kmode = c.vmode = i % 5 == 4, c.koff = i >= 5;
+        c.D = dims[i % 3], c.N = 8, c.Nkv = 2, c.Sq = 1 + i % 2, c.Smax = 70;
+        c.precise = i % 2 ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        int before = check_failures_;
+        int64_t xs = d.q.stride[d.q.ndim - 1];
+        tset(&d.q, cache_off(&d.q, c.L, c.D, 0, 0, 1) + 5 * xs, NAN);
+        tset(&d.q, cache_off(&d.q, c.L, c.D, 1, 0, 6) + 7 * xs, NAN);
+        inc_check_data(&c, &d, 1);
+        inc_teardown(&d);
+        if (check_failures_ != before) inc_describe(&c);
+    }
+}
+
 /* Lengths 0 and 1, every q_len, long contexts split in many chunks, all through the pool. */
 static void test_lengths_and_pool(void) {
     loom_rng r;
@@ -720,6 +748,7 @@ int main(void) {
     RUN_TEST(test_rising_scores);
     RUN_TEST(test_masked_row_starts);
     RUN_TEST(test_nonfinite_probs);
+    RUN_TEST(test_nonfinite_q);
     RUN_TEST(test_inner_precise);
     RUN_TEST(test_prepared_q);
     RUN_TEST(test_fused_infer_dispatch);
