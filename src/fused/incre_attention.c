@@ -47,7 +47,6 @@ typedef struct dec_scratch {
     void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
     int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
     int shared; /* nonzero: more than one thread streams the caches */
-    int qnf;    /* nonzero: some q value of the unit is NaN or inf */
 } dec_scratch;
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
@@ -135,13 +134,8 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc
                 for (int64_t x = 0; x < D; x++) bias += (double)qr[x] * kq->offset[u->hkv * kq->o0 + x * kq->o1];
             sc->bias[r] = (float)bias, sc->qsum[r] = (float)sum;
         }
-    /* A NaN or inf in q does not survive the rounded forms (bf16 parts, 16-bit
-     * integers): such a unit's scores come from the generic level's f32 dot
-     * products, which keep them as the reference does. */
-    sc->qnf = 0;
-    for (int64_t i = 0; i < pl->M * ld; i++) sc->qnf |= !isfinite(sc->q[i]);
     /* i8 and bf16 K: the rows in the kernels' prepared form, once for all the unit's tiles */
-    sc->qprep = !sc->qnf && pl->kern->dec_qprep &&
+    sc->qprep = pl->kern->dec_qprep &&
                 pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D, pl->hp);
 }
 
@@ -260,8 +254,6 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
         if (sc->qprep)
             kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
                              pl->hp);
-        else if (sc->qnf)
-            loom_attn_kernels_generic.dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, NULL);
         else kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
         if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
             dec_token_quant(pr, kq, u, j0, nc, sc->tsc, sc->tof);

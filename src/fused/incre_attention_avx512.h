@@ -7,6 +7,8 @@
 #define LOOM_FUSED_INCRE_ATTENTION_AVX512_H
 
 #if defined(__x86_64__)
+#include <float.h>
+
 #include "fused/flash_attention_simd.h"
 
 #define ATTN_T512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -41,13 +43,31 @@ ATTN_INLINE void dec_add_scores(float *s, int64_t lds, const float *t, int nr, i
         for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE + c];
 }
 
+/* Lanes of a 16-wide step at c of n elements that lie before n. */
+ATTN_INLINE __mmask16 attn_tail16(int n, int c) {
+    return n - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - c)) - 1);
+}
+
+/* Nonzero if the nr rows of d floats (a multiple of 16, rows ldq apart) are all
+ * finite. The prepared forms of q (bf16 parts, 16-bit integers) cannot carry a
+ * NaN or an inf: dec_qprep refuses such rows, and the widening kernels keep
+ * them as the reference does. */
+ATTN_INLINE ATTN_T512 int attn_rows_finite(const float *q, int64_t ldq, int nr, int d) {
+    __mmask16 bad = 0;
+    for (int r = 0; r < nr; r++)
+        for (int x = 0; x < d; x += 16)
+            bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(q + r * ldq + x)), _mm512_set1_ps(FLT_MAX),
+                                      _CMP_NLE_UQ); /* inf or NaN */
+    return !bad;
+}
+
 /* nr rows of probabilities (nc <= ATTN_DEC_TILE each) rounded to bf16 into pb
  * (rows ldb apart), zero padded to the next 16: an odd last key pairs with 0. */
 ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const float *p, int64_t ldp,
                                            int nr, int nc) {
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < nc; c += 16) {
-            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
+            __mmask16 k = attn_tail16(nc, c);
             _mm256_storeu_si256((__m256i *)(pb + r * ldb + c),
                                 (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, p + r * ldp + c)));
         }

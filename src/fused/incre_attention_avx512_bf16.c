@@ -202,6 +202,7 @@ ATTN_T512BF int loom_attn_dec_qprep_avx512bf(void *qp, const float *q, int64_t l
                                              loom_dtype kdt, int d, int hp) {
     if (kdt != LOOM_BF16 || !DEC_BF16_D(d))
         return loom_attn_dec_qprep_avx512(qp, q, ldq, nr, kdt, d, hp);
+    if (!attn_rows_finite(q, ldq, nr, d)) return 0;
     bf16_prep_rows(qp, q, ldq, nr, d / 32, hp);
     return 1;
 }

@@ -3,8 +3,6 @@
  * head)), and the P.V against an i8 V (vpdpwssd on P rounded to 16-bit
  * integers per row and tile). Row order and prefetching as described in
  * incre_attention_avx512.c. */
-#include <float.h>
-
 #include "fused/flash_attention_internal.h"
 
 #include "base/cpu.h"
@@ -155,7 +153,8 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
 ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr,
                                          loom_dtype kdt, int d, int hp) {
     (void)hp; /* an i8 K keeps its 16-bit q either way */
-    if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_cpu_get()->avx512_vnni) return 0;
+    if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_cpu_get()->avx512_vnni || !attn_rows_finite(q, ldq, nr, d))
+        return 0;
     i8_prep_rows(qp, q, ldq, nr, d / 32);
     return 1;
 }
@@ -196,8 +195,7 @@ ATTN_INLINE ATTN_T512VNNI int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, 
         __m512 mx = _mm512_setzero_ps();
         __mmask16 bad = 0;
         for (int c = 0; c < nc; c += 16) {
-            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c));
+            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(attn_tail16(nc, c), p + r * ldp + c));
             bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ); /* inf or NaN */
             mx = _mm512_max_ps(mx, a);
         }
@@ -206,9 +204,8 @@ ATTN_INLINE ATTN_T512VNNI int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, 
         __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
         ps[r] = m / 32767.0f;
         for (int c = 0; c < nc; c += 16) {
-            __mmask16 k = nc - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - c)) - 1);
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c), inv));
-            _mm256_storeu_si256((__m256i *)(pq + r * ldb + c), _mm512_cvtsepi32_epi16(v));
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(attn_tail16(nc, c), p + r * ldp + c), inv);
+            _mm256_storeu_si256((__m256i *)(pq + r * ldb + c), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v)));
         }
     }
     return 1;
