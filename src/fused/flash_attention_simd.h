@@ -125,47 +125,41 @@ ATTN_INLINE ATTN_T256 __m256 attn_load8(const void *p, int64_t x, loom_dtype dt,
     }
 }
 
-/* Lane j of the result = sum of the lanes of acc[j], where the caller passes
- * a[4t + L] = acc[4L + t]. Four shuffle+add levels for 16 sums. */
-ATTN_INLINE ATTN_T512 __m512 attn_reduce16(const __m512 *a) {
-    __m512 w[8], x[4], y[2];
-    for (int k = 0; k < 8; k++)
-        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; k++)
-        x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
-    for (int k = 0; k < 2; k++)
-        y[k] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * k], x[2 * k + 1]),
-                             _mm512_unpackhi_ps(x[2 * k], x[2 * k + 1]));
-    return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
-}
-
-/* attn_reduce16 on 32-bit integers (exact): the same shuffles, integer adds. */
-ATTN_INLINE ATTN_T512 __m512i attn_reduce16_epi32(const __m512i *acc) {
-    __m512i a[16], w[8], x[4], y[2];
-    for (int t = 0; t < 4; t++)
-        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
-    for (int k = 0; k < 8; k++)
-        w[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x44),
-                                _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; k++)
-        x[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2 * k], w[2 * k + 1], 0x88),
-                                _mm512_shuffle_i32x4(w[2 * k], w[2 * k + 1], 0xDD));
-    for (int k = 0; k < 2; k++)
-        y[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]),
-                                _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]));
-    __m512 y0 = _mm512_castsi512_ps(y[0]), y1 = _mm512_castsi512_ps(y[1]);
-    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(y0, y1, 0x44)),
-                            _mm512_castps_si512(_mm512_shuffle_ps(y0, y1, 0xEE)));
-}
-
-/* Lane j of the result = sum of the lanes of acc[j], j < 16. */
+/* Lane j of the result = sum of the lanes of acc[j], j < 16. The in-lane
+ * levels come first (unpacks of 32- then 64-bit elements: 24 of them), the
+ * cross-lane ones last (6 128-bit shuffles): on Zen 4 a zmm cross-lane shuffle
+ * takes the one port the K conversions also need, while in-lane unpacks
+ * issue elsewhere (24 cross-lane + 6 in-lane before: i8 Q.K^T 7.9 -> see
+ * bench/results/attention.md). After the unpacks, 128-bit block b of u[k]
+ * holds block b's sums of acc[4k .. 4k+3]; the shuffles add the blocks. */
 ATTN_INLINE ATTN_T512 __m512 attn_reduce16_acc(const __m512 *acc) {
-    __m512 a[16];
-    for (int t = 0; t < 4; t++)
-        for (int L = 0; L < 4; L++) a[4 * t + L] = acc[4 * L + t];
-    return attn_reduce16(a);
+    __m512 t[8], u[4], w[2];
+    for (int k = 0; k < 8; k++) /* per block: a0+a2, b0+b2, a1+a3, b1+b3 of (acc[2k], acc[2k+1]) */
+        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * k], acc[2 * k + 1]),
+                             _mm512_unpackhi_ps(acc[2 * k], acc[2 * k + 1]));
+    for (int k = 0; k < 4; k++) {
+        __m512d a = _mm512_castps_pd(t[2 * k]), b = _mm512_castps_pd(t[2 * k + 1]);
+        u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int k = 0; k < 2; k++) /* blocks: u[2k] b0+b2, b1+b3, u[2k+1] b0+b2, b1+b3 */
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+}
+
+/* attn_reduce16_acc on 32-bit integers (exact): the same shuffles, integer adds. */
+ATTN_INLINE ATTN_T512 __m512i attn_reduce16_epi32(const __m512i *acc) {
+    __m512i t[8], u[4], w[2];
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2 * k], acc[2 * k + 1]),
+                                _mm512_unpackhi_epi32(acc[2 * k], acc[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]),
+                                _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        w[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * k], u[2 * k + 1], 0x44),
+                                _mm512_shuffle_i32x4(u[2 * k], u[2 * k + 1], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], 0x88), _mm512_shuffle_i32x4(w[0], w[1], 0xDD));
 }
 
 /* Lane j = sum of acc[j], where the caller passes a[2t + L] = acc[4L + t]. */

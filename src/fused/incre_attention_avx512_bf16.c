@@ -71,20 +71,19 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_row(int HI, int NQ, float *s, const char *
     }
 }
 
-/* Lane j (j < 8) of the result = sum of the lanes of a[j]: three shuffle+add
- * levels and a fold, the cost per sum of attn_reduce16. */
+/* Lane j (j < 8) of the result = sum of the lanes of a[j]: in-lane levels first,
+ * then two cross-lane ones, as attn_reduce16_acc. */
 ATTN_INLINE ATTN_T512 __m256 reduce8(const __m512 *a) {
-    __m512 w[4], x[2];
-    for (int k = 0; k < 4; k++) /* 256-bit half 0: a[2k] folded, half 1: a[2k + 1] */
-        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
-    for (int k = 0; k < 2; k++) /* 128-bit block b of x[k]: a[4k + b] */
-        x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
-    __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(x[0], x[1]), _mm512_unpackhi_ps(x[0], x[1]));
-    y = _mm512_add_ps(y, _mm512_permute_ps(y, 0x4E)); /* lane 4b: a[b], lane 4b + 1: a[4 + b] */
-    const __m512i ix = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps256(_mm512_permutexvar_ps(ix, y));
+    __m512 t[4], u[2];
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 2; k++) { /* block b of u[k]: block b's sums of a[4k .. 4k+3] */
+        __m512d x = _mm512_castps_pd(t[2 * k]), y = _mm512_castps_pd(t[2 * k + 1]);
+        u[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    /* blocks: u[0] b0+b2, b1+b3, u[1] b0+b2, b1+b3; then their pairs added */
+    __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x44), _mm512_shuffle_f32x4(u[0], u[1], 0xEE));
+    return _mm512_castps512_ps256(_mm512_add_ps(_mm512_shuffle_f32x4(w, w, 0x88), _mm512_shuffle_f32x4(w, w, 0xDD)));
 }
 
 /* Keys c0 .. c0+3 (ncv of them real) against the two rows' q parts. */
