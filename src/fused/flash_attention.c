@@ -376,7 +376,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
     for (int64_t g = 0; g < ng; g++)
         for (int64_t ii = 0; ii < nrow; ii++) {
             int64_t r = g * nrow + ii, row = s.q_start + i0 + ii, h = h0 + g;
-            int seen = ii < nval && sc->l[r] > 0.0f;
+            int seen = ii < nval && sc->l[r] != 0.0f; /* NaN l (a NaN score): a NaN row and lse */
             float inv = seen ? 1.0f / sc->l[r] : 0.0f;
             int64_t oo = it->b * pr->out.sb + row * pr->out.ss + h * pr->out.sn;
             int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1;

@@ -315,16 +315,18 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     }
 }
 
-/* state := state (+) partial, in log-sum-exp form. Empty partials change
- * nothing and an empty state takes the partial as it is. The only place
+/* state := state (+) partial, in log-sum-exp form. Empty partials (l = 0:
+ * nothing visible) change nothing and an empty state takes the partial as it
+ * is. A NaN l (a NaN score: a NaN or inf in q or K) is not empty: it stays NaN
+ * through every later fold (NaN * 0 is NaN), whatever m says. The only place
  * partials meet: both launch schemes call it in chunk order. */
 static void dec_fold(int64_t M, int64_t D, int64_t ld, float *m, float *l, float *acc,
                      const float *pm, const float *pl_, const float *pacc) {
     for (int64_t r = 0; r < M; r++) {
         float *ar = acc + r * ld;
         const float *pr_ = pacc + r * ld;
-        if (pm[r] == -INFINITY) continue;
-        if (m[r] == -INFINITY) {
+        if (pl_[r] == 0.0f) continue;
+        if (l[r] == 0.0f) {
             m[r] = pm[r], l[r] = pl_[r];
             memcpy(ar, pr_, (size_t)D * sizeof(float));
             continue;
@@ -343,7 +345,7 @@ static void dec_write(const dec_plan *pl, const dec_unit *u, const float *m, con
     for (int64_t g = 0; g < pr->G; g++)
         for (int64_t i = 0; i < pr->Sq; i++) {
             int64_t r = g * pr->Sq + i, h = u->hkv * pr->G + g;
-            int seen = i < u->q_len && l[r] > 0.0f;
+            int seen = i < u->q_len && l[r] != 0.0f; /* NaN l: a NaN row and lse */
             float inv = seen ? 1.0f / l[r] : 0.0f;
             int64_t D = pr->D, oo = u->b * pr->out.sb + i * pr->out.ss + h * pr->out.sn;
             char *dst = (char *)(pr->out.data + oo * pr->out.esize); /* the output view is const in attn_problem */

@@ -143,11 +143,10 @@ static inline size_t out_bytes(const loom_tensor *t) {
     return (size_t)tensor_count(t) * loom_dtype_size(t->dtype);
 }
 
-/* Runs the case at every level against the reference; nth 2 and 3 must give the same bytes. */
-static inline void fa_check_case(const fa_case *c, loom_rng *rng, int threads) {
-    fa_data d;
-    fa_setup(c, &d, rng);
-    int before = check_failures_;
+/* Runs set-up data at every level against the reference; nth 2 and 3 must
+ * give the same bytes. */
+static inline void fa_check_data(const fa_case *c, fa_data *dp, int threads) {
+    fa_data d = *dp;
     loom_status s = fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1);
     CHECK_MSG(s == LOOM_OK, "reference: %s", loom_last_error());
     double tol = case_tol(c->qdt, c->kvdt, c->odt);
@@ -174,6 +173,14 @@ static inline void fa_check_case(const fa_case *c, loom_rng *rng, int threads) {
         }
         free(o1), free(l1);
     }
+}
+
+/* A random case's data at every level against the reference (fa_check_data). */
+static inline void fa_check_case(const fa_case *c, loom_rng *rng, int threads) {
+    fa_data d;
+    fa_setup(c, &d, rng);
+    int before = check_failures_;
+    fa_check_data(c, &d, threads);
     fa_teardown(&d);
     if (check_failures_ != before) fa_describe(c);
 }

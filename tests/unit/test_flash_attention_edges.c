@@ -109,6 +109,53 @@ static void test_masked_rows_and_skipped_tiles(void) {
     }
 }
 
+/* A NaN or an inf in q or K: the scores it touches are NaN, +inf or -inf, and
+ * every level gives the reference's rows (DESIGN.md: NaN positions identical):
+ * a NaN row and lse where a score is NaN or +inf (the softmax's inf - inf),
+ * the key dropped where it is -inf, every other row finite. Causal
+ * (bottom-right), so rows that cannot see the bad key stay finite too. */
+static void test_nonfinite_inputs(void) {
+    loom_rng r;
+    loom_rng_init(&r, 23, 1);
+    static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_F16};
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    static const int64_t dims[] = {32, 64, 128, 80};
+    for (int i = 0; i < 18; i++) {
+        fa_case c = base_case();
+        c.sparse = 3, c.kvdt = kv[i % 3], c.D = dims[i % 4], c.Skv = i % 2 ? 37 : 300, c.Sq = 21;
+        c.precise = i % 4 < 2 ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
+        float v = bad[(i / 3) % 3];
+        fa_data d;
+        fa_setup(&c, &d, &r);
+        int before = check_failures_;
+        int64_t G = c.N / c.Nkv, kj = 9, off = c.Skv - c.Sq; /* row i sees keys <= i + off */
+        tset(&d.q, ((0 * c.Sq + 5) * c.N + 1) * c.D + 3, v);          /* batch 0, row 5, head 1 */
+        tset(&d.k, ((1 * c.Skv + kj) * c.Nkv + 0) * c.D + 2, v);      /* batch 1, key 9, kv head 0 */
+        fa_check_data(&c, &d, 1);
+        for (int64_t b = 0; b < c.B; b++)
+            for (int64_t ii = 0; ii < c.Sq; ii++)
+                for (int64_t h = 0; h < c.N; h++) {
+                    float sx = v * tget(&d.q, ((b * c.Sq + ii) * c.N + h) * c.D + 2);
+                    int nan = (b == 0 && ii == 5 && h == 1) ||
+                              (b == 1 && h / G == 0 && kj <= ii + off && (isnan(sx) || sx > 0));
+                    int ok = 1;
+                    for (int64_t x = 0; x < c.D; x++) {
+                        float o = tget(&d.out, ((b * c.Sq + ii) * c.N + h) * c.D + x);
+                        ok &= nan ? isnan(o) : isfinite(o);
+                    }
+                    float l = tget(&d.lse, (b * c.N + h) * c.Sq + ii);
+                    ok &= nan ? isnan(l) : isfinite(l);
+                    CHECK_MSG(ok, "batch %lld row %lld head %lld: %s", (long long)b, (long long)ii, (long long)h,
+                              nan ? "not NaN" : "not finite");
+                }
+        fa_teardown(&d);
+        if (check_failures_ != before) {
+            fprintf(stderr, "  q and K hold %g\n", v);
+            fa_describe(&c);
+        }
+    }
+}
+
 static void test_dropout(void) {
     loom_rng r;
     loom_rng_init(&r, 8, 1);
@@ -441,6 +488,7 @@ static void test_tnd_scratch_fits_longest(void) {
 
 int main(void) {
     RUN_TEST(test_masked_rows_and_skipped_tiles);
+    RUN_TEST(test_nonfinite_inputs);
     RUN_TEST(test_dropout);
     RUN_TEST(test_pool_and_blocks);
     RUN_TEST(test_errors);

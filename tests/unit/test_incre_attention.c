@@ -531,31 +531,90 @@ static void test_nonfinite_probs(void) {
     }
 }
 
-/* A NaN in q: the rounded forms of q (bf16 parts for a bf16 K, 16-bit
- * integers for an i8 K) would lose it, so such units take f32 dot products;
- * every level gives the reference's output for that head (its scores are NaN,
- * which the softmax treats as masked: 0, lse -inf) and matches it elsewhere.
- * (An inf in q is not covered: there the reference's softmax gives NaN and
- * the kernels' gives 0, at every level.) */
+/* Rows of the output (and lse) of q row 0 of head h of batch b: all NaN (nan
+ * = 1) or all finite (nan = 0). */
+static int inc_row_is(const inc_case *c, const inc_data *d, int64_t b, int64_t h, int nan) {
+    for (int64_t x = 0; x < c->D; x++) {
+        float v = tget(&d->out, cache_off(&d->out, c->L, c->D, b, 0, h) + x * d->out.stride[d->out.ndim - 1]);
+        if (nan ? !isnan(v) : !isfinite(v)) return 0;
+    }
+    float l = tget(&d->lse, (b * c->N + h) * c->Sq);
+    return nan ? isnan(l) : isfinite(l);
+}
+
+/* A NaN or an inf in q gives NaN scores (inf * K: +inf and -inf scores, whose
+ * softmax takes inf - inf), and every level gives the reference's output:
+ * that head's row and lse are NaN (DESIGN.md: NaN positions identical), its
+ * kv head's other q heads are untouched, whether the scores meet in one chunk
+ * or in partials folded across chunks and threads. The rounded forms of q
+ * (bf16 parts for a bf16 K, 16-bit integers for an i8 K) would lose a NaN or
+ * an inf, so such rows take f32 dot products. */
 static void test_nonfinite_q(void) {
     loom_rng r;
     loom_rng_init(&r, 67, 2);
     static const loom_dtype kv[] = {LOOM_F32, LOOM_BF16, LOOM_F16, LOOM_I8, LOOM_I8};
     static const int64_t dims[] = {64, 128, 256};
-    for (int i = 0; i < 10; i++) {
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 15; i++) {
         inc_case c = base_case();
         c.kvdt = kv[i % 5], c.kmode = c.vmode = i % 5 == 4, c.koff = i >= 5;
-        c.D = dims[i % 3], c.N = 8, c.Nkv = 2, c.Sq = 1 + i % 2, c.Smax = 70;
-        c.precise = i % 2 ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
+        c.D = dims[i % 3], c.N = 8, c.Nkv = 2, c.Sq = 1 + i % 2, c.Smax = 70 + 300 * (i % 2), c.lse = 1;
+        c.chunk = i % 2 ? 64 : 0; /* partials folded: NaN in one chunk, not in others */
+        c.precise = i % 4 < 2 ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
         inc_data d;
         inc_setup(&c, &d, &r);
         int before = check_failures_;
         int64_t xs = d.q.stride[d.q.ndim - 1];
-        tset(&d.q, cache_off(&d.q, c.L, c.D, 0, 0, 1) + 5 * xs, NAN);
-        tset(&d.q, cache_off(&d.q, c.L, c.D, 1, 0, 6) + 7 * xs, NAN);
+        float v = bad[i % 3];
+        tset(&d.q, cache_off(&d.q, c.L, c.D, 0, 0, 1) + 5 * xs, v);
+        tset(&d.q, cache_off(&d.q, c.L, c.D, 1, 0, 6) + 7 * xs, v);
         inc_check_data(&c, &d, 1);
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t h = 0; h < c.N; h++) {
+                int nan = (b == 0 && h == 1) || (b == 1 && h == 6);
+                CHECK_MSG(inc_row_is(&c, &d, b, h, nan), "batch %lld head %lld: %s", (long long)b,
+                          (long long)h, nan ? "not NaN" : "not finite");
+            }
         inc_teardown(&d);
-        if (check_failures_ != before) inc_describe(&c);
+        if (check_failures_ != before) {
+            fprintf(stderr, "  q holds %g\n", v);
+            inc_describe(&c);
+        }
+    }
+    /* An inf or NaN in one K row (key 40 of kv head 1, batch 0): the scores of
+     * that key are NaN or +inf (a NaN row) or -inf (the key drops out, a
+     * finite row) by the sign of q's element; with kv_chunk 64 the NaN partial
+     * of chunk 0 meets finite ones. */
+    static const loom_dtype kvf[] = {LOOM_F32, LOOM_BF16, LOOM_F16};
+    for (int i = 0; i < 9; i++) {
+        inc_case c = base_case();
+        c.kvdt = kvf[i % 3], c.D = dims[i % 3], c.Smax = 200, c.lse = 1, c.chunk = i % 2 ? 64 : 0;
+        c.precise = i % 4 < 2 ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        int before = check_failures_;
+        float v = bad[(i / 3) % 3];
+        /* Not covered: an inf in a bf16 K at inner_precise 0, where q's bf16 hi
+         * and lo parts (of opposite signs) make inf - inf of a -inf score that
+         * the reference drops (docs/ops.md). */
+        if (c.kvdt == LOOM_BF16 && c.precise == LOOM_ATTN_HIGH_PRECISION) v = NAN;
+        int64_t blk = (int64_t)tget(&d.bt, 40 / c.bs), kx = d.k.stride[d.k.ndim - 1]; /* batch 0's table */
+        tset(&d.k, cache_off(&d.k, c.L, c.D, 0, 40, 1) + 3 * kx, v); /* and in the paged copy */
+        tset(&d.pk, cache_off(&d.pk, c.L, c.D, blk, 40 % c.bs, 1) + 3 * kx, v);
+        inc_check_data(&c, &d, 1);
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t h = 0; h < c.N; h++) {
+                float qx = tget(&d.q, cache_off(&d.q, c.L, c.D, b, 0, h) + 3 * d.q.stride[d.q.ndim - 1]);
+                float sx = v * qx; /* the sign of the key's score */
+                int nan = b == 0 && h / (c.N / c.Nkv) == 1 && (isnan(sx) || sx > 0);
+                CHECK_MSG(inc_row_is(&c, &d, b, h, nan), "K inf: batch %lld head %lld: %s", (long long)b,
+                          (long long)h, nan ? "not NaN" : "not finite");
+            }
+        inc_teardown(&d);
+        if (check_failures_ != before) {
+            fprintf(stderr, "  K holds %g\n", v);
+            inc_describe(&c);
+        }
     }
 }
 

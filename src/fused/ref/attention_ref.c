@@ -118,9 +118,15 @@ static void ref_compute_row(const ref_op *o, const ref_row *r, double *sc) {
             dot += (double)loom_ref_get(o->q, r->q_off + d * o->q->stride[o->q->ndim - 1]) *
                    ref_get_kv(&o->kv, 0, r->b, j, hk, d);
         sc[j] = dot * o->scale + add;
-        if (sc[j] > mx) mx = sc[j];
+        if (sc[j] > mx || isnan(sc[j])) mx = sc[j];
+        if (isnan(mx)) break;
     }
     int64_t sd = o->out->stride[o->out->ndim - 1];
+    if (isnan(mx)) { /* a NaN score (a NaN or inf in q or K) reaches the output: NaN row, NaN lse */
+        for (int64_t d = 0; d < D; d++) loom_ref_put(o->out, r->out_off + d * sd, NAN);
+        if (o->lse) ((float *)o->lse->data)[r->lse_off] = NAN;
+        return;
+    }
     if (mx == -INFINITY) { /* nothing visible: zeros, lse -inf */
         for (int64_t d = 0; d < D; d++) loom_ref_put(o->out, r->out_off + d * sd, 0.0f);
         if (o->lse) ((float *)o->lse->data)[r->lse_off] = -INFINITY;
