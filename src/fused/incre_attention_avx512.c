@@ -133,6 +133,47 @@ ATTN_INLINE ATTN_T512 void dot_seq(int RB, int NQ, loom_dtype DT, float *s, int6
     if (c0 < nc) dot_seq_keys(RB, NQ, DT, s, lds, qv, rows, c0, nc - c0, own, pf, ahead);
 }
 
+/* Four rows of q in one sweep over the keys, 4 keys at a time (16
+ * accumulators): each K line is loaded once for the four rows, and the tile
+ * is read once, front to back, instead of once per row pair (dot_seq), whose
+ * second pass back over the tile cost the DRAM stream; q comes from L1. Hot
+ * Q.K^T 14.3 -> 11.1 ns per key (f32) and 14.4 -> 12.5 (f16), from DRAM on one
+ * thread 65 -> 68-70 % and 53 -> 55-58 % (Zen 4, bench/results/attention.md).
+ * own: the first rows' sweep, which prefetches. */
+ATTN_INLINE ATTN_T512 void dot_seq4(int NQ, loom_dtype DT, float *s, int64_t lds, const float *q,
+                                    int64_t ldq, const void *const *rows, int nc, int own,
+                                    const attn_dec_pf *pf, int64_t ahead) {
+    const int64_t es = DT == LOOM_F32 ? 4 : DT == LOOM_I8 ? 1 : 2;
+    for (int c0 = 0; c0 < nc; c0 += 4) {
+        int ncv = nc - c0 < 4 ? nc - c0 : 4;
+        __m512 acc[16];
+        const void *kp[4];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            kp[k] = rows[c0 + (k < ncv ? k : ncv - 1)];
+            attn_dec_pf_row(pf, c0 + k);
+        }
+#pragma GCC unroll 16
+        for (int v = 0; v < NQ; v++) {
+            __m512 kv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                if (own && (16 * v * es) % 64 == 0) attn_dec_prefetch(kp[k], 16 * v * es, ahead);
+                kv[k] = attn_load16(kp[k], 16 * v, DT, 0xFFFF);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512 qv = _mm512_loadu_ps(q + r * ldq + 16 * v);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) acc[4 * r + k] = _mm512_fmadd_ps(qv, kv[k], acc[4 * r + k]);
+            }
+        }
+        store_block(4, attn_reduce16_acc(acc), s + c0, lds, 4, ncv); /* lane 4r + k = s[r][k] */
+    }
+}
+
 /* Head dims whose q rows (or accumulator rows) the address-order kernels keep
  * in registers: 16 NQ floats, NQ = 4, 5, 6, 8. For f32 caches also d = 80
  * and 96, where the side-by-side kernels read DRAM 15-45 % slower. A 16-bit
@@ -162,6 +203,9 @@ ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const 
 #define DOT_SEQ(RB, NQ) dot_seq(RB, NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf, ahead)
 #define DOT_SEQ2(NQ) DOT_SEQ(2, NQ)
 #define DOT_SEQ1(NQ) DOT_SEQ(1, NQ)
+#define DOT_SEQ4(NQ) dot_seq4(NQ, DT, s + r * lds, lds, q + r * ldq, ldq, rows, nc, !r, r ? NULL : pf, ahead)
+        for (; r + 4 <= nr; r += 4) DEC_BY_NQ(DT, d, DOT_SEQ4);
+#undef DOT_SEQ4
         for (; r + 2 <= nr; r += 2) DEC_BY_NQ(DT, d, DOT_SEQ2);
         for (; r < nr; r++) DEC_BY_NQ(DT, d, DOT_SEQ1);
 #undef DOT_SEQ1

@@ -119,9 +119,58 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t ld
     _mm_mask_storeu_ps(s + lds + c0, m, _mm256_extractf128_ps(z, 1));
 }
 
-/* Rows in pairs (q hi + lo of both: 16 registers), 4 keys at a time (8
- * accumulators, reduce8): each K row is loaded once per pair of rows instead
- * of once per row (measured from DRAM, in-process A/B: +2-5 %; hot, the same).
+/* Four q rows in one sweep over the keys, 4 keys at a time: 16 accumulators
+ * (a key's q_hi and q_lo products into the same one: 16 chains of 8, shorter
+ * than the block's 128 products), K vectors in registers, q from L1. The tile
+ * is read once, front to back; row pairs read it once per pair, and the
+ * second pass back over the tile cost the DRAM stream on one thread (bf16 56-59
+ * -> 66-67 % of the read bandwidth, inner_precise 1 61 -> 66-68 %; hot Q.K^T
+ * 10.3 -> 10.1 and 6.9 -> 6.2 ns per key; Zen 4, bench/results/attention.md).
+ * first: the first rows' sweep, which prefetches. */
+ATTN_INLINE ATTN_T512BF void dot_bf16_rows4(int HI, int NQ, float *s, int64_t lds, const char *qp,
+                                            const void *const *rows, int nc, const attn_dec_pf *pf,
+                                            int first, int64_t ahead) {
+    for (int c0 = 0; c0 < nc; c0 += 4) {
+        int ncv = nc - c0 < 4 ? nc - c0 : 4;
+        __m512 acc[16];
+        const char *kp[4];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            kp[k] = rows[c0 + (k < ncv ? k : ncv - 1)];
+            attn_dec_pf_row(pf, c0 + k);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < NQ; v++) {
+            __m512i kv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                if (first) attn_dec_prefetch(kp[k], 64 * v, ahead);
+                kv[k] = _mm512_loadu_si512(kp[k] + 64 * v);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const char *qr = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE + 64 * v;
+                __m512i qh = _mm512_loadu_si512(qr);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) acc[4 * r + k] = _mm512_dpbf16_ps(acc[4 * r + k], (__m512bh)kv[k], (__m512bh)qh);
+                if (!HI) {
+                    __m512i ql = _mm512_loadu_si512(qr + BF16_QLO);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++)
+                        acc[4 * r + k] = _mm512_dpbf16_ps(acc[4 * r + k], (__m512bh)kv[k], (__m512bh)ql);
+                }
+            }
+        }
+        store_block(4, attn_reduce16_acc(acc), s + c0, lds, 4, ncv); /* lane 4r + k = s[r][k] */
+    }
+}
+
+/* Rows in fours (dot_bf16_rows4), then in pairs (q hi + lo of both: 16
+ * registers), 4 keys at a time (8 accumulators, reduce8): each K row is loaded
+ * once per pair of rows instead of once per row (measured from DRAM,
+ * in-process A/B: +2-5 %; hot, the same).
  * The q_lo products go to 8 accumulators of their own, added before the
  * reduction: one chain of 8 dependent vdpbf16ps per (row, key) was longer than
  * the block's throughput (hot 6.7 -> 5.9 ns per key; bench_attention --ab, a
@@ -133,6 +182,9 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_keys4(int HI, int NQ, float *s, int64_t ld
 ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, const char *qp, int nr,
                                       const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
     int r = 0;
+    for (; r + 4 <= nr; r += 4)
+        dot_bf16_rows4(HI, NQ, s + r * lds, lds, qp + (size_t)r * ATTN_DEC_QPREP_STRIDE, rows, nc, r ? NULL : pf,
+                       r == 0, ahead);
     for (; r + 2 <= nr; r += 2) {
         __m512i qh[2][4], ql[2][4];
 #pragma GCC unroll 2
