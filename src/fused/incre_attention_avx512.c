@@ -150,11 +150,7 @@ ATTN_INLINE ATTN_T512 void dot_seq4(int NQ, loom_dtype DT, float *s, int64_t lds
         const void *kp[4];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            kp[k] = rows[c0 + (k < ncv ? k : ncv - 1)];
-            attn_dec_pf_row(pf, c0 + k);
-        }
+        dec_keys4(kp, rows, c0, ncv, pf);
 #pragma GCC unroll 16
         for (int v = 0; v < NQ; v++) {
             __m512 kv[4];

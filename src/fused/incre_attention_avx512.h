@@ -32,6 +32,16 @@ ATTN_INLINE ATTN_T512 void store_block(int RB, __m512 z, float *s, int64_t lds, 
     }
 }
 
+/* The rows of keys c0 .. c0+3 of a four-key block (the last real one, ncv < 4,
+ * stands in for the missing), each naming its row of the other stream (pf). */
+ATTN_INLINE void dec_keys4(const void **kp, const void *const *rows, int c0, int ncv, const attn_dec_pf *pf) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        kp[k] = rows[c0 + (k < ncv ? k : ncv - 1)];
+        attn_dec_pf_row(pf, c0 + k);
+    }
+}
+
 /* Rows of the tile's cache rows from byte off on (the second half of d = 256). */
 ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, int64_t off) {
     for (int c = 0; c < nc; c++) dst[c] = (const char *)rows[c] + off;

@@ -133,21 +133,17 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_rows4(int HI, int NQ, float *s, int64_t ld
     for (int c0 = 0; c0 < nc; c0 += 4) {
         int ncv = nc - c0 < 4 ? nc - c0 : 4;
         __m512 acc[16];
-        const char *kp[4];
+        const void *kp[4];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            kp[k] = rows[c0 + (k < ncv ? k : ncv - 1)];
-            attn_dec_pf_row(pf, c0 + k);
-        }
+        dec_keys4(kp, rows, c0, ncv, pf);
 #pragma GCC unroll 4
         for (int v = 0; v < NQ; v++) {
             __m512i kv[4];
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 if (first) attn_dec_prefetch(kp[k], 64 * v, ahead);
-                kv[k] = _mm512_loadu_si512(kp[k] + 64 * v);
+                kv[k] = _mm512_loadu_si512((const char *)kp[k] + 64 * v);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
