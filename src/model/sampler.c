@@ -63,10 +63,15 @@ static int by_prob_desc(const void *a, const void *b) {
 loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token) {
     LOOM_RETURN_IF(!s || !logits || !token, LOOM_ERR_INVALID_ARG, "sample: NULL argument");
     const int V = s->vocab;
-    int best = 0;
-    for (int i = 1; i < V; i++)
+    int best = 0, nan_at = -1;
+    for (int i = 0; i < V; i++) {
         if (logits[i] > logits[best]) best = i;
-    LOOM_RETURN_IF(isnan(logits[best]), LOOM_ERR_INVALID_ARG, "sample: logits contain NaN");
+        if (isnan(logits[i]) && nan_at < 0) nan_at = i;
+    }
+    /* any NaN: a NaN in the forward pass (attention propagates one from q or K)
+     * must not turn into a token; every sampling mode refuses it */
+    LOOM_RETURN_IF(nan_at >= 0, LOOM_ERR_INVALID_ARG, "sample: logits contain NaN (first at token %d of %d)",
+                   nan_at, V);
     if (s->p.temperature == 0.0f) {
         *token = best;
         return LOOM_OK;

@@ -30,10 +30,14 @@ static void test_greedy(void) {
         CHECK(t == 1);
     }
     loom_sampler_free(s);
-    float nanl[3] = {NAN, NAN, NAN};
-    s = make(3, 0.0f, 0, 1.0f, 1);
-    CHECK(loom_sampler_sample(s, nanl, &t) == LOOM_ERR_INVALID_ARG);
-    loom_sampler_free(s);
+    float nanl[3] = {NAN, NAN, NAN}, some[3] = {0.5f, NAN, 2.0f}, last[3] = {0.5f, 1.0f, NAN};
+    for (int greedy = 0; greedy < 2; greedy++) { /* all NaN, or one among finite logits */
+        s = make(3, greedy ? 0.0f : 0.8f, 0, 1.0f, 1);
+        CHECK(loom_sampler_sample(s, nanl, &t) == LOOM_ERR_INVALID_ARG);
+        CHECK(loom_sampler_sample(s, some, &t) == LOOM_ERR_INVALID_ARG);
+        CHECK(loom_sampler_sample(s, last, &t) == LOOM_ERR_INVALID_ARG);
+        loom_sampler_free(s);
+    }
 }
 
 /* Frequencies follow softmax(l / T); top-k and top-p restrict the support. */
