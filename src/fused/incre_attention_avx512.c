@@ -357,7 +357,7 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
          * loaded and widened once for the four, instead of row pairs over whole
          * rows: hot P.V 13.6 -> 10.6 ns per key (f32), 13.0 -> 11.4 (f16); from
          * DRAM the same or 2-4 points better (Zen 4, bench/results/attention.md) */
-        if (d == 128 && nc <= ATTN_DEC_TILE) {
+        if (d == 128 && nr >= 4 && nc <= ATTN_DEC_TILE) { /* the half-row list only where it is used */
             const void *hrows[ATTN_DEC_TILE];
             dec_rows_at(hrows, rows, nc, 64 * (DT == LOOM_F32 ? 4 : 2));
             for (; r + 4 <= nr; r += 4) {

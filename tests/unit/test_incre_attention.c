@@ -596,7 +596,7 @@ static void test_nonfinite_q(void) {
         float v = bad[(i / 3) % 3];
         /* Not covered: an inf in a bf16 K at inner_precise 0, where q's bf16 hi
          * and lo parts (of opposite signs) make inf - inf of a -inf score that
-         * the reference drops (docs/ops.md). */
+         * the reference drops (docs/attention.md). */
         if (c.kvdt == LOOM_BF16 && c.precise == LOOM_ATTN_HIGH_PRECISION) v = NAN;
         int64_t blk = (int64_t)tget(&d.bt, 40 / c.bs), kx = d.k.stride[d.k.ndim - 1]; /* batch 0's table */
         tset(&d.k, cache_off(&d.k, c.L, c.D, 0, 40, 1) + 3 * kx, v); /* and in the paged copy */
