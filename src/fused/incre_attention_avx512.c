@@ -439,10 +439,47 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
  * reduction and the rescale (alpha = 1) and go straight to the exponentials,
  * which then reach up to 2^ATTN_DEC_MAX_SLACK: m[r] is the reference the
  * row's l and accumulator are kept against, not always the largest score. */
+/* Four rows of at most 32 scores whose reference max stays (no score above
+ * m[r] + ATTN_DEC_MAX_SLACK, no NaN, no empty row): the common tile. The
+ * four rows' sums meet in one transposed reduction instead of four
+ * reductions to scalars: softmax_rows 2.48 -> 2.13 ns per key hot (four rows,
+ * Zen 4). 0 if some row needs a new reference (nothing written); the caller
+ * then takes the rows one by one. */
+ATTN_INLINE ATTN_T512 int softmax_rows4_keep(float *s, int64_t lds, int nc, float *m, float *l, float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __mmask16 k0 = attn_tail16(nc, 0), k1 = nc > 16 ? attn_tail16(nc, 16) : 0; /* none past nc */
+    __m512 x[8];
+    __mmask16 over = 0;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512 lim = _mm512_set1_ps(m[r] + ATTN_DEC_MAX_SLACK);
+        x[2 * r] = _mm512_mask_loadu_ps(ninf, k0, s + r * lds);
+        x[2 * r + 1] = _mm512_mask_loadu_ps(ninf, k1, s + r * lds + 16);
+        over |= _mm512_cmp_ps_mask(x[2 * r], lim, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(x[2 * r + 1], lim, _CMP_NLE_UQ);
+    } /* (NLE_UQ: a NaN score is "over" too) */
+    if (over || _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(m), _mm_set1_ps(-INFINITY)))) return 0; /* or empty */
+    __m512 sum[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m512 vs = _mm512_set1_ps(m[r]);
+        __m512 e0 = attn_exp2_512(_mm512_sub_ps(x[2 * r], vs));
+        __m512 e1 = attn_exp2_512(_mm512_sub_ps(x[2 * r + 1], vs));
+        _mm512_mask_storeu_ps(s + r * lds, k0, e0);
+        _mm512_mask_storeu_ps(s + r * lds + 16, k1, e1);
+        sum[r] = _mm512_add_ps(e0, e1);
+    }
+    __m128 t = attn_fold4_ps(0, sum);
+    _mm_storeu_ps(l, _mm_add_ps(_mm_loadu_ps(l), t));
+    _mm_storeu_ps(alpha, _mm_set1_ps(1.0f));
+    return 1;
+}
+
 ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m,
                                              float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int r = 0; r < nr; r++) {
+    int r0 = 0; /* groups of four together while their references stay */
+    while (nc <= 32 && r0 + 4 <= nr && softmax_rows4_keep(s + r0 * lds, lds, nc, m + r0, l + r0, alpha + r0)) r0 += 4;
+    for (int r = r0; r < nr; r++) {
         float *sr = s + r * lds, mo = m[r], sub = mo, al = 1.0f;
         __m512 lim = _mm512_set1_ps(mo + ATTN_DEC_MAX_SLACK);
         __mmask16 over = 0; /* scores above the slack (or NaN) */

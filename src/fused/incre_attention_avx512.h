@@ -71,6 +71,21 @@ ATTN_INLINE ATTN_T512 int attn_rows_finite(const float *q, int64_t ldq, int nr, 
     return !bad;
 }
 
+/* Lane r of the result: the sum (max: the maximum) of the 16 lanes of v[r],
+ * r = 0..3, in one transposed reduction: rows interleaved within 128-bit
+ * lanes first, then the four lanes folded. */
+ATTN_INLINE ATTN_T512 __m512 attn_fold_op(int max, __m512 a, __m512 b) {
+    return max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
+}
+ATTN_INLINE ATTN_T512 __m128 attn_fold4_ps(int max, const __m512 *v) {
+    __m512 a = attn_fold_op(max, _mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1])); /* 0 1 0 1 */
+    __m512 b = attn_fold_op(max, _mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3])); /* 2 3 2 3 */
+    __m512 c = attn_fold_op(max, _mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));   /* 0 1 2 3 */
+    c = attn_fold_op(max, c, _mm512_shuffle_f32x4(c, c, 0x4E));
+    c = attn_fold_op(max, c, _mm512_shuffle_f32x4(c, c, 0xB1));
+    return _mm512_castps512_ps128(c);
+}
+
 /* nr rows of probabilities (nc <= ATTN_DEC_TILE each) rounded to bf16 into pb
  * (rows ldb apart), zero padded to the next 16: an odd last key pairs with 0. */
 ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const float *p, int64_t ldp,
