@@ -179,6 +179,12 @@ typedef struct attn_dec_pf {
      * cache, 0 for a paged one, whose next rows lie elsewhere (the driver then
      * names them: rows). */
     int64_t ahead;
+    /* Paged caches only: own_n rows (own_bytes each) of the stream the kernel
+     * reads, a tile further on, row c named with rows[c] (attn_dec_pf_row), in
+     * place of the own prefetch at a distance; NULL otherwise. */
+    const void *const *own;
+    int own_n;
+    int64_t own_bytes;
 } attn_dec_pf;
 
 /* Decode P.V: acc[r][x] = alpha[r] * acc[r][x] + sum_c p[r][c] * row_c[x] (the

@@ -39,11 +39,16 @@ static inline int64_t attn_dec_ahead(const attn_dec_pf *pf) { return pf ? pf->ah
     } while (0)
 #define ATTN_DEC_WITH_AHEAD(pf, F, ...) ATTN_DEC_WITH_AHEAD_AT(pf, ATTN_DEC_PF_DIST, F, __VA_ARGS__)
 
-/* Every line of row c of the other stream (attn_dec_pf), if there is one. */
+/* Every line of row c of the other stream (attn_dec_pf), if there is one, and
+ * of row c of the own stream's next tile (paged caches). */
 ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
-    if (!pf || c >= pf->n) return;
-    const char *row = pf->rows[c];
-    for (int64_t off = 0; off < pf->bytes; off += 64) _mm_prefetch(row + off, LOOM_PF_STREAM);
+    if (!pf) return;
+    if (c < pf->n)
+        for (int64_t off = 0; off < pf->bytes; off += 64)
+            _mm_prefetch((const char *)pf->rows[c] + off, LOOM_PF_STREAM);
+    if (pf->own && c < pf->own_n)
+        for (int64_t off = 0; off < pf->own_bytes; off += 64)
+            _mm_prefetch((const char *)pf->own[c] + off, LOOM_PF_STREAM);
 }
 
 /* 2^f on [-0.5, 0.5]: Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */

@@ -43,7 +43,7 @@ typedef struct dec_scratch {
     float *q, *s, *acc, *m, *l, *alpha, *bias, *qsum, *extra, *tsc, *tof;
     float *fm, *fl, *facc;              /* the running fold of a unit */
     float *row;
-    const void **krows, **vrows, **knext; /* knext: the next tile's K rows (prefetch) */
+    const void **krows, **vrows, **knext, **vnext; /* the next tile's K and V rows (prefetch) */
     void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
     int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
     int shared; /* nonzero: more than one thread streams the caches */
@@ -59,17 +59,18 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     int64_t M = pl->M, ld = pl->ldq;
-    int64_t sizes[19] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
-                         2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
+    int64_t sizes[20] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
+                         2 * T, 2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
     float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
                      &sc->extra, &sc->tsc, &sc->tof, &sc->fm, &sc->fl, &sc->facc, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 19; i++) {
+    for (int i = 0; i < 20; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 15) *f[i] = (float *)p;
         else if (i == 15) sc->krows = (const void **)p;
         else if (i == 16) sc->vrows = (const void **)p;
         else if (i == 17) sc->knext = (const void **)p;
+        else if (i == 18) sc->vnext = (const void **)p;
         else sc->qp = p;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
@@ -226,7 +227,12 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     /* A paged cache's next rows are not further on in memory: no prefetch at a
      * distance (the kernels' own would fetch other heads' rows, or nothing
      * useful), and the lists of real rows for every cache dtype, one thread
-     * too (bench_attention --paged 16, i8 on one thread: 1.2 -> 0.6 ms). */
+     * too (bench_attention --paged 16, i8 on one thread: 1.2 -> 0.6 ms). In
+     * place of the distance, each stream's own rows of the next tile are
+     * named with the other stream's (attn_dec_pf.own): Q.K^T names the tile's
+     * V rows and the next tile's K rows, P.V the next tile's K and V rows.
+     * Blocks of 16 keys, f32 on one thread 46-48 -> 56 % of the read
+     * bandwidth, bf16 38-42 -> 44-48 % (bench/results/attention.md). */
     int xpf = kn->dec_self_prefetch && (pr->paged || pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared));
     int64_t ahead = pr->paged ? 0 : ATTN_DEC_PF_DIST;
     for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
@@ -249,7 +255,13 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
             if (nn < 0) nn = 0;
             dec_rows(pr, &pr->k, u, j0 + T, nn, sc->knext);
         }
-        attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize, ahead}, pf_k = {sc->knext, nn, D * pr->k.esize, ahead};
+        attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize, ahead, NULL, 0, 0};
+        attn_dec_pf pf_k = {sc->knext, nn, D * pr->k.esize, ahead, NULL, 0, 0};
+        if (xpf && pr->paged) { /* each stream's own rows a tile ahead, named with the other's */
+            dec_rows(pr, &pr->v, u, j0 + T, nn, sc->vnext);
+            pf_v.own = sc->knext, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
+            pf_k.own = sc->vnext, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
+        }
         if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
         if (sc->qprep)
             kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,

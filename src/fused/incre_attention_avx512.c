@@ -393,7 +393,7 @@ void attn_dec_pv_halves(attn_dec_pv_fn *pv, float *acc, int64_t lda, const float
                         int nr, const void *const *rows, loom_dtype dt, int nc, const float *alpha,
                         const attn_dec_pf *pf) {
     const void *hrows[ATTN_DEC_TILE];
-    const attn_dec_pf none = {NULL, 0, 0, attn_dec_ahead(pf)};
+    const attn_dec_pf none = {NULL, 0, 0, attn_dec_ahead(pf), NULL, 0, 0};
     dec_rows_at(hrows, rows, nc, 128 * (int64_t)loom_dtype_size(dt));
     pv(acc, lda, p, ldp, nr, rows, dt, nc, 128, alpha, pf);
     pv(acc + 128, lda, p, ldp, nr, hrows, dt, nc, 128, alpha, &none);
