@@ -12,8 +12,12 @@
  *     padding between an output's rows;
  *   - LOOM_OK on one thread and on two gives bit-identical outputs;
  *   - half the inputs make only valid choices, and those calls must run (LOOM_OK);
- *   - an attention call with the default scale matches the reference
- *     decomposition within DESIGN.md's tolerances (check_ref).
+ *   - an attention call with the default scale (or any scale where q keeps its
+ *     precision) matches the reference decomposition within DESIGN.md's
+ *     tolerances (check_ref);
+ *   - add_rms_norm and swiglu match their formulas in double within 2^-11, the
+ *     FFN and QKV+RoPE theirs within a bound that follows each sum's rounding
+ *     (fuzz_fused_ops.c: ffn_check, qkv_check).
  * Sizes are capped (S <= 150 keys, D <= 257, B <= 3, N <= 17) so an input runs
  * in milliseconds. */
 #include "fuzz_harness.h"

@@ -153,8 +153,65 @@ static float at2(const loom_tensor *t, int64_t i, int64_t j) {
     return ((const float *)t->data)[i * t->stride[0] + j * t->stride[1]];
 }
 
-/* The fused row ops against formulas in double (add_rms_norm, swiglu) and the
- * FFN's robustness properties (its accuracy is test_fused_ffn's). */
+/* Element (i, j) of a 2-D f32, f16 or bf16 tensor, as a double. */
+static double el2(const loom_tensor *t, int64_t i, int64_t j) {
+    int64_t o = i * t->stride[0] + j * t->stride[1];
+    if (t->dtype == LOOM_F32) return ((const float *)t->data)[o];
+    if (t->dtype == LOOM_F16) return loom_f16_to_f32(((const uint16_t *)t->data)[o]);
+    return loom_bf16_to_f32(((const uint16_t *)t->data)[o]);
+}
+
+static double wtol(loom_dtype t) { /* DESIGN.md's tolerance of a weight dtype */
+    return t == LOOM_BF16 ? 1.0 / 128 : t == LOOM_F16 ? 1.0 / 256 : 1.0 / 2048;
+}
+
+/* A loom_ffn call that ran, against its formula in double. The bound follows
+ * each sum's rounding through the network: a gate or up sum off by e times the
+ * sum of its terms' magnitudes (G, U), the activation's slope at most 1.2
+ * (silu, gelu, gelu_tanh 1.13; relu, none and the fuzzer's custom 1 or less),
+ * the product and the down sum rounded once more, e = the larger weight
+ * tolerance; twice that bound. A wrong row, column, activation or residual
+ * is off by the size of the terms themselves, far past the bound of the f32
+ * weights' cases (e = 2^-11). */
+static void ffn_check(const fused_ctx *c, int64_t M, int64_t D, int64_t H) {
+    const loom_tensor *wu = c->wu ? c->wu : c->wg; /* merged: up rows after the gate's */
+    int64_t uo = c->wu ? 0 : H;
+    double e = fmax(wtol(c->wg->dtype), wtol(c->wd->dtype));
+    double *h = malloc((size_t)H * sizeof *h), *hb = malloc((size_t)H * sizeof *hb);
+    if (!h || !hb) goto out;
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t n = 0; n < H; n++) {
+            double g = 0, gm = 0, u = 0, um = 0;
+            for (int64_t k = 0; k < D; k++) {
+                double xv = at2(c->x, i, k), a = xv * el2(c->wg, n, k), b = xv * el2(wu, uo + n, k);
+                g += a, gm += fabs(a), u += b, um += fabs(b);
+            }
+            double act = c->fp.custom_act ? c->fp.custom_act((float)g, c->fp.custom_user)
+                                          : loom_act_apply(c->fp.act, (float)g);
+            h[n] = act * u;
+            hb[n] = 1.2 * gm * fabs(u) + fabs(act) * um + 2.0 * fabs(act * u);
+        }
+        for (int64_t j = 0; j < D; j++) {
+            double y = 0, b = 1.0;
+            for (int64_t n = 0; n < H; n++) {
+                double w = el2(c->wd, j, n);
+                y += h[n] * w, b += (hb[n] + fabs(h[n])) * fabs(w);
+            }
+            if (c->res) y += at2(c->res, i, j), b += fabs(at2(c->res, i, j));
+            if (!(fabs(at2(c->y, i, j) - y) <= 2.0 * e * b)) {
+                if (getenv("LOOM_FUZZ_DEBUG"))
+                    fprintf(stderr, "ffn y[%lld][%lld] = %g, formula %g (bound %g); M %lld D %lld H %lld %s/%s\n",
+                            (long long)i, (long long)j, (double)at2(c->y, i, j), y, 2.0 * e * b, (long long)M,
+                            (long long)D, (long long)H, loom_dtype_name(c->wg->dtype), loom_dtype_name(c->wd->dtype));
+                FUZZ_CHECK(0);
+            }
+        }
+    }
+out:
+    free(h), free(hb);
+}
+
+/* The fused row ops and the FFN against formulas in double. */
 void fuzz_fused(reader *r, int op) {
     arena a = {0};
     fused_ctx c;
@@ -197,6 +254,7 @@ void fuzz_fused(reader *r, int op) {
     loom_tensor *outs[2] = {c.y, c.r};
     long ran = n_ok[op];
     check_run(&a, run_fused, &c, outs, op == OP_ADD_RMS_NORM ? 2 : 1);
+    if (n_ok[op] > ran && op == OP_FFN) ffn_check(&c, M, D, H);
     if (n_ok[op] > ran && op != OP_FFN) { /* it ran: the formulas, from the inputs as they were */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < ys[1]; j++) {
@@ -233,9 +291,67 @@ static loom_status run_qkv(void *c, loom_pool *pool) {
     return loom_qkv_rope(f->x, f->wq, f->wk, f->wv, &f->p, f->q, f->k, f->v, f->kc, f->vc, pool);
 }
 
+/* The head h projections of token t from weight w (rows from r0), into p, and
+ * the sums of their terms' magnitudes into pm (d values each). */
+static void qkv_proj(const loom_tensor *x, const loom_tensor *w, int64_t r0, int64_t t, int64_t hid,
+                     int64_t d, double *p, double *pm) {
+    for (int64_t i = 0; i < d; i++) {
+        p[i] = pm[i] = 0.0;
+        for (int64_t k = 0; k < hid; k++) {
+            double v = at2(x, t, k) * el2(w, r0 + i, k);
+            p[i] += v, pm[i] += fabs(v);
+        }
+    }
+}
+
+/* A loom_qkv_rope call that ran: q, and k and v where asked for, against the
+ * formula in double: the projection, then (q and k) the rotation of pairs
+ * (2i, 2i+1) (interleaved) or (i, i + n_rot/2) (half) by pos * freq_scale *
+ * theta^(-2i/n_rot), pos the token's cache position (0 for a skipped token).
+ * Bound: twice the weight tolerance times the magnitudes of the sums that meet
+ * in a value, plus 1e-4 of them for the angle, which the op computes in
+ * float. */
+static void qkv_check(const qkv_ctx_f *c, int64_t T, int64_t hid, int64_t N, int64_t NKV, int64_t D) {
+    int64_t nr = c->p.n_rot ? c->p.n_rot : D, half = nr / 2;
+    int inter = c->p.rope_mode == LOOM_ROPE_INTERLEAVED;
+    double fs = c->p.freq_scale != 0.0f ? c->p.freq_scale : 1.0, e = 2.0 * wtol(c->wq->dtype);
+    double p[128], pm[128];
+    for (int64_t t = 0; t < T; t++) {
+        int64_t pos = c->p.cache.positions[t] > 0 ? c->p.cache.positions[t] : 0;
+        for (int part = 0; part < 3; part++) {
+            const loom_tensor *out = part == 0 ? c->q : part == 1 ? c->k : c->v;
+            const loom_tensor *w = c->wk ? (part == 0 ? c->wq : part == 1 ? c->wk : c->wv) : c->wq;
+            int64_t heads = part ? NKV : N, base = c->wk ? 0 : (part == 0 ? 0 : part == 1 ? N * D : (N + NKV) * D);
+            if (!out) continue;
+            for (int64_t h = 0; h < heads; h++) {
+                qkv_proj(c->x, w, base + h * D, t, hid, D, p, pm);
+                for (int64_t d = 0; d < D; d++) {
+                    double want = p[d], bound = e * pm[d] + 1e-6;
+                    if (part < 2 && d < nr) {
+                        int64_t i = inter ? d / 2 : d % half, o = inter ? d ^ 1 : (d < half ? d + half : d - half);
+                        double ang = (double)pos * fs * pow(c->p.theta, -2.0 * (double)i / (double)nr);
+                        int first = inter ? d % 2 == 0 : d < half; /* a' = a cos - b sin, b' = a sin + b cos */
+                        want = first ? p[d] * cos(ang) - p[o] * sin(ang) : p[o] * sin(ang) + p[d] * cos(ang);
+                        bound = e * (pm[d] + pm[o]) + 1e-4 * (fabs(p[d]) + fabs(p[o])) + 1e-6;
+                    }
+                    double got = at2(out, t, h * D + d);
+                    if (!(fabs(got - want) <= bound)) {
+                        if (getenv("LOOM_FUZZ_DEBUG"))
+                            fprintf(stderr, "qkv_rope %c[%lld][%lld] = %g, formula %g (bound %g); pos %lld mode %d "
+                                    "n_rot %lld D %lld theta %g fs %g\n", "qkv"[part], (long long)t,
+                                    (long long)(h * D + d), got, want, bound, (long long)pos, (int)c->p.rope_mode,
+                                    (long long)nr, (long long)D, (double)c->p.theta, fs);
+                        FUZZ_CHECK(0);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* loom_qkv_rope: merged or separate weights (f32/f16/bf16), RoPE modes, n_rot,
  * theta and freq_scale, optional k/v outputs, contiguous or paged f32/f16/bf16
- * caches; the robustness properties of check_run. */
+ * caches; the robustness properties of check_run, and the formula (qkv_check). */
 void fuzz_qkv_rope(reader *r) {
     arena a = {0};
     qkv_ctx_f c;
@@ -297,9 +413,11 @@ void fuzz_qkv_rope(reader *r) {
         }
         kp->positions = pos, kp->batch_ids = bid;
         loom_tensor *outs[3] = {c.q, c.k, c.v};
+        long ran = n_ok[OP_QKV_ROPE];
         check_run(&a, run_qkv, &c, outs, 1);
         FUZZ_CHECK(!c.k || finite_out(c.k, 0));
         FUZZ_CHECK(!c.v || finite_out(c.v, 0));
+        if (n_ok[OP_QKV_ROPE] > ran) qkv_check(&c, T, hid, N, NKV, D);
     }
     free(pos), free(bid);
 done:
