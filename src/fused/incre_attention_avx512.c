@@ -434,11 +434,6 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
 }
 
 
-/* Online softmax along each row. The running max m[r] moves only when a score
- * passes it by more than ATTN_DEC_MAX_SLACK, so most tiles skip the max
- * reduction and the rescale (alpha = 1) and go straight to the exponentials,
- * which then reach up to 2^ATTN_DEC_MAX_SLACK: m[r] is the reference the
- * row's l and accumulator are kept against, not always the largest score. */
 /* Four rows of at most 32 scores whose reference max stays (no score above
  * m[r] + ATTN_DEC_MAX_SLACK, no NaN, no empty row): the common tile. The
  * four rows' sums meet in one transposed reduction instead of four
@@ -474,6 +469,11 @@ ATTN_INLINE ATTN_T512 int softmax_rows4_keep(float *s, int64_t lds, int nc, floa
     return 1;
 }
 
+/* Online softmax along each row. The running max m[r] moves only when a score
+ * passes it by more than ATTN_DEC_MAX_SLACK, so most tiles skip the max
+ * reduction and the rescale (alpha = 1) and go straight to the exponentials,
+ * which then reach up to 2^ATTN_DEC_MAX_SLACK: m[r] is the reference the
+ * row's l and accumulator are kept against, not always the largest score. */
 ATTN_T512 void loom_attn_softmax_rows_avx512(float *s, int64_t lds, int nr, int nc, float *m,
                                              float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
