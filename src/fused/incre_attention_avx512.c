@@ -442,7 +442,7 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
  * then takes the rows one by one. */
 ATTN_INLINE ATTN_T512 int softmax_rows4_keep(float *s, int64_t lds, int nc, float *m, float *l, float *alpha) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __mmask16 k0 = attn_tail16(nc, 0), k1 = nc > 16 ? attn_tail16(nc, 16) : 0; /* none past nc */
+    __mmask16 k0 = attn_tail16(nc, 0), k1 = attn_tail16(nc, 16);
     __m512 x[8];
     __mmask16 over = 0;
 #pragma GCC unroll 4

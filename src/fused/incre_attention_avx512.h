@@ -53,9 +53,9 @@ ATTN_INLINE void dec_add_scores(float *s, int64_t lds, const float *t, int nr, i
         for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE + c];
 }
 
-/* Lanes of a 16-wide step at c of n elements that lie before n. */
+/* Lanes of a 16-wide step at c of n elements that lie before n (none when c >= n). */
 ATTN_INLINE __mmask16 attn_tail16(int n, int c) {
-    return n - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - c)) - 1);
+    return n - c >= 16 ? (__mmask16)0xFFFF : n > c ? (__mmask16)((1u << (n - c)) - 1) : (__mmask16)0;
 }
 
 /* Nonzero if the nr rows of d floats (a multiple of 16, rows ldq apart) are all

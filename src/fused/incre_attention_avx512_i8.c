@@ -192,7 +192,7 @@ ATTN_INLINE ATTN_T512VNNI __m512i dpwssd_tied(__m512i acc, __m512i a, __m512i b)
  * Zen 4); now 7.41 -> 7.13 ns per key. */
 ATTN_INLINE ATTN_T512VNNI int pv_probs_i16_4(int16_t *pq, int64_t ldb, float *ps, const float *p,
                                              int64_t ldp, int nc) {
-    const __mmask16 k0 = attn_tail16(nc, 0), k1 = nc > 16 ? attn_tail16(nc, 16) : 0; /* none past nc */
+    const __mmask16 k0 = attn_tail16(nc, 0), k1 = attn_tail16(nc, 16);
     const __m512 big = _mm512_set1_ps(FLT_MAX);
     __m512 x[8], mx[4];
     __mmask16 bad = 0;

@@ -98,17 +98,6 @@ static loom_status run_attn(void *c, loom_pool *pool) {
 
 /* ------------------------------------------------------------ against the reference */
 
-static double dtype_tol(loom_dtype t) { /* DESIGN.md; an i8 cache counts as f32 */
-    return t == LOOM_BF16 ? 1.0 / 128 : t == LOOM_F16 ? 1.0 / 256 : 1.0 / 2048;
-}
-
-/* Element off of t's layout read from base (t's dtype), as a double. */
-static double elem_at(const loom_tensor *t, const void *base, int64_t off) {
-    if (t->dtype == LOOM_F32) return ((const float *)base)[off];
-    if (t->dtype == LOOM_F16) return loom_f16_to_f32(((const uint16_t *)base)[off]);
-    return loom_bf16_to_f32(((const uint16_t *)base)[off]);
-}
-
 /* Every element of t: |got - ref| <= tol * max(1, |ref|), got read from the copy
  * of t's buffer, ref from the buffer itself; equal infinities (lse) match. */
 static int close_to(const loom_tensor *t, const void *got, double tol) {

@@ -155,14 +155,7 @@ static float at2(const loom_tensor *t, int64_t i, int64_t j) {
 
 /* Element (i, j) of a 2-D f32, f16 or bf16 tensor, as a double. */
 static double el2(const loom_tensor *t, int64_t i, int64_t j) {
-    int64_t o = i * t->stride[0] + j * t->stride[1];
-    if (t->dtype == LOOM_F32) return ((const float *)t->data)[o];
-    if (t->dtype == LOOM_F16) return loom_f16_to_f32(((const uint16_t *)t->data)[o]);
-    return loom_bf16_to_f32(((const uint16_t *)t->data)[o]);
-}
-
-static double wtol(loom_dtype t) { /* DESIGN.md's tolerance of a weight dtype */
-    return t == LOOM_BF16 ? 1.0 / 128 : t == LOOM_F16 ? 1.0 / 256 : 1.0 / 2048;
+    return elem_at(t, t->data, i * t->stride[0] + j * t->stride[1]);
 }
 
 /* A loom_ffn call that ran, against its formula in double. The bound follows
@@ -176,7 +169,7 @@ static double wtol(loom_dtype t) { /* DESIGN.md's tolerance of a weight dtype */
 static void ffn_check(const fused_ctx *c, int64_t M, int64_t D, int64_t H) {
     const loom_tensor *wu = c->wu ? c->wu : c->wg; /* merged: up rows after the gate's */
     int64_t uo = c->wu ? 0 : H;
-    double e = fmax(wtol(c->wg->dtype), wtol(c->wd->dtype));
+    double e = fmax(dtype_tol(c->wg->dtype), dtype_tol(c->wd->dtype));
     double *h = malloc((size_t)H * sizeof *h), *hb = malloc((size_t)H * sizeof *hb);
     if (!h || !hb) goto out;
     for (int64_t i = 0; i < M; i++) {
@@ -314,7 +307,7 @@ static void qkv_proj(const loom_tensor *x, const loom_tensor *w, int64_t r0, int
 static void qkv_check(const qkv_ctx_f *c, int64_t T, int64_t hid, int64_t N, int64_t NKV, int64_t D) {
     int64_t nr = c->p.n_rot ? c->p.n_rot : D, half = nr / 2;
     int inter = c->p.rope_mode == LOOM_ROPE_INTERLEAVED;
-    double fs = c->p.freq_scale != 0.0f ? c->p.freq_scale : 1.0, e = 2.0 * wtol(c->wq->dtype);
+    double fs = c->p.freq_scale != 0.0f ? c->p.freq_scale : 1.0, e = 2.0 * dtype_tol(c->wq->dtype);
     double p[128], pm[128];
     for (int64_t t = 0; t < T; t++) {
         int64_t pos = c->p.cache.positions[t] > 0 ? c->p.cache.positions[t] : 0;

@@ -175,3 +175,12 @@ void check_run(arena *a, run_fn fn, void *ctx, loom_tensor *const *outs, int n_o
     snap_free(a, &before);
 }
 
+double dtype_tol(loom_dtype t) { /* DESIGN.md; an i8 cache counts as f32 */
+    return t == LOOM_BF16 ? 1.0 / 128 : t == LOOM_F16 ? 1.0 / 256 : 1.0 / 2048;
+}
+
+double elem_at(const loom_tensor *t, const void *base, int64_t off) {
+    if (t->dtype == LOOM_F32) return ((const float *)base)[off];
+    if (t->dtype == LOOM_F16) return loom_f16_to_f32(((const uint16_t *)base)[off]);
+    return loom_bf16_to_f32(((const uint16_t *)base)[off]);
+}

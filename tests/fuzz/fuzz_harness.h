@@ -69,6 +69,10 @@ int gaps_same(const arena *a, int i, const snapshot *s);
 void snap_free(const arena *a, snapshot *s);
 /* Every element of an f32/f16/bf16 output is finite (-inf allowed where allow_ninf). */
 int finite_out(const loom_tensor *t, int allow_ninf);
+/* DESIGN.md's tolerance of a dtype (an i8 cache counts as f32), and element
+ * off of t's layout read from base in t's dtype (f32, f16, bf16) as a double. */
+double dtype_tol(loom_dtype t);
+double elem_at(const loom_tensor *t, const void *base, int64_t off);
 
 /* ------------------------------------------------------------ choices */
 
