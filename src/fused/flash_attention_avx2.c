@@ -91,6 +91,8 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
     .dec_dot = loom_attn_dec_dot_avx2,
     .dec_pv = loom_attn_dec_pv_avx2,
     .softmax_rows = loom_attn_softmax_rows_avx2,
+    .dec_qprep = loom_attn_dec_qprep_avx2,
+    .dec_dot_prep = loom_attn_dec_dot_prep_avx2,
     .dec_self_prefetch = 1,
 };
 #else

@@ -264,6 +264,17 @@ extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 
 /* Decode micro-kernels live in incre_attention_<isa>.c. */
+/* dec_dot through a level's prepared form (dec_qprep, dec_dot_prep), for a
+ * direct call that has no prepared q: rows converted four at a time on the
+ * stack (incre_attention.c). 0 if qprep does not take this K dtype and head
+ * dim (nothing done). */
+int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
+                          void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
+                                           loom_dtype, int, int, const attn_dec_pf *, int),
+                          float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                          const void *const *rows, loom_dtype dt, int nc, int d,
+                          const attn_dec_pf *pf);
+
 void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                const void *const *rows, loom_dtype dt, int nc, int d,
                                const attn_dec_pf *pf);
@@ -282,6 +293,16 @@ void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp,
                            const float *alpha, const attn_dec_pf *pf);
 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc, float *m, float *l,
                                  float *alpha);
+/* i8 caches in 16-bit integer arithmetic (incre_attention_avx2_i8.c), head dims
+ * that are multiples of 16 up to 256: dec_qprep / dec_dot_prep of the AVX2
+ * level, and the P.V of nr <= 4 rows against an i8 V (0: not done, as
+ * attn_dec_pv_i8w). */
+int loom_attn_dec_qprep_avx2(void *qp, const float *q, int64_t ldq, int nr, loom_dtype kdt, int d, int hp);
+void loom_attn_dec_dot_prep_avx2(float *s, int64_t lds, const void *qp, int nr, const void *const *rows,
+                                 loom_dtype dt, int nc, int d, const attn_dec_pf *pf, int hp);
+int attn_dec_pv_i8w_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
+                         const void *const *rows, int nc, int d, const float *alpha, int own,
+                         const attn_dec_pf *pf);
 void loom_attn_dec_dot_avx512(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                               const void *const *rows, loom_dtype dt, int nc, int d,
                               const attn_dec_pf *pf);

@@ -106,6 +106,21 @@ ATTN_INLINE ATTN_T512 __m512 attn_load16(const void *p, int64_t x, loom_dtype dt
     }
 }
 
+/* The sum (max) of the 8 lanes of v. */
+ATTN_INLINE ATTN_T256 float attn_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+ATTN_INLINE ATTN_T256 float attn_hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
 /* 8 elements as f32; n < 8 loads only n (the rest 0) through a bounce buffer. */
 ATTN_INLINE ATTN_T256 __m256 attn_load8(const void *p, int64_t x, loom_dtype dt, int n) {
     unsigned char tmp[32];

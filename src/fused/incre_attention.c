@@ -77,6 +77,22 @@ static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     return off * sizeof(float);
 }
 
+/* (flash_attention_internal.h) */
+int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
+                          void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
+                                           loom_dtype, int, int, const attn_dec_pf *, int),
+                          float *s, int64_t lds, const float *q, int64_t ldq, int nr,
+                          const void *const *rows, loom_dtype dt, int nc, int d,
+                          const attn_dec_pf *pf) {
+    _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
+    for (int r = 0; r < nr; r += 4) {
+        int n = nr - r < 4 ? nr - r : 4;
+        if (!qprep(qp, q + r * ldq, ldq, n, dt, d, 0)) return 0;
+        dot_prep(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf, 0);
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------ units and chunks */
 
 typedef struct dec_unit {

@@ -156,6 +156,9 @@ ATTN_INLINE ATTN_T256 void dot_rows(loom_dtype DT, float *s, int64_t lds, const 
 ATTN_INLINE ATTN_T256 void loom_attn_dec_dot_avx2_a(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                       const void *const *rows, loom_dtype dt, int nc, int d,
                                       const attn_dec_pf *pf, int64_t ahead) {
+    if (attn_dec_dot_via_prep(loom_attn_dec_qprep_avx2, loom_attn_dec_dot_prep_avx2, s, lds, q, ldq, nr, rows,
+                              dt, nc, d, pf))
+        return; /* an i8 K in 16-bit integers (incre_attention_avx2_i8.c) */
     if (d % 8 == 0) { /* the first sweep over the keys prefetches the other stream */
         switch (dt) {
         case LOOM_F32: dot_rows(LOOM_F32, s, lds, q, ldq, nr, rows, nc, d, pf, ahead); break;
@@ -323,21 +326,19 @@ ATTN_INLINE ATTN_T256 void loom_attn_dec_pv_avx2_a(float *acc, int64_t lda, cons
 ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
                                      const float *alpha, const attn_dec_pf *pf) {
+    if (dt == LOOM_I8 && d % 16 == 0 && d <= 256 && nc <= ATTN_DEC_TILE) {
+        /* four rows at a time in 16-bit integers; rows whose p it cannot take
+         * (NaN or inf, or a vanishing largest p) through the widening kernel */
+        for (int r = 0; r < nr; r += 4) {
+            int rb = nr - r < 4 ? nr - r : 4;
+            const attn_dec_pf *f = r ? NULL : pf;
+            if (!attn_dec_pv_i8w_avx2(acc + r * lda, lda, p + r * ldp, ldp, rb, rows, nc, d, alpha + r, !r, f))
+                ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx2_a, acc + r * lda, lda, p + r * ldp, ldp, rb, rows,
+                                    dt, nc, d, alpha + r, f);
+        }
+        return;
+    }
     ATTN_DEC_WITH_AHEAD(pf, loom_attn_dec_pv_avx2_a, acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
-}
-
-ATTN_INLINE ATTN_T256 float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-
-ATTN_INLINE ATTN_T256 float hmax8(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
 }
 
 /* As the AVX-512 kernel: the reference max moves only by more than ATTN_DEC_MAX_SLACK. */
@@ -356,7 +357,7 @@ ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc
             __m256 mx = ninf;
             for (int c = 0; c < c8; c += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sr + c));
             if (c8 < nc) mx = _mm256_max_ps(mx, _mm256_loadu_ps(tmp));
-            float mn = hmax8(mx);
+            float mn = attn_hmax8(mx);
             if (mo > mn) mn = mo;
             sub = mn == -INFINITY ? 0.0f : mn; /* a row that saw nothing stays empty */
             al = _mm256_cvtss_f32(attn_exp2_256(_mm256_set1_ps(mo - sub)));
@@ -374,7 +375,7 @@ ATTN_T256 void loom_attn_softmax_rows_avx2(float *s, int64_t lds, int nr, int nc
             memcpy(sr + c8, tmp, (size_t)(nc - c8) * sizeof(float));
             sum = _mm256_add_ps(sum, e);
         }
-        l[r] = l[r] * al + hsum8(sum);
+        l[r] = l[r] * al + attn_hsum8(sum);
         alpha[r] = al;
     }
 }

@@ -242,22 +242,6 @@ ATTN_INLINE ATTN_T512 void dot_dt(loom_dtype DT, float *s, int64_t lds, const fl
     else dot_dt_d(DT, s, lds, q, ldq, nr, rows, nc, d, pf, ahead);
 }
 
-/* (incre_attention_avx512.h) */
-int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
-                          void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
-                                           loom_dtype, int, int, const attn_dec_pf *, int),
-                          float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                          const void *const *rows, loom_dtype dt, int nc, int d,
-                          const attn_dec_pf *pf) {
-    _Alignas(64) char qp[4 * ATTN_DEC_QPREP_STRIDE];
-    for (int r = 0; r < nr; r += 4) {
-        int n = nr - r < 4 ? nr - r : 4;
-        if (!qprep(qp, q + r * ldq, ldq, n, dt, d, 0)) return 0;
-        dot_prep(s + r * lds, lds, qp, n, rows, dt, nc, d, r ? NULL : pf, 0);
-    }
-    return 1;
-}
-
 ATTN_INLINE ATTN_T512 void loom_attn_dec_dot_avx512_a(float *s, int64_t lds, const float *q, int64_t ldq,
                                         int nr, const void *const *rows, loom_dtype dt, int nc,
                                         int d, const attn_dec_pf *pf, int64_t ahead) {

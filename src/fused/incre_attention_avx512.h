@@ -115,16 +115,6 @@ ATTN_INLINE ATTN_T512 void pv_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m51
     *n1 = _mm512_permutex2var_ps(lo, i1, hi);
 }
 
-/* dec_dot through a level's prepared form, for a direct call that has no
- * prepared q: rows converted four at a time on the stack. 0 if qprep does not
- * take this K dtype and head dim (nothing done). */
-int attn_dec_dot_via_prep(int (*qprep)(void *, const float *, int64_t, int, loom_dtype, int, int),
-                          void (*dot_prep)(float *, int64_t, const void *, int, const void *const *,
-                                           loom_dtype, int, int, const attn_dec_pf *, int),
-                          float *s, int64_t lds, const float *q, int64_t ldq, int nr,
-                          const void *const *rows, loom_dtype dt, int nc, int d,
-                          const attn_dec_pf *pf);
-
 /* P.V against an i8 V with vpdpwssd (incre_attention_avx512_i8.c; call only
  * on AVX512_VNNI CPUs) for nr <= 4 rows: d a multiple of 64, nc <=
  * ATTN_DEC_TILE. own: these rows' pass prefetches the V rows ahead (and names
