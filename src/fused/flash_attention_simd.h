@@ -38,6 +38,12 @@ static inline int64_t attn_dec_ahead(const attn_dec_pf *pf) { return pf ? pf->ah
         else F(__VA_ARGS__, 0);                  \
     } while (0)
 #define ATTN_DEC_WITH_AHEAD(pf, F, ...) ATTN_DEC_WITH_AHEAD_AT(pf, ATTN_DEC_PF_DIST, F, __VA_ARGS__)
+/* CALL(RB, AHEAD) with RB = nr (1..4) and the prefetch distance as constants:
+ * the dispatch of the i8 P.V entry points, an expression. */
+#define ATTN_DEC_BY_RB(nr, CALL, A) \
+    ((nr) == 4 ? CALL(4, A) : (nr) == 3 ? CALL(3, A) : (nr) == 2 ? CALL(2, A) : CALL(1, A))
+#define ATTN_DEC_BY_RB_AHEAD(nr, pf, CALL) \
+    (attn_dec_ahead(pf) ? ATTN_DEC_BY_RB(nr, CALL, ATTN_DEC_PF_DIST) : ATTN_DEC_BY_RB(nr, CALL, 0))
 
 /* Every line of row c of the other stream (attn_dec_pf), if there is one, and
  * of row c of the own stream's next tile (paged caches). */

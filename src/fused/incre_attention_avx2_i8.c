@@ -223,11 +223,7 @@ ATTN_T256 int attn_dec_pv_i8w_avx2(float *acc, int64_t lda, const float *p, int6
                                    const attn_dec_pf *pf) {
     if (!DEC_I8_D(d) || nc > ATTN_DEC_TILE || nr > 4) return 0;
 #define PV_I8W(RB, AHEAD) pv_i8w_a(RB, acc, lda, p, ldp, rows, nc, d, alpha, own, pf, AHEAD)
-#define PV_I8W_RB(AHEAD) \
-    (nr == 4 ? PV_I8W(4, AHEAD) : nr == 3 ? PV_I8W(3, AHEAD) : nr == 2 ? PV_I8W(2, AHEAD) : PV_I8W(1, AHEAD))
-    if (attn_dec_ahead(pf)) return PV_I8W_RB(ATTN_DEC_PF_DIST);
-    return PV_I8W_RB(0);
-#undef PV_I8W_RB
+    return ATTN_DEC_BY_RB_AHEAD(nr, pf, PV_I8W);
 #undef PV_I8W
 }
 
