@@ -1,8 +1,52 @@
-/* Portable C decode micro-kernels: one converted K/V row at a time against
- * every query row of the group. */
+/* Portable decode micro-kernels, written with GCC/Clang vector extensions
+ * (4-lane vectors: SSE2 on baseline x86-64, NEON elsewhere), as the generic
+ * GEMM is. Q.K^T takes one key at a time against four q rows (eight
+ * accumulators: two per row, so eight chains of adds are in flight); P.V
+ * keeps four rows x 8 columns of the accumulator in registers over the
+ * tile's keys. A 16-bit or i8 row is converted to f32 once per tile and key.
+ * Scalar sums per score and an accumulator row in memory ran 7x (Q.K^T) and
+ * 2x (P.V) slower (bench/results/attention.md). */
 #include "fused/flash_attention_internal.h"
 
 #include <math.h>
+#include <string.h>
+
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f ld4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+static inline float hsum4(v4f v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+/* Row c of a tile as f32: the cache row itself when it is f32, else converted into buf. */
+static const float *row_f32(float *buf, const void *row, loom_dtype dt, int d) {
+    if (dt == LOOM_F32) return (const float *)row;
+    attn_load_row(buf, row, dt, 1, d);
+    return buf;
+}
+
+/* s[r][c] for RB (4 or 1) rows of q against key row k (d floats). */
+static inline void dot_key(int RB, float *s, int64_t lds, const float *q, int64_t ldq, const float *k, int d) {
+    v4f a[8] = {0};
+    int x = 0;
+    for (; x + 8 <= d; x += 8) {
+        v4f k0 = ld4(k + x), k1 = ld4(k + x + 4);
+        for (int i = 0; i < RB; i++) {
+            a[2 * i] += ld4(q + i * ldq + x) * k0;
+            a[2 * i + 1] += ld4(q + i * ldq + x + 4) * k1;
+        }
+    }
+    for (int i = 0; i < RB; i++) {
+        float t = hsum4(a[2 * i] + a[2 * i + 1]);
+        for (int y = x; y < d; y++) t += q[i * ldq + y] * k[y];
+        s[i * lds] = t;
+    }
+}
 
 void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ldq, int nr,
                                const void *const *rows, loom_dtype dt, int nc, int d,
@@ -10,13 +54,33 @@ void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ld
     (void)pf; /* nothing to gain without a vector loop to hide the misses in */
     float buf[LOOM_ATTN_MAX_HEAD_DIM];
     for (int c = 0; c < nc; c++) {
-        attn_load_row(buf, rows[c], dt, 1, d);
-        for (int r = 0; r < nr; r++) {
-            const float *qr = q + r * ldq;
-            float acc = 0.0f;
-            for (int x = 0; x < d; x++) acc += qr[x] * buf[x];
-            s[r * lds + c] = acc;
+        const float *k = row_f32(buf, rows[c], dt, d);
+        int r = 0;
+        for (; r + 4 <= nr; r += 4) dot_key(4, s + r * lds + c, lds, q + r * ldq, ldq, k, d);
+        for (; r < nr; r++) dot_key(1, s + r * lds + c, lds, q + r * ldq, ldq, k, d);
+    }
+}
+
+/* acc rows r < RB (4 or 1), columns x0 .. x0+7, over the nc keys of v (rows
+ * ldv floats apart, or vr[c] for f32 rows in place). */
+static inline void pv_block(int RB, float *acc, int64_t lda, const float *p, int64_t ldp, const float *const *vr,
+                            int nc, int x0, const float *alpha) {
+    v4f a[8];
+    for (int i = 0; i < RB; i++) {
+        a[2 * i] = ld4(acc + i * lda + x0) * alpha[i];
+        a[2 * i + 1] = ld4(acc + i * lda + x0 + 4) * alpha[i];
+    }
+    for (int c = 0; c < nc; c++) {
+        v4f v0 = ld4(vr[c] + x0), v1 = ld4(vr[c] + x0 + 4);
+        for (int i = 0; i < RB; i++) {
+            float pc = p[i * ldp + c];
+            a[2 * i] += v0 * pc;
+            a[2 * i + 1] += v1 * pc;
         }
+    }
+    for (int i = 0; i < RB; i++) {
+        st4(acc + i * lda + x0, a[2 * i]);
+        st4(acc + i * lda + x0 + 4, a[2 * i + 1]);
     }
 }
 
@@ -24,16 +88,32 @@ void loom_attn_dec_pv_generic(float *acc, int64_t lda, const float *p, int64_t l
                               const void *const *rows, loom_dtype dt, int nc, int d,
                               const float *alpha, const attn_dec_pf *pf) {
     (void)pf;
-    float buf[LOOM_ATTN_MAX_HEAD_DIM];
-    for (int r = 0; r < nr; r++)
-        for (int x = 0; x < d; x++) acc[r * lda + x] *= alpha[r];
-    for (int c = 0; c < nc; c++) {
-        attn_load_row(buf, rows[c], dt, 1, d);
-        for (int r = 0; r < nr; r++) {
-            float pc = p[r * ldp + c];
-            float *ar = acc + r * lda;
-            for (int x = 0; x < d; x++) ar[x] += pc * buf[x];
+    float vt[ATTN_DEC_TILE * LOOM_ATTN_MAX_HEAD_DIM]; /* the tile's rows as f32, for 16-bit and i8 caches */
+    const float *vr[ATTN_DEC_TILE];
+    if (nc > ATTN_DEC_TILE) { /* one tile at a time */
+        for (int c0 = 0; c0 < nc; c0 += ATTN_DEC_TILE) {
+            int n = nc - c0 < ATTN_DEC_TILE ? nc - c0 : ATTN_DEC_TILE;
+            loom_attn_dec_pv_generic(acc, lda, p + c0, ldp, nr, rows + c0, dt, n, d, alpha, pf);
+            if (c0 == 0) alpha = NULL; /* rescaled once */
         }
+        return;
+    }
+    for (int c = 0; c < nc; c++) vr[c] = row_f32(vt + (size_t)c * d, rows[c], dt, d);
+    static const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    int x8 = d & ~7, rb;
+    for (int r = 0; r < nr; r += rb) {
+        rb = nr - r >= 4 ? 4 : 1;
+        const float *al = alpha ? alpha + r : one;
+        for (int x0 = 0; x0 < x8; x0 += 8) {
+            if (rb == 4) pv_block(4, acc + r * lda, lda, p + r * ldp, ldp, vr, nc, x0, al);
+            else pv_block(1, acc + r * lda, lda, p + r * ldp, ldp, vr, nc, x0, al);
+        }
+        for (int i = 0; i < rb; i++) /* the columns past the last multiple of 8 */
+            for (int x = x8; x < d; x++) {
+                float t = acc[(r + i) * lda + x] * al[i];
+                for (int c = 0; c < nc; c++) t += p[(r + i) * ldp + c] * vr[c][x];
+                acc[(r + i) * lda + x] = t;
+            }
     }
 }
 
