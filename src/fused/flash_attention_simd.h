@@ -57,14 +57,6 @@ ATTN_INLINE void attn_dec_pf_row(const attn_dec_pf *pf, int c) {
             _mm_prefetch((const char *)pf->own[c] + off, LOOM_PF_STREAM);
 }
 
-/* 2^f on [-0.5, 0.5]: Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */
-#define ATTN_EXP2_C1 0.6931471805599453f
-#define ATTN_EXP2_C2 0.2402265069591007f
-#define ATTN_EXP2_C3 0.0555041086648216f
-#define ATTN_EXP2_C4 0.0096181291076285f
-#define ATTN_EXP2_C5 0.0013333558146428f
-#define ATTN_EXP2_C6 0.0001540353039338f
-
 /* 2^x for x <= 0; -inf gives exactly 0, NaN stays NaN (max keeps its 2nd operand). */
 ATTN_INLINE ATTN_T512 __m512 attn_exp2_512(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
