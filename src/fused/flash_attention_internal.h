@@ -154,7 +154,8 @@ static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) /
  * 16-bit values and a scale; bf16's hi and lo parts: up to 256 values each). */
 #define ATTN_DEC_QPREP_STRIDE 1088
 
-/* 2^f on [-0.5, 0.5]: the vector kernels' exp2 (every level): Taylor series of e^(f ln 2) to degree 6 (rel. error < 2e-7). */
+/* 2^f on [-0.5, 0.5] for the vector kernels' exp2 (every level): Taylor series of
+ * e^(f ln 2) to degree 6 (rel. error < 2e-7). */
 #define ATTN_EXP2_C1 0.6931471805599453f
 #define ATTN_EXP2_C2 0.2402265069591007f
 #define ATTN_EXP2_C3 0.0555041086648216f

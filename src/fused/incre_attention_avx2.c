@@ -286,7 +286,8 @@ ATTN_INLINE ATTN_T256 void pv_cols_all(int RB, loom_dtype DT, float *acc, int64_
     int x0 = 0;
     for (; x0 + 8 * NVM <= d; x0 += 8 * NVM)
         pv_cols(RB, NVM, DT, acc, lda, p, ldp, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
-    for (; x0 + 16 <= d; x0 += 16) pv_cols(RB, 2, DT, acc, lda, p, ldp, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
+    for (; x0 + 16 <= d; x0 += 16)
+        pv_cols(RB, 2, DT, acc, lda, p, ldp, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
     for (; x0 < d; x0 += 8) pv_cols(RB, 1, DT, acc, lda, p, ldp, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
 }
 

@@ -91,14 +91,16 @@ ATTN_INLINE ATTN_T256 void dot_i8_keys(int RB, float *s, int64_t lds, const char
             __m256i kv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(kp[k] + x)));
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) {
-                __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(qp + (size_t)r * ATTN_DEC_QPREP_STRIDE + 2 * x));
+                const char *qr = qp + (size_t)r * ATTN_DEC_QPREP_STRIDE + 2 * x;
+                __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)qr);
                 acc[k * RB + r] = _mm256_add_epi32(acc[k * RB + r], _mm256_madd_epi16(qv, kv));
             }
         }
     }
     float out[8]; /* out[k * RB + r] = s[r][k]; sc4 lane j holds the scale of row j % RB */
 #pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) _mm_storeu_ps(out + 4 * g, _mm_mul_ps(_mm_cvtepi32_ps(reduce4_epi32(acc + 4 * g)), sc4));
+    for (int g = 0; g < 2; g++)
+        _mm_storeu_ps(out + 4 * g, _mm_mul_ps(_mm_cvtepi32_ps(reduce4_epi32(acc + 4 * g)), sc4));
 #pragma GCC unroll 4
     for (int r = 0; r < RB; r++)
         for (int k = 0; k < ncv; k++) s[r * lds + c0 + k] = out[k * RB + r];
