@@ -83,7 +83,7 @@ ATTN_INLINE ATTN_T256 __m128 reduce4(const __m256 *a) {
 /* Keys c0 .. c0+KB-1 (ncv real) of RB rows of q, RB * KB = 12 accumulators
  * (RB 4, 2, 1; KB 3, 6, 12). Twelve chains of FMAs, not eight: at two FMAs a
  * cycle and a latency of four, eight chains leave no slack, and the Q.K^T ran
- * 21.7 -> 14.7 ns per key hot with twelve (f32, four rows, Zen 4). The x loop
+ * 21.7 -> 13.1 ns per key hot with twelve (f32, four rows, Zen 4). The x loop
  * runs over whole vectors only (d % 8 == 0), unrolled, so the accumulators
  * stay in registers. Four rows hold the KB K vectors and take q from L1 (row
  * r, key k in acc[4k + r]: with acc[3r + k] GCC's allocation ran 1.5 ns per

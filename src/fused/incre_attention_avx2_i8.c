@@ -24,20 +24,26 @@
 
 #define DEC_I8_D(d) ((d) % 16 == 0 && (d) >= 16 && (d) <= 256)
 
+/* The largest |x[i]| of n floats into *m; 0 if some x[i] is inf or NaN. */
+ATTN_INLINE ATTN_T256 int absmax_finite(const float *x, int n, float *m) {
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), big = _mm256_set1_ps(FLT_MAX);
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        __m256 a = _mm256_and_ps(attn_load8(x, i, LOOM_F32, n - i < 8 ? n - i : 8), abs);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        mx = _mm256_max_ps(mx, a);
+    }
+    *m = attn_hmax8(mx);
+    return !_mm256_movemask_ps(bad);
+}
+
 /* Each row of q as 16-bit integers into qp (ATTN_DEC_QPREP_STRIDE bytes a row:
  * d values, then the scale sq at byte 512). 0 if a value is not finite. */
 static ATTN_T256 int i8_prep_rows(char *qp, const float *q, int64_t ldq, int nr, int d) {
     for (int r = 0; r < nr; r++) {
         const float *qr = q + r * ldq;
-        __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-        const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), big = _mm256_set1_ps(FLT_MAX);
-        for (int x = 0; x < d; x += 8) {
-            __m256 a = _mm256_and_ps(_mm256_loadu_ps(qr + x), abs);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ)); /* inf or NaN */
-            mx = _mm256_max_ps(mx, a);
-        }
-        if (_mm256_movemask_ps(bad)) return 0;
-        float m = attn_hmax8(mx);
+        float m;
+        if (!absmax_finite(qr, d, &m)) return 0;
         __m256 inv = _mm256_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
         int16_t *row = (int16_t *)(void *)(qp + (size_t)r * ATTN_DEC_QPREP_STRIDE);
         for (int x = 0; x < d; x += 16) {
@@ -138,17 +144,10 @@ ATTN_T256 void loom_attn_dec_dot_prep_avx2(float *s, int64_t lds, const void *qp
  * small to scale up (the widening kernel then keeps NaN and inf as they are). */
 ATTN_INLINE ATTN_T256 int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, const float *p, int64_t ldp, int nr,
                                        int nc) {
-    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), big = _mm256_set1_ps(FLT_MAX);
     for (int r = 0; r < nr; r++) {
         const float *pr = p + r * ldp;
-        __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-        for (int c = 0; c < nc; c += 8) {
-            __m256 a = _mm256_and_ps(attn_load8(pr, c, LOOM_F32, nc - c < 8 ? nc - c : 8), abs);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ)); /* inf or NaN */
-            mx = _mm256_max_ps(mx, a);
-        }
-        float m = attn_hmax8(mx);
-        if (_mm256_movemask_ps(bad) || (m > 0.0f && m < 0x1p-100f)) return 0;
+        float m;
+        if (!absmax_finite(pr, nc, &m) || (m > 0.0f && m < 0x1p-100f)) return 0;
         __m256 inv = _mm256_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
         ps[r] = m / 32767.0f;
         for (int c = 0; c < nc; c += 16) {

@@ -4,8 +4,8 @@
  * accumulators: two per row, so eight chains of adds are in flight); P.V
  * keeps four rows x 8 columns of the accumulator in registers over the
  * tile's keys. A 16-bit or i8 row is converted to f32 once per tile and key.
- * Scalar sums per score and an accumulator row in memory ran 7x (Q.K^T) and
- * 2x (P.V) slower (bench/results/attention.md). */
+ * Scalar sums per score and accumulator rows in memory ran the hot f32 Q.K^T
+ * 6x and P.V 3x slower (bench/results/attention.md). */
 #include "fused/flash_attention_internal.h"
 
 #include <math.h>
@@ -61,8 +61,8 @@ void loom_attn_dec_dot_generic(float *s, int64_t lds, const float *q, int64_t ld
     }
 }
 
-/* acc rows r < RB (4 or 1), columns x0 .. x0+7, over the nc keys of v (rows
- * ldv floats apart, or vr[c] for f32 rows in place). */
+/* acc rows r < RB (4 or 1), columns x0 .. x0+7, over the nc V rows vr[c]
+ * (as f32). */
 static inline void pv_block(int RB, float *acc, int64_t lda, const float *p, int64_t ldp, const float *const *vr,
                             int nc, int x0, const float *alpha) {
     v4f a[8];
