@@ -35,7 +35,8 @@
  *   the level's dec_dot, softmax_rows and dec_pv (the three steps of a decode
  *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128 (or --dec-shape's
  *   N / N_kv rows, at most 16, and head dim), over a 256-key
- *   cache that stays in L2, in tiles of ATTN_DEC_TILE keys; ns per key for
+ *   cache that stays in L2, in the driver's tiles (attn_dec_tile: 32 keys; an
+ *   i8 cache with four or more rows up to 128); ns per key for
  *   each and their sum, and the K/V rate that sum allows ("compute-bound
  *   rate"): a kernel whose compute-bound rate is below 80% of the read
  *   bandwidth cannot reach 80% from DRAM on one core. softmax_rows is timed
@@ -566,9 +567,10 @@ typedef struct ker_ctx {
     attn_dec_pv_fn *pv;
     const void *krows[KER_KEYS], *vrows[KER_KEYS];
     int d, ld, rows; /* head dim; q and accumulator rows, zero padded to 16 floats; query rows */
-    float q[KER_MAX_ROWS * KER_MAX_D], s[KER_MAX_ROWS * ATTN_DEC_TILE];
-    float s0[KER_KEYS / ATTN_DEC_TILE][KER_MAX_ROWS * ATTN_DEC_TILE]; /* each tile's scores */
-    float p0[KER_KEYS / ATTN_DEC_TILE][KER_MAX_ROWS * ATTN_DEC_TILE]; /* and probabilities */
+    int tile; /* keys a tile (attn_dec_tile) */
+    float q[KER_MAX_ROWS * KER_MAX_D], s[KER_MAX_ROWS * ATTN_DEC_TILE_MAX];
+    /* each tile's scores and probabilities, the tile at key j0 from j0 * KER_MAX_ROWS */
+    float s0[KER_MAX_ROWS * KER_KEYS], p0[KER_MAX_ROWS * KER_KEYS];
     float acc[KER_MAX_ROWS * KER_MAX_D], m[KER_MAX_ROWS], l[KER_MAX_ROWS], alpha[KER_MAX_ROWS],
         ones[KER_MAX_ROWS];
     _Alignas(64) char qp[KER_MAX_ROWS * ATTN_DEC_QPREP_STRIDE]; /* q in dec_qprep's form */
@@ -576,7 +578,7 @@ typedef struct ker_ctx {
 
 static void run_kernel(void *arg) {
     ker_ctx *c = arg;
-    const int T = ATTN_DEC_TILE, R = c->rows, D = c->d, LD = c->ld;
+    const int T = c->tile, R = c->rows, D = c->d, LD = c->ld;
     for (int sw = 0; sw < KER_SWEEPS; sw++) {
         for (int r = 0; r < R; r++) c->m[r] = -INFINITY, c->l[r] = 0.0f;
         memset(c->acc, 0, sizeof c->acc);
@@ -588,10 +590,10 @@ static void run_kernel(void *arg) {
             } else if (c->which == 0) {
                 c->kn->dec_dot(c->s, T, c->q, LD, R, c->krows + j0, c->dt, T, D, NULL);
             } else if (c->which == 1) {
-                memcpy(c->s, c->s0[j0 / T], (size_t)R * T * sizeof(float));
+                memcpy(c->s, c->s0 + j0 * KER_MAX_ROWS, (size_t)R * T * sizeof(float));
                 c->kn->softmax_rows(c->s, T, R, T, c->m, c->l, c->alpha);
             } else {
-                c->pv(c->acc, LD, c->p0[j0 / T], T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
+                c->pv(c->acc, LD, c->p0 + j0 * KER_MAX_ROWS, T, R, c->vrows + j0, c->dt, T, D, c->ones, NULL);
             }
         }
     }
@@ -599,11 +601,11 @@ static void run_kernel(void *arg) {
 
 static void bench_kernels(const opts *o, loom_dtype ct, int var) {
     const int hp = var == CV_HP; /* i8tok: the kernels see no scales */
-    const int T = ATTN_DEC_TILE, R = ker_rows(), D = dec_d;
+    const int R = ker_rows(), D = dec_d, T = attn_dec_tile(ct, ct, D, R);
     static ker_ctx c;
     memset(&c, 0, sizeof c);
     const int LD = (D + 15) / 16 * 16;
-    c.d = D, c.ld = LD, c.rows = R;
+    c.d = D, c.ld = LD, c.rows = R, c.tile = T;
     c.kn = loom_attn_kernels_for(loom_cpu_isa());
     c.dt = ct;
     c.pv = c.kn->dec_pv;
@@ -633,9 +635,10 @@ static void bench_kernels(const opts *o, loom_dtype ct, int var) {
     }
     for (int r = 0; r < R; r++) c.m[r] = -INFINITY, c.ones[r] = 1.0f;
     for (int j0 = 0; j0 < KER_KEYS; j0 += T) { /* real scores and probabilities per tile */
-        c.kn->dec_dot(c.s0[j0 / T], T, c.q, LD, R, c.krows + j0, ct, T, D, NULL);
-        memcpy(c.p0[j0 / T], c.s0[j0 / T], (size_t)R * T * sizeof(float));
-        c.kn->softmax_rows(c.p0[j0 / T], T, R, T, c.m, c.l, c.alpha);
+        float *s0 = c.s0 + j0 * KER_MAX_ROWS, *p0 = c.p0 + j0 * KER_MAX_ROWS;
+        c.kn->dec_dot(s0, T, c.q, LD, R, c.krows + j0, ct, T, D, NULL);
+        memcpy(p0, s0, (size_t)R * T * sizeof(float));
+        c.kn->softmax_rows(p0, T, R, T, c.m, c.l, c.alpha);
     }
     double ns[3], total = 0.0;
     int reps = o->reps * 3 < 15 ? 15 : o->reps * 3;
@@ -768,8 +771,9 @@ int main(int argc, char **argv) {
         bench_probe_free(probe);
     }
     if (strstr(sets, "kernels")) {
-        printf("\n## Decode micro-kernels: one thread, %d query rows, D=%d, %d keys in L2, tiles of %d\n\n",
-               ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE);
+        printf("\n## Decode micro-kernels: one thread, %d query rows, D=%d, %d keys in L2, tiles of %d keys"
+               " (i8: %d)\n\n", ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE,
+               attn_dec_tile(LOOM_I8, LOOM_I8, dec_d, ker_rows()));
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i], cache_var[i]);

@@ -17,11 +17,28 @@
 #define ATTN_LN2 0.6931471805599453
 /* Prefill keeps tile rows in vector lanes: row counts are padded to this. */
 #define ATTN_ROW_PAD 16
-/* Decode processes KV in tiles of this many keys (scores stay in L1). */
+/* Decode processes KV in tiles of keys (the tile's scores stay in L1):
+ * ATTN_DEC_TILE keys, or ATTN_DEC_TILE_MAX when K and V are both i8, head dims
+ * up to 128, and four or more q rows share them (attn_dec_tile). There the
+ * tile is compute-bound, and the per-tile work of the integer P.V (the
+ * rounding of P, the conversion of its sums) spreads over four times the
+ * keys: hot tile 16.6 -> 15.0 ns per key at d = 128. Where a tile is bound by
+ * memory (one q row a kv head: MHA), or at d = 256 (even 64 keys, 16 KiB a
+ * stream), the longer K and V phases read less of the bandwidth
+ * (bench/results/attention.md). Kernels take any nc <= ATTN_DEC_TILE_MAX. */
 #define ATTN_DEC_TILE 32
+#define ATTN_DEC_TILE_MAX 128
 /* Decode's softmax moves a row's reference max m only when a score passes it
  * by more than this (log2 units): probabilities 2^(s - m) stay <= 2^8. */
 #define ATTN_DEC_MAX_SLACK 8.0f
+/* The integer P.V of an i8 V rounds a row's probabilities in a tile to 16-bit
+ * integers against their largest; it takes the rounded row only if the
+ * rounding errors add up to at most this fraction of the row's sum (in the
+ * same units), so the tile's share of the output moves by at most this times
+ * the largest |v|; otherwise the rows go through the f32 kernel. Unchecked,
+ * n keys could move it by n * 2^-16 (one large p, the others tiny and each
+ * rounded half a unit the same way): 2^-9 in a tile of 128. */
+#define ATTN_DEC_PQ_ERR 0x1p-12f
 #define ATTN_DEFAULT_KV_CHUNK 512
 
 /* One of q, k, v, out: element (b, s, n, d) is at data + esize*(b*sb + s*ss + n*sn + d*sd).
@@ -271,6 +288,12 @@ extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
 #endif
 /* Kernels for a level (>= GENERIC; the best the CPU supports at or below it). */
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
+
+/* Keys a decode tile takes for K and V cache dtypes kdt and vdt, head dim d,
+ * and rows q rows a unit (see ATTN_DEC_TILE). */
+static inline int attn_dec_tile(loom_dtype kdt, loom_dtype vdt, int64_t d, int64_t rows) {
+    return kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 4 ? ATTN_DEC_TILE_MAX : ATTN_DEC_TILE;
+}
 
 /* Decode micro-kernels live in incre_attention_<isa>.c. */
 /* dec_dot through a level's prepared form (dec_qprep, dec_dot_prep), for a

@@ -29,14 +29,13 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define T ATTN_DEC_TILE
-
 typedef struct dec_plan {
     const attn_problem *pr;
     const loom_attn_kernels *kern;
     int64_t M, ldq;     /* rows per unit (G * S_q), padded row length (multiple of 16) */
     float qscale;       /* scale * log2(e) */
     int hp;             /* inner_precise 1 */
+    int64_t tile;       /* keys a tile (attn_dec_tile) */
 } dec_plan;
 
 typedef struct dec_scratch {
@@ -55,10 +54,11 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     pl->ldq = attn_round_up(pr->D, 16);
     pl->qscale = (float)(pr->scale * ATTN_LOG2E);
     pl->hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE;
+    pl->tile = attn_dec_tile(pr->k.dtype, pr->v.dtype, pr->D, pl->M);
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
-    int64_t M = pl->M, ld = pl->ldq;
+    int64_t M = pl->M, ld = pl->ldq, T = pl->tile;
     int64_t sizes[20] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
                          2 * T, 2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
     float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
@@ -199,7 +199,7 @@ static const char *dec_row0(const attn_view *v, const dec_unit *u, int64_t cb, i
  * +20% bf16 from DRAM). i8 caches skip it: their tiles are compute-bound and
  * the extra requests slowed them down. Kernels with dec_self_prefetch (AVX-512,
  * AVX2) prefetch inside their loops instead, spread evenly, which streams faster. */
-static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1) {
+static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1, int64_t T) {
     int64_t row_bytes = pr->D * pr->k.esize, n = c1 - j0 < T ? c1 - j0 : T;
     for (int64_t c = 0; c < n;) { /* one block-table lookup per run of keys */
         int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
@@ -232,7 +232,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
                       float *pm, float *pl_, float *pacc) {
     const attn_problem *pr = pl->pr;
     const loom_attn_kernels *kn = pl->kern;
-    int64_t D = pr->D, ld = pl->ldq, M = pl->M, c0, c1;
+    int64_t D = pr->D, ld = pl->ldq, M = pl->M, T = pl->tile, c0, c1;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
     dec_chunk_range(pr, u, k, &c0, &c1);
     attn_dec_pv_fn *pv = kn->dec_pv;
@@ -278,7 +278,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
             pf_v.own = sc->knext, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
             pf_k.own = sc->vnext, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
         }
-        if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1);
+        if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1, T);
         if (sc->qprep)
             kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
                              pl->hp);

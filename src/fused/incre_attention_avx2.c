@@ -330,7 +330,7 @@ ATTN_INLINE ATTN_T256 void loom_attn_dec_pv_avx2_a(float *acc, int64_t lda, cons
 ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                      const void *const *rows, loom_dtype dt, int nc, int d,
                                      const float *alpha, const attn_dec_pf *pf) {
-    if (dt == LOOM_I8 && d % 16 == 0 && d <= 256 && nc <= ATTN_DEC_TILE) {
+    if (dt == LOOM_I8 && d % 16 == 0 && d <= 256 && nc <= ATTN_DEC_TILE_MAX) {
         /* four rows at a time in 16-bit integers; rows whose p it cannot take
          * (NaN or inf, or a vanishing largest p) through the widening kernel */
         for (int r = 0; r < nr; r += 4) {

@@ -11,10 +11,12 @@
  * 256 * 2^15 * 2^7 = 2^30: exact in 32 bits, converted once.
  *
  * P.V: each row's probabilities in the tile are rounded to 16-bit integers
- * against the row's largest |p| (error <= 2^-16 of it per probability), V is
- * sign-extended and two keys' values interleaved, so one vpmaddwd multiplies a
- * key pair; the tile's sums (at most 32 products of <= 2^15 * 2^7 per lane)
- * are converted and scaled once. */
+ * against the row's largest |p| (error <= 2^-16 of it per probability; a row
+ * whose errors add up to more than ATTN_DEC_PQ_ERR of its sum takes the
+ * widening kernel), V is sign-extended and two keys' values interleaved, so
+ * one vpmaddwd multiplies a key pair; the tile's sums (at most
+ * ATTN_DEC_TILE_MAX products of <= 2^15 * 2^7 per lane) are converted and
+ * scaled once. */
 #include "fused/flash_attention_internal.h"
 
 #if defined(__x86_64__)
@@ -24,16 +26,19 @@
 
 #define DEC_I8_D(d) ((d) % 16 == 0 && (d) >= 16 && (d) <= 256)
 
-/* The largest |x[i]| of n floats into *m; 0 if some x[i] is inf or NaN. */
-ATTN_INLINE ATTN_T256 int absmax_finite(const float *x, int n, float *m) {
+/* The largest |x[i]| of n floats into *m (and the sum of the |x[i]| into *sum,
+ * if given); 0 if some x[i] is inf or NaN. */
+ATTN_INLINE ATTN_T256 int absmax_finite(const float *x, int n, float *m, float *sum) {
     const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), big = _mm256_set1_ps(FLT_MAX);
-    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps(), s = _mm256_setzero_ps();
     for (int i = 0; i < n; i += 8) {
         __m256 a = _mm256_and_ps(attn_load8(x, i, LOOM_F32, n - i < 8 ? n - i : 8), abs);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));
         mx = _mm256_max_ps(mx, a);
+        s = _mm256_add_ps(s, a);
     }
     *m = attn_hmax8(mx);
+    if (sum) *sum = attn_hsum8(s);
     return !_mm256_movemask_ps(bad);
 }
 
@@ -43,7 +48,7 @@ static ATTN_T256 int i8_prep_rows(char *qp, const float *q, int64_t ldq, int nr,
     for (int r = 0; r < nr; r++) {
         const float *qr = q + r * ldq;
         float m;
-        if (!absmax_finite(qr, d, &m)) return 0;
+        if (!absmax_finite(qr, d, &m, NULL)) return 0;
         __m256 inv = _mm256_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
         int16_t *row = (int16_t *)(void *)(qp + (size_t)r * ATTN_DEC_QPREP_STRIDE);
         for (int x = 0; x < d; x += 16) {
@@ -138,26 +143,44 @@ ATTN_T256 void loom_attn_dec_dot_prep_avx2(float *s, int64_t lds, const void *qp
     ATTN_DEC_WITH_AHEAD(pf, dot_i8_rows, s, lds, qp, nr, rows, nc, d, pf);
 }
 
+/* The sum of |y - round(y)| over y = x[i] * inv, i < n (the rounding errors of
+ * pv_probs_i16 in its units). */
+ATTN_INLINE ATTN_T256 float round_err(const float *x, int n, __m256 inv) {
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 e = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        __m256 y = _mm256_mul_ps(attn_load8(x, i, LOOM_F32, n - i < 8 ? n - i : 8), inv);
+        e = _mm256_add_ps(e, _mm256_and_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(_mm256_cvtps_epi32(y))), abs));
+    }
+    return attn_hsum8(e);
+}
+
 /* nr (<= 4) rows of p as 16-bit integers into pq (rows ldb apart, zero padded
  * to the next even count: an odd last key pairs with 0) and their scales into
- * ps. 0 (nothing usable) if some |p| is not finite or a row's largest is too
- * small to scale up (the widening kernel then keeps NaN and inf as they are). */
+ * ps. 0 (nothing usable) if some |p| is not finite, a row's largest is too
+ * small to scale up (the widening kernel then keeps NaN and inf as they are),
+ * or a row's rounding errors add up to more than ATTN_DEC_PQ_ERR of its sum
+ * (added up only where the sum does not bound them already: each is at most
+ * half a unit). */
 ATTN_INLINE ATTN_T256 int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, const float *p, int64_t ldp, int nr,
                                        int nc) {
     for (int r = 0; r < nr; r++) {
         const float *pr = p + r * ldp;
-        float m;
-        if (!absmax_finite(pr, nc, &m) || (m > 0.0f && m < 0x1p-100f)) return 0;
-        __m256 inv = _mm256_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
+        float m, sum;
+        if (!absmax_finite(pr, nc, &m, &sum) || (m > 0.0f && m < 0x1p-100f)) return 0;
+        float invs = m > 0.0f ? 32767.0f / m : 0.0f, tol = sum * invs * ATTN_DEC_PQ_ERR; /* units */
+        __m256 inv = _mm256_set1_ps(invs);
         ps[r] = m / 32767.0f;
         for (int c = 0; c < nc; c += 16) {
             __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(attn_load8(pr, c, LOOM_F32, nc - c < 8 ? nc - c : 8), inv));
             __m256i b = nc - c > 8 ? _mm256_cvtps_epi32(_mm256_mul_ps(
                                          attn_load8(pr, c + 8, LOOM_F32, nc - c < 16 ? nc - c - 8 : 8), inv))
                                    : _mm256_setzero_si256();
+            /* packs interleaves the 128-bit halves: a0-3 b0-3 a4-7 b4-7 */
             __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
             _mm256_storeu_si256((__m256i *)(void *)(pq + r * ldb + c), v);
         }
+        if (tol < 0.5f * (float)nc && round_err(pr, nc, inv) > tol) return 0;
     }
     return 1;
 }
@@ -209,9 +232,9 @@ ATTN_INLINE ATTN_T256 void pv_i8w_pass(int RB, float *acc, int64_t lda, const in
 ATTN_INLINE ATTN_T256 int pv_i8w_a(int RB, float *acc, int64_t lda, const float *p, int64_t ldp,
                                    const void *const *rows, int nc, int d, const float *alpha, int own,
                                    const attn_dec_pf *pf, int64_t ahead) {
-    int16_t pq[4][ATTN_DEC_TILE + 16];
+    int16_t pq[4][ATTN_DEC_TILE_MAX + 16];
     float ps[4];
-    const int ldb = ATTN_DEC_TILE + 16;
+    const int ldb = ATTN_DEC_TILE_MAX + 16;
     if (!pv_probs_i16(pq[0], ldb, ps, p, ldp, RB, nc)) return 0;
     for (int x0 = 0; x0 < d; x0 += 16)
         pv_i8w_pass(RB, acc, lda, pq[0], ldb, ps, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
@@ -222,7 +245,7 @@ ATTN_INLINE ATTN_T256 int pv_i8w_a(int RB, float *acc, int64_t lda, const float 
 ATTN_T256 int attn_dec_pv_i8w_avx2(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                    const void *const *rows, int nc, int d, const float *alpha, int own,
                                    const attn_dec_pf *pf) {
-    if (!DEC_I8_D(d) || nc > ATTN_DEC_TILE || nr > 4) return 0;
+    if (!DEC_I8_D(d) || nc > ATTN_DEC_TILE_MAX || nr > 4) return 0;
 #define PV_I8W(RB, AHEAD) pv_i8w_a(RB, acc, lda, p, ldp, rows, nc, d, alpha, own, pf, AHEAD)
     return ATTN_DEC_BY_RB_AHEAD(nr, pf, PV_I8W);
 #undef PV_I8W

@@ -222,15 +222,15 @@ ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const 
 ATTN_INLINE ATTN_T512 void dot_halves(loom_dtype DT, float *s, int64_t lds, const float *q,
                                       int64_t ldq, int nr, const void *const *rows, int nc,
                                       const attn_dec_pf *pf, int64_t ahead) {
-    const void *hrows[ATTN_DEC_TILE];
-    float t[8 * ATTN_DEC_TILE];
+    const void *hrows[ATTN_DEC_TILE_MAX];
+    float t[8 * ATTN_DEC_TILE_MAX];
     const int64_t es = DT == LOOM_F32 ? 4 : 2;
     dec_rows_at(hrows, rows, nc, 128 * es);
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n = nr - r0 < 8 ? nr - r0 : 8;
         float *sr = s + r0 * lds;
         dot_dt_d(DT, sr, lds, q + r0 * ldq, ldq, n, rows, nc, 128, r0 ? NULL : pf, ahead);
-        dot_dt_d(DT, t, ATTN_DEC_TILE, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL, ahead);
+        dot_dt_d(DT, t, ATTN_DEC_TILE_MAX, q + r0 * ldq + 128, ldq, n, hrows, nc, 128, NULL, ahead);
         dec_add_scores(sr, lds, t, n, nc);
     }
 }
@@ -341,8 +341,8 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
          * loaded and widened once for the four, instead of row pairs over whole
          * rows: hot P.V 13.6 -> 10.6 ns per key (f32), 13.0 -> 11.4 (f16); from
          * DRAM the same or 2-4 points better (Zen 4, bench/results/attention.md) */
-        if (d == 128 && nr >= 4 && nc <= ATTN_DEC_TILE) { /* the half-row list only where it is used */
-            const void *hrows[ATTN_DEC_TILE];
+        if (d == 128 && nr >= 4 && nc <= ATTN_DEC_TILE_MAX) { /* the half-row list only where it is used */
+            const void *hrows[ATTN_DEC_TILE_MAX];
             dec_rows_at(hrows, rows, nc, 64 * (DT == LOOM_F32 ? 4 : 2));
             for (; r + 4 <= nr; r += 4) {
                 pv_seq(4, 4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, alpha + r, !r, r ? NULL : pf, ahead);
@@ -376,7 +376,7 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 void attn_dec_pv_halves(attn_dec_pv_fn *pv, float *acc, int64_t lda, const float *p, int64_t ldp,
                         int nr, const void *const *rows, loom_dtype dt, int nc, const float *alpha,
                         const attn_dec_pf *pf) {
-    const void *hrows[ATTN_DEC_TILE];
+    const void *hrows[ATTN_DEC_TILE_MAX];
     const attn_dec_pf none = {NULL, 0, 0, attn_dec_ahead(pf), NULL, 0, 0};
     dec_rows_at(hrows, rows, nc, 128 * (int64_t)loom_dtype_size(dt));
     pv(acc, lda, p, ldp, nr, rows, dt, nc, 128, alpha, pf);
@@ -398,11 +398,11 @@ ATTN_INLINE ATTN_T512 void loom_attn_dec_pv_avx512_a(float *acc, int64_t lda, co
 ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, int64_t ldp,
                                        int nr, const void *const *rows, loom_dtype dt, int nc,
                                        int d, const float *alpha, const attn_dec_pf *pf) {
-    if (d == 256 && dt != LOOM_I8 && nc <= ATTN_DEC_TILE) {
+    if (d == 256 && dt != LOOM_I8 && nc <= ATTN_DEC_TILE_MAX) {
         attn_dec_pv_halves(loom_attn_dec_pv_avx512, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }
-    if (dt == LOOM_I8 && loom_cpu_get()->avx512_vnni && d % 64 == 0 && nc <= ATTN_DEC_TILE) {
+    if (dt == LOOM_I8 && loom_cpu_get()->avx512_vnni && d % 64 == 0 && nc <= ATTN_DEC_TILE_MAX) {
         /* four rows at a time with vpdpwssd; rows whose p it cannot take (NaN or
          * inf, or a vanishing largest p) through the widening kernel */
         for (int r = 0; r < nr; r += 4) {

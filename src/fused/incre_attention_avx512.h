@@ -47,10 +47,10 @@ ATTN_INLINE void dec_rows_at(const void **dst, const void *const *rows, int nc, 
     for (int c = 0; c < nc; c++) dst[c] = (const char *)rows[c] + off;
 }
 
-/* s[r][c] += t[r][c] (t rows ATTN_DEC_TILE apart): the second half's scores of d = 256. */
+/* s[r][c] += t[r][c] (t rows ATTN_DEC_TILE_MAX apart): the second half's scores of d = 256. */
 ATTN_INLINE void dec_add_scores(float *s, int64_t lds, const float *t, int nr, int nc) {
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE + c];
+        for (int c = 0; c < nc; c++) s[r * lds + c] += t[r * ATTN_DEC_TILE_MAX + c];
 }
 
 /* Lanes of a 16-wide step at c of n elements that lie before n (none when c >= n). */
@@ -86,7 +86,7 @@ ATTN_INLINE ATTN_T512 __m128 attn_fold4_ps(int max, const __m512 *v) {
     return _mm512_castps512_ps128(c);
 }
 
-/* nr rows of probabilities (nc <= ATTN_DEC_TILE each) rounded to bf16 into pb
+/* nr rows of probabilities (nc <= ATTN_DEC_TILE_MAX each) rounded to bf16 into pb
  * (rows ldb apart), zero padded to the next 16: an odd last key pairs with 0. */
 ATTN_INLINE ATTN_T512BF void pv_probs_bf16(uint16_t *pb, int64_t ldb, const float *p, int64_t ldp,
                                            int nr, int nc) {
@@ -117,7 +117,7 @@ ATTN_INLINE ATTN_T512 void pv_from_pairs(__m512 lo, __m512 hi, __m512 *n0, __m51
 
 /* P.V against an i8 V with vpdpwssd (incre_attention_avx512_i8.c; call only
  * on AVX512_VNNI CPUs) for nr <= 4 rows: d a multiple of 64, nc <=
- * ATTN_DEC_TILE. own: these rows' pass prefetches the V rows ahead (and names
+ * ATTN_DEC_TILE_MAX. own: these rows' pass prefetches the V rows ahead (and names
  * pf's). 0 (nothing done) where it does not apply or the rows' p holds a
  * non-finite value. */
 int attn_dec_pv_i8w(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,

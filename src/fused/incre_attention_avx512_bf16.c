@@ -209,8 +209,8 @@ ATTN_INLINE ATTN_T512BF void dot_bf16(int HI, int NQ, float *s, int64_t lds, con
  * reduce8) measured 13.5 ns per key hot against 12.4 this way (four rows). */
 ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, const char *qp, int nr,
                                         const void *const *rows, int nc, const attn_dec_pf *pf, int64_t ahead) {
-    const void *hrows[ATTN_DEC_TILE];
-    float t[8 * ATTN_DEC_TILE];
+    const void *hrows[ATTN_DEC_TILE_MAX];
+    float t[8 * ATTN_DEC_TILE_MAX];
     dec_rows_at(hrows, rows, nc, 256);
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n = nr - r0 < 8 ? nr - r0 : 8;
@@ -218,10 +218,10 @@ ATTN_INLINE ATTN_T512BF void dot_bf16_halves(int HI, float *s, int64_t lds, cons
         float *sr = s + r0 * lds;
         if (HI) {
             dot_bf16(1, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
-            dot_bf16(1, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
+            dot_bf16(1, 4, t, ATTN_DEC_TILE_MAX, q0 + 256, n, hrows, nc, NULL, ahead);
         } else {
             dot_bf16(0, 4, sr, lds, q0, n, rows, nc, r0 ? NULL : pf, ahead);
-            dot_bf16(0, 4, t, ATTN_DEC_TILE, q0 + 256, n, hrows, nc, NULL, ahead);
+            dot_bf16(0, 4, t, ATTN_DEC_TILE_MAX, q0 + 256, n, hrows, nc, NULL, ahead);
         }
         dec_add_scores(sr, lds, t, n, nc);
     }
@@ -359,13 +359,13 @@ ATTN_INLINE ATTN_T512BF void pv_bf16_rows(int RB, int NL, int x0, float *acc, in
 ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_avx512bf_a(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
                                            int d, const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
-    if (dt != LOOM_BF16 || (d != 64 && d != 128) || nc > ATTN_DEC_TILE) {
+    if (dt != LOOM_BF16 || (d != 64 && d != 128) || nc > ATTN_DEC_TILE_MAX) {
         loom_attn_dec_pv_avx512(acc, lda, p, ldp, nr, rows, dt, nc, d, alpha, pf);
         return;
     }
     /* probabilities as bf16, four rows at a time, zero padded to an even count */
-    uint16_t pb[4][ATTN_DEC_TILE + 32];
-    const int ldb = ATTN_DEC_TILE + 32, NL = d / 32;
+    uint16_t pb[4][ATTN_DEC_TILE_MAX + 32];
+    const int ldb = ATTN_DEC_TILE_MAX + 32, NL = d / 32;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         int rb = nr - r0 < 4 ? nr - r0 : 4;
         pv_probs_bf16(pb[0], ldb, p + r0 * ldp, ldp, rb, nc);
@@ -385,7 +385,7 @@ ATTN_INLINE ATTN_T512BF void loom_attn_dec_pv_avx512bf_a(float *acc, int64_t lda
 ATTN_T512BF void loom_attn_dec_pv_avx512bf(float *acc, int64_t lda, const float *p, int64_t ldp,
                                            int nr, const void *const *rows, loom_dtype dt, int nc,
                                            int d, const float *alpha, const attn_dec_pf *pf) {
-    if (d == 256 && dt == LOOM_BF16 && nc <= ATTN_DEC_TILE) { /* two rows of 256 would need 32 accumulators */
+    if (d == 256 && dt == LOOM_BF16 && nc <= ATTN_DEC_TILE_MAX) { /* two rows of 256 would need 32 accumulators */
         attn_dec_pv_halves(loom_attn_dec_pv_avx512bf, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }

@@ -130,15 +130,15 @@ ATTN_INLINE ATTN_T512VNNI void dot_i8_prep_a(float *s, int64_t lds, const char *
         dot_i8_rows(s, lds, qp, 0, nr, rows, nc, d, pf, ahead);
         return;
     }
-    const void *hrows[ATTN_DEC_TILE];
-    float t[8 * ATTN_DEC_TILE];
+    const void *hrows[ATTN_DEC_TILE_MAX];
+    float t[8 * ATTN_DEC_TILE_MAX];
     dec_rows_at(hrows, rows, nc, 128);
     for (int r0 = 0; r0 < nr; r0 += 8) {
         int n = nr - r0 < 8 ? nr - r0 : 8;
         const char *q0 = qp + (size_t)r0 * ATTN_DEC_QPREP_STRIDE;
         float *sr = s + r0 * lds;
         dot_i8_rows(sr, lds, q0, 0, n, rows, nc, 128, r0 ? NULL : pf, ahead);
-        dot_i8_rows(t, ATTN_DEC_TILE, q0, 256, n, hrows, nc, 128, NULL, ahead);
+        dot_i8_rows(t, ATTN_DEC_TILE_MAX, q0, 256, n, hrows, nc, 128, NULL, ahead);
         dec_add_scores(sr, lds, t, n, nc);
     }
 }
@@ -170,9 +170,10 @@ ATTN_T512 void loom_attn_dec_dot_prep_avx512(float *s, int64_t lds, const void *
 /* P.V against an i8 V with vpdpwssd over key pairs (AVX512_VNNI), the mirror of
  * dot_i8: each row's probabilities in the tile are rounded to 16-bit integers
  * against the row's largest |p| (pq = round(p * 32767 / pmax), relative error
- * <= 2^-16 of pmax, as q's rounding for an i8 K), V is sign-extended to 16
+ * <= 2^-16 of pmax, as q's rounding for an i8 K; a row whose errors add up
+ * to more than ATTN_DEC_PQ_ERR of its sum takes the widening kernel), V is sign-extended to 16
  * bits, and a key pair's products sum exactly in 32-bit lanes (at most
- * ATTN_DEC_TILE products of <= 2^15 * 2^7 per lane: no overflow); the tile's
+ * ATTN_DEC_TILE_MAX products of <= 2^15 * 2^7 per lane: no overflow); the tile's
  * sums are converted and scaled by pmax / 32767 once. 16 multiply instructions
  * per key for four rows at d = 128, against 32 FMAs plus 16 conversions when
  * every element is widened to f32. */
@@ -185,66 +186,72 @@ ATTN_INLINE ATTN_T512VNNI __m512i dpwssd_tied(__m512i acc, __m512i a, __m512i b)
     return acc;
 }
 
-/* pv_probs_i16 for four rows of at most 32 probabilities: the four maxima
- * in one transposed reduction and the four scales in one division, instead
- * of a reduction and a division per row in front of the first product. The
- * rounding took 0.5-0.7 of the 7.4 ns per key of the hot P.V (four rows,
- * Zen 4); now 7.41 -> 7.13 ns per key. */
-ATTN_INLINE ATTN_T512VNNI int pv_probs_i16_4(int16_t *pq, int64_t ldb, float *ps, const float *p,
-                                             int64_t ldp, int nc) {
-    const __mmask16 k0 = attn_tail16(nc, 0), k1 = attn_tail16(nc, 16);
+/* Lane r: the sum of |y - round(y)| over row r's lanes of y = p * inv[r] (the
+ * rounding errors of pv_probs_i16 in its units), for nr <= 4 rows of nc; 0 in
+ * lanes nr and up. */
+ATTN_INLINE ATTN_T512 __m128 pv_round_err(const float *p, int64_t ldp, int nr, int nc, const __m512 *inv) {
+    __m512 e[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) e[r] = _mm512_setzero_ps();
+    for (int c = 0; c < nc; c += 16)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(attn_tail16(nc, c), p + r * ldp + c), inv[r]);
+            e[r] = _mm512_add_ps(e[r], _mm512_abs_ps(_mm512_sub_ps(y, _mm512_cvtepi32_ps(_mm512_cvtps_epi32(y)))));
+        }
+    return attn_fold4_ps(0, e);
+}
+
+/* nr (<= 4) rows of p as 16-bit integers into pq (rows ldb apart, zero padded
+ * to the next 16: an odd last key pairs with 0) and their scales into ps. 0
+ * (nothing usable) if some |p| is not finite, the largest is too small to
+ * scale up (the f32 kernel then keeps NaN and Inf where they are), or a row's
+ * rounding errors add up to more than ATTN_DEC_PQ_ERR of its sum.
+ * The rows' maxima (and sums of |p|) meet in one transposed reduction and
+ * their scales in one division, instead of a reduction and a division per row
+ * in front of the first product (hot P.V, four rows, 32-key tiles on Zen 4:
+ * 7.41 -> 7.13 ns per key). The rounding errors are added up only where the
+ * sums do not bound them already: each is at most half a unit, so a row whose
+ * sum is at least nc / 2 / ATTN_DEC_PQ_ERR units passes whatever they are
+ * (always adding them up cost 0.45 ns per key in 128-key tiles). */
+ATTN_INLINE ATTN_T512VNNI int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, const float *p,
+                                           int64_t ldp, int nr, int nc) {
     const __m512 big = _mm512_set1_ps(FLT_MAX);
-    __m512 x[8], mx[4];
+    const int rows = (1 << nr) - 1; /* lanes of the real rows */
+    __m512 mx[4], a[4], inv[4];
     __mmask16 bad = 0;
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        x[2 * r] = _mm512_maskz_loadu_ps(k0, p + r * ldp);
-        x[2 * r + 1] = _mm512_maskz_loadu_ps(k1, p + r * ldp + 16);
-        __m512 a0 = _mm512_abs_ps(x[2 * r]), a1 = _mm512_abs_ps(x[2 * r + 1]);
-        bad |= _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ); /* inf or NaN */
-        mx[r] = _mm512_max_ps(a0, a1);
+    for (int r = 0; r < 4; r++) mx[r] = a[r] = _mm512_setzero_ps();
+    for (int c = 0; c < nc; c += 16) {
+        const __mmask16 k = attn_tail16(nc, c);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m512 x = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c));
+            bad |= _mm512_cmp_ps_mask(x, big, _CMP_NLE_UQ); /* inf or NaN */
+            mx[r] = _mm512_max_ps(mx[r], x);
+            a[r] = _mm512_add_ps(a[r], x);
+        }
     }
     __m128 m4 = attn_fold4_ps(1, mx); /* row r in lane r */
     __m128 pos = _mm_cmpgt_ps(m4, _mm_setzero_ps());
     if (bad || _mm_movemask_ps(_mm_and_ps(pos, _mm_cmplt_ps(m4, _mm_set1_ps(0x1p-100f))))) return 0;
     __m128 inv4 = _mm_and_ps(pos, _mm_div_ps(_mm_set1_ps(32767.0f), m4)); /* 0 where the row is all 0 */
-    _mm_storeu_ps(ps, _mm_div_ps(m4, _mm_set1_ps(32767.0f)));
+    float s4[4];
+    _mm_storeu_ps(s4, _mm_div_ps(m4, _mm_set1_ps(32767.0f)));
+    for (int r = 0; r < nr; r++) ps[r] = s4[r];
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        __m512 inv = _mm512_permutexvar_ps(_mm512_set1_epi32(r), _mm512_castps128_ps512(inv4));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            _mm256_storeu_si256((__m256i *)(pq + r * ldb + 16 * h),
-                                _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x[2 * r + h], inv))));
-    }
-    return 1;
-}
-
-/* nr rows of p as 16-bit integers into pq (rows ldb apart, zero padded to the
- * next 16: an odd last key pairs with 0) and their scales into ps. 0 (nothing
- * usable) if some |p| is not finite or the largest is too small to scale up
- * (the f32 kernel then keeps NaN and Inf where they are). */
-ATTN_INLINE ATTN_T512VNNI int pv_probs_i16(int16_t *pq, int64_t ldb, float *ps, const float *p,
-                                           int64_t ldp, int nr, int nc) {
-    if (nr == 4 && nc <= 32) return pv_probs_i16_4(pq, ldb, ps, p, ldp, nc);
-    for (int r = 0; r < nr; r++) {
-        __m512 mx = _mm512_setzero_ps();
-        __mmask16 bad = 0;
-        for (int c = 0; c < nc; c += 16) {
-            __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(attn_tail16(nc, c), p + r * ldp + c));
-            bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ); /* inf or NaN */
-            mx = _mm512_max_ps(mx, a);
-        }
-        float m = _mm512_reduce_max_ps(mx);
-        if (bad || (m > 0.0f && m < 0x1p-100f)) return 0;
-        __m512 inv = _mm512_set1_ps(m > 0.0f ? 32767.0f / m : 0.0f);
-        ps[r] = m / 32767.0f;
-        for (int c = 0; c < nc; c += 16) {
-            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(attn_tail16(nc, c), p + r * ldp + c), inv);
-            _mm256_storeu_si256((__m256i *)(pq + r * ldb + c), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(v)));
+    for (int r = 0; r < 4; r++) inv[r] = _mm512_permutexvar_ps(_mm512_set1_epi32(r), _mm512_castps128_ps512(inv4));
+    for (int c = 0; c < nc; c += 16) {
+        const __mmask16 k = attn_tail16(nc, c);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + r * ldp + c), inv[r]);
+            _mm256_storeu_si256((__m256i *)(pq + r * ldb + c), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(y)));
         }
     }
-    return 1;
+    __m128 tol = _mm_mul_ps(_mm_mul_ps(attn_fold4_ps(0, a), inv4), _mm_set1_ps(ATTN_DEC_PQ_ERR)); /* units */
+    if (!(_mm_movemask_ps(_mm_cmplt_ps(tol, _mm_set1_ps(0.5f * (float)nc))) & rows)) return 1;
+    return !(_mm_movemask_ps(_mm_cmpgt_ps(pv_round_err(p, ldp, nr, nc, inv), tol)) & rows);
 }
 
 /* RB (<= 4) rows x values x0 .. x0 + 63 of the V rows: 16 accumulators. own:
@@ -260,13 +267,14 @@ ATTN_INLINE ATTN_T512VNNI void pv_i8w_pass(int RB, float *acc, int64_t lda, cons
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) ac[r][j] = _mm512_setzero_si512();
     for (int c = 0; c < nc; c += 2) { /* an odd last key pairs with zeros */
+        /* an odd last key pairs with its own row again: its partner's rounded p is 0 */
         const int8_t *v0 = (const int8_t *)rows[c] + x0;
-        const int8_t *v1 = c + 1 < nc ? (const int8_t *)rows[c + 1] + x0 : NULL;
+        const int8_t *v1 = (const int8_t *)rows[c + 1 < nc ? c + 1 : c] + x0;
         if (own) {
             attn_dec_pf_row(pf, c);
             attn_dec_pf_row(pf, c + 1);
             attn_dec_prefetch(v0, 0, ahead);
-            if (v1) attn_dec_prefetch(v1, 0, ahead);
+            attn_dec_prefetch(v1, 0, ahead);
         }
         __m512i pp[4];
 #pragma GCC unroll 4
@@ -278,8 +286,7 @@ ATTN_INLINE ATTN_T512VNNI void pv_i8w_pass(int RB, float *acc, int64_t lda, cons
 #pragma GCC unroll 2
         for (int j = 0; j < 2; j++) {
             __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(v0 + 32 * j)));
-            __m512i b = v1 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(v1 + 32 * j)))
-                           : _mm512_setzero_si512();
+            __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(v1 + 32 * j)));
             __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) {
@@ -307,9 +314,9 @@ ATTN_INLINE ATTN_T512VNNI void pv_i8w_pass(int RB, float *acc, int64_t lda, cons
 ATTN_INLINE ATTN_T512VNNI int pv_i8w_a(int RB, float *acc, int64_t lda, const float *p, int64_t ldp,
                                        const void *const *rows, int nc, int d, const float *alpha,
                                        int own, const attn_dec_pf *pf, int64_t ahead) {
-    int16_t pq[4][ATTN_DEC_TILE + 32];
+    int16_t pq[4][ATTN_DEC_TILE_MAX + 32];
     float ps[4];
-    const int ldb = ATTN_DEC_TILE + 32;
+    const int ldb = ATTN_DEC_TILE_MAX + 32;
     if (!pv_probs_i16(pq[0], ldb, ps, p, ldp, RB, nc)) return 0;
     for (int x0 = 0; x0 < d; x0 += 64)
         pv_i8w_pass(RB, acc, lda, pq[0], ldb, ps, rows, nc, x0, alpha, own, x0 ? NULL : pf, ahead);
@@ -319,7 +326,7 @@ ATTN_INLINE ATTN_T512VNNI int pv_i8w_a(int RB, float *acc, int64_t lda, const fl
 ATTN_T512VNNI int attn_dec_pv_i8w(float *acc, int64_t lda, const float *p, int64_t ldp, int nr,
                                   const void *const *rows, int nc, int d, const float *alpha,
                                   int own, const attn_dec_pf *pf) {
-    if (d % 64 != 0 || nc > ATTN_DEC_TILE || nr > 4) return 0;
+    if (d % 64 != 0 || nc > ATTN_DEC_TILE_MAX || nr > 4) return 0;
 #define PV_I8W(RB, AHEAD) pv_i8w_a(RB, acc, lda, p, ldp, rows, nc, d, alpha, own, pf, AHEAD)
     return ATTN_DEC_BY_RB_AHEAD(nr, pf, PV_I8W);
 #undef PV_I8W
