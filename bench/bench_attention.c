@@ -36,7 +36,7 @@
  *   tile) on the 4 query rows of a GQA 32/8 kv head, D = 128 (or --dec-shape's
  *   N / N_kv rows, at most 16, and head dim), over a 256-key
  *   cache that stays in L2, in the driver's tiles (attn_dec_tile: 32 keys; an
- *   i8 cache with four or more rows up to 128); ns per key for
+ *   i8 cache with four or more rows the level's dec_i8_tile); ns per key for
  *   each and their sum, and the K/V rate that sum allows ("compute-bound
  *   rate"): a kernel whose compute-bound rate is below 80% of the read
  *   bandwidth cannot reach 80% from DRAM on one core. softmax_rows is timed
@@ -58,7 +58,8 @@
  * samples alternate between the level's kernel table and a copy with one entry
  * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
  * inner_precise 1 computed as 0, i.e. bf16hp as bf16;
- * noi8xpf: i8 tiles without the other stream's prefetch on two threads; none:
+ * noi8xpf: i8 tiles without the other stream's prefetch on two threads;
+ * i8tileN: i8 tiles of N keys (where the level's dec_i8_tile applies); none:
  * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host
  * whose bandwidth drifts within seconds this resolves a few points, which
@@ -340,6 +341,11 @@ static int ab_setup(const char *v) {
     }
     else if (strcmp(v, "none") == 0) { }                            /* the method's null test */
     else if (strcmp(v, "noi8xpf") == 0) ab_kernels.dec_i8_xpf = 0;  /* i8: no cross-stream prefetch */
+    else if (strncmp(v, "i8tile", 6) == 0) {                         /* i8: tiles of this many keys */
+        int t = atoi(v + 6);
+        if (t < 1 || t > ATTN_DEC_TILE_MAX) return -1;
+        ab_kernels.dec_i8_tile = t;
+    }
     else return -1;
     return 0;
 }
@@ -601,7 +607,7 @@ static void run_kernel(void *arg) {
 
 static void bench_kernels(const opts *o, loom_dtype ct, int var) {
     const int hp = var == CV_HP; /* i8tok: the kernels see no scales */
-    const int R = ker_rows(), D = dec_d, T = attn_dec_tile(ct, ct, D, R);
+    const int R = ker_rows(), D = dec_d, T = attn_dec_tile(loom_attn_kernels_for(loom_cpu_isa()), ct, ct, D, R);
     static ker_ctx c;
     memset(&c, 0, sizeof c);
     const int LD = (D + 15) / 16 * 16;
@@ -773,7 +779,7 @@ int main(int argc, char **argv) {
     if (strstr(sets, "kernels")) {
         printf("\n## Decode micro-kernels: one thread, %d query rows, D=%d, %d keys in L2, tiles of %d keys"
                " (i8: %d)\n\n", ker_rows(), dec_d, KER_KEYS, ATTN_DEC_TILE,
-               attn_dec_tile(LOOM_I8, LOOM_I8, dec_d, ker_rows()));
+               attn_dec_tile(loom_attn_kernels_for(loom_cpu_isa()), LOOM_I8, LOOM_I8, dec_d, ker_rows()));
         printf("| cache | level | dec_dot ns/key | softmax_rows ns/key | dec_pv ns/key | sum ns/key | compute-bound K/V GB/s |\n");
         printf("|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n_cache; i++) bench_kernels(&o, cache_t[i], cache_var[i]);

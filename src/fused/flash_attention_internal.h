@@ -18,14 +18,8 @@
 /* Prefill keeps tile rows in vector lanes: row counts are padded to this. */
 #define ATTN_ROW_PAD 16
 /* Decode processes KV in tiles of keys (the tile's scores stay in L1):
- * ATTN_DEC_TILE keys, or ATTN_DEC_TILE_MAX when K and V are both i8, head dims
- * up to 128, and four or more q rows share them (attn_dec_tile). There the
- * tile is compute-bound, and the per-tile work of the integer P.V (the
- * rounding of P, the conversion of its sums) spreads over four times the
- * keys: hot tile 16.6 -> 15.0 ns per key at d = 128. Where a tile is bound by
- * memory (one q row a kv head: MHA), or at d = 256 (even 64 keys, 16 KiB a
- * stream), the longer K and V phases read less of the bandwidth
- * (bench/results/attention.md). Kernels take any nc <= ATTN_DEC_TILE_MAX. */
+ * ATTN_DEC_TILE keys, or the level's dec_i8_tile (attn_dec_tile). Kernels take
+ * any nc <= ATTN_DEC_TILE_MAX. */
 #define ATTN_DEC_TILE 32
 #define ATTN_DEC_TILE_MAX 128
 /* Decode's softmax moves a row's reference max m only when a score passes it
@@ -278,6 +272,13 @@ typedef struct loom_attn_kernels {
     /* Nonzero (with dec_self_prefetch): i8 tiles prefetch the other stream too
      * when more than one thread runs the decode. */
     int dec_i8_xpf;
+    /* Keys a decode tile takes when K and V are both i8, the head dim is at
+     * most 128 and four or more q rows share the kv head (attn_dec_tile; <=
+     * ATTN_DEC_TILE_MAX); 0: ATTN_DEC_TILE. With one q row a kv head (MHA) a
+     * tile is bound by memory, and at d = 256 even 64 keys fill 16 KiB a
+     * stream: larger tiles read less of the bandwidth there (128 keys, one
+     * thread: MHA 71 -> 60 %, d = 256 46 -> 37 %). */
+    int dec_i8_tile;
 } loom_attn_kernels;
 
 extern const loom_attn_kernels loom_attn_kernels_generic;
@@ -289,10 +290,12 @@ extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
 /* Kernels for a level (>= GENERIC; the best the CPU supports at or below it). */
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 
-/* Keys a decode tile takes for K and V cache dtypes kdt and vdt, head dim d,
- * and rows q rows a unit (see ATTN_DEC_TILE). */
-static inline int attn_dec_tile(loom_dtype kdt, loom_dtype vdt, int64_t d, int64_t rows) {
-    return kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 4 ? ATTN_DEC_TILE_MAX : ATTN_DEC_TILE;
+/* Keys a decode tile of level kn takes for K and V cache dtypes kdt and vdt,
+ * head dim d, and rows q rows a unit (see dec_i8_tile). */
+static inline int attn_dec_tile(const loom_attn_kernels *kn, loom_dtype kdt, loom_dtype vdt, int64_t d,
+                                int64_t rows) {
+    int i8 = kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 4 && kn->dec_i8_tile > 0;
+    return i8 ? kn->dec_i8_tile : ATTN_DEC_TILE;
 }
 
 /* Decode micro-kernels live in incre_attention_<isa>.c. */

@@ -54,11 +54,12 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     pl->ldq = attn_round_up(pr->D, 16);
     pl->qscale = (float)(pr->scale * ATTN_LOG2E);
     pl->hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE;
-    pl->tile = attn_dec_tile(pr->k.dtype, pr->v.dtype, pr->D, pl->M);
+    /* sizing plans have no kernels; the scratch holds the largest tile anyway */
+    pl->tile = kern ? attn_dec_tile(kern, pr->k.dtype, pr->v.dtype, pr->D, pl->M) : ATTN_DEC_TILE;
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
-    int64_t M = pl->M, ld = pl->ldq, T = pl->tile;
+    int64_t M = pl->M, ld = pl->ldq, T = ATTN_DEC_TILE_MAX; /* whatever the level's tile */
     int64_t sizes[20] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
                          2 * T, 2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
     float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
