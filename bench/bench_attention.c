@@ -58,7 +58,7 @@
  * samples alternate between the level's kernel table and a copy with one entry
  * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
  * inner_precise 1 computed as 0, i.e. bf16hp as bf16;
- * noi8xpf: i8 tiles without the other stream's prefetch on two threads;
+ * noi8xpf: i8 tiles without the other stream's prefetch;
  * i8tileN: i8 tiles of N keys (where the level's dec_i8_tile applies); none:
  * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host

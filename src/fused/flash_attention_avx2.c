@@ -94,6 +94,8 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
     .dec_qprep = loom_attn_dec_qprep_avx2,
     .dec_dot_prep = loom_attn_dec_dot_prep_avx2,
     .dec_self_prefetch = 1,
+    /* no dec_i8_xpf: the i8 tiles prefetching the other stream read 2-6 points
+     * less of the bandwidth on one and two threads (Zen 4) */
     /* i8 tiles of 64 keys, as on AVX-512: against 32 keys +1..+2 points of the
      * read bandwidth on one thread, mostly better on two; against 128 +2..+3 */
     .dec_i8_tile = 64,

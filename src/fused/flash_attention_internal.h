@@ -270,7 +270,7 @@ typedef struct loom_attn_kernels {
      * so the decode driver issues no per-tile prefetch. */
     int dec_self_prefetch;
     /* Nonzero (with dec_self_prefetch): i8 tiles prefetch the other stream too
-     * when more than one thread runs the decode. */
+     * (as the other cache dtypes' always do). */
     int dec_i8_xpf;
     /* Keys a decode tile takes when K and V are both i8, the head dim is at
      * most 128 and four or more q rows share the kv head (attn_dec_tile; <=

@@ -45,7 +45,6 @@ typedef struct dec_scratch {
     const void **krows, **vrows, **knext, **vnext; /* the next tile's K and V rows (prefetch) */
     void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
     int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
-    int shared; /* nonzero: more than one thread streams the caches */
 } dec_scratch;
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
@@ -237,10 +236,11 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
     dec_chunk_range(pr, u, k, &c0, &c1);
     attn_dec_pv_fn *pv = kn->dec_pv;
-    /* the other stream is prefetched by kernels that prefetch themselves. For i8
-     * tiles only when threads share the memory (dec_i8_xpf): one core is
-     * compute-bound on them and the extra requests cost it 2-4 points of the
-     * read bandwidth; two threads gained 1-3 (bench_attention --ab noi8xpf) */
+    /* the other stream is prefetched by kernels that prefetch themselves; for
+     * i8 tiles at levels with dec_i8_xpf. With 32-key i8 tiles the extra
+     * requests cost one thread 2-4 points of the read bandwidth and gained two
+     * threads 1-3; with the 64-key tiles one thread gains 1-5 and two are
+     * within their swings (bench/results/attention.md) */
     /* A paged cache's next rows are not further on in memory: no prefetch at a
      * distance (the kernels' own would fetch other heads' rows, or nothing
      * useful), and the lists of real rows for every cache dtype, one thread
@@ -250,7 +250,7 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const de
      * V rows and the next tile's K rows, P.V the next tile's K and V rows.
      * Blocks of 16 keys, f32 on one thread 46-48 -> 56 % of the read
      * bandwidth, bf16 38-42 -> 44-48 % (bench/results/attention.md). */
-    int xpf = kn->dec_self_prefetch && (pr->paged || pr->k.esize > 1 || (kn->dec_i8_xpf && sc->shared));
+    int xpf = kn->dec_self_prefetch && (pr->paged || pr->k.esize > 1 || kn->dec_i8_xpf);
     int64_t ahead = pr->paged ? 0 : ATTN_DEC_PF_DIST;
     for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
     memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
@@ -440,7 +440,6 @@ static loom_status dec_check(const dec_plan *pl, int ith, int nth, void *scratch
                    "incre_flash_attention: scratch of %zu bytes, need %zu", scratch ? bytes : 0, need);
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "incre_flash_attention: thread %d of %d", ith, nth);
-    sc->shared = nth > 1;
     return LOOM_OK;
 }
 
