@@ -96,8 +96,9 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
     .dec_self_prefetch = 1,
     /* no dec_i8_xpf: the i8 tiles prefetching the other stream read 2-6 points
      * less of the bandwidth on one and two threads (Zen 4) */
-    /* i8 tiles of 64 keys, as on AVX-512: against 32 keys +1..+2 points of the
-     * read bandwidth on one thread, mostly better on two; against 128 +2..+3 */
+    /* i8 tiles of 64 keys, as on AVX-512: against 32 keys +0.5..+2 points of
+     * the read bandwidth on one thread, mostly better on two; against 128
+     * +2..+3 on one thread, mixed on two */
     .dec_i8_tile = 64,
 };
 #else

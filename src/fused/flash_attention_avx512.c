@@ -244,7 +244,7 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
      * short enough to keep both streams in flight. In-process A/B on Zen 4
      * (bench_attention --ab i8tileN), points of the read bandwidth, GQA 32/8:
      * against 32 keys +2..+4 on one thread and +2..+5 on two, against 128
-     * keys (hot 15.0 ns per key) +0..+3 and +3..+11. */
+     * keys (hot 15.0 ns per key) -0.2..+3 and +3..+11. */
     .dec_i8_tile = 64,
 };
 

@@ -332,7 +332,8 @@ ATTN_T256 void loom_attn_dec_pv_avx2(float *acc, int64_t lda, const float *p, in
                                      const float *alpha, const attn_dec_pf *pf) {
     if (dt == LOOM_I8 && d % 16 == 0 && d <= 256 && nc <= ATTN_DEC_TILE_MAX) {
         /* four rows at a time in 16-bit integers; rows whose p it cannot take
-         * (NaN or inf, or a vanishing largest p) through the widening kernel */
+         * (NaN or inf, a vanishing largest p, or rounding errors over
+         * ATTN_DEC_PQ_ERR) through the widening kernel */
         for (int r = 0; r < nr; r += 4) {
             int rb = nr - r < 4 ? nr - r : 4;
             const attn_dec_pf *f = r ? NULL : pf;

@@ -404,7 +404,8 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
     }
     if (dt == LOOM_I8 && loom_cpu_get()->avx512_vnni && d % 64 == 0 && nc <= ATTN_DEC_TILE_MAX) {
         /* four rows at a time with vpdpwssd; rows whose p it cannot take (NaN or
-         * inf, or a vanishing largest p) through the widening kernel */
+         * inf, a vanishing largest p, or rounding errors over ATTN_DEC_PQ_ERR)
+         * through the widening kernel */
         for (int r = 0; r < nr; r += 4) {
             int rb = nr - r < 4 ? nr - r : 4;
             const attn_dec_pf *f = r ? NULL : pf;
