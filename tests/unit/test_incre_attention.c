@@ -413,8 +413,8 @@ static void test_prepared_q(void) {
  * the rounding (1.37e-5) would round all of those to 0, the same way, moving
  * sum p v by nc * 0.45 units (2^-9.2 of it in a 128-key tile, with every v
  * alike); such a row must go through the f32 kernel, within ATTN_DEC_PQ_ERR.
- * Rows of ordinary probabilities beside it, 1-5 rows, whole and partial tiles
- * of both tile sizes, every level. Against sums in double. */
+ * Rows of ordinary probabilities beside it, 1-5 rows, tiles of 32, 64 (the x86
+ * levels' i8 tile), 125 and 128 keys, every level. Against sums in double. */
 static void test_pv_rounding(void) {
     enum { NR = 5, D = 128, T = ATTN_DEC_TILE_MAX };
     static int8_t v[T * D];
@@ -425,12 +425,12 @@ static void test_pv_rounding(void) {
     for (int c = 0; c < T; c++) rows[c] = v + c * D;
     loom_isa lv[LOOM_ISA_COUNT];
     int nl = test_levels(lv);
-    static const int ncs[] = {ATTN_DEC_TILE, T - 3, T};
+    static const int ncs[] = {ATTN_DEC_TILE, 2 * ATTN_DEC_TILE, T - 3, T};
     for (int li = 0; li < nl; li++) {
         const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
         for (int vi = 0; vi < 2; vi++)          /* every v 100, or random */
             for (int nr = 1; nr <= NR; nr++)
-                for (int ni = 0; ni < 3; ni++) {
+                for (int ni = 0; ni < 4; ni++) {
                     int nc = ncs[ni], odd = (nr + ni) % nr; /* the row of the tiny probabilities */
                     for (int i = 0; i < T * D; i++)
                         v[i] = vi ? (int8_t)(int)(255.0f * loom_rng_uniform(&r) - 127.0f) : 100;
