@@ -22,6 +22,15 @@
  * any nc <= ATTN_DEC_TILE_MAX. */
 #define ATTN_DEC_TILE 32
 #define ATTN_DEC_TILE_MAX 128
+/* Decode walks up to ATTN_DEC_GROUP_MAX kv heads of a batch entry together,
+ * tile by tile, where one head's keys lie in runs of at most ATTN_DEC_GROUP_RUN
+ * (BSND / BSH caches, paged ones with small blocks), with at most
+ * ATTN_DEC_GROUP_BYTES of per-head state (incre_attention.c, dec_group). */
+#define ATTN_DEC_GROUP_MAX 32
+#ifndef ATTN_DEC_GROUP_RUN /* -DATTN_DEC_GROUP_RUN=0 builds the one-head walk for an A/B */
+#define ATTN_DEC_GROUP_RUN 32
+#endif
+#define ATTN_DEC_GROUP_BYTES (256 << 10)
 /* Decode's softmax moves a row's reference max m only when a score passes it
  * by more than this (log2 units): probabilities 2^(s - m) stay <= 2^8. */
 #define ATTN_DEC_MAX_SLACK 8.0f
@@ -384,6 +393,8 @@ loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool);
+/* How many kv heads of a batch entry one thread walks together (1: one by one). */
+int64_t attn_decode_group(const attn_problem *pr);
 
 /* Cost of the fused kernel: flops of the visible (query, key) pairs, bytes of
  * what it loads (valid Q rows, visible K/V rows, visible mask) and stores. */

@@ -13,6 +13,13 @@
  * shared workspace. The fold is the same function in both, so results are
  * bit-identical for any thread count.
  *
+ * Where a kv head's keys lie in short runs (BSND and BSH caches: the heads of
+ * a key side by side; paged caches with small blocks), a thread walks the kv
+ * heads of a batch entry in its share together, tile by tile (dec_group):
+ * one head's tiles alone would touch a few lines of every page and move on,
+ * which the hardware prefetcher does not follow. Each head keeps its own q,
+ * partial and fold, so the bits are those of one head at a time.
+ *
  * i8 caches are dequantized without touching each element twice: a
  * per-channel K scale is folded into q (and its offset into a per-row bias),
  * a per-token K scale multiplies the score; V scales are applied to the
@@ -36,16 +43,53 @@ typedef struct dec_plan {
     float qscale;       /* scale * log2(e) */
     int hp;             /* inner_precise 1 */
     int64_t tile;       /* keys a tile (attn_dec_tile) */
+    int64_t group;      /* kv heads a thread walks together, tile by tile (dec_group) */
 } dec_plan;
 
-typedef struct dec_scratch {
-    float *q, *s, *acc, *m, *l, *alpha, *bias, *qsum, *extra, *tsc, *tof;
-    float *fm, *fl, *facc;              /* the running fold of a unit */
-    float *row;
-    const void **krows, **vrows, **knext, **vnext; /* the next tile's K and V rows (prefetch) */
+/* One kv head's state while a thread works on its unit. */
+typedef struct dec_head {
+    float *q, *bias, *qsum, *extra; /* q rows (scaled), offset terms, per-token V offset sums */
+    float *m, *l, *acc;             /* the chunk's partial: here, or a workspace slot */
+    float *fm, *fl, *facc;          /* the running fold of the unit's chunks */
     void *qp;  /* the unit's q rows in the kernels' prepared form (dec_qprep) */
     int qprep; /* nonzero: qp holds them, Q.K^T takes dec_dot_prep */
+} dec_head;
+
+typedef struct dec_scratch {
+    float *s, *alpha, *tsc, *tof, *row; /* one tile's scores and per-token scales */
+    const void **krows, **vrows, **knext, **vnext; /* the next step's K and V rows (prefetch) */
+    dec_head hd[ATTN_DEC_GROUP_MAX];
 } dec_scratch;
+
+/* Keys of one kv head that lie together in the cache (K and V): one in a BSND
+ * or BSH cache (the heads of a key are side by side), the block in a paged
+ * BNSD one, the whole sequence in a contiguous BNSD one. */
+static int64_t dec_head_run(const attn_problem *pr) {
+    int64_t run = INT64_MAX;
+    const attn_view *v[2] = {&pr->k, &pr->v};
+    for (int i = 0; i < 2; i++) {
+        int64_t r = v[i]->sn <= v[i]->ss ? 1 : v[i]->sn / v[i]->ss; /* paged BNSD: the block size */
+        if (r < run) run = r;
+    }
+    return run;
+}
+
+/* How many kv heads of a batch entry a thread walks together: where a head's
+ * keys lie in short runs (BSND / BSH caches, paged ones with small blocks),
+ * one head's tiles alone touch a few rows of every page and the hardware
+ * prefetcher loses the stream; the heads' tiles in turn (tile t of heads
+ * h..h+g-1, then tile t+1) read the cache front to back. Each head keeps its
+ * q, partial and fold: g is bounded by ATTN_DEC_GROUP_BYTES of them. Only the
+ * one-launch path groups (dec_run_units); the split launch, for shapes whose
+ * units do not share out evenly, takes its (unit, chunk) items one by one. */
+static int64_t dec_group(const attn_problem *pr, int64_t M, int64_t ld) {
+    if (pr->Nkv < 2 || dec_head_run(pr) > ATTN_DEC_GROUP_RUN) return 1;
+    int64_t per = (3 * M * ld + 7 * M + M * (ATTN_DEC_QPREP_STRIDE / 4)) * (int64_t)sizeof(float);
+    int64_t g = ATTN_DEC_GROUP_BYTES / per;
+    if (g > pr->Nkv) g = pr->Nkv;
+    if (g > ATTN_DEC_GROUP_MAX) g = ATTN_DEC_GROUP_MAX;
+    return g < 1 ? 1 : g;
+}
 
 static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
     pl->pr = pr, pl->kern = kern;
@@ -55,25 +99,42 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     pl->hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE;
     /* sizing plans have no kernels; the scratch holds the largest tile anyway */
     pl->tile = kern ? attn_dec_tile(kern, pr->k.dtype, pr->v.dtype, pr->D, pl->M) : ATTN_DEC_TILE;
+    pl->group = dec_group(pr, pl->M, pl->ldq);
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     int64_t M = pl->M, ld = pl->ldq, T = ATTN_DEC_TILE_MAX; /* whatever the level's tile */
-    int64_t sizes[20] = {M * ld, M * T, M * ld, M, M, M, M, M, M, T, T, M, M, M * ld, ld,
-                         2 * T, 2 * T, 2 * T, 2 * T, M * (ATTN_DEC_QPREP_STRIDE / 4)};
-    float **f[15] = {&sc->q, &sc->s, &sc->acc, &sc->m, &sc->l, &sc->alpha, &sc->bias, &sc->qsum,
-                     &sc->extra, &sc->tsc, &sc->tof, &sc->fm, &sc->fl, &sc->facc, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 20; i++) {
-        char *p = base ? (char *)base + off * sizeof(float) : NULL;
-        if (i < 15) *f[i] = (float *)p;
-        else if (i == 15) sc->krows = (const void **)p;
-        else if (i == 16) sc->vrows = (const void **)p;
-        else if (i == 17) sc->knext = (const void **)p;
-        else if (i == 18) sc->vnext = (const void **)p;
-        else sc->qp = p;
-        off += (size_t)attn_round_up(sizes[i], 16);
+#define DEC_TAKE(dst, type, n)                                                \
+    do {                                                                      \
+        (dst) = (type)(base ? (void *)((char *)base + off * sizeof(float)) : NULL); \
+        off += (size_t)attn_round_up((n), 16);                                \
+    } while (0)
+    DEC_TAKE(sc->s, float *, M * T);
+    DEC_TAKE(sc->alpha, float *, M);
+    DEC_TAKE(sc->tsc, float *, T);
+    DEC_TAKE(sc->tof, float *, T);
+    DEC_TAKE(sc->row, float *, ld);
+    DEC_TAKE(sc->krows, const void **, 2 * T);
+    DEC_TAKE(sc->vrows, const void **, 2 * T);
+    DEC_TAKE(sc->knext, const void **, 2 * T);
+    DEC_TAKE(sc->vnext, const void **, 2 * T);
+    for (int64_t i = 0; i < pl->group; i++) {
+        dec_head *h = &sc->hd[i];
+        DEC_TAKE(h->q, float *, M * ld);
+        DEC_TAKE(h->bias, float *, M);
+        DEC_TAKE(h->qsum, float *, M);
+        DEC_TAKE(h->extra, float *, M);
+        DEC_TAKE(h->m, float *, M);
+        DEC_TAKE(h->l, float *, M);
+        DEC_TAKE(h->acc, float *, M * ld);
+        DEC_TAKE(h->fm, float *, M);
+        DEC_TAKE(h->fl, float *, M);
+        DEC_TAKE(h->facc, float *, M * ld);
+        DEC_TAKE(h->qp, void *, M * (ATTN_DEC_QPREP_STRIDE / 4));
+        h->qprep = 0;
     }
+#undef DEC_TAKE
     return off * sizeof(float);
 }
 
@@ -125,18 +186,18 @@ static void dec_chunk_range(const attn_problem *pr, const dec_unit *u, int64_t k
  * The row sums (per-token K offsets) and offset biases (per-channel K offsets)
  * are computed only when an offset needs them: their sequential double sums
  * were half the time of a short decode call. */
-static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc) {
+static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_head *hd) {
     const attn_problem *pr = pl->pr;
     int64_t D = pr->D, ld = pl->ldq;
     const attn_quant *kq = &pr->kq;
     const float *ks = kq->mode == LOOM_ANTIQUANT_PER_CHANNEL ? kq->scale + u->hkv * kq->s0 : NULL;
     int need_sum = kq->mode == LOOM_ANTIQUANT_PER_TOKEN && kq->offset;
     int need_bias = ks && kq->offset;
-    memset(sc->q, 0, (size_t)(pl->M * ld) * sizeof(float));
+    memset(hd->q, 0, (size_t)(pl->M * ld) * sizeof(float));
     for (int64_t g = 0; g < pr->G; g++)
         for (int64_t i = 0; i < u->q_len; i++) {
             int64_t r = g * pr->Sq + i, h = u->hkv * pr->G + g;
-            float *qr = sc->q + r * ld;
+            float *qr = hd->q + r * ld;
             const char *src = pr->q.data + (u->b * pr->q.sb + i * pr->q.ss + h * pr->q.sn) * pr->q.esize;
             if (pr->q.sd == 1) pl->kern->to_f32(qr, src, pr->q.dtype, D); /* as prefill does */
             else attn_load_row(qr, src, pr->q.dtype, pr->q.sd, D);
@@ -149,11 +210,11 @@ static void dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_scratch *sc
                 for (int64_t x = 0; x < D; x++) sum += qr[x];
             if (need_bias)
                 for (int64_t x = 0; x < D; x++) bias += (double)qr[x] * kq->offset[u->hkv * kq->o0 + x * kq->o1];
-            sc->bias[r] = (float)bias, sc->qsum[r] = (float)sum;
+            hd->bias[r] = (float)bias, hd->qsum[r] = (float)sum;
         }
     /* i8 and bf16 K: the rows in the kernels' prepared form, once for all the unit's tiles */
-    sc->qprep = pl->kern->dec_qprep &&
-                pl->kern->dec_qprep(sc->qp, sc->q, ld, (int)pl->M, pr->k.dtype, (int)D, pl->hp);
+    hd->qprep = pl->kern->dec_qprep &&
+                pl->kern->dec_qprep(hd->qp, hd->q, ld, (int)pl->M, pr->k.dtype, (int)D, pl->hp);
 }
 
 /* Cache position j of the unit's sequence: its batch entry (the block when
@@ -194,13 +255,14 @@ static const char *dec_row0(const attn_view *v, const dec_unit *u, int64_t cb, i
     return v->data + (cb * v->sb + cs * v->ss + u->hkv * v->sn) * v->esize;
 }
 
-/* Asks for the K/V rows of the next tile: decode streams the cache once and the
+/* Asks for the K/V rows of the next step, n keys from j0 of unit u (the next
+ * tile, or with heads walked together the next head's tile): decode streams the cache once and the
  * hardware prefetcher alone keeps too few misses in flight (measured: +15% f32,
  * +20% bf16 from DRAM). i8 caches skip it: their tiles are compute-bound and
  * the extra requests slowed them down. Kernels with dec_self_prefetch (AVX-512,
  * AVX2) prefetch inside their loops instead, spread evenly, which streams faster. */
-static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t c1, int64_t T) {
-    int64_t row_bytes = pr->D * pr->k.esize, n = c1 - j0 < T ? c1 - j0 : T;
+static void dec_prefetch(const attn_problem *pr, const dec_unit *u, int64_t j0, int64_t n) {
+    int64_t row_bytes = pr->D * pr->k.esize;
     for (int64_t c = 0; c < n;) { /* one block-table lookup per run of keys */
         int64_t cb, cs, run = dec_run(pr, u, j0 + c, n - c, &cb, &cs);
         const char *k0 = dec_row0(&pr->k, u, cb, cs), *v0 = dec_row0(&pr->v, u, cb, cs);
@@ -227,121 +289,155 @@ static void dec_rows(const attn_problem *pr, const attn_view *v, const dec_unit 
     }
 }
 
-/* Partial (m, l, acc) of chunk k into pm, pl_, pacc (rows of ldq floats). */
-static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t k, const dec_scratch *sc,
-                      float *pm, float *pl_, float *pacc) {
+/* The tile a thread takes after the current one, whose rows the kernels
+ * name while they compute (prefetch): n keys from j0 of unit u (n = 0: none). */
+typedef struct dec_next {
+    const dec_unit *u;
+    int64_t j0;
+    int n;
+} dec_next;
+
+/* h's partial of a chunk starts empty. */
+static void dec_partial_init(const dec_plan *pl, const dec_head *h) {
+    for (int64_t r = 0; r < pl->M; r++) h->m[r] = -INFINITY, h->l[r] = 0.0f, h->extra[r] = 0.0f;
+    memset(h->acc, 0, (size_t)(pl->M * pl->ldq) * sizeof(float));
+}
+
+/* Keys j0 .. j0+nc-1 of unit u into h's partial (m, l, acc): one tile. */
+static void dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, const dec_scratch *sc,
+                     int64_t j0, int nc, const dec_next *nx) {
     const attn_problem *pr = pl->pr;
     const loom_attn_kernels *kn = pl->kern;
-    int64_t D = pr->D, ld = pl->ldq, M = pl->M, T = pl->tile, c0, c1;
+    int64_t D = pr->D, ld = pl->ldq, M = pl->M, T = pl->tile;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
-    dec_chunk_range(pr, u, k, &c0, &c1);
-    attn_dec_pv_fn *pv = kn->dec_pv;
     /* the other stream is prefetched by kernels that prefetch themselves; for
      * i8 tiles at levels with dec_i8_xpf. With 32-key i8 tiles the extra
      * requests cost one thread 2-4 points of the read bandwidth and gained two
      * threads 1-3; with the 64-key tiles one thread gains 1-5 and two are
      * within their swings (bench/results/attention.md) */
-    /* A paged cache's next rows are not further on in memory: no prefetch at a
-     * distance (the kernels' own would fetch other heads' rows, or nothing
-     * useful), and the lists of real rows for every cache dtype, one thread
-     * too (bench_attention --paged 16, i8 on one thread: 1.2 -> 0.6 ms). In
-     * place of the distance, each stream's own rows of the next tile are
-     * named with the other stream's (attn_dec_pf.own): Q.K^T names the tile's
-     * V rows and the next tile's K rows, P.V the next tile's K and V rows.
-     * Blocks of 16 keys, f32 on one thread 46-48 -> 56 % of the read
-     * bandwidth, bf16 38-42 -> 44-48 % (bench/results/attention.md). */
-    int xpf = kn->dec_self_prefetch && (pr->paged || pr->k.esize > 1 || kn->dec_i8_xpf);
-    int64_t ahead = pr->paged ? 0 : ATTN_DEC_PF_DIST;
-    for (int64_t r = 0; r < M; r++) pm[r] = -INFINITY, pl_[r] = 0.0f, sc->extra[r] = 0.0f;
-    memset(pacc, 0, (size_t)(M * ld) * sizeof(float));
-    for (int64_t j0 = c0; j0 < c1; j0 += T) {
-        int nc = (int)(c1 - j0 < T ? c1 - j0 : T);
-        int any = 0, part = 0; /* structural visibility of this tile */
-        for (int64_t i = 0; i < u->q_len; i++) {
-            int64_t lo, hi;
-            attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
-            any |= lo < j0 + nc && hi > j0;
-            part |= lo > j0 || hi < j0 + nc;
-        }
-        if (!any) continue; /* fully masked tile: skipped */
-        dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
-        dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
-        int nn = 0;
-        if (xpf) {
-            nn = (int)(c1 - (j0 + T) < T ? c1 - (j0 + T) : T);
-            if (nn < 0) nn = 0;
-            dec_rows(pr, &pr->k, u, j0 + T, nn, sc->knext);
-        }
-        attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize, ahead, NULL, 0, 0};
-        attn_dec_pf pf_k = {sc->knext, nn, D * pr->k.esize, ahead, NULL, 0, 0};
-        if (xpf && pr->paged) { /* each stream's own rows a tile ahead, named with the other's */
-            dec_rows(pr, &pr->v, u, j0 + T, nn, sc->vnext);
-            pf_v.own = sc->knext, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
-            pf_k.own = sc->vnext, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
-        }
-        if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, u, j0 + T, c1, T);
-        if (sc->qprep)
-            kn->dec_dot_prep(sc->s, T, sc->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
-                             pl->hp);
-        else kn->dec_dot(sc->s, T, sc->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
-        if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
-            dec_token_quant(pr, kq, u, j0, nc, sc->tsc, sc->tof);
-            for (int64_t r = 0; r < M; r++) {
-                float *sr = sc->s + r * T;
-                if (kq->offset)
-                    for (int c = 0; c < nc; c++) sr[c] = sc->tsc[c] * (sr[c] + sc->tof[c] * sc->qsum[r]);
-                else
-                    for (int c = 0; c < nc; c++) sr[c] *= sc->tsc[c];
-            }
-        } else if (kq->mode == LOOM_ANTIQUANT_PER_CHANNEL && kq->offset) {
-            for (int64_t r = 0; r < M; r++)
-                for (int c = 0; c < nc; c++) sc->s[r * T + c] += sc->bias[r];
-        }
-        int live = 1;
-        if (part || pr->mask || u->q_len < pr->Sq) { /* some score needs a mask */
-            live = 0;
-            for (int64_t g = 0; g < pr->G; g++)
-                for (int64_t i = 0; i < pr->Sq; i++) {
-                    float *sr = sc->s + (g * pr->Sq + i) * T;
-                    int64_t lo = 0, hi = 0;
-                    if (i < u->q_len) attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
-                    for (int c = 0; c < nc; c++) {
-                        int64_t j = j0 + c;
-                        float add = 0.0f;
-                        int masked = j < lo || j >= hi; /* rows past q_len: everything */
-                        if (!masked && pr->mask)
-                            masked = attn_mask_at(pr, u->b, u->hkv * pr->G + g, i, j, &add);
-                        if (masked) sr[c] = -INFINITY;
-                        else if (pr->mask) sr[c] += add * (float)ATTN_LOG2E;
-                        live |= !masked;
-                    }
-                }
-        }
-        if (!live) continue; /* the explicit mask hides the whole tile */
-        kn->softmax_rows(sc->s, T, (int)M, nc, pm, pl_, sc->alpha);
-        if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
-            dec_token_quant(pr, vq, u, j0, nc, sc->tsc, sc->tof);
-            for (int64_t r = 0; r < M; r++) {
-                float *sr = sc->s + r * T;
-                for (int c = 0; c < nc; c++) sr[c] *= sc->tsc[c];
-                if (!vq->offset) continue; /* extra stays 0 */
-                float e = sc->extra[r] * sc->alpha[r];
-                for (int c = 0; c < nc; c++) e += sr[c] * sc->tof[c];
-                sc->extra[r] = e;
-            }
-        }
-        pv(pacc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha, xpf ? &pf_k : NULL);
+    /* A paged cache's next rows are not further on in memory, nor are those of
+     * heads walked together (dec_group): no prefetch at a distance (the
+     * kernels' own would fetch other heads' rows, or nothing useful), and the
+     * lists of real rows for every cache dtype, one thread too (bench_attention
+     * --paged 16, i8 on one thread: 1.2 -> 0.6 ms). In place of the distance,
+     * each stream's rows of the next step (dec_next) are named with the other
+     * stream's (attn_dec_pf.own): Q.K^T names the tile's V rows and the next
+     * step's K rows, P.V the next step's K and V rows. Blocks of 16 keys, f32
+     * on one thread 46-48 -> 56 % of the read bandwidth, bf16 38-42 -> 44-48 %
+     * (bench/results/attention.md). */
+    int named = pr->paged || pl->group > 1;
+    int xpf = kn->dec_self_prefetch && (named || pr->k.esize > 1 || kn->dec_i8_xpf);
+    int64_t ahead = named ? 0 : ATTN_DEC_PF_DIST;
+    int any = 0, part = 0; /* structural visibility of this tile */
+    for (int64_t i = 0; i < u->q_len; i++) {
+        int64_t lo, hi;
+        attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
+        any |= lo < j0 + nc && hi > j0;
+        part |= lo > j0 || hi < j0 + nc;
     }
-    if (vq->mode == LOOM_ANTIQUANT_PER_CHANNEL) {
+    if (!any) return; /* fully masked tile: skipped */
+    dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
+    dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
+    int nn = 0;
+    if (xpf) {
+        nn = nx->n;
+        dec_rows(pr, &pr->k, nx->u, nx->j0, nn, sc->knext);
+    }
+    attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize, ahead, NULL, 0, 0};
+    attn_dec_pf pf_k = {sc->knext, nn, D * pr->k.esize, ahead, NULL, 0, 0};
+    if (xpf && named) { /* each stream's own rows of the next step, named with the other's */
+        dec_rows(pr, &pr->v, nx->u, nx->j0, nn, sc->vnext);
+        pf_v.own = sc->knext, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
+        pf_k.own = sc->vnext, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
+    }
+    if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, nx->u, nx->j0, nx->n);
+    if (h->qprep)
+        kn->dec_dot_prep(sc->s, T, h->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
+                         pl->hp);
+    else kn->dec_dot(sc->s, T, h->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
+    if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+        dec_token_quant(pr, kq, u, j0, nc, sc->tsc, sc->tof);
+        for (int64_t r = 0; r < M; r++) {
+            float *sr = sc->s + r * T;
+            if (kq->offset)
+                for (int c = 0; c < nc; c++) sr[c] = sc->tsc[c] * (sr[c] + sc->tof[c] * h->qsum[r]);
+            else
+                for (int c = 0; c < nc; c++) sr[c] *= sc->tsc[c];
+        }
+    } else if (kq->mode == LOOM_ANTIQUANT_PER_CHANNEL && kq->offset) {
         for (int64_t r = 0; r < M; r++)
+            for (int c = 0; c < nc; c++) sc->s[r * T + c] += h->bias[r];
+    }
+    int live = 1;
+    if (part || pr->mask || u->q_len < pr->Sq) { /* some score needs a mask */
+        live = 0;
+        for (int64_t g = 0; g < pr->G; g++)
+            for (int64_t i = 0; i < pr->Sq; i++) {
+                float *sr = sc->s + (g * pr->Sq + i) * T;
+                int64_t lo = 0, hi = 0;
+                if (i < u->q_len) attn_visible(pr, i, u->q_len, u->kv_len, &lo, &hi);
+                for (int c = 0; c < nc; c++) {
+                    int64_t j = j0 + c;
+                    float add = 0.0f;
+                    int masked = j < lo || j >= hi; /* rows past q_len: everything */
+                    if (!masked && pr->mask) masked = attn_mask_at(pr, u->b, u->hkv * pr->G + g, i, j, &add);
+                    if (masked) sr[c] = -INFINITY;
+                    else if (pr->mask) sr[c] += add * (float)ATTN_LOG2E;
+                    live |= !masked;
+                }
+            }
+    }
+    if (!live) return; /* the explicit mask hides the whole tile */
+    kn->softmax_rows(sc->s, T, (int)M, nc, h->m, h->l, sc->alpha);
+    if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+        dec_token_quant(pr, vq, u, j0, nc, sc->tsc, sc->tof);
+        for (int64_t r = 0; r < M; r++) {
+            float *sr = sc->s + r * T;
+            for (int c = 0; c < nc; c++) sr[c] *= sc->tsc[c];
+            if (!vq->offset) continue; /* extra stays 0 */
+            float e = h->extra[r] * sc->alpha[r];
+            for (int c = 0; c < nc; c++) e += sr[c] * sc->tof[c];
+            h->extra[r] = e;
+        }
+    }
+    kn->dec_pv(h->acc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha, xpf ? &pf_k : NULL);
+}
+
+/* The V antiquant of h's finished partial. */
+static void dec_partial_end(const dec_plan *pl, const dec_unit *u, const dec_head *h) {
+    const attn_problem *pr = pl->pr;
+    const attn_quant *vq = &pr->vq;
+    int64_t D = pr->D, ld = pl->ldq;
+    if (vq->mode == LOOM_ANTIQUANT_PER_CHANNEL) {
+        for (int64_t r = 0; r < pl->M; r++)
             for (int64_t x = 0; x < D; x++) {
                 float off = vq->offset ? vq->offset[u->hkv * vq->o0 + x * vq->o1] : 0.0f;
-                pacc[r * ld + x] = vq->scale[u->hkv * vq->s0 + x * vq->s1] * (pacc[r * ld + x] + off * pl_[r]);
+                h->acc[r * ld + x] = vq->scale[u->hkv * vq->s0 + x * vq->s1] * (h->acc[r * ld + x] + off * h->l[r]);
             }
     } else if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
-        for (int64_t r = 0; r < M; r++)
-            for (int64_t x = 0; x < D; x++) pacc[r * ld + x] += sc->extra[r];
+        for (int64_t r = 0; r < pl->M; r++)
+            for (int64_t x = 0; x < D; x++) h->acc[r * ld + x] += h->extra[r];
     }
+}
+
+/* Partials of chunk k of the g units u[0..g-1] (one batch entry, consecutive
+ * kv heads, heads sc->hd[0..g-1]) into their heads' m, l, acc: tile t of every
+ * head, then tile t+1. Each head's arithmetic is that of the head alone, so
+ * the grouping changes no bit. */
+static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t g, int64_t k, const dec_scratch *sc) {
+    int64_t T = pl->tile, c0, c1;
+    dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
+    for (int64_t i = 0; i < g; i++) dec_partial_init(pl, &sc->hd[i]);
+    for (int64_t j0 = c0; j0 < c1; j0 += T) {
+        int nc = (int)(c1 - j0 < T ? c1 - j0 : T);
+        for (int64_t i = 0; i < g; i++) { /* next: the following head's tile, or the first head's next */
+            int64_t nj = i + 1 < g ? j0 : j0 + T;
+            dec_next nx = {&u[i + 1 < g ? i + 1 : 0], nj, (int)(c1 - nj < T ? c1 - nj : T)};
+            if (nx.n < 0) nx.n = 0;
+            dec_tile(pl, &u[i], &sc->hd[i], sc, j0, nc, &nx);
+        }
+    }
+    for (int64_t i = 0; i < g; i++) dec_partial_end(pl, &u[i], &sc->hd[i]);
 }
 
 /* state := state (+) partial, in log-sum-exp form. Empty partials (l = 0:
@@ -392,8 +488,8 @@ static void dec_write(const dec_plan *pl, const dec_unit *u, const float *m, con
         }
 }
 
-static void dec_fold_init(const dec_plan *pl, const dec_scratch *sc) {
-    for (int64_t r = 0; r < pl->M; r++) sc->fm[r] = -INFINITY, sc->fl[r] = 0.0f;
+static void dec_fold_init(const dec_plan *pl, const dec_head *h) {
+    for (int64_t r = 0; r < pl->M; r++) h->fm[r] = -INFINITY, h->fl[r] = 0.0f;
 }
 
 /* ------------------------------------------------------------ work splitting */
@@ -450,20 +546,28 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
     LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
     int64_t lo, hi, M = pl->M, ld = pl->ldq;
     attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
-    for (int64_t x = lo; x < hi; x++) {
-        dec_unit u;
-        dec_unit_at(pl, x / pl->pr->Nkv, x % pl->pr->Nkv, &u);
-        dec_prepare_q(pl, &u, &sc);
-        dec_fold_init(pl, &sc);
-        for (int64_t k = 0; k < u.nch; k++) {
-            int64_t c0, c1;
-            dec_chunk_range(pl->pr, &u, k, &c0, &c1);
-            if (c0 >= c1) continue;
-            /* the partial goes to acc/m/l regions of the scratch, then into the fold */
-            dec_chunk(pl, &u, k, &sc, sc.m, sc.l, sc.acc);
-            dec_fold(M, pl->pr->D, ld, sc.fm, sc.fl, sc.facc, sc.m, sc.l, sc.acc);
+    for (int64_t x = lo; x < hi;) {
+        /* up to pl->group consecutive units of one batch entry, walked together */
+        dec_unit u[ATTN_DEC_GROUP_MAX];
+        int64_t g = 0, b = x / pl->pr->Nkv;
+        for (; g < pl->group && x + g < hi && (x + g) / pl->pr->Nkv == b; g++) {
+            dec_unit_at(pl, b, (x + g) % pl->pr->Nkv, &u[g]);
+            dec_prepare_q(pl, &u[g], &sc.hd[g]);
+            dec_fold_init(pl, &sc.hd[g]);
         }
-        dec_write(pl, &u, sc.fm, sc.fl, sc.facc, sc.row);
+        for (int64_t k = 0; k < u[0].nch; k++) {
+            int64_t c0, c1;
+            dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
+            if (c0 >= c1) continue;
+            /* the partials go to each head's m/l/acc, then into its fold */
+            dec_chunk(pl, u, g, k, &sc);
+            for (int64_t i = 0; i < g; i++) {
+                dec_head *h = &sc.hd[i];
+                dec_fold(M, pl->pr->D, ld, h->fm, h->fl, h->facc, h->m, h->l, h->acc);
+            }
+        }
+        for (int64_t i = 0; i < g; i++) dec_write(pl, &u[i], sc.hd[i].fm, sc.hd[i].fl, sc.hd[i].facc, sc.row);
+        x += g;
     }
     return LOOM_OK;
 }
@@ -503,9 +607,11 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
                 for (int64_t r = 0; r < M; r++) slot[r] = -INFINITY, slot[M + r] = 0.0f;
                 continue;
             }
-            if (x != prev) dec_prepare_q(pl, &u, &sc);
+            if (x != prev) dec_prepare_q(pl, &u, &sc.hd[0]);
             prev = x;
-            dec_chunk(pl, &u, k, &sc, slot, slot + M, slot + 2 * M);
+            /* one head at a time: its partials go straight to the workspace */
+            sc.hd[0].m = slot, sc.hd[0].l = slot + M, sc.hd[0].acc = slot + 2 * M;
+            dec_chunk(pl, &u, 1, k, &sc);
         }
     }
     return LOOM_OK;
@@ -558,6 +664,12 @@ size_t attn_decode_scratch(const attn_problem *pr) {
     dec_plan_init(&pl, pr, NULL);
     size_t a = dec_layout(&pl, NULL, &sc), b = loom_attn_ref_scratch(pr);
     return a > b ? a : b;
+}
+
+int64_t attn_decode_group(const attn_problem *pr) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, NULL);
+    return pl.group;
 }
 
 loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,

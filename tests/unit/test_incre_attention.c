@@ -348,6 +348,56 @@ static void test_peaked_scores(void) {
     }
 }
 
+/* Heads walked together (dec_group): in BSND / BSH caches and paged ones with
+ * small blocks a thread takes the kv heads of a batch entry tile by tile
+ * (tile t of every head, then t + 1); contiguous BNSD caches head by head.
+ * Each head keeps its own q, partial and fold, so the walk changes no bit:
+ * the paged copy equals the contiguous cache (a BNSD pair: grouped against
+ * one by one), and 1-3 threads, in one launch or split, equal one thread.
+ * The cases cut groups at batch entries and thread ranges, at the bound on
+ * per-head state (32 q rows a head: 3 heads) and at ATTN_DEC_GROUP_MAX (40
+ * kv heads), with per-token and per-channel i8 offsets (per-head terms). */
+static void test_head_groups(void) {
+    loom_rng r;
+    loom_rng_init(&r, 91, 2);
+    static const struct {
+        loom_attn_layout L;
+        int64_t Nkv, G, Sq, D, bs;
+        loom_dtype kv;
+        int kmode, vmode;
+        int64_t group, pgroup; /* expected: contiguous cache, paged copy */
+    } cs[] = {
+        {LOOM_ATTN_BNSD, 8, 4, 1, 128, 16, LOOM_F32, 0, 0, 1, 8},
+        {LOOM_ATTN_BNSD, 6, 4, 1, 64, 64, LOOM_BF16, 0, 0, 1, 1},
+        {LOOM_ATTN_BSND, 8, 4, 1, 128, 64, LOOM_BF16, 0, 0, 8, 8},
+        {LOOM_ATTN_BSH, 5, 2, 16, 128, 16, LOOM_I8, 1, 1, 3, 3},
+        {LOOM_ATTN_BSND, 7, 4, 1, 128, 7, LOOM_I8, 0, 1, 7, 7},
+        {LOOM_ATTN_BSND, 40, 1, 1, 64, 16, LOOM_F16, 0, 0, ATTN_DEC_GROUP_MAX, ATTN_DEC_GROUP_MAX},
+        {LOOM_ATTN_BNSD, 3, 8, 16, 256, 4, LOOM_F32, 0, 0, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        inc_case c = base_case();
+        c.L = cs[i].L, c.Nkv = cs[i].Nkv, c.N = cs[i].Nkv * cs[i].G, c.Sq = cs[i].Sq, c.D = cs[i].D;
+        c.bs = cs[i].bs, c.kvdt = cs[i].kv, c.kmode = cs[i].kmode, c.vmode = cs[i].vmode;
+        c.koff = c.voff = 1, c.lens = 1;
+        c.Smax = 300 + 13 * (int64_t)i, c.chunk = i % 2 ? 128 : 0;
+        c.sparse = cs[i].Sq > 1 ? 3 : 0;
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        attn_problem pr, pp;
+        CHECK(attn_resolve_decode(&d.t, &d.p, NULL, &pr) == LOOM_OK);
+        CHECK(attn_resolve_decode(&d.tp, &d.pp, NULL, &pp) == LOOM_OK);
+        CHECK_MSG(attn_decode_group(&pr) == cs[i].group, "case %zu: group %lld, want %lld", i,
+                  (long long)attn_decode_group(&pr), (long long)cs[i].group);
+        CHECK_MSG(attn_decode_group(&pp) == cs[i].pgroup, "case %zu: paged group %lld, want %lld", i,
+                  (long long)attn_decode_group(&pp), (long long)cs[i].pgroup);
+        int before = check_failures_;
+        inc_check_data(&c, &d, 1);
+        inc_teardown(&d);
+        if (check_failures_ != before) inc_describe(&c);
+    }
+}
+
 /* The kernel tables' contract for a prepared q: dec_qprep + dec_dot_prep give
  * dec_dot's scores bit for bit (the driver takes the first, direct callers the
  * second), for i8 and bf16 K rows at head dims 64/96/128/256, 1-9 q rows and
@@ -861,6 +911,7 @@ int main(void) {
     RUN_TEST(test_nonfinite_probs);
     RUN_TEST(test_nonfinite_q);
     RUN_TEST(test_inner_precise);
+    RUN_TEST(test_head_groups);
     RUN_TEST(test_prepared_q);
     RUN_TEST(test_pv_rounding);
     RUN_TEST(test_fused_infer_dispatch);
