@@ -59,7 +59,9 @@
  * changed (noprep: q prepared per tile, not per (batch, kv head); nohp:
  * inner_precise 1 computed as 0, i.e. bf16hp as bf16;
  * noi8xpf: i8 tiles without the other stream's prefetch;
- * i8tileN: i8 tiles of N keys (where the level's dec_i8_tile applies); none:
+ * i8tileN: i8 tiles of N keys (where the level's dec_i8_tile applies);
+ * groupspanN: heads walked together with tiles spanning at most N bytes of
+ * the cache (0: no bound; the level's dec_group_span); none:
  * identical, the method's null test), both through the
  * decode driver's one-launch path, and the row gives both medians: on a host
  * whose bandwidth drifts within seconds this resolves a few points, which
@@ -346,6 +348,7 @@ static int ab_setup(const char *v) {
         if (t < 1 || t > ATTN_DEC_TILE_MAX) return -1;
         ab_kernels.dec_i8_tile = t;
     }
+    else if (strncmp(v, "groupspan", 9) == 0) ab_kernels.dec_group_span = atoi(v + 9); /* bytes, 0: none */
     else return -1;
     return 0;
 }

@@ -100,6 +100,7 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
      * the read bandwidth on one thread, mostly better on two; against 128
      * +2..+3 on one thread, mixed on two */
     .dec_i8_tile = 64,
+    .dec_group_span = 64 << 10,
 };
 #else
 typedef int loom_attn_avx2_unused; /* ISO C wants a non-empty translation unit */

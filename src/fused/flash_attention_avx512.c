@@ -246,6 +246,7 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
      * against 32 keys +2..+4 on one thread and +2..+5 on two, against 128
      * keys (hot 15.0 ns per key) -0.2..+3 and +3..+11. */
     .dec_i8_tile = 64,
+    .dec_group_span = 64 << 10,
 };
 
 const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
@@ -264,6 +265,7 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .dec_self_prefetch = 1,
     .dec_i8_xpf = 1,
     .dec_i8_tile = 64,
+    .dec_group_span = 64 << 10,
 };
 #else
 typedef int loom_attn_avx512_unused; /* ISO C wants a non-empty translation unit */

@@ -288,6 +288,10 @@ typedef struct loom_attn_kernels {
      * stream: larger tiles read less of the bandwidth there (128 keys, one
      * thread: MHA 71 -> 60 %, d = 256 46 -> 37 %). */
     int dec_i8_tile;
+    /* Where decode walks kv heads together (BSND / BSH caches, dec_group), a
+     * head's tile covers at most this many bytes of the cache, its key stride
+     * times its keys (but at least 16 keys); 0: no bound. */
+    int dec_group_span;
 } loom_attn_kernels;
 
 extern const loom_attn_kernels loom_attn_kernels_generic;

@@ -100,6 +100,16 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     /* sizing plans have no kernels; the scratch holds the largest tile anyway */
     pl->tile = kern ? attn_dec_tile(kern, pr->k.dtype, pr->v.dtype, pr->D, pl->M) : ATTN_DEC_TILE;
     pl->group = dec_group(pr, pl->M, pl->ldq);
+    /* heads walked together: a head's tile spans at most the level's
+     * dec_group_span bytes of the cache (keys times the key stride), in
+     * multiples of 16 keys. In a BSND cache at GQA 32/8, D = 128, that is 16
+     * keys for f32 (4 KiB a key) against 32: +4..+5 points of the read
+     * bandwidth on one thread, +4..+7 on two (bench/results/attention.md) */
+    if (kern && pl->group > 1 && kern->dec_group_span > 0) {
+        int64_t kb = pr->k.ss * pr->k.esize, vb = pr->v.ss * pr->v.esize;
+        int64_t cap = kern->dec_group_span / (kb > vb ? kb : vb) / 16 * 16;
+        if (cap < pl->tile) pl->tile = cap < 16 ? 16 : cap;
+    }
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {

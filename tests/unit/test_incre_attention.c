@@ -356,7 +356,8 @@ static void test_peaked_scores(void) {
  * one by one), and 1-3 threads, in one launch or split, equal one thread.
  * The cases cut groups at batch entries and thread ranges, at the bound on
  * per-head state (32 q rows a head: 3 heads) and at ATTN_DEC_GROUP_MAX (40
- * kv heads), with per-token and per-channel i8 offsets (per-head terms). */
+ * kv heads), with per-token and per-channel i8 offsets (per-head terms), and
+ * take the shorter tiles of a wide key stride (the level's dec_group_span). */
 static void test_head_groups(void) {
     loom_rng r;
     loom_rng_init(&r, 91, 2);
@@ -370,6 +371,7 @@ static void test_head_groups(void) {
         {LOOM_ATTN_BNSD, 8, 4, 1, 128, 16, LOOM_F32, 0, 0, 1, 8},
         {LOOM_ATTN_BNSD, 6, 4, 1, 64, 64, LOOM_BF16, 0, 0, 1, 1},
         {LOOM_ATTN_BSND, 8, 4, 1, 128, 64, LOOM_BF16, 0, 0, 8, 8},
+        {LOOM_ATTN_BSND, 8, 4, 1, 128, 16, LOOM_F32, 0, 0, 8, 8}, /* 16-key tiles (dec_group_span) */
         {LOOM_ATTN_BSH, 5, 2, 16, 128, 16, LOOM_I8, 1, 1, 3, 3},
         {LOOM_ATTN_BSND, 7, 4, 1, 128, 7, LOOM_I8, 0, 1, 7, 7},
         {LOOM_ATTN_BSND, 40, 1, 1, 64, 16, LOOM_F16, 0, 0, ATTN_DEC_GROUP_MAX, ATTN_DEC_GROUP_MAX},
