@@ -57,7 +57,7 @@ typedef struct dec_head {
 
 typedef struct dec_scratch {
     float *s, *alpha, *tsc, *tof, *row; /* one tile's scores and per-token scales */
-    const void **krows, **vrows, **knext, **vnext; /* the next step's K and V rows (prefetch) */
+    const void **krows, **vrows, **knext, **vnext; /* row lists of a step and the next (dec_lists) */
     dec_head hd[ATTN_DEC_GROUP_MAX];
 } dec_scratch;
 
@@ -307,15 +307,25 @@ typedef struct dec_next {
     int n;
 } dec_next;
 
+/* Row lists of a step and of the next one (the kernels name the latter). The
+ * next step's become the current ones when dec_chunk moves on, so each list
+ * is built once: building four lists a step took 5 % of a hot i8 decode from
+ * a BSND cache (perf, bench/results/attention.md). */
+typedef struct dec_lists {
+    const void **k, **v, **kn, **vn;
+    int have; /* 1: k holds the step's K rows, 2: v its V rows (the previous step built them) */
+} dec_lists;
+
 /* h's partial of a chunk starts empty. */
 static void dec_partial_init(const dec_plan *pl, const dec_head *h) {
     for (int64_t r = 0; r < pl->M; r++) h->m[r] = -INFINITY, h->l[r] = 0.0f, h->extra[r] = 0.0f;
     memset(h->acc, 0, (size_t)(pl->M * pl->ldq) * sizeof(float));
 }
 
-/* Keys j0 .. j0+nc-1 of unit u into h's partial (m, l, acc): one tile. */
-static void dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, const dec_scratch *sc,
-                     int64_t j0, int nc, const dec_next *nx) {
+/* Keys j0 .. j0+nc-1 of unit u into h's partial (m, l, acc): one tile.
+ * Returns which of the next step's lists it built into ls (dec_lists.have). */
+static int dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, const dec_scratch *sc,
+                    int64_t j0, int nc, const dec_next *nx, const dec_lists *ls) {
     const attn_problem *pr = pl->pr;
     const loom_attn_kernels *kn = pl->kern;
     int64_t D = pr->D, ld = pl->ldq, M = pl->M, T = pl->tile;
@@ -345,26 +355,26 @@ static void dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, c
         any |= lo < j0 + nc && hi > j0;
         part |= lo > j0 || hi < j0 + nc;
     }
-    if (!any) return; /* fully masked tile: skipped */
-    dec_rows(pr, &pr->k, u, j0, nc, sc->krows);
-    dec_rows(pr, &pr->v, u, j0, nc, sc->vrows);
-    int nn = 0;
+    if (!any) return 0; /* fully masked tile: skipped */
+    if (!(ls->have & 1)) dec_rows(pr, &pr->k, u, j0, nc, ls->k);
+    if (!(ls->have & 2)) dec_rows(pr, &pr->v, u, j0, nc, ls->v);
+    int nn = 0, built = 0;
     if (xpf) {
-        nn = nx->n;
-        dec_rows(pr, &pr->k, nx->u, nx->j0, nn, sc->knext);
+        nn = nx->n, built = 1;
+        dec_rows(pr, &pr->k, nx->u, nx->j0, nn, ls->kn);
     }
-    attn_dec_pf pf_v = {sc->vrows, nc, D * pr->v.esize, ahead, NULL, 0, 0};
-    attn_dec_pf pf_k = {sc->knext, nn, D * pr->k.esize, ahead, NULL, 0, 0};
+    attn_dec_pf pf_v = {ls->v, nc, D * pr->v.esize, ahead, NULL, 0, 0};
+    attn_dec_pf pf_k = {ls->kn, nn, D * pr->k.esize, ahead, NULL, 0, 0};
     if (xpf && named) { /* each stream's own rows of the next step, named with the other's */
-        dec_rows(pr, &pr->v, nx->u, nx->j0, nn, sc->vnext);
-        pf_v.own = sc->knext, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
-        pf_k.own = sc->vnext, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
+        dec_rows(pr, &pr->v, nx->u, nx->j0, nn, ls->vn), built |= 2;
+        pf_v.own = ls->kn, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
+        pf_k.own = ls->vn, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;
     }
     if (pr->k.esize > 1 && !kn->dec_self_prefetch) dec_prefetch(pr, nx->u, nx->j0, nx->n);
     if (h->qprep)
-        kn->dec_dot_prep(sc->s, T, h->qp, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
+        kn->dec_dot_prep(sc->s, T, h->qp, (int)M, ls->k, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL,
                          pl->hp);
-    else kn->dec_dot(sc->s, T, h->q, ld, (int)M, sc->krows, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
+    else kn->dec_dot(sc->s, T, h->q, ld, (int)M, ls->k, pr->k.dtype, nc, (int)D, xpf ? &pf_v : NULL);
     if (kq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
         dec_token_quant(pr, kq, u, j0, nc, sc->tsc, sc->tof);
         for (int64_t r = 0; r < M; r++) {
@@ -397,7 +407,7 @@ static void dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, c
                 }
             }
     }
-    if (!live) return; /* the explicit mask hides the whole tile */
+    if (!live) return built; /* the explicit mask hides the whole tile */
     kn->softmax_rows(sc->s, T, (int)M, nc, h->m, h->l, sc->alpha);
     if (vq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
         dec_token_quant(pr, vq, u, j0, nc, sc->tsc, sc->tof);
@@ -410,7 +420,8 @@ static void dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, c
             h->extra[r] = e;
         }
     }
-    kn->dec_pv(h->acc, ld, sc->s, T, (int)M, sc->vrows, pr->v.dtype, nc, (int)D, sc->alpha, xpf ? &pf_k : NULL);
+    kn->dec_pv(h->acc, ld, sc->s, T, (int)M, ls->v, pr->v.dtype, nc, (int)D, sc->alpha, xpf ? &pf_k : NULL);
+    return built;
 }
 
 /* The V antiquant of h's finished partial. */
@@ -438,13 +449,17 @@ static void dec_chunk(const dec_plan *pl, const dec_unit *u, int64_t g, int64_t 
     int64_t T = pl->tile, c0, c1;
     dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
     for (int64_t i = 0; i < g; i++) dec_partial_init(pl, &sc->hd[i]);
+    dec_lists ls = {sc->krows, sc->vrows, sc->knext, sc->vnext, 0};
     for (int64_t j0 = c0; j0 < c1; j0 += T) {
         int nc = (int)(c1 - j0 < T ? c1 - j0 : T);
         for (int64_t i = 0; i < g; i++) { /* next: the following head's tile, or the first head's next */
             int64_t nj = i + 1 < g ? j0 : j0 + T;
             dec_next nx = {&u[i + 1 < g ? i + 1 : 0], nj, (int)(c1 - nj < T ? c1 - nj : T)};
             if (nx.n < 0) nx.n = 0;
-            dec_tile(pl, &u[i], &sc->hd[i], sc, j0, nc, &nx);
+            int built = dec_tile(pl, &u[i], &sc->hd[i], sc, j0, nc, &nx, &ls);
+            const void **t = ls.k; /* the next step's lists become the current ones */
+            ls.k = ls.kn, ls.kn = t, t = ls.v, ls.v = ls.vn, ls.vn = t;
+            ls.have = built;
         }
     }
     for (int64_t i = 0; i < g; i++) dec_partial_end(pl, &u[i], &sc->hd[i]);
