@@ -44,6 +44,9 @@ typedef struct dec_plan {
     int hp;             /* inner_precise 1 */
     int64_t tile;       /* keys a tile (attn_dec_tile) */
     int64_t group;      /* kv heads a thread walks together, tile by tile (dec_group) */
+    int named;          /* the kernels name the next step's rows instead of a distance (dec_tile) */
+    int xpf;            /* the kernels prefetch the other stream (and with named, their own) */
+    int64_t ahead;      /* the kernels' own prefetch distance (attn_dec_pf.ahead) */
 } dec_plan;
 
 /* One kv head's state while a thread works on its unit. */
@@ -60,6 +63,21 @@ typedef struct dec_scratch {
     const void **krows, **vrows, **knext, **vnext; /* row lists of a step and the next (dec_lists) */
     dec_head hd[ATTN_DEC_GROUP_MAX];
 } dec_scratch;
+
+/* Lays out one head's state h from float offset off of base (NULL: sizes
+ * only) and returns the offset after it: dec_layout's per-head part, and the
+ * size dec_group bounds. */
+static size_t dec_take_head(dec_head *h, char *base, size_t off, int64_t M, int64_t ld) {
+    float **f[10] = {&h->q, &h->bias, &h->qsum, &h->extra, &h->m, &h->l, &h->acc, &h->fm, &h->fl, &h->facc};
+    int64_t n[10] = {M * ld, M, M, M, M, M, M * ld, M, M, M * ld};
+    for (int i = 0; i < 10; i++) {
+        *f[i] = base ? (float *)(base + off * sizeof(float)) : NULL;
+        off += (size_t)attn_round_up(n[i], 16);
+    }
+    h->qp = base ? base + off * sizeof(float) : NULL;
+    h->qprep = 0;
+    return off + (size_t)attn_round_up(M * (ATTN_DEC_QPREP_STRIDE / 4), 16);
+}
 
 /* Keys of one kv head that lie together in the cache (K and V): one in a BSND
  * or BSH cache (the heads of a key are side by side), the block in a paged
@@ -84,7 +102,8 @@ static int64_t dec_head_run(const attn_problem *pr) {
  * units do not share out evenly, takes its (unit, chunk) items one by one. */
 static int64_t dec_group(const attn_problem *pr, int64_t M, int64_t ld) {
     if (pr->Nkv < 2 || dec_head_run(pr) > ATTN_DEC_GROUP_RUN) return 1;
-    int64_t per = (3 * M * ld + 7 * M + M * (ATTN_DEC_QPREP_STRIDE / 4)) * (int64_t)sizeof(float);
+    dec_head h;
+    int64_t per = (int64_t)(dec_take_head(&h, NULL, 0, M, ld) * sizeof(float));
     int64_t g = ATTN_DEC_GROUP_BYTES / per;
     if (g > pr->Nkv) g = pr->Nkv;
     if (g > ATTN_DEC_GROUP_MAX) g = ATTN_DEC_GROUP_MAX;
@@ -110,6 +129,24 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
         int64_t cap = kern->dec_group_span / (kb > vb ? kb : vb) / 16 * 16;
         if (cap < pl->tile) pl->tile = cap < 16 ? 16 : cap;
     }
+    /* the other stream is prefetched by kernels that prefetch themselves; for
+     * i8 tiles at levels with dec_i8_xpf. With 32-key i8 tiles the extra
+     * requests cost one thread 2-4 points of the read bandwidth and gained two
+     * threads 1-3; with the 64-key tiles one thread gains 1-5 and two are
+     * within their swings (bench/results/attention.md) */
+    /* A paged cache's next rows are not further on in memory, nor are those of
+     * heads walked together (dec_group): no prefetch at a distance (the
+     * kernels' own would fetch other heads' rows, or nothing useful), and the
+     * lists of real rows for every cache dtype, one thread too (bench_attention
+     * --paged 16, i8 on one thread: 1.2 -> 0.6 ms). In place of the distance,
+     * each stream's rows of the next step (dec_next) are named with the other
+     * stream's (attn_dec_pf.own): Q.K^T names the tile's V rows and the next
+     * step's K rows, P.V the next step's K and V rows. Blocks of 16 keys, f32
+     * on one thread 46-48 -> 56 % of the read bandwidth, bf16 38-42 -> 44-48 %
+     * (bench/results/attention.md). */
+    pl->named = pr->paged || pl->group > 1;
+    pl->xpf = kern && kern->dec_self_prefetch && (pl->named || pr->k.esize > 1 || kern->dec_i8_xpf);
+    pl->ahead = pl->named ? 0 : ATTN_DEC_PF_DIST;
 }
 
 static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
@@ -129,22 +166,8 @@ static size_t dec_layout(const dec_plan *pl, void *base, dec_scratch *sc) {
     DEC_TAKE(sc->vrows, const void **, 2 * T);
     DEC_TAKE(sc->knext, const void **, 2 * T);
     DEC_TAKE(sc->vnext, const void **, 2 * T);
-    for (int64_t i = 0; i < pl->group; i++) {
-        dec_head *h = &sc->hd[i];
-        DEC_TAKE(h->q, float *, M * ld);
-        DEC_TAKE(h->bias, float *, M);
-        DEC_TAKE(h->qsum, float *, M);
-        DEC_TAKE(h->extra, float *, M);
-        DEC_TAKE(h->m, float *, M);
-        DEC_TAKE(h->l, float *, M);
-        DEC_TAKE(h->acc, float *, M * ld);
-        DEC_TAKE(h->fm, float *, M);
-        DEC_TAKE(h->fl, float *, M);
-        DEC_TAKE(h->facc, float *, M * ld);
-        DEC_TAKE(h->qp, void *, M * (ATTN_DEC_QPREP_STRIDE / 4));
-        h->qprep = 0;
-    }
 #undef DEC_TAKE
+    for (int64_t i = 0; i < pl->group; i++) off = dec_take_head(&sc->hd[i], (char *)base, off, M, ld);
     return off * sizeof(float);
 }
 
@@ -330,24 +353,8 @@ static int dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, co
     const loom_attn_kernels *kn = pl->kern;
     int64_t D = pr->D, ld = pl->ldq, M = pl->M, T = pl->tile;
     const attn_quant *kq = &pr->kq, *vq = &pr->vq;
-    /* the other stream is prefetched by kernels that prefetch themselves; for
-     * i8 tiles at levels with dec_i8_xpf. With 32-key i8 tiles the extra
-     * requests cost one thread 2-4 points of the read bandwidth and gained two
-     * threads 1-3; with the 64-key tiles one thread gains 1-5 and two are
-     * within their swings (bench/results/attention.md) */
-    /* A paged cache's next rows are not further on in memory, nor are those of
-     * heads walked together (dec_group): no prefetch at a distance (the
-     * kernels' own would fetch other heads' rows, or nothing useful), and the
-     * lists of real rows for every cache dtype, one thread too (bench_attention
-     * --paged 16, i8 on one thread: 1.2 -> 0.6 ms). In place of the distance,
-     * each stream's rows of the next step (dec_next) are named with the other
-     * stream's (attn_dec_pf.own): Q.K^T names the tile's V rows and the next
-     * step's K rows, P.V the next step's K and V rows. Blocks of 16 keys, f32
-     * on one thread 46-48 -> 56 % of the read bandwidth, bf16 38-42 -> 44-48 %
-     * (bench/results/attention.md). */
-    int named = pr->paged || pl->group > 1;
-    int xpf = kn->dec_self_prefetch && (named || pr->k.esize > 1 || kn->dec_i8_xpf);
-    int64_t ahead = named ? 0 : ATTN_DEC_PF_DIST;
+    int xpf = pl->xpf;
+    int64_t ahead = pl->ahead;
     int any = 0, part = 0; /* structural visibility of this tile */
     for (int64_t i = 0; i < u->q_len; i++) {
         int64_t lo, hi;
@@ -365,7 +372,7 @@ static int dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, co
     }
     attn_dec_pf pf_v = {ls->v, nc, D * pr->v.esize, ahead, NULL, 0, 0};
     attn_dec_pf pf_k = {ls->kn, nn, D * pr->k.esize, ahead, NULL, 0, 0};
-    if (xpf && named) { /* each stream's own rows of the next step, named with the other's */
+    if (xpf && pl->named) { /* each stream's own rows of the next step, named with the other's */
         dec_rows(pr, &pr->v, nx->u, nx->j0, nn, ls->vn), built |= 2;
         pf_v.own = ls->kn, pf_v.own_n = nn, pf_v.own_bytes = pf_k.bytes;
         pf_k.own = ls->vn, pf_k.own_n = nn, pf_k.own_bytes = pf_v.bytes;

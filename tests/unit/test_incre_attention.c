@@ -2,8 +2,8 @@
  * contiguous and paged caches (paged = contiguous, bit for bit), f32/f16/bf16
  * and i8 caches with per-channel / per-token antiquant, q_len 1..16, masks,
  * split-KV chunking; one launch vs split+merge for nth 1..3 (bit-identical);
- * fused_infer_attention_score dispatch; errors; the op-table entry; the
- * kernels' prepared-q Q.K^T against their direct one. */
+ * fused_infer_attention_score dispatch; errors; the op-table entry. The
+ * decode kernels' own contracts are in test_decode_kernels.c. */
 #include "test_attention_common.h"
 
 #include "fused/flash_attention_internal.h"
@@ -397,116 +397,6 @@ static void test_head_groups(void) {
         inc_check_data(&c, &d, 1);
         inc_teardown(&d);
         if (check_failures_ != before) inc_describe(&c);
-    }
-}
-
-/* The kernel tables' contract for a prepared q: dec_qprep + dec_dot_prep give
- * dec_dot's scores bit for bit (the driver takes the first, direct callers the
- * second), for i8 and bf16 K rows at head dims 64/96/128/256, 1-9 q rows and
- * partial tiles; inner_precise 1 (bf16 q for a bf16 K) stays within bf16's
- * rounding of q. */
-static void test_prepared_q(void) {
-    loom_rng r;
-    loom_rng_init(&r, 61, 2);
-    enum { NR = 9, D = 256, T = ATTN_DEC_TILE_MAX };
-    static float q[NR * D], s0[NR * T], s1[NR * T], s2[NR * T];
-    static int8_t k8[T * D];
-    static uint16_t kb[T * D];
-    _Alignas(64) static char qp[NR * ATTN_DEC_QPREP_STRIDE];
-    for (int i = 0; i < NR * D; i++) q[i] = 2.0f * loom_rng_uniform(&r) - 1.0f;
-    for (int i = 0; i < T * D; i++) {
-        k8[i] = (int8_t)(int)(255.0f * loom_rng_uniform(&r) - 127.0f);
-        float f = 2.0f * loom_rng_uniform(&r) - 1.0f;
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        kb[i] = (uint16_t)(u >> 16);
-    }
-    loom_isa lv[LOOM_ISA_COUNT];
-    int nl = test_levels(lv), tried = 0;
-    static const int dims[] = {64, 96, 128, 256};
-    for (int li = 0; li < nl; li++) {
-        const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
-        if (!kn->dec_qprep) continue;
-        for (int t = 0; t < 2; t++)
-            for (int di = 0; di < 4; di++)
-                for (int nr = 1; nr <= NR; nr += 2)
-                    for (int ni = 0; ni < 4; ni++) { /* partial and whole tiles of both sizes */
-                        static const int ncs[] = {ATTN_DEC_TILE - 5, ATTN_DEC_TILE, T - 5, T};
-                        int nc = ncs[ni];
-                        loom_dtype dt = t ? LOOM_BF16 : LOOM_I8;
-                        int d = dims[di];
-                        const void *rows[T];
-                        for (int c = 0; c < T; c++)
-                            rows[c] = t ? (const void *)(kb + c * D) : (const void *)(k8 + c * D);
-                        memset(s0, 0, sizeof s0), memset(s1, 0, sizeof s1);
-                        kn->dec_dot(s0, T, q, D, nr, rows, dt, nc, d, NULL);
-                        if (!kn->dec_qprep(qp, q, D, nr, dt, d, 0)) continue;
-                        tried++;
-                        kn->dec_dot_prep(s1, T, qp, nr, rows, dt, nc, d, NULL, 0);
-                        CHECK_MSG(memcmp(s0, s1, sizeof s0) == 0, "%s: %s d=%d nr=%d nc=%d: prepared q differs",
-                                  kn->name, loom_dtype_name(dt), d, nr, nc);
-                        if (!t || !kn->dec_qprep(qp, q, D, nr, dt, d, 1)) continue;
-                        memset(s2, 0, sizeof s2);
-                        kn->dec_dot_prep(s2, T, qp, nr, rows, dt, nc, d, NULL, 1);
-                        for (int i = 0; i < nr; i++)
-                            for (int c = 0; c < nc; c++) { /* |q - bf16(q)| <= 2^-9 |q|, |k| <= 1 */
-                                double bound = 0.0;
-                                for (int x = 0; x < d; x++) bound += fabs(q[i * D + x]) / 256.0;
-                                CHECK(fabs(s2[i * T + c] - s0[i * T + c]) <= bound);
-                            }
-                    }
-    }
-    if (loom_cpu_isa() >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_vnni)
-        CHECK_MSG(tried > 0, "no level prepared q on an AVX512_VNNI CPU");
-}
-
-/* The i8 P.V's rounding of P to 16-bit integers (a scale per row and tile)
- * against its bound: a row with one probability 1 and the others 0.45 units of
- * the rounding (1.37e-5) would round all of those to 0, the same way, moving
- * sum p v by nc * 0.45 units (2^-9.2 of it in a 128-key tile, with every v
- * alike); such a row must go through the f32 kernel, within ATTN_DEC_PQ_ERR.
- * Rows of ordinary probabilities beside it, 1-5 rows, tiles of 32, 64 (the x86
- * levels' i8 tile), 125 and 128 keys, every level. Against sums in double. */
-static void test_pv_rounding(void) {
-    enum { NR = 5, D = 128, T = ATTN_DEC_TILE_MAX };
-    static int8_t v[T * D];
-    static float p[NR * T], acc[NR * D], alpha[NR];
-    loom_rng r;
-    loom_rng_init(&r, 71, 2);
-    const void *rows[T];
-    for (int c = 0; c < T; c++) rows[c] = v + c * D;
-    loom_isa lv[LOOM_ISA_COUNT];
-    int nl = test_levels(lv);
-    static const int ncs[] = {ATTN_DEC_TILE, 2 * ATTN_DEC_TILE, T - 3, T};
-    for (int li = 0; li < nl; li++) {
-        const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
-        for (int vi = 0; vi < 2; vi++)          /* every v 100, or random */
-            for (int nr = 1; nr <= NR; nr++)
-                for (int ni = 0; ni < 4; ni++) {
-                    int nc = ncs[ni], odd = (nr + ni) % nr; /* the row of the tiny probabilities */
-                    for (int i = 0; i < T * D; i++)
-                        v[i] = vi ? (int8_t)(int)(255.0f * loom_rng_uniform(&r) - 127.0f) : 100;
-                    for (int i = 0; i < nr; i++) {
-                        alpha[i] = 1.0f;
-                        for (int c = 0; c < nc; c++)
-                            p[i * T + c] = i != odd ? loom_rng_uniform(&r) : c == nc / 3 ? 1.0f : 1.37e-5f;
-                    }
-                    memset(acc, 0, sizeof acc);
-                    kn->dec_pv(acc, D, p, T, nr, rows, LOOM_I8, nc, D, alpha, NULL);
-                    for (int i = 0; i < nr; i++) {
-                        double worst = 0.0, sum = 0.0;
-                        for (int c = 0; c < nc; c++) sum += p[i * T + c];
-                        for (int x = 0; x < D; x++) {
-                            double e = 0.0;
-                            for (int c = 0; c < nc; c++) e += (double)p[i * T + c] * v[c * D + x];
-                            worst = fmax(worst, fabs(acc[i * D + x] - e));
-                        }
-                        /* the rounding's bound, and f32 sums of nc terms of <= 127 * p */
-                        double bound = ATTN_DEC_PQ_ERR * sum * 127.0 + 127.0 * sum * nc * 0x1p-23;
-                        CHECK_MSG(worst <= bound, "%s: nr=%d nc=%d row %d%s: off by %g (bound %g)", kn->name, nr,
-                                  nc, i, i == odd ? " (tiny p)" : "", worst, bound);
-                    }
-                }
     }
 }
 
@@ -914,8 +804,6 @@ int main(void) {
     RUN_TEST(test_nonfinite_q);
     RUN_TEST(test_inner_precise);
     RUN_TEST(test_head_groups);
-    RUN_TEST(test_prepared_q);
-    RUN_TEST(test_pv_rounding);
     RUN_TEST(test_fused_infer_dispatch);
     RUN_TEST(test_decode_errors);
     RUN_TEST(test_incre_op_table);
