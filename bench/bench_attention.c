@@ -15,8 +15,8 @@
  *   columns: median ms, GFLOP/s over the visible (causal) pairs, 4.N.D.pairs,
  *   for both (so the GFLOP/s ratio is the speed ratio), extra memory each path
  *   allocates beyond q, k, v and out, and max |fused - unfused|.
- * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D: other kv heads and head
- * dims), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
+ * Decode (N = 32, N_kv = 8, D = 128 (--dec-shape N_KV,D[,N]: other kv heads, head
+ * dims and q heads, N a multiple of N_KV), q_len 1, contiguous cache [B, N_kv, S, D] (BNSD, default) or
  * [B, S, N_kv, D] (BSND, --layout)):
  *   (caches i8hp, bf16hp: inner_precise 1 — a bf16 K's Q.K^T with q rounded
  *   to bf16; an i8 cache computes as with 0; i8tok: an i8 cache with
@@ -46,7 +46,7 @@
  *                   [--gqa 32,8] [--ctx 512,...,8192] [--caches f32,bf16,i8] (also f16, i8hp, bf16hp, i8tok)
  *                   [--sets prefill,decode,kernels] [--reps N] [--block BQ,BKV] [--layout BNSD|BSND]
  *                   [--paged BS]
- *                   [--dec-shape N_KV,D]
+ *                   [--dec-shape N_KV,D[,N]]
  *                   [--fused-only] [--cpu-time] [--hot] [--machine] [--ab VARIANT]
  * --machine also prints one '@prefill ...' / '@decode ...' line per row
  * (key=value pairs) for bench/peers/torch_sdpa.py. The program fails (status 1)
@@ -61,9 +61,11 @@
  * noi8xpf: i8 tiles without the other stream's prefetch;
  * i8tileN: i8 tiles of N keys (where the level's dec_i8_tile applies);
  * groupspanN: heads walked together with tiles spanning at most N bytes of
- * the cache (0: no bound; the level's dec_group_span); none:
- * identical, the method's null test), both through the
- * decode driver's one-launch path, and the row gives both medians: on a host
+ * the cache (0: no bound; the level's dec_group_span); onehead: kv heads
+ * walked one at a time where decode walks them together; none:
+ * identical, the method's null test), both launched as
+ * loom_incre_flash_attention launches them (whole units a thread, or split
+ * and merge), and the row gives both medians: on a host
  * whose bandwidth drifts within seconds this resolves a few points, which
  * alternating whole runs of two builds does not.
  */
@@ -99,7 +101,7 @@ static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int rep
 static void probe_once(void *p) { bench_probe_gbs(p, NULL); }
 
 static loom_attn_layout dec_layout = LOOM_ATTN_BNSD; /* the cache layout of decode rows */
-static int dec_nkv = 8, dec_d = HEAD_DIM;            /* --dec-shape: kv heads, head dim of decode rows */
+static int dec_nkv = 8, dec_d = HEAD_DIM, dec_n = HEADS; /* --dec-shape: kv heads, head dim, q heads of decode */
 static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
 static int dec_paged; /* --paged BS: a paged cache of blocks of BS keys, in shuffled order (0: contiguous) */
 
@@ -312,12 +314,9 @@ typedef struct dec_ctx {
     int64_t len[1]; /* paged: the KV length */
     loom_incre_flash_attention_params ip;
     loom_flash_attention_params fp;
-    /* --ab: the decode driver run directly (one launch, whole units per thread)
-     * with kernel table kern; scratch per thread */
+    /* --ab: the decode run as loom_incre_flash_attention runs it (the same
+     * launch: whole units, or split and merge), with kernel table kern */
     const loom_attn_kernels *kern;
-    attn_problem pr;
-    void *scr[8];
-    size_t scr_bytes;
 } dec_ctx;
 
 /* --ab VARIANT: decode samples alternate between the level's kernel table and
@@ -349,6 +348,7 @@ static int ab_setup(const char *v) {
         ab_kernels.dec_i8_tile = t;
     }
     else if (strncmp(v, "groupspan", 9) == 0) ab_kernels.dec_group_span = atoi(v + 9); /* bytes, 0: none */
+    else if (strcmp(v, "onehead") == 0) ab_kernels.dec_one_head = 1; /* kv heads one at a time */
     else return -1;
     return 0;
 }
@@ -359,11 +359,6 @@ static void dec_tensors(dec_ctx *c, loom_incre_flash_attention_tensors *t) {
         .query = &c->tq, .key = &c->tk, .value = &c->tv, .attention_out = &c->to,
         .key_antiquant_scale = q8 ? &c->ksc : NULL, .value_antiquant_scale = q8 ? &c->vsc : NULL,
         .block_table = dec_paged ? &c->bt : NULL};
-}
-
-static void run_decode_direct_fn(int ith, int nth, void *arg) {
-    dec_ctx *c = arg;
-    if (attn_decode_thread(&c->pr, c->kern, ith, nth, c->scr[ith], c->scr_bytes) != LOOM_OK) c->failed = 1;
 }
 
 static void run_decode(void *arg) {
@@ -378,8 +373,7 @@ static void run_decode(void *arg) {
     } else if (c->kern) {
         loom_incre_flash_attention_tensors t;
         dec_tensors(c, &t);
-        s = attn_resolve_decode(&t, &c->ip, NULL, &c->pr);
-        if (s == LOOM_OK) loom_pool_run(c->pool, run_decode_direct_fn, c);
+        s = attn_decode_pool_with(&t, &c->ip, NULL, c->pool, c->kern);
     } else {
         loom_incre_flash_attention_tensors t;
         dec_tensors(c, &t);
@@ -404,7 +398,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
         fprintf(stderr, "bench_attention: --paged %d does not divide the context %lld\n", dec_paged, (long long)L);
         exit(2);
     }
-    const int64_t N = HEADS, Nkv = dec_nkv, D = dec_d;
+    const int64_t N = dec_n, Nkv = dec_nkv, D = dec_d;
     const loom_cpu_features *f = loom_cpu_get();
     size_t es = esize(ct), half = (size_t)(L * Nkv * D) * es;
     double l3 = f->l3_bytes > 0 ? (double)f->l3_bytes : 32.0 * (1 << 20);
@@ -486,16 +480,6 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
             double ts[64], bws[64], fr[64];
             int batch = (int)((double)(128 << 20) / bytes) + 1; /* >= 128 MiB of K/V per sample */
             if (batch > 256) batch = 256;
-            if (ab_variant) { /* per-thread scratch of the direct driver, sized by the problem */
-                loom_incre_flash_attention_tensors t;
-                dec_tensors(&c, &t);
-                if (attn_resolve_decode(&t, &c.ip, NULL, &c.pr) != LOOM_OK) {
-                    fprintf(stderr, "bench_attention: decode: %s\n", loom_last_error());
-                    exit(1);
-                }
-                c.scr_bytes = attn_decode_scratch(&c.pr);
-                for (int th = 0; th < nt; th++) c.scr[th] = xalloc(c.scr_bytes);
-            }
             for (int w = 0; w < 2; w++) run_decode(&c);
             for (int r = 0; r < reps; r++) {
                 if (ab_variant) c.kern = r & 1 ? &ab_kernels : loom_attn_kernels_for(loom_cpu_isa());
@@ -518,7 +502,6 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
                 printf("| %s | %lld | %d | %.0f%% | %.0f%% | %+.1f |\n", name, (long long)L, nt,
                        100.0 * ma, 100.0 * mb, 100.0 * (ma - mb));
                 c.kern = NULL;
-                for (int t = 0; t < nt; t++) loom_free_aligned(c.scr[t]);
                 loom_pool_free(c.pool);
                 if (c.failed) {
                     fprintf(stderr, "bench_attention: decode failed: %s\n", loom_last_error());
@@ -566,7 +549,7 @@ static void bench_decode(const opts *o, bench_probe *probe, loom_dtype ct, int v
 #define KER_MAX_D 256 /* head dims up to this (--dec-shape) */
 
 /* The q rows of one kv head, from --dec-shape (N / N_kv). */
-static int ker_rows(void) { return (int)(HEADS / dec_nkv) < KER_MAX_ROWS ? (int)(HEADS / dec_nkv) : KER_MAX_ROWS; }
+static int ker_rows(void) { return dec_n / dec_nkv < KER_MAX_ROWS ? dec_n / dec_nkv : KER_MAX_ROWS; }
 
 typedef struct ker_ctx {
     const loom_attn_kernels *kn;
@@ -697,9 +680,10 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--ctx") == 0) ok = (n_ctx = parse_ints(v, ctx, 8)) > 0;
         else if (strcmp(a, "--block") == 0) ok = parse_ints(v, blk, 2) == 2;
         else if (strcmp(a, "--dec-shape") == 0) {
-            int ds[2];
-            ok = parse_ints(v, ds, 2) == 2 && ds[0] >= 1 && HEADS % ds[0] == 0 && ds[1] >= 1 && ds[1] <= 256;
-            if (ok) dec_nkv = ds[0], dec_d = ds[1];
+            int ds[3] = {0, 0, HEADS}, n = parse_ints(v, ds, 3);
+            ok = n >= 2 && ds[0] >= 1 && ds[2] >= 1 && ds[2] <= 256 && ds[2] % ds[0] == 0 && ds[1] >= 1 &&
+                 ds[1] <= 256;
+            if (ok) dec_nkv = ds[0], dec_d = ds[1], dec_n = ds[2];
         }
         else if (strcmp(a, "--reps") == 0) ok = (o.reps = atoi(v)) > 0;
         else if (strcmp(a, "--dtypes") == 0) dtypes = v;
@@ -764,7 +748,7 @@ int main(int argc, char **argv) {
     if (strstr(sets, "decode")) {
         bench_probe *probe = bench_probe_new(PROBE_BYTES);
         if (!probe) { fprintf(stderr, "bench_attention: cannot allocate the read probe\n"); return 1; }
-        printf("\n## Decode: q_len 1, N=%d, N_kv=%d, D=%d, contiguous %s cache\n\n", HEADS, dec_nkv,
+        printf("\n## Decode: q_len 1, N=%d, N_kv=%d, D=%d, contiguous %s cache\n\n", dec_n, dec_nkv,
                dec_d, loom_attn_layout_name(dec_layout));
         if (ab_variant) {
             printf("In-process A/B: samples alternate between the kernels as built and the variant "

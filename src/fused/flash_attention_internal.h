@@ -292,6 +292,10 @@ typedef struct loom_attn_kernels {
      * head's tile covers at most this many bytes of the cache, its key stride
      * times its keys (but at least 16 keys); 0: no bound. */
     int dec_group_span;
+    /* Nonzero: decode walks the kv heads one at a time where it would walk
+     * them together (dec_group). No level sets it; bench_attention --ab
+     * onehead runs the one-head walk against the grouped one in one process. */
+    int dec_one_head;
 } loom_attn_kernels;
 
 extern const loom_attn_kernels loom_attn_kernels_generic;
@@ -397,8 +401,14 @@ loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool);
+/* attn_decode_pool with the kernel table kern instead of the level's (benchmarks' A/B). */
+loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
+                                  const loom_incre_flash_attention_params *p, const int64_t *q_lens,
+                                  loom_pool *pool, const loom_attn_kernels *kern);
 /* How many kv heads of a batch entry one thread walks together (1: one by one). */
 int64_t attn_decode_group(const attn_problem *pr);
+/* The most kv heads thread ith of nth walks together in the split launch (0: no items). */
+int64_t attn_decode_split_group(const attn_problem *pr, int ith, int nth);
 
 /* Cost of the fused kernel: flops of the visible (query, key) pairs, bytes of
  * what it loads (valid Q rows, visible K/V rows, visible mask) and stores. */

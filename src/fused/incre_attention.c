@@ -97,9 +97,9 @@ static int64_t dec_head_run(const attn_problem *pr) {
  * one head's tiles alone touch a few rows of every page and the hardware
  * prefetcher loses the stream; the heads' tiles in turn (tile t of heads
  * h..h+g-1, then tile t+1) read the cache front to back. Each head keeps its
- * q, partial and fold: g is bounded by ATTN_DEC_GROUP_BYTES of them. Only the
- * one-launch path groups (dec_run_units); the split launch, for shapes whose
- * units do not share out evenly, takes its (unit, chunk) items one by one. */
+ * q, partial and fold: g is bounded by ATTN_DEC_GROUP_BYTES of them. Both
+ * launches group: the one launch a thread's consecutive units (dec_run_units),
+ * the split launch the heads of one chunk (dec_split_walk). */
 static int64_t dec_group(const attn_problem *pr, int64_t M, int64_t ld) {
     if (pr->Nkv < 2 || dec_head_run(pr) > ATTN_DEC_GROUP_RUN) return 1;
     dec_head h;
@@ -118,7 +118,7 @@ static void dec_plan_init(dec_plan *pl, const attn_problem *pr, const loom_attn_
     pl->hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE;
     /* sizing plans have no kernels; the scratch holds the largest tile anyway */
     pl->tile = kern ? attn_dec_tile(kern, pr->k.dtype, pr->v.dtype, pr->D, pl->M) : ATTN_DEC_TILE;
-    pl->group = dec_group(pr, pl->M, pl->ldq);
+    pl->group = kern && kern->dec_one_head ? 1 : dec_group(pr, pl->M, pl->ldq);
     /* heads walked together: a head's tile spans at most the level's
      * dec_group_span bytes of the cache (keys times the key stride), in
      * multiples of 16 keys. In a BSND cache at GQA 32/8, D = 128, that is 16
@@ -533,7 +533,11 @@ static double dec_unit_cost(const void *ctx, int64_t idx) {
     return (double)(u.jhi - u.jlo + 1);
 }
 
-/* Items of the split launch: (unit, chunk) in unit-major order. */
+/* Items of the split launch: (unit, chunk) pairs, those of batch entry b
+ * numbered from dec_item_base(b). Where heads are walked together (group >
+ * 1) an entry's items go chunk by chunk, its kv heads in turn within a chunk,
+ * so a thread's share holds runs of heads of one chunk (dec_split_walk);
+ * otherwise unit by unit, a unit's chunks in turn. */
 static int64_t dec_item_base(const dec_plan *pl, int64_t b) {
     int64_t n = 0;
     for (int64_t x = 0; x < b; x++) {
@@ -542,6 +546,12 @@ static int64_t dec_item_base(const dec_plan *pl, int64_t b) {
         n += pl->pr->Nkv * u.nch;
     }
     return n;
+}
+
+/* Item number of chunk k of kv head hkv in a batch entry of nch chunks whose
+ * first item is base. */
+static int64_t dec_item(const dec_plan *pl, int64_t base, int64_t nch, int64_t hkv, int64_t k) {
+    return base + (pl->group > 1 ? k * pl->pr->Nkv + hkv : hkv * nch + k);
 }
 
 /* Cost of chunk k of a unit: the keys some row may see (+1 for the fixed work). */
@@ -582,11 +592,11 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
         /* up to pl->group consecutive units of one batch entry, walked together */
         dec_unit u[ATTN_DEC_GROUP_MAX];
         int64_t g = 0, b = x / pl->pr->Nkv;
-        for (; g < pl->group && x + g < hi && (x + g) / pl->pr->Nkv == b; g++) {
+        do { /* x < hi: at least one */
             dec_unit_at(pl, b, (x + g) % pl->pr->Nkv, &u[g]);
             dec_prepare_q(pl, &u[g], &sc.hd[g]);
             dec_fold_init(pl, &sc.hd[g]);
-        }
+        } while (++g < pl->group && x + g < hi && (x + g) / pl->pr->Nkv == b);
         for (int64_t k = 0; k < u[0].nch; k++) {
             int64_t c0, c1;
             dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
@@ -604,17 +614,14 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
     return LOOM_OK;
 }
 
-static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scratch,
-                                 size_t bytes, void *ws, size_t ws_bytes) {
-    dec_scratch sc;
-    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
-    LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
-                   "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
-                   dec_workspace(pl));
+/* The split launch's work for thread ith of nth: the items attn_split_owner
+ * gives it, in item order, as runs of consecutive kv heads (at most
+ * pl->group) of one batch entry and chunk: fn(ctx, b, k, h0, g, first item)
+ * for each. With group 1 every run is one item. */
+typedef void dec_walk_fn(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item);
+
+static void dec_split_walk(const dec_plan *pl, int ith, int nth, dec_walk_fn *fn, void *ctx) {
     const attn_problem *pr = pl->pr;
-    int64_t M = pl->M;
-    /* items (unit, chunk) in unit-major order, walked incrementally; thread ith
-     * takes those attn_split_owner gives it */
     double total = 0.0, acc = 0.0;
     int64_t n_items = 0;
     for (int64_t b = 0; b < pr->B; b++) {
@@ -623,29 +630,72 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
         for (int64_t k = 0; k < u.nch; k++) total += (double)pr->Nkv * dec_chunk_cost(pr, &u, k);
         n_items += pr->Nkv * u.nch;
     }
-    int64_t idx = 0, prev = -1;
-    for (int64_t x = 0; x < pr->B * pr->Nkv; x++) {
-        dec_unit u;
-        dec_unit_at(pl, x / pr->Nkv, x % pr->Nkv, &u);
-        for (int64_t k = 0; k < u.nch; k++, idx++) {
+    int64_t idx = 0, Nkv = pr->Nkv;
+    for (int64_t b = 0; b < pr->B; b++) {
+        dec_unit u; /* the chunks' key ranges are those of every kv head of b */
+        dec_unit_at(pl, b, 0, &u);
+        int64_t rb = -1, rk = 0, rh = 0, rg = 0, ri = 0; /* the run being gathered */
+        for (int64_t i = 0; i < Nkv * u.nch; i++, idx++) {
+            int64_t k = pl->group > 1 ? i / Nkv : i % u.nch, h = pl->group > 1 ? i % Nkv : i / u.nch;
             double c = dec_chunk_cost(pr, &u, k);
             int owner = attn_split_owner(acc, c, total, idx, n_items, nth);
             acc += c;
             if (owner != ith) continue;
-            float *slot = dec_slot(pl, ws, idx);
-            int64_t c0, c1;
-            dec_chunk_range(pr, &u, k, &c0, &c1);
-            if (c0 >= c1) { /* an empty partial: the merge skips it */
-                for (int64_t r = 0; r < M; r++) slot[r] = -INFINITY, slot[M + r] = 0.0f;
-                continue;
+            if (rg > 0 && (rk != k || rh + rg != h || rg == pl->group)) {
+                fn(ctx, rb, rk, rh, rg, ri);
+                rg = 0;
             }
-            if (x != prev) dec_prepare_q(pl, &u, &sc.hd[0]);
-            prev = x;
-            /* one head at a time: its partials go straight to the workspace */
-            sc.hd[0].m = slot, sc.hd[0].l = slot + M, sc.hd[0].acc = slot + 2 * M;
-            dec_chunk(pl, &u, 1, k, &sc);
+            if (rg == 0) rb = b, rk = k, rh = h, ri = idx;
+            rg++;
         }
+        if (rg > 0) fn(ctx, rb, rk, rh, rg, ri);
     }
+}
+
+typedef struct dec_split_job {
+    const dec_plan *pl;
+    dec_scratch *sc;
+    void *ws;
+    int64_t prepared[ATTN_DEC_GROUP_MAX]; /* the unit whose q hd[i] holds (-1: none) */
+} dec_split_job;
+
+/* One run of dec_split_walk: its heads' partials of chunk k straight into
+ * their workspace slots (items `item` .. `item` + g - 1). */
+static void dec_split_run(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item) {
+    dec_split_job *j = ctx;
+    const dec_plan *pl = j->pl;
+    int64_t M = pl->M, Nkv = pl->pr->Nkv;
+    dec_unit u[ATTN_DEC_GROUP_MAX];
+    for (int64_t i = 0; i < g; i++) {
+        dec_unit_at(pl, b, h0 + i, &u[i]);
+        /* the slot of (h0 + i, k): consecutive items when heads go chunk by chunk */
+        float *slot = dec_slot(pl, j->ws, item + i);
+        int64_t c0, c1;
+        dec_chunk_range(pl->pr, &u[i], k, &c0, &c1);
+        if (c0 >= c1) { /* an empty partial: the merge skips it */
+            for (int64_t r = 0; r < M; r++) slot[r] = -INFINITY, slot[M + r] = 0.0f;
+            continue;
+        }
+        dec_head *h = &j->sc->hd[i];
+        if (j->prepared[i] != b * Nkv + h0 + i) dec_prepare_q(pl, &u[i], h);
+        j->prepared[i] = b * Nkv + h0 + i;
+        h->m = slot, h->l = slot + M, h->acc = slot + 2 * M;
+    }
+    int64_t c0, c1;
+    dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
+    if (c0 < c1) dec_chunk(pl, u, g, k, j->sc);
+}
+
+static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scratch,
+                                 size_t bytes, void *ws, size_t ws_bytes) {
+    dec_scratch sc;
+    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
+                   dec_workspace(pl));
+    dec_split_job j = {pl, &sc, ws, {0}};
+    for (int i = 0; i < ATTN_DEC_GROUP_MAX; i++) j.prepared[i] = -1;
+    dec_split_walk(pl, ith, nth, dec_split_run, &j);
     return LOOM_OK;
 }
 
@@ -678,9 +728,9 @@ static loom_status dec_run_merge(const dec_plan *pl, int ith, int nth, void *ws,
             dec_write(pl, &one, empty, empty, empty, row);
             continue;
         }
-        float *s0 = dec_slot(pl, ws, base + hkv * u.nch);
+        float *s0 = dec_slot(pl, ws, dec_item(pl, base, u.nch, hkv, 0));
         for (int64_t k = 1; k < u.nch; k++) {
-            const float *slot = s0 + k * M * (2 + ld);
+            const float *slot = dec_slot(pl, ws, dec_item(pl, base, u.nch, hkv, k));
             dec_fold(M, pl->pr->D, ld, s0, s0 + M, s0 + 2 * M, slot, slot + M, slot + 2 * M);
         }
         dec_write(pl, &u, s0, s0 + M, s0 + 2 * M, row);
@@ -702,6 +752,20 @@ int64_t attn_decode_group(const attn_problem *pr) {
     dec_plan pl;
     dec_plan_init(&pl, pr, NULL);
     return pl.group;
+}
+
+static void dec_walk_widest(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item) {
+    int64_t *w = ctx;
+    (void)b, (void)k, (void)h0, (void)item;
+    if (g > *w) *w = g;
+}
+
+int64_t attn_decode_split_group(const attn_problem *pr, int ith, int nth) {
+    dec_plan pl;
+    int64_t w = 0;
+    dec_plan_init(&pl, pr, NULL);
+    dec_split_walk(&pl, ith, nth, dec_walk_widest, &w);
+    return w;
 }
 
 loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
@@ -746,8 +810,9 @@ loom_status loom_incre_flash_attention_merge(const loom_incre_flash_attention_te
     attn_problem pr;
     dec_plan pl;
     LOOM_TRY(attn_resolve_decode(t, p, NULL, &pr));
-    if (loom_cpu_isa() == LOOM_ISA_REF) return LOOM_OK;
-    dec_plan_init(&pl, &pr, NULL);
+    loom_isa isa = loom_cpu_isa();
+    if (isa == LOOM_ISA_REF) return LOOM_OK;
+    dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa)); /* the split's plan: its item order */
     return dec_run_merge(&pl, ith, nth, workspace, workspace_bytes);
 }
 
@@ -796,11 +861,17 @@ static void dec_job_fn(int ith, int nth, void *arg) {
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool) {
+    return attn_decode_pool_with(t, p, q_lens, pool, loom_attn_kernels_for(loom_cpu_isa()));
+}
+
+loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
+                                  const loom_incre_flash_attention_params *p, const int64_t *q_lens,
+                                  loom_pool *pool, const loom_attn_kernels *kern) {
     attn_problem pr;
     dec_plan pl;
     LOOM_TRY(attn_resolve_decode(t, p, q_lens, &pr));
     loom_isa isa = loom_cpu_isa();
-    dec_plan_init(&pl, &pr, loom_attn_kernels_for(isa));
+    dec_plan_init(&pl, &pr, kern);
     int nth = pool ? loom_pool_size(pool) : 1;
     /* split-KV only pays when whole (batch, kv head) units cannot go round
      * evenly (some thread over 10% above an even share): otherwise it only adds the merge */

@@ -353,7 +353,8 @@ static void test_peaked_scores(void) {
  * (tile t of every head, then t + 1); contiguous BNSD caches head by head.
  * Each head keeps its own q, partial and fold, so the walk changes no bit:
  * the paged copy equals the contiguous cache (a BNSD pair: grouped against
- * one by one), and 1-3 threads, in one launch or split, equal one thread.
+ * one by one), and 1-3 threads, in one launch or split (which walks them
+ * together too), equal one thread.
  * The cases cut groups at batch entries and thread ranges, at the bound on
  * per-head state (32 q rows a head: 3 heads) and at ATTN_DEC_GROUP_MAX (40
  * kv heads), with per-token and per-channel i8 offsets (per-head terms), and
@@ -393,6 +394,16 @@ static void test_head_groups(void) {
                   (long long)attn_decode_group(&pr), (long long)cs[i].group);
         CHECK_MSG(attn_decode_group(&pp) == cs[i].pgroup, "case %zu: paged group %lld, want %lld", i,
                   (long long)attn_decode_group(&pp), (long long)cs[i].pgroup);
+        for (int nth = 2; nth <= 3; nth++) { /* the split launch walks them together too */
+            int64_t widest = 0;
+            for (int ith = 0; ith < nth; ith++) {
+                int64_t w = attn_decode_split_group(&pr, ith, nth);
+                widest = w > widest ? w : widest;
+            }
+            CHECK_MSG(cs[i].group > 1 ? widest > 1 && widest <= cs[i].group : widest == 1,
+                      "case %zu: split launch on %d threads walks %lld heads together, group %lld", i, nth,
+                      (long long)widest, (long long)cs[i].group);
+        }
         int before = check_failures_;
         inc_check_data(&c, &d, 1);
         inc_teardown(&d);
