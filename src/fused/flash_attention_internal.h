@@ -401,6 +401,16 @@ loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool);
+/* Whether decode on nth threads runs split-KV and a merge (whole units would
+ * leave some thread over 10% above an even share), the workspace that needs,
+ * and the two launches with a given kernel table (the op table's kernels: a
+ * barrier between them). */
+int attn_decode_splits(const attn_problem *pr, int nth);
+size_t attn_decode_workspace(const attn_problem *pr);
+loom_status attn_decode_split_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
+                                     void *scratch, size_t scratch_bytes, void *ws, size_t ws_bytes);
+loom_status attn_decode_merge_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
+                                     void *ws, size_t ws_bytes);
 /* attn_decode_pool with the kernel table kern instead of the level's (benchmarks' A/B). */
 loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
                                   const loom_incre_flash_attention_params *p, const int64_t *q_lens,

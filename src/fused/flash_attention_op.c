@@ -190,6 +190,22 @@ static size_t inc_scratch(const loom_tensor *const *src, int n_src, const loom_t
     return inc_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK ? attn_decode_scratch(&pr) : 0;
 }
 
+/* Decode on nth threads: split-KV then a merge (two phases) where whole
+ * (batch, kv head) units do not share out evenly, one launch otherwise; the
+ * split's partials go to the launch's shared buffer. */
+static int inc_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth) {
+    op_tensors o;
+    attn_problem pr;
+    return inc_resolve(src, n_src, attrs, NULL, &o, &pr) == LOOM_OK && attn_decode_splits(&pr, nth) ? 2 : 1;
+}
+
+static size_t inc_shared(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                         const void *attrs) {
+    op_tensors o;
+    attn_problem pr;
+    return inc_resolve(src, n_src, attrs, dst, &o, &pr) == LOOM_OK ? attn_decode_workspace(&pr) : 0;
+}
+
 /* Kernels: the executor gives every thread scratch_size bytes. */
 static loom_status fa_kernel(const loom_kernel_args *a, loom_isa isa) {
     op_tensors o;
@@ -214,9 +230,18 @@ static loom_status inc_kernel(const loom_kernel_args *a, loom_isa isa) {
                                                 .value = a->src[2],
                                                 .atten_mask = a->n_src == 4 ? a->src[3] : NULL,
                                                 .attention_out = a->dst};
-        return loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
+        return a->phase ? LOOM_OK : loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
     }
-    return attn_decode_thread(&pr, loom_attn_kernels_for(isa), a->ith, a->nth, a->scratch, bytes);
+    const loom_attn_kernels *kern = loom_attn_kernels_for(isa);
+    if (!attn_decode_splits(&pr, a->nth))
+        return a->phase ? LOOM_OK : attn_decode_thread(&pr, kern, a->ith, a->nth, a->scratch, bytes);
+    size_t ws = attn_decode_workspace(&pr);
+    LOOM_RETURN_IF(!a->shared, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: split-KV on %d threads needs the launch's shared buffer (%zu bytes)",
+                   a->nth, ws);
+    if (a->phase == 0)
+        return attn_decode_split_thread(&pr, kern, a->ith, a->nth, a->scratch, bytes, a->shared, ws);
+    return attn_decode_merge_thread(&pr, kern, a->ith, a->nth, a->shared, ws);
 }
 
 static loom_status fa_ref(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_REF); }
@@ -234,6 +259,7 @@ void loom_register_attention_kernels(loom_op_info *table) {
     loom_op_info *fa = &table[LOOM_OP_FLASH_ATTENTION], *inc = &table[LOOM_OP_INCRE_FLASH_ATTENTION];
     fa->infer = fa_infer, fa->cost = fa_cost, fa->scratch_size = fa_scratch, fa->ref = fa_ref;
     inc->infer = inc_infer, inc->cost = inc_cost, inc->scratch_size = inc_scratch, inc->ref = inc_ref;
+    inc->phases = inc_phases, inc->shared_size = inc_shared;
     fa->opt[LOOM_ISA_GENERIC] = fa_generic;
     inc->opt[LOOM_ISA_GENERIC] = inc_generic;
 #if defined(__x86_64__)

@@ -775,6 +775,39 @@ loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *
     return dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
 }
 
+/* Split-KV only pays when whole (batch, kv head) units cannot go round
+ * evenly (some thread over 10% above an even share): otherwise it only adds
+ * the merge. */
+static int dec_splits(const dec_plan *pl, int nth) {
+    return nth > 1 && attn_split_imbalance(pl->pr->B * pl->pr->Nkv, nth, dec_unit_cost, pl) > 1.1;
+}
+
+int attn_decode_splits(const attn_problem *pr, int nth) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, NULL);
+    return dec_splits(&pl, nth);
+}
+
+size_t attn_decode_workspace(const attn_problem *pr) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, NULL);
+    return dec_workspace(&pl);
+}
+
+loom_status attn_decode_split_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
+                                     void *scratch, size_t scratch_bytes, void *ws, size_t ws_bytes) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, kern);
+    return dec_run_split(&pl, ith, nth, scratch, scratch_bytes, ws, ws_bytes);
+}
+
+loom_status attn_decode_merge_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
+                                     void *ws, size_t ws_bytes) {
+    dec_plan pl;
+    dec_plan_init(&pl, pr, kern);
+    return dec_run_merge(&pl, ith, nth, ws, ws_bytes);
+}
+
 loom_status loom_incre_flash_attention_sizes(const loom_incre_flash_attention_tensors *t,
                                              const loom_incre_flash_attention_params *p,
                                              size_t *scratch_bytes, size_t *workspace_bytes) {
@@ -873,10 +906,7 @@ loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
     loom_isa isa = loom_cpu_isa();
     dec_plan_init(&pl, &pr, kern);
     int nth = pool ? loom_pool_size(pool) : 1;
-    /* split-KV only pays when whole (batch, kv head) units cannot go round
-     * evenly (some thread over 10% above an even share): otherwise it only adds the merge */
-    int split = isa != LOOM_ISA_REF && nth > 1 &&
-                attn_split_imbalance(pr.B * pr.Nkv, nth, dec_unit_cost, &pl) > 1.1;
+    int split = isa != LOOM_ISA_REF && dec_splits(&pl, nth);
     dec_job j = {.t = t, .p = p, .q_lens = q_lens, .pl = &pl, .pool = pool,
                  .phase = isa == LOOM_ISA_REF ? 3 : split ? 1 : 0};
     j.per = (size_t)attn_round_up((int64_t)attn_decode_scratch(&pr), LOOM_ALIGN);

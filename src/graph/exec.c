@@ -66,6 +66,7 @@ void loom_executor_free(loom_executor *e) {
     loom_pool_free(e->pool);
     loom_free_aligned(e->arena);
     loom_free_aligned(e->scratch);
+    loom_free_aligned(e->shared);
     free(e->dump_dir);
     loom_fusion_rules_free(e->rules);
     loom_fusion_memo_free(e->memo);
@@ -170,9 +171,10 @@ static void run_worker(int ith, int nth, void *arg) {
         loom_graph_node_args(g, n, &a);
         a.ith = ith, a.nth = nth;
         a.scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL;
+        a.shared = e->shared;
         loom_kernel_fn kernel = loom_op_kernel(node->op, e->isa);
         uint64_t t0 = ith == 0 ? loom_time_ns() : 0;
-        int phases = info->n_phases > 1 ? info->n_phases : 1;
+        int phases = loom_op_phases(info, a.src, a.n_src, a.attrs, nth);
         for (int ph = 0; ph < phases; ph++) {
             a.phase = ph;
             loom_status s = kernel(&a);
@@ -202,7 +204,8 @@ static void fill_static_stats(loom_executor *e, loom_graph *g) {
         info->cost(src, node->n_src, &g->tensors[node->dst].t,
                    node->has_attrs ? node->attrs : NULL, &c);
         node->stats.kernel = loom_op_kernel_name(node->op, e->isa);
-        node->stats.kernels = info->n_phases > 1 ? info->n_phases : 1;
+        node->stats.kernels = loom_op_phases(info, src, node->n_src, node->has_attrs ? node->attrs : NULL,
+                                             e->n_threads);
         node->stats.flops = c.flops;
         node->stats.bytes_read = c.bytes_read;
         node->stats.bytes_written = c.bytes_written;
@@ -221,6 +224,16 @@ loom_status loom_exec_graph(loom_executor *e, loom_graph *g, unsigned char **are
         e->scratch = loom_alloc_aligned(per * (size_t)e->n_threads, LOOM_ALIGN);
         e->scratch_cap = e->scratch ? per : 0;
         LOOM_RETURN_IF(!e->scratch, LOOM_ERR_NOMEM, "executor: cannot allocate scratch");
+        e->n_allocs++;
+    }
+    if (g->shared_bytes > e->shared_cap) { /* grows with the context (decode's split-KV partials): by
+                                            * doubling, so a long decode reallocates it a few times */
+        size_t cap = e->shared_cap ? e->shared_cap : 4096;
+        while (cap < g->shared_bytes) cap *= 2;
+        loom_free_aligned(e->shared);
+        e->shared = loom_alloc_aligned(cap, LOOM_ALIGN);
+        e->shared_cap = e->shared ? cap : 0;
+        LOOM_RETURN_IF(!e->shared, LOOM_ERR_NOMEM, "executor: cannot allocate %zu shared bytes", cap);
         e->n_allocs++;
     }
     if (!filter) {

@@ -24,6 +24,8 @@ typedef struct loom_executor {
     size_t          arena_cap;
     unsigned char  *scratch;    /* n_threads slices of scratch_cap bytes */
     size_t          scratch_cap;
+    unsigned char  *shared;     /* one launch's shared buffer (op shared_size), shared_cap bytes */
+    size_t          shared_cap;
     char           *dump_dir;   /* when set, every executed node's output is written there */
     int             dump_seq;   /* executions dumped so far */
     int             n_allocs;   /* arena/scratch (re)allocations, for tests of "no allocation" */

@@ -47,7 +47,7 @@ void loom_graph_reset(loom_graph *g) {
     g->status = LOOM_OK;
     g->error[0] = '\0';
     g->arena_bytes = 0;
-    g->scratch_bytes = 0;
+    g->scratch_bytes = g->shared_bytes = 0;
     g->planned = 0;
     g->fused = 0;
 }
@@ -304,7 +304,7 @@ loom_status loom_graph_copy(loom_graph *dst, const loom_graph *src) {
     dst->cur_layer = src->cur_layer;
     dst->status = src->status;
     memcpy(dst->error, src->error, sizeof dst->error);
-    dst->arena_bytes = dst->scratch_bytes = 0;
+    dst->arena_bytes = dst->scratch_bytes = dst->shared_bytes = 0;
     dst->planned = 0;
     dst->fused = src->fused;
     return LOOM_OK;

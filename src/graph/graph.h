@@ -72,6 +72,7 @@ typedef struct loom_graph {
     /* planner results */
     size_t arena_bytes;     /* bytes the intermediates need */
     size_t scratch_bytes;   /* per-thread scratch the kernels need */
+    size_t shared_bytes;    /* the largest buffer one launch's threads share (op shared_size) */
     int    planned;
     int    fused;           /* 1 after a fusion pass rewrote the graph */
     /* working memory of the passes over the graph (planner, fusion), kept

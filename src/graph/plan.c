@@ -62,7 +62,7 @@ loom_status loom_graph_plan(loom_graph *g) {
         g->tensors[i].last_use = g->tensors[i].producer;
         g->tensors[i].offset = 0;
     }
-    size_t scratch = 0;
+    size_t scratch = 0, shared = 0;
     for (int n = 0; n < g->n_nodes; n++) {
         const loom_node *node = &g->nodes[n];
         for (int i = 0; i < node->n_src; i++) {
@@ -77,13 +77,14 @@ loom_status loom_graph_plan(loom_graph *g) {
             if (g->tensors[d].last_use < n) g->tensors[d].last_use = n;
         }
         const loom_op_info *info = loom_op_get(node->op);
-        if (info->scratch_size) {
-            const loom_tensor *src[LOOM_MAX_SRC] = {0};
-            for (int i = 0; i < node->n_src; i++) src[i] = &g->tensors[node->src[i]].t;
-            size_t need = info->scratch_size(src, node->n_src, &g->tensors[node->dst].t,
-                                             node->has_attrs ? node->attrs : NULL);
-            if (need > scratch) scratch = need;
-        }
+        const loom_tensor *src[LOOM_MAX_SRC] = {0};
+        for (int i = 0; i < node->n_src; i++) src[i] = &g->tensors[node->src[i]].t;
+        const loom_tensor *dst = &g->tensors[node->dst].t;
+        const void *attrs = node->has_attrs ? node->attrs : NULL;
+        size_t need = info->scratch_size ? info->scratch_size(src, node->n_src, dst, attrs) : 0;
+        if (need > scratch) scratch = need;
+        need = info->shared_size ? info->shared_size(src, node->n_src, dst, attrs) : 0;
+        if (need > shared) shared = need;
     }
     for (int i = 0; i < g->n_tensors; i++)
         if (g->tensors[i].is_output) g->tensors[loom_graph_storage(g, i)].last_use = g->n_nodes;
@@ -99,6 +100,7 @@ loom_status loom_graph_plan(loom_graph *g) {
             items[n_inter++].id = i;
         }
     g->scratch_bytes = align_up(scratch);
+    g->shared_bytes = align_up(shared);
     if (plan_from_cache(g, items, n_inter)) {
         g->planned = 1;
         return LOOM_OK;

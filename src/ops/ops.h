@@ -149,6 +149,8 @@ typedef struct loom_kernel_args {
     loom_tensor       *dst_extra[3];      /* further outputs of multi-output (fused) nodes */
     int                n_dst_extra;
     int                phase;             /* 0..n_phases-1; the executor meets at a barrier between phases */
+    void              *shared;            /* shared_size bytes every thread of the launch sees, kept
+                                             across its phases (LOOM_ALIGN-aligned; NULL if none) */
 } loom_kernel_args;
 
 /* Kernels split their own work by (ith, nth), write only their share of dst,
@@ -184,12 +186,24 @@ typedef struct loom_op_info {
      * replaces, in order, e.g. "add rms_norm" (NULL for primitives). */
     int n_phases;
     const char *decomposition;
+    /* Ops whose launch depends on the thread count (decode attention: split-KV
+     * and a merge where whole units do not share out): the phases a launch on
+     * nth threads takes, overriding n_phases; its kernels see the same nth and
+     * decide alike. NULL: n_phases. */
+    int (*phases)(const loom_tensor *const *src, int n_src, const void *attrs, int nth);
+    /* Bytes of the one buffer all threads of a launch share (kernel args'
+     * shared). NULL: none. */
+    size_t (*shared_size)(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                          const void *attrs);
 } loom_op_info;
 
 /* Entry for op; NULL for an out-of-range value. */
 const loom_op_info *loom_op_get(loom_op op);
 /* The kernel to run at level isa: the highest opt[l] with l <= isa, else ref. */
 loom_kernel_fn loom_op_kernel(loom_op op, loom_isa isa);
+/* Phases (kernel launches) of op on nth threads: its phases callback, else n_phases (at least 1). */
+int loom_op_phases(const loom_op_info *info, const loom_tensor *const *src, int n_src, const void *attrs,
+                   int nth);
 /* Name of the kernel loom_op_kernel would pick, e.g. "matmul.ref". Never NULL. */
 const char *loom_op_kernel_name(loom_op op, loom_isa isa);
 

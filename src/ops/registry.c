@@ -129,6 +129,12 @@ void loom_op_refresh_kernel_names(loom_op op) {
                  loom_isa_name((loom_isa)l));
 }
 
+int loom_op_phases(const loom_op_info *info, const loom_tensor *const *src, int n_src, const void *attrs,
+                   int nth) {
+    int p = info->phases ? info->phases(src, n_src, attrs, nth) : info->n_phases;
+    return p > 1 ? p : 1;
+}
+
 const char *loom_op_kernel_name(loom_op op, loom_isa isa) {
     const loom_op_info *info = loom_op_get(op);
     if (!info) return "unknown";
@@ -178,10 +184,23 @@ loom_status loom_op_run(loom_op op, const loom_tensor *const *src, int n_src,
         LOOM_RETURN_IF(!scratch, LOOM_ERR_NOMEM, "%s: cannot allocate %zu bytes of scratch",
                        info->name, scratch_bytes);
     }
+    size_t shared_bytes = info->shared_size ? info->shared_size(src, n_src, dst, attrs) : 0;
+    void *shared = shared_bytes ? loom_alloc_aligned(shared_bytes, LOOM_ALIGN) : NULL;
+    if (shared_bytes && !shared) {
+        loom_free_aligned(scratch);
+        return loom_set_error(LOOM_ERR_NOMEM, "%s: cannot allocate %zu shared bytes", info->name, shared_bytes);
+    }
     loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs, .ith = 0, .nth = 1,
-                          .scratch = scratch};
+                          .scratch = scratch, .shared = shared};
     for (int i = 0; i < n_src; i++) a.src[i] = src[i];
-    loom_status s = loom_op_kernel(op, isa)(&a);
+    loom_kernel_fn fn = loom_op_kernel(op, isa);
+    loom_status s = LOOM_OK;
+    int phases = loom_op_phases(info, src, n_src, attrs, 1);
+    for (int ph = 0; ph < phases && s == LOOM_OK; ph++) {
+        a.phase = ph;
+        s = fn(&a);
+    }
     loom_free_aligned(scratch);
+    loom_free_aligned(shared);
     return s;
 }

@@ -7,7 +7,7 @@ M="$S260/stories260K.bin"; Z="$S260/tok512.bin"
 golden="$S260/golden_greedy_256.txt"
 same() { diff <(sed -e 's/[[:space:]]*$//' "$1") <(sed -e 's/[[:space:]]*$//' "$2") >"$TMP/diff"; }
 for mode in fused fused_with_checkpoints; do
-    for t in 1 2; do
+    for t in 1 2 3; do  # 3: four kv heads on three threads, decode attention split-KV
         name="golden --mode $mode -t $t"
         if "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 256 -t "$t" --mode "$mode" --checkpoint-action fail \
             >"$TMP/out" 2>"$TMP/err" && same "$golden" "$TMP/out"; then

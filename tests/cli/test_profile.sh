@@ -77,6 +77,23 @@ assert cmp["prefill"]["traffic_reduction_pct"] > 10 and cmp["prefill"]["kernel_r
 assert cmp["prefill"]["arena_bytes_fused"] < cmp["prefill"]["arena_bytes_step"], cmp
 PY
 then pass "fused profile: fewer kernels and bytes per layer"; else fail "fused profile"; fi
+# Decode attention on threads its 4 kv heads do not share out over (3) runs
+# split-KV, then a merge: one kernel more per layer than on 2 threads.
+for t in 2 3; do
+    "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t "$t" --mode fused --json >"$TMP/fused$t" 2>"$TMP/err" \
+        || fail "profile -t $t: $(cat "$TMP/err")"
+done
+if python3 - "$TMP/fused2" "$TMP/fused3" <<'PY'
+import json, sys
+dec = [{p["phase"]: p for p in json.load(open(f))["profiles"]}["decode"] for f in sys.argv[1:3]]
+two, three = dec[0]["sections"][1:-2], dec[1]["sections"][1:-2]
+assert len(two) == len(three) == 5
+for a, b in zip(two, three):
+    assert a["chain"] == b["chain"] and any(k.startswith("incre_flash_attention.") for k in a["chain"]), a
+    assert b["kernels"] == a["kernels"] + 1, (a["kernels"], b["kernels"])
+assert dec[1]["total"]["kernels"] == dec[0]["total"]["kernels"] + 5
+PY
+then pass "split-KV decode counts its merge"; else fail "split-KV decode kernels"; fi
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
     && grep -q "^prefill: traffic .* kernels 94 -> 39" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"

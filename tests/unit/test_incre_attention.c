@@ -775,6 +775,36 @@ static void test_decode_errors(void) {
 }
 
 /* The op-table entry against the primitive attention op (causal, q at the end). */
+/* The op-table kernel on nth threads as the executor runs it: its phases
+ * (loom_op_phases) in turn, every thread of a phase before the next, one
+ * shared buffer of shared_size bytes; the phase count in *phases (negated
+ * when the shared buffer's first slot was written: the split ran). */
+static loom_status op_threads(const loom_tensor *const *src, const void *attrs, loom_tensor *dst, loom_isa isa,
+                              int nth, int *phases) {
+    const loom_op_info *info = loom_op_get(LOOM_OP_INCRE_FLASH_ATTENTION);
+    size_t sb = info->scratch_size(src, 3, dst, attrs), wb = info->shared_size(src, 3, dst, attrs);
+    void *ws = loom_alloc_aligned(wb + 64, LOOM_ALIGN);
+    memset(ws, 0xA5, wb + 64);
+    *phases = loom_op_phases(info, src, 3, attrs, nth);
+    loom_kernel_fn fn = loom_op_kernel(LOOM_OP_INCRE_FLASH_ATTENTION, isa);
+    loom_status s = LOOM_OK;
+    for (int ph = 0; ph < *phases && s == LOOM_OK; ph++)
+        for (int ith = 0; ith < nth && s == LOOM_OK; ith++) {
+            void *sc = loom_alloc_aligned(sb, LOOM_ALIGN);
+            loom_kernel_args a = {.src = {src[0], src[1], src[2]}, .n_src = 3, .dst = dst, .attrs = attrs,
+                                  .ith = ith, .nth = nth, .scratch = sc, .phase = ph, .shared = ws};
+            s = fn(&a);
+            loom_free_aligned(sc);
+        }
+    for (int i = 0; i < 16; i++)
+        if (((unsigned char *)ws)[i] != 0xA5) {
+            *phases = -*phases;
+            break;
+        }
+    loom_free_aligned(ws);
+    return s;
+}
+
 static void test_incre_op_table(void) {
     const loom_op_info *info = loom_op_get(LOOM_OP_INCRE_FLASH_ATTENTION);
     CHECK(info && strcmp(info->name, "incre_flash_attention") == 0 && info->scratch_size);
@@ -803,6 +833,39 @@ static void test_incre_op_table(void) {
     loom_tensor dst;
     CHECK_ERR(info->infer(src, 3, &at, &dst), "TND");
     inc_teardown(&d);
+    /* On threads the units do not share out over (four on three, three on
+     * two), the kernel runs split-KV and a merge: two phases, the partials in
+     * the shared buffer; the same bits as one thread, at every level. */
+    static const struct { int64_t B, Nkv; int split[3]; } sh[] = {{2, 2, {1, 1, -2}}, {1, 3, {1, -2, 1}}};
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        c = base_case();
+        c.B = sh[i].B, c.Nkv = sh[i].Nkv, c.N = 4 * c.Nkv, c.Smax = 70, c.lse = 0;
+        inc_setup(&c, &d, &r);
+        at = (loom_incre_flash_attention_attrs)LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
+        at.kv_chunk = 16;
+        const loom_tensor *s3[3] = {&d.q, &d.k, &d.v};
+        size_t ob = (size_t)tensor_count(&d.out) * sizeof(float);
+        for (int isa = LOOM_ISA_GENERIC; isa <= (int)loom_cpu_best_isa(); isa++) {
+            int ph;
+            CHECK(op_threads(s3, &at, &d.out, (loom_isa)isa, 1, &ph) == LOOM_OK && ph == 1);
+            for (int nth = 2; nth <= 3; nth++) {
+                memset(d.pout.data, 0x5A, ob);
+                CHECK_MSG(op_threads(s3, &at, &d.pout, (loom_isa)isa, nth, &ph) == LOOM_OK, "%s",
+                          loom_last_error());
+                CHECK_MSG(ph == sh[i].split[nth - 1], "shape %zu, %d threads: %d phases", i, nth, ph);
+                CHECK_MSG(memcmp(d.out.data, d.pout.data, ob) == 0, "shape %zu, %s, %d threads differ", i,
+                          loom_isa_name((loom_isa)isa), nth);
+            }
+        }
+        if (sh[i].split[1] < 0) { /* split without the shared buffer: an error, not a crash */
+            void *sc = loom_alloc_aligned(info->scratch_size(s3, 3, &d.out, &at), LOOM_ALIGN);
+            loom_kernel_args a = {.src = {&d.q, &d.k, &d.v}, .n_src = 3, .dst = &d.out, .attrs = &at,
+                                  .ith = 0, .nth = 2, .scratch = sc};
+            CHECK_ERR(loom_op_kernel(LOOM_OP_INCRE_FLASH_ATTENTION, loom_cpu_best_isa())(&a), "shared buffer");
+            loom_free_aligned(sc);
+        }
+        inc_teardown(&d);
+    }
 }
 
 int main(void) {
