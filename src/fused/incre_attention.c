@@ -614,13 +614,21 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
     return LOOM_OK;
 }
 
-/* The split launch's work for thread ith of nth: the items attn_split_owner
- * gives it, in item order, as runs of consecutive kv heads (at most
- * pl->group) of one batch entry and chunk: fn(ctx, b, k, h0, g, first item)
- * for each. With group 1 every run is one item. */
-typedef void dec_walk_fn(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item);
+/* A run of the split launch's items: g consecutive kv heads h0.. of batch
+ * entry b, chunk k, items item.. (consecutive), all of thread owner; cost:
+ * their dec_chunk_cost. */
+typedef struct dec_run_items {
+    int owner;
+    int64_t b, k, h0, g, item;
+    double cost;
+} dec_run_items;
 
-static void dec_split_walk(const dec_plan *pl, int ith, int nth, dec_walk_fn *fn, void *ctx) {
+typedef void dec_walk_fn(void *ctx, const dec_run_items *r);
+
+/* The split launch's items on nth threads in item order, each thread's those
+ * attn_split_owner gives it (owners never decrease), as runs of at most
+ * pl->group heads: fn(ctx, run) for each. With group 1 every run is one item. */
+static void dec_split_walk(const dec_plan *pl, int nth, dec_walk_fn *fn, void *ctx) {
     const attn_problem *pr = pl->pr;
     double total = 0.0, acc = 0.0;
     int64_t n_items = 0;
@@ -634,56 +642,57 @@ static void dec_split_walk(const dec_plan *pl, int ith, int nth, dec_walk_fn *fn
     for (int64_t b = 0; b < pr->B; b++) {
         dec_unit u; /* the chunks' key ranges are those of every kv head of b */
         dec_unit_at(pl, b, 0, &u);
-        int64_t rb = -1, rk = 0, rh = 0, rg = 0, ri = 0; /* the run being gathered */
+        dec_run_items r = {.g = 0}; /* the run being gathered */
         for (int64_t i = 0; i < Nkv * u.nch; i++, idx++) {
             int64_t k = pl->group > 1 ? i / Nkv : i % u.nch, h = pl->group > 1 ? i % Nkv : i / u.nch;
             double c = dec_chunk_cost(pr, &u, k);
             int owner = attn_split_owner(acc, c, total, idx, n_items, nth);
             acc += c;
-            if (owner != ith) continue;
-            if (rg > 0 && (rk != k || rh + rg != h || rg == pl->group)) {
-                fn(ctx, rb, rk, rh, rg, ri);
-                rg = 0;
+            if (r.g > 0 && (r.owner != owner || r.k != k || r.h0 + r.g != h || r.g == pl->group)) {
+                fn(ctx, &r);
+                r.g = 0;
             }
-            if (rg == 0) rb = b, rk = k, rh = h, ri = idx;
-            rg++;
+            if (r.g == 0) r = (dec_run_items){owner, b, k, h, 0, idx, 0.0};
+            r.g++, r.cost += c;
         }
-        if (rg > 0) fn(ctx, rb, rk, rh, rg, ri);
+        if (r.g > 0) fn(ctx, &r);
     }
 }
 
 typedef struct dec_split_job {
     const dec_plan *pl;
+    int ith;
     dec_scratch *sc;
     void *ws;
     int64_t prepared[ATTN_DEC_GROUP_MAX]; /* the unit whose q hd[i] holds (-1: none) */
 } dec_split_job;
 
-/* One run of dec_split_walk: its heads' partials of chunk k straight into
- * their workspace slots (items `item` .. `item` + g - 1). */
-static void dec_split_run(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item) {
+/* One run of dec_split_walk, if it is thread ith's: its heads' partials of
+ * chunk k straight into their workspace slots. */
+static void dec_split_run(void *ctx, const dec_run_items *r) {
     dec_split_job *j = ctx;
+    if (r->owner != j->ith) return;
     const dec_plan *pl = j->pl;
     int64_t M = pl->M, Nkv = pl->pr->Nkv;
     dec_unit u[ATTN_DEC_GROUP_MAX];
-    for (int64_t i = 0; i < g; i++) {
-        dec_unit_at(pl, b, h0 + i, &u[i]);
+    for (int64_t i = 0; i < r->g; i++) {
+        dec_unit_at(pl, r->b, r->h0 + i, &u[i]);
         /* the slot of (h0 + i, k): consecutive items when heads go chunk by chunk */
-        float *slot = dec_slot(pl, j->ws, item + i);
+        float *slot = dec_slot(pl, j->ws, r->item + i);
         int64_t c0, c1;
-        dec_chunk_range(pl->pr, &u[i], k, &c0, &c1);
+        dec_chunk_range(pl->pr, &u[i], r->k, &c0, &c1);
         if (c0 >= c1) { /* an empty partial: the merge skips it */
-            for (int64_t r = 0; r < M; r++) slot[r] = -INFINITY, slot[M + r] = 0.0f;
+            for (int64_t x = 0; x < M; x++) slot[x] = -INFINITY, slot[M + x] = 0.0f;
             continue;
         }
         dec_head *h = &j->sc->hd[i];
-        if (j->prepared[i] != b * Nkv + h0 + i) dec_prepare_q(pl, &u[i], h);
-        j->prepared[i] = b * Nkv + h0 + i;
+        if (j->prepared[i] != r->b * Nkv + r->h0 + i) dec_prepare_q(pl, &u[i], h);
+        j->prepared[i] = r->b * Nkv + r->h0 + i;
         h->m = slot, h->l = slot + M, h->acc = slot + 2 * M;
     }
     int64_t c0, c1;
-    dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
-    if (c0 < c1) dec_chunk(pl, u, g, k, j->sc);
+    dec_chunk_range(pl->pr, &u[0], r->k, &c0, &c1);
+    if (c0 < c1) dec_chunk(pl, u, r->g, r->k, j->sc);
 }
 
 static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scratch,
@@ -693,9 +702,9 @@ static loom_status dec_run_split(const dec_plan *pl, int ith, int nth, void *scr
     LOOM_RETURN_IF(!ws || ws_bytes < dec_workspace(pl), LOOM_ERR_INVALID_ARG,
                    "incre_flash_attention: workspace of %zu bytes, need %zu", ws ? ws_bytes : 0,
                    dec_workspace(pl));
-    dec_split_job j = {pl, &sc, ws, {0}};
+    dec_split_job j = {pl, ith, &sc, ws, {0}};
     for (int i = 0; i < ATTN_DEC_GROUP_MAX; i++) j.prepared[i] = -1;
-    dec_split_walk(pl, ith, nth, dec_split_run, &j);
+    dec_split_walk(pl, nth, dec_split_run, &j);
     return LOOM_OK;
 }
 
@@ -754,18 +763,22 @@ int64_t attn_decode_group(const attn_problem *pr) {
     return pl.group;
 }
 
-static void dec_walk_widest(void *ctx, int64_t b, int64_t k, int64_t h0, int64_t g, int64_t item) {
-    int64_t *w = ctx;
-    (void)b, (void)k, (void)h0, (void)item;
-    if (g > *w) *w = g;
+typedef struct dec_walk_widest_ctx {
+    int ith;
+    int64_t widest;
+} dec_walk_widest_ctx;
+
+static void dec_walk_widest(void *ctx, const dec_run_items *r) {
+    dec_walk_widest_ctx *w = ctx;
+    if (r->owner == w->ith && r->g > w->widest) w->widest = r->g;
 }
 
 int64_t attn_decode_split_group(const attn_problem *pr, int ith, int nth) {
     dec_plan pl;
-    int64_t w = 0;
+    dec_walk_widest_ctx w = {ith, 0};
     dec_plan_init(&pl, pr, NULL);
-    dec_split_walk(&pl, ith, nth, dec_walk_widest, &w);
-    return w;
+    dec_split_walk(&pl, nth, dec_walk_widest, &w);
+    return w.widest;
 }
 
 loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
@@ -775,11 +788,31 @@ loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *
     return dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
 }
 
-/* Split-KV only pays when whole (batch, kv head) units cannot go round
- * evenly (some thread over 10% above an even share): otherwise it only adds
- * the merge. */
+/* The split launch's largest share of the work over an even share (owners
+ * never decrease: one running share at a time). */
+typedef struct dec_walk_share_ctx {
+    int cur;
+    double share, worst, total;
+} dec_walk_share_ctx;
+
+static void dec_walk_share(void *ctx, const dec_run_items *r) {
+    dec_walk_share_ctx *w = ctx;
+    if (r->owner != w->cur) w->cur = r->owner, w->share = 0.0;
+    w->share += r->cost, w->total += r->cost;
+    if (w->share > w->worst) w->worst = w->share;
+}
+
+/* Split-KV pays when whole (batch, kv head) units cannot go round evenly
+ * (some thread over 10% above an even share) and the chunks can: with one
+ * chunk a unit (contexts up to kv_chunk) the split's shares are the units'
+ * again, and it would only add the merge. */
 static int dec_splits(const dec_plan *pl, int nth) {
-    return nth > 1 && attn_split_imbalance(pl->pr->B * pl->pr->Nkv, nth, dec_unit_cost, pl) > 1.1;
+    if (nth < 2) return 0;
+    double units = attn_split_imbalance(pl->pr->B * pl->pr->Nkv, nth, dec_unit_cost, pl);
+    if (units <= 1.1) return 0;
+    dec_walk_share_ctx w = {0, 0.0, 0.0, 0.0};
+    dec_split_walk(pl, nth, dec_walk_share, &w);
+    return w.total > 0.0 && w.worst * nth / w.total < units - 0.05;
 }
 
 int attn_decode_splits(const attn_problem *pr, int nth) {

@@ -7,7 +7,7 @@ M="$S260/stories260K.bin"; Z="$S260/tok512.bin"
 golden="$S260/golden_greedy_256.txt"
 same() { diff <(sed -e 's/[[:space:]]*$//' "$1") <(sed -e 's/[[:space:]]*$//' "$2") >"$TMP/diff"; }
 for mode in fused fused_with_checkpoints; do
-    for t in 1 2 3; do  # 3: four kv heads on three threads, decode attention split-KV
+    for t in 1 2 3; do
         name="golden --mode $mode -t $t"
         if "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 256 -t "$t" --mode "$mode" --checkpoint-action fail \
             >"$TMP/out" 2>"$TMP/err" && same "$golden" "$TMP/out"; then
@@ -20,6 +20,15 @@ done
 # checkpoints: one line per layer and the logits, none beyond tolerance
 grep -qE "^  L4 output +256 " "$TMP/err" && grep -qE "^  logits +256 .* 0$" "$TMP/err" \
     && pass "checkpoint report" || fail "checkpoint report: $(cat "$TMP/err")"
+# Decode attention split-KV in the graph: with chunks of 16 keys (block_kv) the
+# four kv heads on three threads run split and merge; the text is one thread's.
+sed -e 's/block_kv: auto/block_kv: 16/' "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/chunk16.yaml"
+for t in 1 3; do
+    "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 96 -t "$t" --mode fused --rules "$TMP/chunk16.yaml" \
+        >"$TMP/chunk16_$t" 2>"$TMP/err" || fail "chunk16 -t $t: $(cat "$TMP/err")"
+done
+[ -s "$TMP/chunk16_1" ] && cmp -s "$TMP/chunk16_1" "$TMP/chunk16_3" && pass "split-KV decode: 3 threads = 1" \
+    || fail "split-KV decode text differs: $(diff "$TMP/chunk16_1" "$TMP/chunk16_3" | head -3)"
 here="$(dirname "$0")/../golden"
 for f in "$here"/stories260K_prompt_*.txt; do
     [ -f "$f" ] || continue

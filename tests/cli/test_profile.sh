@@ -78,14 +78,21 @@ assert cmp["prefill"]["arena_bytes_fused"] < cmp["prefill"]["arena_bytes_step"],
 PY
 then pass "fused profile: fewer kernels and bytes per layer"; else fail "fused profile"; fi
 # Decode attention on threads its 4 kv heads do not share out over (3) runs
-# split-KV, then a merge: one kernel more per layer than on 2 threads.
+# split-KV, then a merge: one kernel more per layer than on 2 threads. The
+# split needs more than one chunk of keys a head: chunks of 16 (block_kv).
+sed -e 's/block_kv: auto/block_kv: 16/' "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/chunk16.yaml"
+grep -q "block_kv: 16" "$TMP/chunk16.yaml" || fail "rules with block_kv 16"
 for t in 2 3; do
-    "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t "$t" --mode fused --json >"$TMP/fused$t" 2>"$TMP/err" \
-        || fail "profile -t $t: $(cat "$TMP/err")"
+    "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t "$t" --mode fused --rules "$TMP/chunk16.yaml" --json \
+        >"$TMP/fused$t" 2>"$TMP/err" || fail "profile -t $t: $(cat "$TMP/err")"
 done
-if python3 - "$TMP/fused2" "$TMP/fused3" <<'PY'
+# with the default chunks (512 keys) a head's keys are one chunk: no split, one kernel
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 3 --mode fused --json >"$TMP/fused3d" 2>"$TMP/err" \
+    || fail "profile -t 3: $(cat "$TMP/err")"
+if python3 - "$TMP/fused2" "$TMP/fused3" "$TMP/fused3d" <<'PY'
 import json, sys
-dec = [{p["phase"]: p for p in json.load(open(f))["profiles"]}["decode"] for f in sys.argv[1:3]]
+dec = [{p["phase"]: p for p in json.load(open(f))["profiles"]}["decode"] for f in sys.argv[1:4]]
+assert dec[2]["total"]["kernels"] == dec[0]["total"]["kernels"], (dec[2]["total"], dec[0]["total"])
 two, three = dec[0]["sections"][1:-2], dec[1]["sections"][1:-2]
 assert len(two) == len(three) == 5
 for a, b in zip(two, three):

@@ -857,6 +857,9 @@ static void test_incre_op_table(void) {
                           loom_isa_name((loom_isa)isa), nth);
             }
         }
+        at.kv_chunk = 0; /* 512 keys: one chunk a unit, nothing for a split to share out */
+        for (int nth = 2; nth <= 3; nth++) CHECK(loom_op_phases(info, s3, 3, &at, nth) == 1);
+        at.kv_chunk = 16;
         if (sh[i].split[1] < 0) { /* split without the shared buffer: an error, not a crash */
             void *sc = loom_alloc_aligned(info->scratch_size(s3, 3, &d.out, &at), LOOM_ALIGN);
             loom_kernel_args a = {.src = {&d.q, &d.k, &d.v}, .n_src = 3, .dst = &d.out, .attrs = &at,
