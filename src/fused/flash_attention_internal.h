@@ -393,24 +393,23 @@ size_t attn_prefill_scratch_all(const attn_problem *pr);
 loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
                              int nth, void *scratch, size_t scratch_bytes);
 
-/* Decode driver (incre_attention.c): scratch (incl. the reference's), the
- * one-launch kernel, and the pool runner with optional per-batch query lengths. */
+/* Decode driver (incre_attention.c): scratch (incl. the reference's) and the
+ * pool runner with optional per-batch query lengths. */
 size_t attn_decode_scratch(const attn_problem *pr);
-loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
-                               int nth, void *scratch, size_t scratch_bytes);
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,
                              const loom_incre_flash_attention_params *p, const int64_t *q_lens,
                              loom_pool *pool);
 /* Whether decode on nth threads runs split-KV and a merge (whole units would
- * leave some thread over 10% above an even share), the workspace that needs,
- * and the two launches with a given kernel table (the op table's kernels: a
- * barrier between them). */
+ * leave some thread over 10% above an even share and the chunks share out
+ * better), and the workspace that needs. */
 int attn_decode_splits(const attn_problem *pr, int nth);
 size_t attn_decode_workspace(const attn_problem *pr);
-loom_status attn_decode_split_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
-                                     void *scratch, size_t scratch_bytes, void *ws, size_t ws_bytes);
-loom_status attn_decode_merge_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
-                                     void *ws, size_t ws_bytes);
+/* The op table's kernel: phase `phase` of thread ith of nth, one plan for the
+ * decision and the run: split then merge (phases 0 and 1, the partials in
+ * shared, attn_decode_workspace bytes) where attn_decode_splits, else one
+ * launch in phase 0 and nothing in phase 1. */
+loom_status attn_decode_phase(const attn_problem *pr, const loom_attn_kernels *kern, int phase, int ith,
+                              int nth, void *scratch, size_t scratch_bytes, void *shared);
 /* attn_decode_pool with the kernel table kern instead of the level's (benchmarks' A/B). */
 loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
                                   const loom_incre_flash_attention_params *p, const int64_t *q_lens,

@@ -232,16 +232,8 @@ static loom_status inc_kernel(const loom_kernel_args *a, loom_isa isa) {
                                                 .attention_out = a->dst};
         return a->phase ? LOOM_OK : loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
     }
-    const loom_attn_kernels *kern = loom_attn_kernels_for(isa);
-    if (!attn_decode_splits(&pr, a->nth))
-        return a->phase ? LOOM_OK : attn_decode_thread(&pr, kern, a->ith, a->nth, a->scratch, bytes);
-    size_t ws = attn_decode_workspace(&pr);
-    LOOM_RETURN_IF(!a->shared, LOOM_ERR_INVALID_ARG,
-                   "incre_flash_attention: split-KV on %d threads needs the launch's shared buffer (%zu bytes)",
-                   a->nth, ws);
-    if (a->phase == 0)
-        return attn_decode_split_thread(&pr, kern, a->ith, a->nth, a->scratch, bytes, a->shared, ws);
-    return attn_decode_merge_thread(&pr, kern, a->ith, a->nth, a->shared, ws);
+    return attn_decode_phase(&pr, loom_attn_kernels_for(isa), a->phase, a->ith, a->nth, a->scratch, bytes,
+                             a->shared);
 }
 
 static loom_status fa_ref(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_REF); }

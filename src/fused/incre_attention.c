@@ -781,13 +781,6 @@ int64_t attn_decode_split_group(const attn_problem *pr, int ith, int nth) {
     return w.widest;
 }
 
-loom_status attn_decode_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
-                               int nth, void *scratch, size_t scratch_bytes) {
-    dec_plan pl;
-    dec_plan_init(&pl, pr, kern);
-    return dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
-}
-
 /* The split launch's largest share of the work over an even share (owners
  * never decrease: one running share at a time). */
 typedef struct dec_walk_share_ctx {
@@ -827,18 +820,17 @@ size_t attn_decode_workspace(const attn_problem *pr) {
     return dec_workspace(&pl);
 }
 
-loom_status attn_decode_split_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
-                                     void *scratch, size_t scratch_bytes, void *ws, size_t ws_bytes) {
+loom_status attn_decode_phase(const attn_problem *pr, const loom_attn_kernels *kern, int phase, int ith,
+                              int nth, void *scratch, size_t scratch_bytes, void *shared) {
     dec_plan pl;
     dec_plan_init(&pl, pr, kern);
-    return dec_run_split(&pl, ith, nth, scratch, scratch_bytes, ws, ws_bytes);
-}
-
-loom_status attn_decode_merge_thread(const attn_problem *pr, const loom_attn_kernels *kern, int ith, int nth,
-                                     void *ws, size_t ws_bytes) {
-    dec_plan pl;
-    dec_plan_init(&pl, pr, kern);
-    return dec_run_merge(&pl, ith, nth, ws, ws_bytes);
+    if (!dec_splits(&pl, nth)) return phase ? LOOM_OK : dec_run_units(&pl, ith, nth, scratch, scratch_bytes);
+    size_t ws = dec_workspace(&pl);
+    LOOM_RETURN_IF(!shared, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: split-KV on %d threads needs the launch's shared buffer (%zu bytes)",
+                   nth, ws);
+    if (phase == 0) return dec_run_split(&pl, ith, nth, scratch, scratch_bytes, shared, ws);
+    return dec_run_merge(&pl, ith, nth, shared, ws);
 }
 
 loom_status loom_incre_flash_attention_sizes(const loom_incre_flash_attention_tensors *t,
