@@ -141,6 +141,9 @@ typedef struct loom_model_params {
     const char *rules_path;
     const char *fusion_preset;
     int checkpoint_action;
+    /* KV cache element type: LOOM_F32 (the default, 0), LOOM_F16 or LOOM_BF16
+     * (half the bytes a position; decode attention reads half as much) */
+    loom_dtype kv_dtype;
 } loom_model_params;
 
 typedef struct loom_model_info {

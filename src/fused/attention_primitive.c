@@ -12,6 +12,7 @@
  * j visible to query i when j <= p + i, which is sparse_mode 0's band with
  * next_tokens = p; an f32 mask [Sq, Skv] is the additive atten_mask. */
 #include "fused/flash_attention_internal.h"
+#include "fused/fused_internal.h"
 
 #include <string.h>
 
@@ -76,9 +77,10 @@ static loom_status prim_avx2(const loom_kernel_args *a) { return prim_kernel(a, 
 static loom_status prim_avx512(const loom_kernel_args *a) { return prim_kernel(a, LOOM_ISA_AVX512); }
 #endif
 
-/* kv_append with an f32 cache and f32 rows whose trailing dims are
- * contiguous (the model's layout): one memcpy per row, rows split over
- * threads. Anything else goes to the reference kernel. */
+/* kv_append with f32 rows into an f32, f16 or bf16 cache, trailing dims
+ * contiguous (the model's layout): one memcpy, or one conversion with the
+ * level's vector kernels (bit-identical to the reference's rounding), per
+ * row, rows split over threads. Anything else goes to the reference kernel. */
 static int rows_contiguous(const loom_tensor *t) {
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 1; d--) {
@@ -88,25 +90,42 @@ static int rows_contiguous(const loom_tensor *t) {
     return 1;
 }
 
-static loom_status kv_append_rows(const loom_kernel_args *a) {
+static loom_status kv_append_rows(const loom_kernel_args *a, loom_isa isa) {
     const loom_tensor *x = a->src[1], *y = a->dst;
     const loom_kv_append_attrs *at = a->attrs;
-    if (!at || y->dtype != LOOM_F32 || x->dtype != LOOM_F32 || !rows_contiguous(x) || !rows_contiguous(y))
+    if (!at || (y->dtype != LOOM_F32 && y->dtype != LOOM_F16 && y->dtype != LOOM_BF16) ||
+        x->dtype != LOOM_F32 || !rows_contiguous(x) || !rows_contiguous(y))
         return loom_ref_kv_append(a);
     int64_t n = x->shape[0];
     LOOM_RETURN_IF(at->pos < 0 || at->pos + n > y->shape[0], LOOM_ERR_INVALID_ARG,
                    "kv_append: pos %d with %lld rows does not fit the output view of %lld rows",
                    at->pos, (long long)n, (long long)y->shape[0]);
-    size_t row = (size_t)(loom_tensor_nelem(x) / (n ? n : 1)) * sizeof(float);
+    int64_t width = loom_tensor_nelem(x) / (n ? n : 1);
     int64_t lo = n * a->ith / a->nth, hi = n * (a->ith + 1) / a->nth;
-    for (int64_t r = lo; r < hi; r++)
-        memcpy((float *)y->data + (at->pos + r) * y->stride[0], (const float *)x->data + r * x->stride[0], row);
+    const loom_vec_fns *vec = loom_fused_vec(isa);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *src = (const float *)x->data + r * x->stride[0];
+        int64_t off = (at->pos + r) * y->stride[0];
+        if (y->dtype == LOOM_F32) memcpy((float *)y->data + off, src, (size_t)width * sizeof(float));
+        else if (y->dtype == LOOM_BF16) vec->f32_to_bf16(src, (uint16_t *)y->data + off, width);
+        else vec->f32_to_f16(src, (uint16_t *)y->data + off, width);
+    }
     return LOOM_OK;
 }
 
+static loom_status kv_append_generic(const loom_kernel_args *a) { return kv_append_rows(a, LOOM_ISA_GENERIC); }
+#if defined(__x86_64__)
+static loom_status kv_append_avx2(const loom_kernel_args *a) { return kv_append_rows(a, LOOM_ISA_AVX2); }
+static loom_status kv_append_avx512(const loom_kernel_args *a) { return kv_append_rows(a, LOOM_ISA_AVX512); }
+#endif
+
 void loom_register_attention_primitive_kernels(loom_op_info *table) {
     loom_op_info *kv = &table[LOOM_OP_KV_APPEND];
-    kv->opt[LOOM_ISA_GENERIC] = kv_append_rows;
+    kv->opt[LOOM_ISA_GENERIC] = kv_append_generic;
+#if defined(__x86_64__)
+    kv->opt[LOOM_ISA_AVX2] = kv_append_avx2;
+    kv->opt[LOOM_ISA_AVX512] = kv_append_avx512;
+#endif
     loom_op_info *at = &table[LOOM_OP_ATTENTION];
     at->scratch_size = prim_scratch;
     at->opt[LOOM_ISA_GENERIC] = prim_generic;

@@ -1,12 +1,15 @@
 /* qkv_rope as a graph op (src: x, wq, wk, wv; dst: q; extra dst: the K and V
- * cache views [0, pos+T), which alias the caches: the op writes them in place): Q, K and V projections, RoPE on Q and K, and the
+ * cache views [0, pos+T), which alias the caches: the op writes them in
+ * place): Q, K and V projections, RoPE on Q and K, and the
  * K/V cache write, in one launch. Work items are blocks of whole heads of Q,
  * K or V. Each item's GEMM writes its tile straight to where it belongs (Q to
  * the output, K and V to cache rows pos..pos+T) and RoPE rotates the tile in
  * place while it is still in L2: K and V are never stored and re-loaded, and
  * there are no separate rope/kv_append kernels. The GEMM and RoPE are the
  * primitive kernels of the same level on sub-blocks, so results equal the
- * unfused graph's. Caches: f32 [S_max, N_kv, D], contiguous. */
+ * unfused graph's. Caches: [S_max, N_kv, D], contiguous, f32 (the tile is
+ * computed in place), f16 or bf16 (computed in scratch, then rounded into the
+ * cache as kv_append rounds it). */
 #include "fused/fused_graph_ops.h"
 #include "fused/fused_internal.h"
 
@@ -55,7 +58,8 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     for (int i = 1; i <= 3; i++)                     /* every weight once */
         c->bytes_read += (double)loom_dtype_row_bytes(src[i]->dtype, src[i]->shape[1]) *
                          (double)src[i]->shape[0];
-    c->bytes_written = 4.0 * T * (nq + 2.0 * nkv);   /* q and the new cache rows */
+    /* q and the new cache rows */
+    c->bytes_written = 4.0 * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
 }
 
 /* Heads per work item (loom_qkv_heads_per_block unless the rule gives block_heads). */
@@ -107,11 +111,36 @@ static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs 
     return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
 }
 
+/* Then, for f16/bf16 caches, the f32 K or V tile of an item [T, hb·D]. */
+static size_t tile_bytes(const loom_qkv_rope_attrs *at, int64_t T, int64_t hb) {
+    if (at->cache_dtype == LOOM_F32) return 0;
+    return ((size_t)T * (size_t)(hb * at->head_dim) * sizeof(float) + 63) & ~(size_t)63;
+}
+
 static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
     const loom_qkv_rope_attrs *at = attrs;
-    int64_t hb = heads_per_block(at, src[0]->shape[0]);
-    return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, src[0]->shape[0]) + 64;
+    int64_t T = src[0]->shape[0], hb = heads_per_block(at, T);
+    return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, T) + tile_bytes(at, T, hb) + 64;
+}
+
+/* RoPE on an item's Q or K tile [T, nh·D] (rows ldy apart): from the tables
+ * when built, else the level's rope kernel on the tile. */
+static loom_status rope_item(const loom_qkv_rope_attrs *at, loom_isa isa, loom_kernel_fn rope, const float *tab,
+                             float *y, int64_t ldy, int64_t T, int64_t nh, void *scratch) {
+    int64_t D = at->head_dim;
+    if (tab) {
+        loom_fused_rope_tile(loom_fused_vec(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
+                             tab + rope_dims(at), 2 * rope_dims(at), y, ldy, T, nh);
+        return LOOM_OK;
+    }
+    loom_tensor tile;
+    const int64_t shape[3] = {T, nh, D};
+    LOOM_TRY(loom_tensor_init(&tile, LOOM_F32, 3, shape, y));
+    tile.stride[0] = ldy;
+    loom_kernel_args r = {.src = {&tile}, .n_src = 1, .dst = &tile, .attrs = &at->rope,
+                          .ith = 0, .nth = 1, .scratch = scratch};
+    return rope(&r);
 }
 
 static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -122,12 +151,13 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     int64_t T = x->shape[0], H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
     for (int i = 0; i < 2; i++) {
         const loom_tensor *c = a->dst_extra[i];
-        LOOM_RETURN_IF(c->dtype != LOOM_F32 || c->ndim != 3 || c->shape[1] != HKV ||
+        LOOM_RETURN_IF(c->dtype != (loom_dtype)at->cache_dtype || c->ndim != 3 || c->shape[1] != HKV ||
                            c->shape[2] != D || !loom_tensor_is_contiguous(c) ||
                            at->rope.pos_offset + T > c->shape[0],
                        LOOM_ERR_SHAPE,
-                       "qkv_rope: cache output %d must be contiguous f32 [>= %lld, %lld, %lld]", i,
-                       (long long)(at->rope.pos_offset + T), (long long)HKV, (long long)D);
+                       "qkv_rope: cache output %d must be contiguous %s [>= %lld, %lld, %lld]", i,
+                       loom_dtype_name((loom_dtype)at->cache_dtype), (long long)(at->rope.pos_offset + T),
+                       (long long)HKV, (long long)D);
     }
     int64_t hb = heads_per_block(at, T), nq = (H + hb - 1) / hb, nk = (HKV + hb - 1) / hb, lo, hi;
     loom_ref_split(nq + 2 * nk, a->ith, a->nth, &lo, &hi);
@@ -155,6 +185,11 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
                                 t0 + (size_t)t * 2 * n_rot + n_rot);
         tab = t0;
     }
+    /* f16/bf16 caches: K and V tiles go to this f32 buffer, then rounded into the cache */
+    float *tile32 = at->cache_dtype == LOOM_F32
+                        ? NULL
+                        : (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T));
+    const loom_vec_fns *vec = loom_fused_vec(isa);
     for (int64_t it = lo; it < hi; it++) {
         int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
         int64_t h0 = (part == 0 ? it : part == 1 ? it - nq : it - nq - nk) * hb;
@@ -163,6 +198,8 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         int64_t ldy;
         if (part == 0) {
             y = (float *)a->dst->data + h0 * D, ldy = H * D;
+        } else if (tile32) {
+            y = tile32, ldy = nh * D;
         } else {
             const loom_tensor *cache = a->dst_extra[part - 1];
             y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
@@ -170,23 +207,17 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
-        if (part == 2) continue;
-        if (tab) {
-            loom_fused_rope_tile(loom_fused_vec(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
-                                 tab + rope_dims(at), 2 * rope_dims(at), y, ldy, T, nh);
-            continue;
+        if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, y, ldy, T, nh, a->scratch));
+        if (part == 0 || !tile32) continue;
+        const loom_tensor *cache = a->dst_extra[part - 1];
+        uint16_t *c16 = (uint16_t *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D;
+        for (int64_t t = 0; t < T; t++) {
+            if (at->cache_dtype == LOOM_BF16) vec->f32_to_bf16(y + t * ldy, c16 + t * HKV * D, nh * D);
+            else vec->f32_to_f16(y + t * ldy, c16 + t * HKV * D, nh * D);
         }
-        loom_tensor tile;
-        const int64_t shape[3] = {T, nh, D};
-        LOOM_TRY(loom_tensor_init(&tile, LOOM_F32, 3, shape, y));
-        tile.stride[0] = ldy;
-        loom_kernel_args r = {.src = {&tile}, .n_src = 1, .dst = &tile, .attrs = &at->rope,
-                              .ith = 0, .nth = 1, .scratch = a->scratch};
-        LOOM_TRY(rope(&r));
     }
     return LOOM_OK;
 }
-
 LOOM_FUSED_LEVELS(qkv, qkv_kernel)
 
 void loom_register_qkv_rope_op(loom_op_info *e) {

@@ -12,6 +12,7 @@ typedef struct loom_checkpoint_stat {
     int    layer;                 /* LOOM_LAYER_POST for the logits */
     double max_abs, max_rel;      /* rel = |fused - ref| / max(1, |ref|) */
     int    runs, failed_runs;     /* comparisons made, and those beyond tolerance */
+    double tol;                   /* the loosest tolerance applied (layer_tolerance) */
 } loom_checkpoint_stat;
 
 

@@ -51,11 +51,12 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
     /* the caches must be the contiguous [S, Hkv, D] tensors the kernel writes */
     const loom_tensor *ks = gt(c, kc->dst), *vs = gt(c, vc->dst);
     if (ks->shape[1] != k->shape[1] || ks->shape[2] != k->shape[2] || vs->ndim != 3 ||
-        vs->shape[1] != k->shape[1] || vs->shape[2] != k->shape[2])
+        vs->shape[1] != k->shape[1] || vs->shape[2] != k->shape[2] || vs->dtype != ks->dtype ||
+        (ks->dtype != LOOM_F32 && ks->dtype != LOOM_F16 && ks->dtype != LOOM_BF16))
         return 0;
     loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1],
                              .n_kv_heads = (int32_t)k->shape[1], .head_dim = (int32_t)q->shape[2],
-                             .block_heads = 0};
+                             .block_heads = 0, .cache_dtype = ks->dtype};
     /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
     a.block_heads = (int32_t)fr_opt(c, "block_heads",
                                     loom_qkv_heads_per_block_for(x->shape[0], a.head_dim, a.n_heads,

@@ -15,7 +15,7 @@
 
 /* KV caches come from anonymous mappings: zero-filled by the kernel and only
  * resident once written, so a long context costs memory as it fills. */
-static float *cache_alloc(size_t bytes) {
+static void *cache_alloc(size_t bytes) {
     if (bytes == 0) return NULL;
     /* pages are touched only as the context fills; huge pages where the
      * kernel offers them (decode streams the cache: fewer TLB misses) */
@@ -25,7 +25,7 @@ static float *cache_alloc(size_t bytes) {
     return p;
 }
 
-static void cache_free(float *p, size_t bytes) {
+static void cache_free(void *p, size_t bytes) {
     if (p) munmap(p, bytes);
 }
 
@@ -61,6 +61,10 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
                    "thread count must be >= 1, got %d", params.n_threads);
     LOOM_RETURN_IF(params.n_ctx < 0, LOOM_ERR_INVALID_ARG, "context length must be >= 0, got %d",
                    params.n_ctx);
+    LOOM_RETURN_IF(params.kv_dtype != LOOM_F32 && params.kv_dtype != LOOM_F16 &&
+                       params.kv_dtype != LOOM_BF16,
+                   LOOM_ERR_INVALID_ARG, "KV cache dtype %s: expected f32, f16 or bf16",
+                   loom_dtype_name(params.kv_dtype));
     loom_model *m = calloc(1, sizeof *m);
     LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
     m->params = params;
@@ -79,7 +83,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         goto fail;
     }
     size_t cache = (size_t)c->n_layers * (size_t)m->n_ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    m->cache_bytes = cache * sizeof(float);
+    m->cache_bytes = cache * loom_dtype_size(params.kv_dtype);
     m->k_cache = cache_alloc(m->cache_bytes);
     m->v_cache = cache_alloc(m->cache_bytes);
     m->ids = malloc((size_t)m->n_ctx * sizeof *m->ids);
@@ -90,7 +94,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         cache_free(m->v_cache, m->cache_bytes);
         m->k_cache = m->v_cache = NULL;
         s = loom_set_error(LOOM_ERR_NOMEM, "cannot allocate a KV cache of %zu bytes",
-                           2 * cache * sizeof(float));
+                           2 * m->cache_bytes);
         goto fail;
     }
     /* the cache starts as zeros (fresh anonymous pages) so a dump never shows
@@ -159,12 +163,13 @@ loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int
     loom_tensor_set_name(&t, "tokens");
     int ids = loom_graph_external(g, &t);
     const int64_t cache_shape[3] = {m->n_ctx, c->n_kv_heads, c->head_dim};
-    size_t per_layer = (size_t)m->n_ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    const loom_dtype ct = m->params.kv_dtype;
+    size_t per_layer = m->cache_bytes / (size_t)c->n_layers;
     for (int l = 0; l < c->n_layers; l++) {
-        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 3, cache_shape, m->k_cache + l * per_layer));
+        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->k_cache + l * per_layer));
         loom_tensor_set_name(&t, "L%d.k_cache_store", l);
         m->kc[l] = loom_graph_external(g, &t);
-        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 3, cache_shape, m->v_cache + l * per_layer));
+        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->v_cache + l * per_layer));
         loom_tensor_set_name(&t, "L%d.v_cache_store", l);
         m->vc[l] = loom_graph_external(g, &t);
     }

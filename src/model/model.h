@@ -23,8 +23,8 @@ struct loom_model {
     loom_mapped_file   file;
     loom_model_params  params;
     int                n_ctx;
-    float             *k_cache;   /* [n_layers, n_ctx, n_kv_heads, head_dim] */
-    float             *v_cache;   /* same */
+    void              *k_cache;   /* [n_layers, n_ctx, n_kv_heads, head_dim] of params.kv_dtype */
+    void              *v_cache;   /* same */
     size_t             cache_bytes;  /* of each of k_cache, v_cache */
     int32_t           *ids;       /* [n_ctx] token ids of the current call */
     loom_graph        *graph;     /* the graph of the last forward pass */

@@ -122,6 +122,7 @@ typedef struct {
     loom_rope_attrs rope;   /* as the rope nodes it replaced (pos_offset = first cache row) */
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
+    int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16 or LOOM_BF16 */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 typedef struct {

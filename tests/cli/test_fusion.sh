@@ -20,6 +20,12 @@ done
 # checkpoints: one line per layer and the logits, none beyond tolerance
 grep -qE "^  L4 output +256 " "$TMP/err" && grep -qE "^  logits +256 .* 0$" "$TMP/err" \
     && pass "checkpoint report" || fail "checkpoint report: $(cat "$TMP/err")"
+# f16 / bf16 KV caches: every layer within the tolerance of the cache's dtype
+for ct in f16 bf16; do
+    "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 64 -t 2 --kv-dtype "$ct" --mode fused_with_checkpoints \
+        --checkpoint-action fail >"$TMP/out" 2>"$TMP/err" && grep -qE "^  L4 output +64 " "$TMP/err" \
+        && pass "checkpoints, $ct cache" || fail "checkpoints, $ct cache: $(tail -5 "$TMP/err")"
+done
 # Decode attention split-KV in the graph: with chunks of 16 keys (block_kv) the
 # four kv heads on three threads run split and merge; the text is one thread's.
 sed -e 's/block_kv: auto/block_kv: 16/' "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/chunk16.yaml"

@@ -99,7 +99,7 @@ expect_error "chat: llama2.c model needs a template" "chat template" \
 
 # ---- bench (tiny sizes): a table with pp and tg rows, and JSON
 "$LOOM" bench -m "$M" -p 16 -n 4 -t 1 -r 2 --mode step_by_step >"$TMP/out" 2>"$TMP/err"
-[ $? -eq 0 ] && grep -q "| step_by_step | 1 | pp16 |" "$TMP/out" && grep -q "| tg4 |" "$TMP/out" \
+[ $? -eq 0 ] && grep -q "| step_by_step | f32 | 1 | pp16 |" "$TMP/out" && grep -q "| tg4 |" "$TMP/out" \
     && pass "bench: table" || fail "bench: $(cat "$TMP/out" "$TMP/err")"
 "$LOOM" bench -m "$M" -p 8 -n 2 -t 1,2 -r 1 --mode fused --json >"$TMP/out" 2>"$TMP/err"
 if [ $? -eq 0 ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['results'])==4 and all(r['tps_median']>0 and r['peak_rss_mib']>0 for r in d['results'])" "$TMP/out"; then
@@ -107,6 +107,22 @@ if [ $? -eq 0 ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); 
 else
     fail "bench --json: $(head -c 400 "$TMP/out") $(cat "$TMP/err")"
 fi
+# depth (-d) and KV cache types: one row per cache type x depth x test, tests after the depth's tokens
+"$LOOM" bench -m "$M" -p 8 -n 2 -d 0,24 --kv-dtype f32,bf16 -r 1 --mode fused --json >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && python3 -c "
+import json,sys
+r=json.load(open(sys.argv[1]))['results']
+assert sorted((x['kv_dtype'],x['n_depth'],x['test']) for x in r)==sorted((c,d,t) for c in ('f32','bf16') for d in (0,24) for t in ('pp8','tg2')), r
+assert all(x['tps_median']>0 for x in r)" "$TMP/out"; then
+    pass "bench: depth and cache types"
+else
+    fail "bench -d --kv-dtype: $(head -c 600 "$TMP/out") $(cat "$TMP/err")"
+fi
+"$LOOM" bench -m "$M" -p 0 -n 2 -d 16 -r 1 --mode step_by_step >"$TMP/out" 2>"$TMP/err" \
+    && grep -q "| tg2 @ d16 |" "$TMP/out" && pass "bench: depth in the table" || fail "bench -d: $(cat "$TMP/out" "$TMP/err")"
+expect_error "bench: bad cache type" "--kv-dtype expects f32, f16 or bf16, got 'q8_0'" \
+    "$LOOM" bench -m "$M" --kv-dtype f32,q8_0
+expect_error "bench: depth beyond the model" "context [0-9]+ exceeds" "$LOOM" bench -m "$M" -p 0 -n 4 -d 100000
 expect_error "bench: bad thread list" "-t.*comma-separated" "$LOOM" bench -m "$M" -t 1,x
 expect_error "bench: bad mode" "unknown mode 'warp'" "$LOOM" bench -m "$M" --mode step_by_step,warp
 expect_error "bench: nothing to run" "nothing to run" "$LOOM" bench -m "$M" -p 0 -n 0

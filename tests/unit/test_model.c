@@ -18,7 +18,13 @@ typedef struct naive {
     const loom_llama_weights *w;
     float *kc, *vc;  /* [L][ctx][kv_dim] */
     int ctx;
+    loom_dtype kv_dtype;  /* K and V rows rounded to it when stored (f32 = 0: kept) */
 } naive;
+
+static float nv_round(float x, loom_dtype t) {
+    if (t == LOOM_BF16) return loom_bf16_to_f32(loom_f32_to_bf16(x));
+    return t == LOOM_F16 ? loom_f16_to_f32(loom_f32_to_f16(x)) : x;
+}
 
 static void nv_matmul(float *y, const float *x, const loom_tensor *W, int n, int d) {
     const float *w = W->data;
@@ -61,6 +67,7 @@ static void nv_forward(naive *m, int token, int pos, float *logits) {
                 vec[i + 1] = a * fs + b * fc;
             }
         }
+        for (int i = 0; i < KVD; i++) kc[i] = nv_round(kc[i], m->kv_dtype), vc[i] = nv_round(vc[i], m->kv_dtype);
         for (int h = 0; h < c->n_heads; h++) {
             int kvh = h / (c->n_heads / c->n_kv_heads);
             double mx = -INFINITY, sum = 0;
@@ -152,7 +159,7 @@ static void test_forward_vs_naive(const char *path, int threads) {
     if (!m) return;
     const int V = m->cfg.vocab_size, KVD = m->cfg.n_kv_heads * m->cfg.head_dim, N = 11;
     naive nv = {&m->cfg, &m->w, calloc((size_t)m->cfg.n_layers * 64 * KVD, sizeof(float)),
-                calloc((size_t)m->cfg.n_layers * 64 * KVD, sizeof(float)), 64};
+                calloc((size_t)m->cfg.n_layers * 64 * KVD, sizeof(float)), 64, LOOM_F32};
     int32_t toks[N];
     for (int i = 0; i < N; i++) toks[i] = i == 0 ? 1 : (int32_t)(37 * i + 11) % V;
     float *ref = malloc(V * sizeof *ref), *got = malloc(V * sizeof *got), *inc = malloc(V * sizeof *inc);
@@ -197,6 +204,79 @@ static void test_threads_bit_identical(const char *path) {
     for (int t = 0; t < 3; t++) free(out[t]);
 }
 
+/* f16 and bf16 KV caches (loom_model_params.kv_dtype), step_by_step and
+ * fused, 1 and 2 threads: half the cache bytes; layer 0's K and V (which no
+ * cache read feeds) hold exactly the f32 cache's values rounded; logits of a
+ * prefill and of the same tokens decoded one by one within the dtype's
+ * tolerance (bf16: for long reductions) of the naive forward pass that rounds
+ * its cache the same way;
+ * any other type is an error. */
+static void test_kv_dtypes(const char *path) {
+    const int N = 11, CTX = 64;
+    loom_model_params p = loom_model_default_params();
+    p.n_ctx = CTX;
+    loom_model *m32;
+    CHECK(loom_model_load(path, &p, &m32) == LOOM_OK);
+    if (!m32) return;
+    const int V = m32->cfg.vocab_size, KVD = m32->cfg.n_kv_heads * m32->cfg.head_dim;
+    naive nv = {&m32->cfg, &m32->w, calloc((size_t)m32->cfg.n_layers * CTX * KVD, sizeof(float)),
+                calloc((size_t)m32->cfg.n_layers * CTX * KVD, sizeof(float)), CTX, LOOM_F32};
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = i == 0 ? 1 : (int32_t)(53 * i + 7) % V;
+    float *ref = malloc(V * sizeof *ref), *got = malloc(V * sizeof *got);
+    CHECK(loom_model_forward(m32, toks, N, 0, got) == LOOM_OK);
+    const loom_dtype types[2] = {LOOM_F16, LOOM_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        nv.kv_dtype = types[ti];
+        for (int i = 0; i < N; i++) nv_forward(&nv, toks[i], i, ref);
+        for (int mode = 0; mode < 2; mode++)
+            for (int threads = 1; threads <= 2; threads++) {
+                p.kv_dtype = types[ti];
+                p.mode = mode ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP;
+                p.n_threads = threads;
+                loom_model *m;
+                CHECK_MSG(loom_model_load(path, &p, &m) == LOOM_OK, "%s", loom_last_error());
+                if (!m) continue;
+                CHECK(m->cache_bytes * 2 == m32->cache_bytes);
+                /* f16: f16's tolerance. bf16: where a kernel reads a bf16 V with vdpbf16ps it rounds P
+                 * to bf16 too (2^-9 per probability; the prefill kernel here, the decode kernel at
+                 * head dims 64..256), which five layers compound: 1.2e-2 measured, so bf16's
+                 * tolerance for long reductions, 2^-6 */
+                double tol = types[ti] == LOOM_BF16 ? 1.0 / 64 : 1.0 / 256, worst = 0;
+                for (int pass = 0; pass < 2; pass++) {  /* prefill, then one token at a time */
+                    if (pass == 0) CHECK(loom_model_forward(m, toks, N, 0, got) == LOOM_OK);
+                    else
+                        for (int i = 0; i < N; i++) CHECK(loom_model_forward(m, &toks[i], 1, i, got) == LOOM_OK);
+                    for (int i = 0; i < V; i++) {
+                        double e = fabs(got[i] - ref[i]) / (fabs(ref[i]) > 1 ? fabs(ref[i]) : 1);
+                        worst = e > worst ? e : worst;
+                    }
+                }
+                CHECK_MSG(worst <= tol, "cache %s, %s, %d threads: logits off by %.3g relative (tolerance %.3g)",
+                          loom_dtype_name(types[ti]), loom_mode_name(p.mode), threads, worst, tol);
+                const uint16_t *k16 = m->k_cache, *v16 = m->v_cache;
+                const float *k32 = m32->k_cache, *v32 = m32->v_cache;
+                int exact = 1;
+                for (int i = 0; i < N * KVD; i++) {
+                    uint16_t ek = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(k32[i]) : loom_f32_to_f16(k32[i]);
+                    uint16_t ev = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(v32[i]) : loom_f32_to_f16(v32[i]);
+                    exact &= k16[i] == ek && v16[i] == ev;
+                }
+                CHECK_MSG(exact, "cache %s, %s: layer 0 cache rows are not the f32 rows rounded",
+                          loom_dtype_name(types[ti]), loom_mode_name(p.mode));
+                fprintf(stderr, "  cache %s, %s, %d threads: max relative logit error %.3g\n",
+                        loom_dtype_name(types[ti]), loom_mode_name(p.mode), threads, worst);
+                loom_model_free(m);
+            }
+    }
+    loom_model *bad = (loom_model *)1;
+    p.kv_dtype = LOOM_I8;
+    CHECK(loom_model_load(path, &p, &bad) == LOOM_ERR_INVALID_ARG && bad == NULL);
+    CHECK(strstr(loom_last_error(), "KV cache dtype i8") != NULL);
+    free(ref), free(got), free(nv.kc), free(nv.vc);
+    loom_model_free(m32);
+}
+
 static void test_load_errors(void) {
     loom_model *m = (loom_model *)1;
     CHECK(loom_model_load("/nonexistent/model.bin", NULL, &m) == LOOM_ERR_IO);
@@ -220,5 +300,6 @@ int main(void) {
     test_forward_vs_naive(legacy, 1);
     test_forward_vs_naive(v1, 2);
     test_threads_bit_identical(legacy);
+    test_kv_dtypes(legacy);
     return TEST_SUMMARY();
 }

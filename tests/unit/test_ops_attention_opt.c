@@ -80,18 +80,25 @@ static void run_case(const acase *c, loom_rng *rng) {
     free(q), free(k), free(v), free(m), free(ref), free(out);
 }
 
-/* kv_append: the row-copy kernel against the reference, threads 1..3,
- * positions inside the cache, and a cache of another dtype (falls back). */
+/* kv_append: the row kernels of every level against the reference, threads
+ * 1..3, positions inside the cache; f32 caches (row copies) and f16 / bf16
+ * ones (rows rounded by the vector conversions: the same bits as the
+ * reference, also for NaN, inf, halfway and subnormal values). */
 static void test_kv_append(loom_rng *rng) {
     const struct { int smax, n, pos, h, d; loom_dtype dt; } cs[] = {
         {16, 5, 0, 3, 8, LOOM_F32}, {16, 1, 15, 3, 8, LOOM_F32}, {40, 17, 9, 2, 33, LOOM_F32},
-        {12, 4, 3, 1, 5, LOOM_F16}};
+        {12, 4, 3, 1, 5, LOOM_F16}, {40, 17, 9, 2, 33, LOOM_F16}, {16, 5, 0, 3, 8, LOOM_BF16},
+        {40, 17, 9, 2, 33, LOOM_BF16}, {64, 64, 0, 3, 64, LOOM_BF16}};
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         int64_t row = (int64_t)cs[c].h * cs[c].d, total = cs[c].smax * row;
         size_t es = loom_dtype_size(cs[c].dt);
         unsigned char *ref = malloc((size_t)total * es), *got = malloc((size_t)total * es);
         float *x = falloc(cs[c].n * row);
         fill_rand(x, cs[c].n * row, rng);
+        const float special[] = {NAN, INFINITY, -INFINITY, 1.00390625f /* bf16 halfway */, 1e-40f, -0.0f,
+                                 65520.0f /* f16 overflow */, 3e-8f /* f16 subnormal */};
+        for (size_t i = 0; i < sizeof special / sizeof special[0] && (int64_t)i * 7 < cs[c].n * row; i++)
+            x[i * 7] = special[i];
         for (int64_t i = 0; i < total * (int64_t)es; i++) ref[i] = (unsigned char)(i * 31);
         loom_tensor tc, tx, ty, tg;
         TENSOR(tc, cs[c].dt, ref, cs[c].smax, cs[c].h, cs[c].d);
@@ -104,18 +111,20 @@ static void test_kv_append(loom_rng *rng) {
         CHECK(inferred.shape[0] == cs[c].pos + cs[c].n);
         TENSOR(ty, cs[c].dt, ref, cs[c].pos + cs[c].n, cs[c].h, cs[c].d);  /* views the cache */
         CHECK(loom_op_run(LOOM_OP_KV_APPEND, src, 2, &at, &ty, LOOM_ISA_REF) == LOOM_OK);
-        for (int nth = 1; nth <= 3; nth++) {
-            for (int64_t i = 0; i < total * (int64_t)es; i++) got[i] = (unsigned char)(i * 31);
-            tg = ty;
-            tg.data = got;
-            loom_kernel_fn fn = loom_op_kernel(LOOM_OP_KV_APPEND, loom_cpu_isa());
-            for (int ith = 0; ith < nth; ith++) {
-                loom_kernel_args a = {.n_src = 2, .dst = &tg, .attrs = &at, .ith = ith, .nth = nth};
-                a.src[0] = &tc, a.src[1] = &tx;
-                CHECK(fn(&a) == LOOM_OK);
+        for (int isa = LOOM_ISA_GENERIC; isa <= (int)loom_cpu_isa(); isa++)
+            for (int nth = 1; nth <= 3; nth++) {
+                for (int64_t i = 0; i < total * (int64_t)es; i++) got[i] = (unsigned char)(i * 31);
+                tg = ty;
+                tg.data = got;
+                loom_kernel_fn fn = loom_op_kernel(LOOM_OP_KV_APPEND, (loom_isa)isa);
+                for (int ith = 0; ith < nth; ith++) {
+                    loom_kernel_args a = {.n_src = 2, .dst = &tg, .attrs = &at, .ith = ith, .nth = nth};
+                    a.src[0] = &tc, a.src[1] = &tx;
+                    CHECK(fn(&a) == LOOM_OK);
+                }
+                CHECK_MSG(memcmp(ref, got, (size_t)total * es) == 0, "kv_append case %zu (%s) %s nth %d differs",
+                          c, loom_dtype_name(cs[c].dt), loom_isa_name((loom_isa)isa), nth);
             }
-            CHECK_MSG(memcmp(ref, got, (size_t)total * es) == 0, "kv_append case %zu nth %d differs", c, nth);
-        }
         free(ref), free(got), free(x);
     }
 }

@@ -4,8 +4,9 @@
  * every level, for both RoPE pairings, partial rotation (n_rot < D), GQA,
  * decode (T < 8: GEMV, one head per item) and prefill (T >= 8), f32 and q8_0
  * weights (x quantized once per kernel), 1 and 3 threads, explicit and
- * automatic heads per item; rows of the caches outside [pos, pos + T) stay
- * untouched. */
+ * automatic heads per item, f32, f16 and bf16 caches (K and V rounded into
+ * the cache as kv_append rounds them); rows of the caches outside
+ * [pos, pos + T) stay untouched. */
 #include <string.h>
 
 #include "check.h"
@@ -62,7 +63,7 @@ static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *sr
     return run_threads(op, loom_op_kernel(op, isa), a, nth);
 }
 
-static void check_case(const qcase *c, loom_isa isa, uint64_t seed) {
+static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t seed) {
     loom_rng r;
     loom_rng_init(&r, seed, 3);
     int64_t T = c->T, H = c->H, HKV = c->HKV, D = c->D;
@@ -72,12 +73,13 @@ static void check_case(const qcase *c, loom_isa isa, uint64_t seed) {
     loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, c->hid}, x);
     void *w[3] = {make_w(c->wt, H * D, c->hid, &r, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, &tw[1]),
                   make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
-    size_t cache_n = (size_t)(c->S_max * HKV * D);
-    float *kc[2], *vc[2], *q[2];
+    size_t cache_n = (size_t)(c->S_max * HKV * D), cache_bytes = cache_n * loom_dtype_size(ct);
+    unsigned char *kc[2], *vc[2];
+    float *q[2];
     for (int i = 0; i < 2; i++) {
-        kc[i] = malloc(sizeof(float) * cache_n), vc[i] = malloc(sizeof(float) * cache_n);
+        kc[i] = malloc(cache_bytes), vc[i] = malloc(cache_bytes);
         q[i] = malloc(sizeof(float) * (size_t)(T * H * D));
-        for (size_t j = 0; j < cache_n; j++) kc[i][j] = vc[i][j] = (float)j * 0.25f; /* old rows */
+        for (size_t j = 0; j < cache_bytes; j++) kc[i][j] = vc[i][j] = (unsigned char)(j * 29 + 7); /* old rows */
         for (int64_t j = 0; j < T * H * D; j++) q[i][j] = NAN;
     }
     loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f,
@@ -103,8 +105,8 @@ static void check_case(const qcase *c, loom_isa isa, uint64_t seed) {
         CHECK(run_op(LOOM_OP_ROPE, isa, s1, 1, &rope, &rqo, c->nth) == LOOM_OK);
         const loom_tensor *s2[1] = {&rk};
         CHECK(run_op(LOOM_OP_ROPE, isa, s2, 1, &rope, &rk, c->nth) == LOOM_OK);
-        loom_tensor_init(&cK, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[0]);
-        loom_tensor_init(&cV, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[0]);
+        loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[0]);
+        loom_tensor_init(&cV, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[0]);
         loom_tensor_init(&sk, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yk);
         loom_tensor_init(&sv, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yv);
         loom_kv_append_attrs ka = {c->pos};
@@ -115,22 +117,21 @@ static void check_case(const qcase *c, loom_isa isa, uint64_t seed) {
     }
     /* the fused op */
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
-                              .block_heads = c->block_heads};
+                              .block_heads = c->block_heads, .cache_dtype = ct};
     loom_tensor to, cK, cV;
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
-    loom_tensor_init(&cK, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
-    loom_tensor_init(&cV, LOOM_F32, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[1]);
+    loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
+    loom_tensor_init(&cV, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[1]);
     loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2]}, .n_src = 4, .dst = &to, .attrs = &at,
                           .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
     int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
-               memcmp(kc[0], kc[1], sizeof(float) * cache_n) == 0 &&
-               memcmp(vc[0], vc[1], sizeof(float) * cache_n) == 0;
-    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d: "
+               memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0;
+    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d cache %s: "
               "fused qkv_rope differs from matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
               (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
-              loom_dtype_name(c->wt), c->block_heads, c->nth);
+              loom_dtype_name(c->wt), c->block_heads, c->nth, loom_dtype_name(ct));
     for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
     free(x);
@@ -147,12 +148,38 @@ static void test_against_decomposition(void) {
         {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0},
         {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0},
     };
+    const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            check_case(&cases[i], (loom_isa)isa, 100 + i);
+            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++)
+                check_case(&cases[i], (loom_isa)isa, cts[t], 100 + i);
+}
+
+/* A cache of another dtype than the attributes name is an error naming it. */
+static void test_cache_dtype_mismatch(void) {
+    const int64_t T = 2, hid = 16, H = 2, HKV = 1, D = 8;
+    float x[T * hid], wq[H * D * hid], wk[HKV * D * hid], wv[HKV * D * hid], q[T * H * D];
+    uint16_t kc[4 * HKV * D], vc[4 * HKV * D];
+    memset(x, 0, sizeof x), memset(wq, 0, sizeof wq), memset(wk, 0, sizeof wk), memset(wv, 0, sizeof wv);
+    loom_tensor tx, t0, t1, t2, to, cK, cV;
+    loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, hid}, x);
+    loom_tensor_init(&t0, LOOM_F32, 2, (const int64_t[2]){H * D, hid}, wq);
+    loom_tensor_init(&t1, LOOM_F32, 2, (const int64_t[2]){HKV * D, hid}, wk);
+    loom_tensor_init(&t2, LOOM_F32, 2, (const int64_t[2]){HKV * D, hid}, wv);
+    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q);
+    loom_tensor_init(&cK, LOOM_BF16, 3, (const int64_t[3]){T, HKV, D}, kc);
+    loom_tensor_init(&cV, LOOM_BF16, 3, (const int64_t[3]){T, HKV, D}, vc);
+    loom_qkv_rope_attrs at = {.rope = {.mode = LOOM_ROPE_HALF, .theta = 10000.0f, .freq_scale = 1.0f},
+                              .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
+                              .cache_dtype = LOOM_F16};
+    loom_kernel_args a = {.src = {&tx, &t0, &t1, &t2}, .n_src = 4, .dst = &to, .attrs = &at,
+                          .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
+    CHECK(run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, loom_cpu_isa()), a, 1) == LOOM_ERR_SHAPE);
+    CHECK(strstr(loom_last_error(), "contiguous f16") != NULL);
 }
 
 int main(void) {
     RUN_TEST(test_against_decomposition);
+    RUN_TEST(test_cache_dtype_mismatch);
     return TEST_SUMMARY();
 }

@@ -1,8 +1,12 @@
 /* loom bench: prompt processing and generation speed with llama-bench's
- * semantics. For every mode x thread count x test:
- *   ppN  N prompt tokens (BOS then pseudo-random ids) in one forward pass from
- *        an empty cache; tokens/s = N / time.
- *   tgN  N tokens generated one at a time from an empty cache; tokens/s = N / time.
+ * semantics. For every mode x KV cache type x thread count x depth x test:
+ *   ppN  N prompt tokens (BOS then pseudo-random ids) in one forward pass;
+ *        tokens/s = N / time.
+ *   tgN  N tokens generated one at a time; tokens/s = N / time.
+ * At depth d (-d) the cache first holds d tokens (one untimed forward pass;
+ * the tests write only the positions after them, so it is filled once), and
+ * the test runs at positions d, d + 1, ...: "tg128 @ d2048" is the speed of
+ * generation with 2048 to 2175 tokens of context.
  * One warm-up run per test, then -r repetitions: median, min, max, stdev.
  * Also peak RSS of the process so far and the planned intermediate memory
  * (the arena the planner assigned to the graph). */
@@ -42,8 +46,8 @@ static int parse_int_list(const char *opt, const char *s, int *v, int *n, int mi
 }
 
 typedef struct result {
-    const char *mode;
-    int threads;
+    const char *mode, *kv_dtype;
+    int threads, depth;
     char test[32];
     int n_tokens;
     double median, min, max, stdev;  /* tokens/s */
@@ -71,20 +75,25 @@ static void summarise(result *r, double *tps, int n) {
     r->stdev = sqrt(var);
 }
 
-/* One timed run of a test; returns seconds or < 0 on error. */
-static double run_once(loom_model *m, const int32_t *toks, int pp, int tg, float *logits) {
+/* One timed run of a test after `depth` cached tokens; returns seconds or < 0 on error. */
+static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, int tg, float *logits) {
     double t0 = loom_time_s();
     if (pp > 0) {
-        if (loom_model_forward(m, toks, pp, 0, logits) != LOOM_OK) return -1;
+        if (loom_model_forward(m, toks + depth, pp, depth, logits) != LOOM_OK) return -1;
     } else {
         for (int i = 0; i < tg; i++)
-            if (loom_model_forward(m, &toks[i], 1, i, logits) != LOOM_OK) return -1;
+            if (loom_model_forward(m, &toks[depth + i], 1, depth + i, logits) != LOOM_OK) return -1;
     }
     return loom_time_s() - t0;
 }
 
+static const char *kv_dtype_name(loom_dtype t) {
+    return t == LOOM_BF16 ? "bf16" : t == LOOM_F16 ? "f16" : "f32";
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL;
+    const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL, *d_s = "0",
+               *ct_s = "f32";
     int reps = 5, json = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
@@ -92,18 +101,33 @@ int cmd_bench(int argc, char **argv) {
         {"-p", "--n-prompt", ARG_STR, &p_s, "N[,N..]", "prompt lengths, 0 = none (default 512)"},
         {"-n", "--n-gen", ARG_STR, &n_s, "N[,N..]", "generated tokens, 0 = none (default 128)"},
         {"-t", "--threads", ARG_STR, &t_s, "N[,N..]", "thread counts (default 1)"},
+        {"-d", "--n-depth", ARG_STR, &d_s, "N[,N..]",
+         "tokens already in the KV cache when a test starts (default 0)"},
+        {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16 (default f32)"},
         {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
          "execution modes (default: $LOOM_MODE, the rules', step_by_step)"},
         {"-r", "--repetitions", ARG_INT, &reps, "N", "timed runs per test after one warm-up (default 5)"},
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of a table"},
     };
-    const char *usage = "[-m MODEL] [-p 512] [-n 128] [-t 1,2] [--mode fused,step_by_step] [-r 5] [--json]";
+    const char *usage = "[-m MODEL] [-p 512] [-n 128] [-t 1,2] [-d 0,2048] [--kv-dtype f32,bf16] "
+                        "[--mode fused,step_by_step] [-r 5] [--json]";
     int r = args_parse("bench", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
-    int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], np, nn, nt, nm = 0;
+    int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], dv[MAX_LIST], np, nn, nt, nd, nm = 0, nc = 0;
     if (parse_int_list("-p", p_s, pv, &np, 0) || parse_int_list("-n", n_s, nv, &nn, 0) ||
-        parse_int_list("-t", t_s, tv, &nt, 1))
+        parse_int_list("-t", t_s, tv, &nt, 1) || parse_int_list("-d", d_s, dv, &nd, 0))
         return 1;
+    loom_dtype ctv[MAX_LIST];
+    char ct_buf[256];
+    snprintf(ct_buf, sizeof ct_buf, "%s", ct_s);
+    for (char *save = NULL, *tok = strtok_r(ct_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (nc >= MAX_LIST || cli_kv_dtype("bench", tok, &ctv[nc])) return 1;
+        nc++;
+    }
+    if (nc == 0) {
+        fprintf(stderr, "loom bench: --kv-dtype is empty\n");
+        return 1;
+    }
     if (reps < 1 || reps > 1000) {
         fprintf(stderr, "loom bench: -r must be in 1..1000, got %d\n", reps);
         return 1;
@@ -133,11 +157,13 @@ int cmd_bench(int argc, char **argv) {
     }
     char def[1024];
     if (cli_resolve_model("bench", &model_path, def, sizeof def)) return 1;
-    int max_tokens = 1;
-    for (int i = 0; i < np; i++) max_tokens = pv[i] > max_tokens ? pv[i] : max_tokens;
-    for (int i = 0; i < nn; i++) max_tokens = nv[i] > max_tokens ? nv[i] : max_tokens;
+    int max_test = 1, max_depth = 0;
+    for (int i = 0; i < np; i++) max_test = pv[i] > max_test ? pv[i] : max_test;
+    for (int i = 0; i < nn; i++) max_test = nv[i] > max_test ? nv[i] : max_test;
+    for (int i = 0; i < nd; i++) max_depth = dv[i] > max_depth ? dv[i] : max_depth;
+    int max_tokens = max_depth + max_test;
 
-    result *res = calloc((size_t)nm * nt * (np + nn), sizeof *res);
+    result *res = calloc((size_t)nm * nc * nt * nd * (np + nn), sizeof *res);
     double *tps = malloc((size_t)reps * sizeof *tps);
     int32_t *toks = malloc((size_t)max_tokens * sizeof *toks);
     float *logits = NULL;
@@ -145,56 +171,71 @@ int cmd_bench(int argc, char **argv) {
     loom_model_info info = {0};
     if (!res || !tps || !toks) goto done;
     for (int mi = 0; mi < nm; mi++) {
-        for (int ti = 0; ti < nt; ti++) {
-            loom_model_params mp = loom_model_default_params();
-            mp.n_threads = tv[ti];
-            mp.n_ctx = max_tokens;
-            mp.mode = modes[mi];
-            loom_model *m = NULL;
-            if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
-                fprintf(stderr, "loom bench: mode %s, %d threads: cannot load model: %s\n",
-                        loom_mode_name(modes[mi]), tv[ti], loom_last_error());
-                failed++;
-                continue;
-            }
-            info = loom_model_get_info(m);
-            if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
-            if (!logits) {
-                loom_model_free(m);
-                goto done;
-            }
-            /* BOS-like first id, then a fixed pseudo-random sequence (llama-bench: rand() % vocab) */
-            uint32_t s = 12345;
-            for (int i = 0; i < max_tokens; i++) {
-                s = s * 1103515245u + 12345u;
-                toks[i] = i == 0 ? 1 % info.vocab_size : (int32_t)((s >> 8) % (uint32_t)info.vocab_size);
-            }
-            for (int k = 0; k < np + nn; k++) {
-                int pp = k < np ? pv[k] : 0, tg = k < np ? 0 : nv[k - np];
-                if (pp == 0 && tg == 0) continue;
-                result *re = &res[n_res];
-                re->mode = loom_mode_name(modes[mi]);
-                re->threads = tv[ti];
-                re->n_tokens = pp ? pp : tg;
-                snprintf(re->test, sizeof re->test, "%s%d", pp ? "pp" : "tg", re->n_tokens);
-                int ok = run_once(m, toks, pp ? pp : 0, pp ? 0 : (tg < 2 ? tg : 1), logits) >= 0;
-                for (int i = 0; ok && i < reps; i++) {
-                    double t = run_once(m, toks, pp, tg, logits);
-                    ok = t >= 0;
-                    tps[i] = re->n_tokens / (t > 0 ? t : 1e-9);
-                }
-                if (!ok) {
-                    fprintf(stderr, "loom bench: mode %s, %d threads, %s: %s\n", re->mode, re->threads,
-                            re->test, loom_last_error());
+        for (int ci = 0; ci < nc; ci++) {
+            for (int ti = 0; ti < nt; ti++) {
+                loom_model_params mp = loom_model_default_params();
+                mp.n_threads = tv[ti];
+                mp.n_ctx = max_tokens;
+                mp.mode = modes[mi];
+                mp.kv_dtype = ctv[ci];
+                loom_model *m = NULL;
+                if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
+                    fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: cannot load model: %s\n",
+                            loom_mode_name(modes[mi]), kv_dtype_name(ctv[ci]), tv[ti], loom_last_error());
                     failed++;
                     continue;
                 }
-                summarise(re, tps, reps);
-                re->peak_rss_mib = peak_rss_mib();
-                re->planned_mib = m->graph->arena_bytes / (1024.0 * 1024.0);
-                n_res++;
+                info = loom_model_get_info(m);
+                if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
+                if (!logits) {
+                    loom_model_free(m);
+                    goto done;
+                }
+                /* BOS-like first id, then a fixed pseudo-random sequence (llama-bench: rand() % vocab) */
+                uint32_t s = 12345;
+                for (int i = 0; i < max_tokens; i++) {
+                    s = s * 1103515245u + 12345u;
+                    toks[i] = i == 0 ? 1 % info.vocab_size : (int32_t)((s >> 8) % (uint32_t)info.vocab_size);
+                }
+                for (int di = 0; di < nd; di++) {
+                    int depth = dv[di];
+                    if (depth > 0 && run_once(m, toks, 0, depth, 0, logits) < 0) {
+                        fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: filling %d tokens: %s\n",
+                                loom_mode_name(modes[mi]), kv_dtype_name(ctv[ci]), tv[ti], depth,
+                                loom_last_error());
+                        failed++;
+                        continue;
+                    }
+                    for (int k = 0; k < np + nn; k++) {
+                        int pp = k < np ? pv[k] : 0, tg = k < np ? 0 : nv[k - np];
+                        if (pp == 0 && tg == 0) continue;
+                        result *re = &res[n_res];
+                        re->mode = loom_mode_name(modes[mi]);
+                        re->kv_dtype = kv_dtype_name(ctv[ci]);
+                        re->threads = tv[ti];
+                        re->depth = depth;
+                        re->n_tokens = pp ? pp : tg;
+                        snprintf(re->test, sizeof re->test, "%s%d", pp ? "pp" : "tg", re->n_tokens);
+                        int ok = run_once(m, toks, depth, pp, pp ? 0 : (tg < 2 ? tg : 1), logits) >= 0;
+                        for (int i = 0; ok && i < reps; i++) {
+                            double t = run_once(m, toks, depth, pp, tg, logits);
+                            ok = t >= 0;
+                            tps[i] = re->n_tokens / (t > 0 ? t : 1e-9);
+                        }
+                        if (!ok) {
+                            fprintf(stderr, "loom bench: mode %s, cache %s, %d threads, %s @ d%d: %s\n", re->mode,
+                                    re->kv_dtype, re->threads, re->test, depth, loom_last_error());
+                            failed++;
+                            continue;
+                        }
+                        summarise(re, tps, reps);
+                        re->peak_rss_mib = peak_rss_mib();
+                        re->planned_mib = m->graph->arena_bytes / (1024.0 * 1024.0);
+                        n_res++;
+                    }
+                }
+                loom_model_free(m);
             }
-            loom_model_free(m);
         }
     }
     if (json) {
@@ -207,22 +248,28 @@ int cmd_bench(int argc, char **argv) {
                info.n_layers, info.dim, info.vocab_size, reps);
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
-            printf("%s\n  {\"mode\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"n_tokens\": %d, "
+            printf("%s\n  {\"mode\": \"%s\", \"kv_dtype\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
+                   "\"n_tokens\": %d, \"n_depth\": %d, "
                    "\"tps_median\": %.3f, \"tps_min\": %.3f, \"tps_max\": %.3f, \"tps_stdev\": %.3f, "
                    "\"peak_rss_mib\": %.1f, \"planned_intermediate_mib\": %.3f}",
-                   i ? "," : "", re->mode, re->threads, re->test, re->n_tokens, re->median, re->min,
+                   i ? "," : "", re->mode, re->kv_dtype, re->threads, re->test, re->n_tokens, re->depth,
+                   re->median, re->min,
                    re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
         }
         printf("\n]}\n");
     } else {
         printf("model %s: %d layers, dim %d, vocab %d; %d repetitions after a warm-up\n\n", model_path,
                info.n_layers, info.dim, info.vocab_size, reps);
-        printf("| mode | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | planned MiB |\n");
-        printf("|---|---:|---|---:|---:|---:|---:|---:|\n");
+        printf("| mode | kv | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | "
+               "planned MiB |\n");
+        printf("|---|---|---:|---|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
-            printf("| %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", re->mode, re->threads,
-                   re->test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+            char test[64];
+            if (re->depth) snprintf(test, sizeof test, "%s @ d%d", re->test, re->depth);
+            else snprintf(test, sizeof test, "%s", re->test);
+            printf("| %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", re->mode, re->kv_dtype,
+                   re->threads, test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
         }
     }
     rc = n_res > 0 ? 0 : 1;

@@ -26,6 +26,19 @@ const char *cli_default_model(char *buf, size_t n) {
     return buf;
 }
 
+int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out) {
+    static const struct { const char *name; loom_dtype t; } types[] = {
+        {"f32", LOOM_F32}, {"f16", LOOM_F16}, {"bf16", LOOM_BF16}};
+    if (!name) name = "f32";
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(name, types[i].name)) {
+            *out = types[i].t;
+            return 0;
+        }
+    fprintf(stderr, "loom %s: --kv-dtype expects f32, f16 or bf16, got '%s'\n", cmd, name);
+    return 1;
+}
+
 int cli_resolve_model(const char *cmd, const char **model_path, char *buf, size_t n) {
     if (*model_path) return 0;
     cli_default_model(buf, n);

@@ -25,6 +25,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *mode = NULL,
                *dump = NULL;
     const char *rules = NULL, *preset = NULL, *ckpt_action = NULL;  /* fusion (docs/fusion.md) */
+    const char *kv_dtype = NULL;
     int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
     float temp = 1.0f, top_p = 0.9f;
     uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
@@ -41,6 +42,7 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
+        {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
          "step_by_step)"},
@@ -51,7 +53,7 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--dump", ARG_STR, &dump, "DIR", "write every intermediate tensor to DIR"},
     };
     const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT] [-n N] [--temp T] [--top-k K] "
-                        "[--top-p P] [--seed S] [-t N] [-c N] [--mode MODE] [--dump DIR] "
+                        "[--top-p P] [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [--dump DIR] "
                         "[--rules FILE] [--fusion-preset NAME] [--checkpoint-action warn|fail]";
     int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -71,6 +73,7 @@ int cmd_run(int argc, char **argv) {
     loom_model_params mp = loom_model_default_params();
     mp.n_threads = threads;
     mp.n_ctx = n_ctx;
+    if (cli_kv_dtype("run", kv_dtype, &mp.kv_dtype)) return 1;
     mp.dump_dir = dump;
     mp.rules_path = rules;
     mp.fusion_preset = preset;
