@@ -10,6 +10,10 @@
 # with pip.
 #
 # usage: bench/peers/llama_cpp.sh [MODEL.gguf] [THREADS=1,2] [PP=512] [TG=128] [REPS=5] [MODES=fused,step_by_step]
+#                                 [DEPTH=0] [KV=f32]
+#   DEPTH: tokens already in the KV cache (-d of both tools, e.g. 0,2048)
+#   KV: loom's KV cache dtypes (--kv-dtype, e.g. f32,f16); llama.cpp runs with
+#       its default f16 cache (-ctk f16 -ctv f16) against each of them
 #   LOOM=path/to/loom (default build/loom)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,6 +24,8 @@ PP="${3:-512}"
 TG="${4:-128}"
 REPS="${5:-5}"
 MODES="${6:-fused,step_by_step}"
+DEPTH="${7:-0}"
+KV="${8:-f32}"
 LOOM="${LOOM:-build/loom}"
 PEER="${LLAMA_CPP_DIR:-/tmp/loom-peer-llama-cpp}"
 
@@ -54,11 +60,12 @@ fi
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-echo "== loom bench -m $MODEL -p $PP -n $TG -t $THREADS --mode $MODES -r $REPS"
-"$LOOM" bench -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" --mode "$MODES" -r "$REPS" --json >"$OUT/loom.json"
-echo "== llama-bench -m $MODEL -p $PP -n $TG -t $THREADS -r $REPS -o json"
-"$BENCH" -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" -o json >"$OUT/llama.json" 2>"$OUT/llama.err" || {
-    cat "$OUT/llama.err" >&2; exit 1; }
+echo "== loom bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH --kv-dtype $KV --mode $MODES -r $REPS"
+"$LOOM" bench -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -d "$DEPTH" --kv-dtype "$KV" --mode "$MODES" -r "$REPS" \
+    --json >"$OUT/loom.json"
+echo "== llama-bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH -ctk f16 -ctv f16 -r $REPS -o json"
+"$BENCH" -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -d "$DEPTH" -ctk f16 -ctv f16 -r "$REPS" -o json \
+    >"$OUT/llama.json" 2>"$OUT/llama.err" || { cat "$OUT/llama.err" >&2; exit 1; }
 
 python3 - "$OUT/loom.json" "$OUT/llama.json" <<'PY'
 import json, statistics, sys
@@ -68,13 +75,17 @@ ref = {}
 for r in peer:
     test = ("pp%d" % r["n_prompt"]) if r["n_prompt"] > 0 else ("tg%d" % r["n_gen"])
     ts = r.get("samples_ts") or [r["avg_ts"]]
-    ref[(r["n_threads"], test)] = (statistics.median(ts), r.get("stddev_ts", 0.0))
-print("| test | threads | loom mode | loom t/s (median) | llama.cpp t/s (median) | loom / llama.cpp |")
-print("|---|---:|---|---:|---:|---:|")
+    ref[(r["n_threads"], test, r.get("n_depth", 0))] = (statistics.median(ts), r.get("stddev_ts", 0.0))
+print("| test | threads | loom mode | loom KV | loom t/s (median) | llama.cpp t/s (median, f16 KV) "
+      "| loom / llama.cpp |")
+print("|---|---:|---|---|---:|---:|---:|")
 for r in loom:
-    key = (r["threads"], r["test"])
+    depth = r.get("n_depth", 0)
+    key = (r["threads"], r["test"], depth)
     if key not in ref:
         continue
     lt, pt = r["tps_median"], ref[key][0]
-    print("| %s | %d | %s | %.2f | %.2f | %.2f |" % (r["test"], r["threads"], r["mode"], lt, pt, lt / pt))
+    test = r["test"] + (" @ d%d" % depth if depth else "")
+    print("| %s | %d | %s | %s | %.2f | %.2f | %.2f |" % (test, r["threads"], r["mode"], r.get("kv_dtype", "f32"),
+                                                     lt, pt, lt / pt))
 PY
