@@ -31,6 +31,7 @@ typedef struct fa_plan {
     int q16, k16, v16;               /* bf16 products read bf16 q / K / V as they are (else round) */
     int64_t vpk_pairs;               /* bf16 products: pairs the packed-V cache holds (0: none) */
     int64_t kpk_rows;                /* rounded K: rows the bf16 K cache holds (0: none) */
+    int64_t kf_rows, vf_rows;        /* f16 K / V: rows the widened (f32) caches hold (0: none) */
     float qscale;                    /* scale * log2(e): scores in the log2 domain */
 } fa_plan;
 
@@ -67,6 +68,10 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
      * sequence (kv_cache: S_kv, or the longest sequence), ceil(/ 2) key pairs */
     pl->vpk_pairs = pl->v16 || hp ? (pr->kv_cache + 1) / 2 : 0;
     pl->kpk_rows = hp && !pl->k16 ? pr->kv_cache : 0;
+    /* f16 K and V for f32 products: widened once per thread and kv head (a
+     * call per row and tile cost ~6 % each at D = 64) */
+    pl->kf_rows = pr->k.dtype == LOOM_F16 && pr->k.sd == 1 ? pr->kv_cache : 0;
+    pl->vf_rows = pr->v.dtype == LOOM_F16 && pr->v.sd == 1 ? pr->kv_cache : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -76,6 +81,7 @@ typedef struct fa_scratch {
     int32_t *llo, *lhi;    /* the same per lane (padding lanes see everything) */
     uint32_t *vpk;         /* bf16 V of one (batch, kv head) packed as key pairs [pairs][D] */
     uint16_t *kpk;         /* K of one (batch, kv head) rounded to bf16 [S_kv][D] (inner_precise 1) */
+    float *kf, *vf;        /* f16 K / V of one (batch, kv head) widened to f32 [S_kv][D] */
 } fa_scratch;
 
 /* Which (batch, kv head) the packed-V cache holds, and how many of its keys
@@ -84,18 +90,19 @@ typedef struct fa_scratch {
  * repacked once per thread instead of once per item. The pairs are the same
  * values pv_bf16 would pack itself, so results do not depend on the cache. */
 /* kb, khkv, khi: the same for the rounded-K cache of inner_precise 1 (rows
- * from the sequence start already rounded). */
-typedef struct fa_vcache { int64_t b, hkv, hi, kb, khkv, khi; } fa_vcache;
+ * from the sequence start already rounded); wk, wv: for the widened f16 K and
+ * V caches (one (batch, kv head) in wb, whkv; rows from the sequence start). */
+typedef struct fa_vcache { int64_t b, hkv, hi, kb, khkv, khi, wb, whkv, wk, wv; } fa_vcache;
 
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
-    int64_t sizes[16] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
+    int64_t sizes[18] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
                          LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp, pl->vpk_pairs * D,
-                         (pl->kpk_rows * D + 1) / 2};
+                         (pl->kpk_rows * D + 1) / 2, pl->kf_rows * D, pl->vf_rows * D};
     float **f[10] = {&sc->qt, &sc->ot, &sc->s, &sc->a, &sc->kbuf, &sc->vbuf, &sc->m, &sc->l,
                      &sc->alpha, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 18; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 10) *f[i] = (float *)p;
         else if (i == 10) sc->lo = (int64_t *)p;
@@ -103,7 +110,9 @@ static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
         else if (i == 12) sc->llo = (int32_t *)p;
         else if (i == 13) sc->lhi = (int32_t *)p;
         else if (i == 14) sc->vpk = sizes[i] ? (uint32_t *)p : NULL;
-        else sc->kpk = sizes[i] ? (uint16_t *)p : NULL;
+        else if (i == 15) sc->kpk = sizes[i] ? (uint16_t *)p : NULL;
+        else if (i == 16) sc->kf = sizes[i] ? (float *)p : NULL;
+        else sc->vf = sizes[i] ? (float *)p : NULL;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -239,6 +248,22 @@ static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     if (hi > vc->khi) vc->khi = hi;
 }
 
+/* Widens rows [have, hi) of the item's f16 K (v = 0) or V (v = 1) into the
+ * thread's f32 cache; returns the cache. */
+static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
+                                 const fa_scratch *sc, int v, int64_t hi) {
+    const attn_problem *pr = pl->pr;
+    const attn_view *t = v ? &pr->v : &pr->k;
+    float *dst = v ? sc->vf : sc->kf;
+    if (vc->wb != it->b || vc->whkv != it->hkv) vc->wb = it->b, vc->whkv = it->hkv, vc->wk = vc->wv = 0;
+    int64_t *have = v ? &vc->wv : &vc->wk;
+    for (int64_t j = *have; j < hi; j++)
+        pl->kern->to_f32(dst + j * pr->D, elem(t, it->b * t->sb + (s->kv_start + j) * t->ss + it->hkv * t->sn),
+                         t->dtype, pr->D);
+    if (hi > *have) *have = hi;
+    return dst;
+}
+
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
                         fa_vcache *vc) {
     const attn_problem *pr = pl->pr;
@@ -315,7 +340,9 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             } else {
                 const float *kp = (const float *)elem(&pr->k, kv0);
                 int64_t ldk = pr->k.ss;
-                if (!pl->direct_k) {
+                if (sc->kf) {
+                    kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D, ldk = D;
+                } else if (!pl->direct_k) {
                     for (int c = 0; c < nc; c++) {
                         const char *src = elem(&pr->k, kv0 + c * pr->k.ss);
                         if (pr->k.sd == 1) kn->to_f32(sc->kbuf + c * D, src, pr->k.dtype, D);
@@ -361,7 +388,9 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             }
             const float *vp = (const float *)elem(&pr->v, vv0);
             int64_t ldv = pr->v.ss;
-            if (!pl->direct_v) {
+            if (sc->vf) {
+                vp = fa_wide_fill(pl, it, &s, vc, sc, 1, j0 + nc) + j0 * D, ldv = D;
+            } else if (!pl->direct_v) {
                 for (int c = 0; c < nc; c++) {
                     const char *src = elem(&pr->v, vv0 + c * pr->v.ss);
                     if (pr->v.sd == 1) kn->to_f32(sc->vbuf + c * D, src, pr->v.dtype, D);
@@ -401,7 +430,7 @@ loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *ke
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "flash_attention_score: thread %d of %d", ith, nth);
     int64_t lo, hi;
-    fa_vcache vc = {-1, -1, 0, -1, -1, 0};
+    fa_vcache vc = {-1, -1, 0, -1, -1, 0, -1, -1, 0, 0};
     attn_split_cost(fa_count(&pl), ith, nth, fa_cost, &pl, &lo, &hi);
     for (int64_t idx = lo; idx < hi; idx++) {
         fa_item it;
