@@ -83,6 +83,10 @@ if [ $rc -eq 0 ] && grep -q "does not fit the context of 128" "$TMP/err" && [ -s
 else
     fail "chat: overflow: rc $rc, $(cat "$TMP/err")"
 fi
+# a bf16 KV cache across turns, fused: two replies
+printf 'Hi!\nName a color.\n' | "$LOOM" chat -m "$M" -s "$SYS" --temp 0 -n 16 -c 256 --kv-dtype bf16 --mode fused \
+    >"$TMP/chatbf" 2>"$TMP/err" && [ "$(grep -c . "$TMP/chatbf")" -ge 2 ] && pass "chat: bf16 KV cache" \
+    || fail "chat --kv-dtype bf16: $(cat "$TMP/chatbf" "$TMP/err")"
 printf 'Hi\nHi again\nAnd again\nOnce more\n' | "$LOOM" chat -m "$M" --temp 0 -n 40 -c 72 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 if [ $rc -eq 0 ] && grep -qE "context is full|context of 72 tokens is full" "$TMP/err"; then

@@ -101,6 +101,25 @@ for a, b in zip(two, three):
 assert dec[1]["total"]["kernels"] == dec[0]["total"]["kernels"] + 5
 PY
 then pass "split-KV decode counts its merge"; else fail "split-KV decode kernels"; fi
+# A bf16 KV cache halves the cache bytes: per layer, decode after 37 tokens reads
+# 38 rows of K and V (4 kv heads x 8) at 2 bytes fewer each and writes one row
+# of each at 2 bytes fewer, in both modes; nothing else changes.
+for kv in f32 bf16; do
+    "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 --kv-dtype "$kv" --json >"$TMP/kv_$kv" 2>"$TMP/err" \
+        || fail "profile --kv-dtype $kv: $(cat "$TMP/err")"
+done
+if python3 - "$TMP/kv_f32" "$TMP/kv_bf16" <<'PY'
+import json, sys
+f32, bf16 = ({(p["phase"], p["mode"]): p for p in json.load(open(f))["report"]["profiles"]} for f in sys.argv[1:3])
+kvd = 4 * 8
+for mode in ("step_by_step", "fused"):
+    a, b = f32[("decode", mode)]["sections"][1:-2], bf16[("decode", mode)]["sections"][1:-2]
+    for x, y in zip(a, b):
+        assert x["kernels"] == y["kernels"] and x["chain"] == y["chain"], (x, y)
+        assert x["bytes_read"] - y["bytes_read"] == 38 * kvd * 2 * 2, (mode, x["bytes_read"], y["bytes_read"])
+        assert x["bytes_written"] - y["bytes_written"] == kvd * 2 * 2, (mode, x["bytes_written"], y["bytes_written"])
+PY
+then pass "bf16 KV cache: cache traffic halved in the accounting"; else fail "bf16 KV cache accounting"; fi
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
     && grep -q "^prefill: traffic .* kernels 94 -> 39" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"
