@@ -60,6 +60,27 @@ static int by_prob_desc(const void *a, const void *b) {
     return ia - ib;  /* ties: lower id first, so the order is total and reproducible */
 }
 
+/* Reorders idx[0..n) so that its first k entries are the k first in
+ * by_prob_desc order (in any order among themselves): quickselect, O(n). */
+static void select_first(int *idx, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, pv = idx[mid], i = lo, j = hi;
+        while (i <= j) {
+            while (by_prob_desc(&idx[i], &pv) < 0) i++;
+            while (by_prob_desc(&idx[j], &pv) > 0) j--;
+            if (i <= j) {
+                int t = idx[i];
+                idx[i] = idx[j], idx[j] = t;
+                i++, j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
 loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token) {
     LOOM_RETURN_IF(!s || !logits || !token, LOOM_ERR_INVALID_ARG, "sample: NULL argument");
     const int V = s->vocab;
@@ -84,21 +105,35 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
     }
     for (int i = 0; i < V; i++) s->prob[i] /= sum;
     int n = V;
-    for (int i = 0; i < V; i++) s->idx[i] = i;
     if (s->p.top_k > 0 || s->p.top_p < 1.0f) {
-        cmp_prob = s->prob;
-        qsort(s->idx, (size_t)V, sizeof *s->idx, by_prob_desc);
-        if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
-        if (s->p.top_p < 1.0f) {
+        /* Top-p first sorts only the tokens of probability >= (1 - top_p) / (V - 1):
+         * the others hold less than 1 - top_p together, so the sorted ones reach
+         * top_p and the nucleus is a prefix of them (llama2.c's cut). The order is
+         * total, so the prefix is the one a sort of every token gives. Should the
+         * sum fall short in floating point, the second pass takes every token.
+         * Top-k selects its k first (quickselect) and sorts only them. */
+        int cut = s->p.top_p < 1.0f && V > 1;
+        for (int pass = cut ? 0 : 1; pass < 2; pass++) {
+            int m = 0;
+            double lo = pass == 0 ? (1.0 - (double)s->p.top_p) / (V - 1) : 0.0;
+            for (int i = 0; i < V; i++)
+                if (pass == 1 || s->prob[i] >= lo) s->idx[m++] = i;
+            cmp_prob = s->prob;
+            n = s->p.top_k > 0 && s->p.top_k < m ? s->p.top_k : m;
+            if (n < m) select_first(s->idx, m, n); /* top-k: only the first k need sorting */
+            qsort(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc);
+            if (s->p.top_p >= 1.0f) break;
             double cum = 0.0;
-            for (int i = 0; i < n; i++) {
+            int reached = 0;
+            for (int i = 0; i < n && !reached; i++) {
                 cum += s->prob[s->idx[i]];
-                if (cum >= s->p.top_p) {
-                    n = i + 1;
-                    break;
-                }
+                if (cum >= s->p.top_p) n = i + 1, reached = 1;
             }
+            /* short of top_p: exact only when nothing was cut away, or top-k stopped first */
+            if (reached || m == V || (s->p.top_k > 0 && s->p.top_k <= m)) break;
         }
+    } else {
+        for (int i = 0; i < V; i++) s->idx[i] = i;
     }
     double mass = 0.0;
     for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];

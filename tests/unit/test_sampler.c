@@ -1,7 +1,11 @@
 /* Sampler: greedy, temperature, top-k, top-p, seeds, parameter errors. */
 #include <string.h>
 
+#include <math.h>
+#include <stdlib.h>
+
 #include "check.h"
+#include "base/rng.h"
 #include "loom.h"
 
 static loom_sampler *make(int V, float temp, int k, float p, uint64_t seed) {
@@ -114,10 +118,83 @@ static void test_param_errors(void) {
     CHECK(s == NULL);
 }
 
+/* The sampler sorts only the tokens that can be in the nucleus; this
+ * reference sorts all of them (ties: lower id first; no sort without top-k
+ * or top-p) and draws with the same
+ * Philox stream. Every draw must pick the same token: flat, peaked and tied
+ * logits, top-k below and above the nucleus, temperatures. */
+static const double *ref_prob;
+static int ref_desc(const void *a, const void *b) {
+    int ia = *(const int *)a, ib = *(const int *)b;
+    if (ref_prob[ia] != ref_prob[ib]) return ref_prob[ia] < ref_prob[ib] ? 1 : -1;
+    return ia - ib;
+}
+
+static int ref_sample(const float *logits, int V, float temp, int k, float p, loom_rng *rng, double *prob,
+                      int *idx) {
+    int best = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    double sum = 0.0, mx = logits[best];
+    for (int i = 0; i < V; i++) sum += prob[i] = exp(((double)logits[i] - mx) / temp);
+    for (int i = 0; i < V; i++) prob[i] /= sum, idx[i] = i;
+    ref_prob = prob;
+    if (k > 0 || p < 1.0f) qsort(idx, (size_t)V, sizeof *idx, ref_desc); /* else in id order */
+    int n = k > 0 && k < V ? k : V;
+    double cum = 0.0;
+    for (int i = 0; i < n && p < 1.0f; i++)
+        if ((cum += prob[idx[i]]) >= p) {
+            n = i + 1;
+            break;
+        }
+    double mass = 0.0, cdf = 0.0;
+    for (int i = 0; i < n; i++) mass += prob[idx[i]];
+    double coin = (double)loom_rng_uniform(rng) * mass;
+    for (int i = 0; i < n; i++)
+        if (coin < (cdf += prob[idx[i]])) return idx[i];
+    return idx[n - 1];
+}
+
+static void test_matches_full_sort(void) {
+    const int V = 1000;
+    float *l = malloc(V * sizeof *l);
+    double *prob = malloc(V * sizeof *prob);
+    int *idx = malloc(V * sizeof *idx);
+    const float temps[] = {0.7f, 1.0f, 1.5f}, tops[] = {0.3f, 0.9f, 0.99f, 1.0f};
+    const int ks[] = {0, 1, 5, 50, 2000};
+    loom_rng g;
+    loom_rng_init(&g, 77, 1);
+    int mismatches = 0, cases = 0;
+    for (int shape = 0; shape < 3; shape++) {
+        for (int i = 0; i < V; i++) {
+            float u = loom_rng_uniform(&g) * 2.0f - 1.0f;
+            l[i] = shape == 0 ? u : shape == 1 ? 8.0f * u : floorf(4.0f * u) * 0.5f; /* flat, peaked, tied */
+        }
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 4; b++)
+                for (int c = 0; c < 5; c++) {
+                    uint64_t seed = 1000u + (uint64_t)(shape * 100 + a * 20 + b * 5 + c);
+                    loom_sampler *s = make(V, temps[a], ks[c], tops[b], seed);
+                    loom_rng r;
+                    loom_rng_init(&r, seed, 0);
+                    for (int d = 0; d < 40; d++) {
+                        int32_t t = -1;
+                        CHECK(loom_sampler_sample(s, l, &t) == LOOM_OK);
+                        mismatches += t != ref_sample(l, V, temps[a], ks[c], tops[b], &r, prob, idx);
+                    }
+                    loom_sampler_free(s);
+                    cases++;
+                }
+    }
+    CHECK_MSG(mismatches == 0, "%d of %d draws differ from sorting every token", mismatches, cases * 40);
+    free(l), free(prob), free(idx);
+}
+
 int main(void) {
     RUN_TEST(test_greedy);
     RUN_TEST(test_distribution);
     RUN_TEST(test_seeds);
     RUN_TEST(test_param_errors);
+    RUN_TEST(test_matches_full_sort);
     return TEST_SUMMARY();
 }

@@ -22,6 +22,7 @@ typedef struct prof_opts {
  * once (softmax, then the nucleus over the sorted candidates). */
 static loom_status add_sampling(loom_profile *p, const float *logits, int vocab) {
     loom_sampler_params sp = loom_sampler_default_params();
+    sp.top_p = 0.9f; /* loom run's default (the library's is 1: no nucleus) */
     loom_sampler *s;
     LOOM_TRY(loom_sampler_init(&s, vocab, &sp));
     double t[5];
