@@ -5,7 +5,10 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "base/cpu.h"
 #include "base/rng.h"
+#include "fused/fused_internal.h"
+#include "ops/vec/vec.h"
 #include "loom.h"
 
 static loom_sampler *make(int V, float temp, int k, float p, uint64_t seed) {
@@ -21,6 +24,14 @@ static void test_greedy(void) {
     int32_t t = -1;
     CHECK(loom_sampler_sample(s, l, &t) == LOOM_OK);
     CHECK(t == 1);  /* first of the tied maxima */
+    loom_sampler_free(s);
+    /* a temperature whose inverse overflows, or a +inf logit (the first), is greedy */
+    float li[6] = {0.5f, 2.0f, INFINITY, 2.0f, INFINITY, -INFINITY};
+    s = make(6, 1e-39f, 0, 0.9f, 1);
+    CHECK(loom_sampler_sample(s, l, &t) == LOOM_OK && t == 1);
+    loom_sampler_free(s);
+    s = make(6, 1.0f, 0, 0.9f, 1);
+    CHECK(loom_sampler_sample(s, li, &t) == LOOM_OK && t == 2);
     loom_sampler_free(s);
     s = make(6, 1.0f, 1, 1.0f, 9);  /* top-k 1 is greedy */
     for (int i = 0; i < 50; i++) {
@@ -119,8 +130,8 @@ static void test_param_errors(void) {
 }
 
 /* The sampler sorts only the tokens that can be in the nucleus; this
- * reference sorts all of them (ties: lower id first; no sort without top-k
- * or top-p) and draws with the same
+ * reference takes the same probabilities (the vector softmax), sorts all of
+ * them (ties: lower id first; no sort without top-k or top-p) and draws with the same
  * Philox stream. Every draw must pick the same token: flat, peaked and tied
  * logits, top-k below and above the nucleus, temperatures. */
 static const double *ref_prob;
@@ -132,12 +143,10 @@ static int ref_desc(const void *a, const void *b) {
 
 static int ref_sample(const float *logits, int V, float temp, int k, float p, loom_rng *rng, double *prob,
                       int *idx) {
-    int best = 0;
-    for (int i = 0; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    double sum = 0.0, mx = logits[best];
-    for (int i = 0; i < V; i++) sum += prob[i] = exp(((double)logits[i] - mx) / temp);
-    for (int i = 0; i < V; i++) prob[i] /= sum, idx[i] = i;
+    float *pf = malloc((size_t)V * sizeof *pf);
+    loom_fused_vec(loom_cpu_isa())->softmax(logits, NULL, pf, V, V, 1.0f / temp);
+    for (int i = 0; i < V; i++) prob[i] = pf[i], idx[i] = i;
+    free(pf);
     ref_prob = prob;
     if (k > 0 || p < 1.0f) qsort(idx, (size_t)V, sizeof *idx, ref_desc); /* else in id order */
     int n = k > 0 && k < V ? k : V;
