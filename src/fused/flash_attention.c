@@ -69,8 +69,11 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     pl->vpk_pairs = pl->v16 || hp ? (pr->kv_cache + 1) / 2 : 0;
     pl->kpk_rows = hp && !pl->k16 ? pr->kv_cache : 0;
     /* f16 K and V for f32 products: widened once per thread and kv head (a
-     * call per row and tile cost ~6 % each at D = 64) */
-    pl->kf_rows = pr->k.dtype == LOOM_F16 && pr->k.sd == 1 ? pr->kv_cache : 0;
+     * call per row and tile cost ~6 % each at D = 64); a bf16 K too when q is
+     * not bf16 (f32 products at inner_precise 0: a bf16 KV cache under f32
+     * activations). Decided from the problem alone, as the sizes must be. */
+    int k_wide = pr->k.dtype == LOOM_F16 || (pr->k.dtype == LOOM_BF16 && pr->q.dtype != LOOM_BF16 && !hp);
+    pl->kf_rows = k_wide && pr->k.sd == 1 ? pr->kv_cache : 0;
     pl->vf_rows = pr->v.dtype == LOOM_F16 && pr->v.sd == 1 ? pr->kv_cache : 0;
 }
 
@@ -81,7 +84,7 @@ typedef struct fa_scratch {
     int32_t *llo, *lhi;    /* the same per lane (padding lanes see everything) */
     uint32_t *vpk;         /* bf16 V of one (batch, kv head) packed as key pairs [pairs][D] */
     uint16_t *kpk;         /* K of one (batch, kv head) rounded to bf16 [S_kv][D] (inner_precise 1) */
-    float *kf, *vf;        /* f16 K / V of one (batch, kv head) widened to f32 [S_kv][D] */
+    float *kf, *vf;        /* f16 (K: or bf16) K / V of one (batch, kv head) widened to f32 [S_kv][D] */
 } fa_scratch;
 
 /* Which (batch, kv head) the packed-V cache holds, and how many of its keys
@@ -248,7 +251,7 @@ static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     if (hi > vc->khi) vc->khi = hi;
 }
 
-/* Widens rows [have, hi) of the item's f16 K (v = 0) or V (v = 1) into the
+/* Widens rows [have, hi) of the item's f16/bf16 K (v = 0) or f16 V (v = 1) into the
  * thread's f32 cache; returns the cache. */
 static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                                  const fa_scratch *sc, int v, int64_t hi) {
