@@ -116,6 +116,7 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
          * top_p and the nucleus is a prefix of them (llama2.c's cut). The order is
          * total, so the prefix is the one a sort of every token gives. Should the
          * sum fall short in floating point, the second pass takes every token.
+         * Among those, only as many as hold top_p are sorted (quickselect, doubling).
          * Top-k selects its k first (quickselect) and sorts only them. */
         int cut = s->p.top_p < 1.0f && V > 1;
         for (int pass = cut ? 0 : 1; pass < 2; pass++) {
@@ -124,15 +125,29 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
             for (int i = 0; i < V; i++)
                 if (pass == 1 || s->prob[i] >= lo) s->idx[m++] = i;
             cmp_prob = s->prob;
-            n = s->p.top_k > 0 && s->p.top_k < m ? s->p.top_k : m;
-            if (n < m) select_first(s->idx, m, n); /* top-k: only the first k need sorting */
-            qsort(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc);
-            if (s->p.top_p >= 1.0f) break;
-            double cum = 0.0;
-            int reached = 0;
-            for (int i = 0; i < n && !reached; i++) {
-                cum += s->prob[s->idx[i]];
-                if (cum >= s->p.top_p) n = i + 1, reached = 1;
+            int limit = s->p.top_k > 0 && s->p.top_k < m ? s->p.top_k : m, reached = 0;
+            if (s->p.top_p >= 1.0f) { /* top-k alone: only the first k need sorting */
+                if (limit < m) select_first(s->idx, m, limit);
+                qsort(s->idx, (size_t)limit, sizeof *s->idx, by_prob_desc);
+                n = limit;
+                break;
+            }
+            /* the nucleus: bring the first K forward (quickselect on the rest), K doubling from
+             * 64, until they hold top_p; then only those K are sorted */
+            double held = 0.0;
+            for (int k = limit < 64 ? limit : 64, have = 0;; k = k < limit / 2 ? 2 * k : limit) {
+                if (k < m) select_first(s->idx + have, m - have, k - have);
+                for (int i = have; i < k; i++) held += s->prob[s->idx[i]];
+                have = k;
+                if (held < s->p.top_p && k < limit) continue;
+                qsort(s->idx, (size_t)k, sizeof *s->idx, by_prob_desc);
+                double cum = 0.0;
+                n = k;
+                for (int i = 0; i < k && !reached; i++) {
+                    cum += s->prob[s->idx[i]];
+                    if (cum >= s->p.top_p) n = i + 1, reached = 1;
+                }
+                if (reached || k == limit) break;  /* else the sorted sum fell short: more */
             }
             /* short of top_p: exact only when nothing was cut away, or top-k stopped first */
             if (reached || m == V || (s->p.top_k > 0 && s->p.top_k <= m)) break;
