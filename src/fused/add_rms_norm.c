@@ -8,16 +8,6 @@
 #include "base/status.h"
 #include "fused/fused_internal.h"
 
-const loom_vec_fns *loom_fused_vec(loom_isa isa) {
-#if defined(__x86_64__)
-    const loom_cpu_features *f = loom_cpu_get();
-    if (isa >= LOOM_ISA_AVX512 && f->avx512f && f->avx512bw && f->avx512vl) return &loom_vec_avx512;
-    if (isa >= LOOM_ISA_AVX2 && f->avx2 && f->fma) return &loom_vec_avx2;
-#endif
-    (void)isa;
-    return &loom_vec_generic;
-}
-
 loom_status loom_fused_check_2d(const char *op, const char *name, const loom_tensor *t,
                                 int64_t rows, int64_t cols) {
     LOOM_RETURN_IF(!t || !t->data, LOOM_ERR_INVALID_ARG, "%s: %s is missing", op, name);
@@ -106,7 +96,7 @@ loom_status loom_add_rms_norm(const loom_tensor *x, const loom_tensor *residual,
                    LOOM_ERR_SHAPE, "%s: gamma must be contiguous f32 [%lld]", op, (long long)D);
     LOOM_RETURN_IF(!(prm.epsilon > 0.0f), LOOM_ERR_INVALID_ARG, "%s: epsilon must be > 0, got %g",
                    op, (double)prm.epsilon);
-    arn_ctx c = {x, residual, gamma, y, r_out, prm.epsilon, loom_fused_vec(loom_cpu_isa())};
+    arn_ctx c = {x, residual, gamma, y, r_out, prm.epsilon, loom_vec_fns_for(loom_cpu_isa())};
     loom_fused_run(pool, arn_worker, &c);
     return LOOM_OK;
 }

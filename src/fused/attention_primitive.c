@@ -102,14 +102,11 @@ static loom_status kv_append_rows(const loom_kernel_args *a, loom_isa isa) {
                    at->pos, (long long)n, (long long)y->shape[0]);
     int64_t width = loom_tensor_nelem(x) / (n ? n : 1);
     int64_t lo = n * a->ith / a->nth, hi = n * (a->ith + 1) / a->nth;
-    const loom_vec_fns *vec = loom_fused_vec(isa);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *src = (const float *)x->data + r * x->stride[0];
-        int64_t off = (at->pos + r) * y->stride[0];
-        if (y->dtype == LOOM_F32) memcpy((float *)y->data + off, src, (size_t)width * sizeof(float));
-        else if (y->dtype == LOOM_BF16) vec->f32_to_bf16(src, (uint16_t *)y->data + off, width);
-        else vec->f32_to_f16(src, (uint16_t *)y->data + off, width);
-    }
+    const loom_vec_fns *vec = loom_vec_fns_for(isa);
+    size_t es = loom_dtype_size(y->dtype);
+    for (int64_t r = lo; r < hi; r++)
+        loom_vec_convert(vec, LOOM_F32, (const float *)x->data + r * x->stride[0], y->dtype,
+                         (char *)y->data + (size_t)((at->pos + r) * y->stride[0]) * es, width);
     return LOOM_OK;
 }
 

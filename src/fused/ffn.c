@@ -42,7 +42,7 @@ loom_status loom_swiglu(const loom_tensor *x, loom_act act, loom_tensor *y, loom
     int64_t M = x->shape[0], H = x->shape[1] / 2;
     LOOM_TRY(loom_fused_check_2d("swiglu", "x", x, M, 2 * H));
     LOOM_TRY(loom_fused_check_2d("swiglu", "y", y, M, H));
-    swiglu_ctx c = {x, y, act, loom_fused_vec(loom_cpu_isa())};
+    swiglu_ctx c = {x, y, act, loom_vec_fns_for(loom_cpu_isa())};
     loom_fused_run(pool, swiglu_worker, &c);
     return LOOM_OK;
 }

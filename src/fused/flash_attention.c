@@ -87,15 +87,19 @@ typedef struct fa_scratch {
     float *kf, *vf;        /* f16 (K: or bf16) K / V of one (batch, kv head) widened to f32 [S_kv][D] */
 } fa_scratch;
 
-/* Which (batch, kv head) the packed-V cache holds, and how many of its keys
- * (from the sequence start; even) are packed. A thread's items of one kv head
- * are consecutive and their key ranges grow (causal), so each bf16 V row is
- * repacked once per thread instead of once per item. The pairs are the same
- * values pv_bf16 would pack itself, so results do not depend on the cache. */
-/* kb, khkv, khi: the same for the rounded-K cache of inner_precise 1 (rows
- * from the sequence start already rounded); wk, wv: for the widened f16 K and
- * V caches (one (batch, kv head) in wb, whkv; rows from the sequence start). */
-typedef struct fa_vcache { int64_t b, hkv, hi, kb, khkv, khi, wb, whkv, wk, wv; } fa_vcache;
+/* The thread's per-(batch, kv head) caches: which (batch, kv head) they hold
+ * and how many keys of it (from the sequence start) each holds: the packed-V
+ * cache (vhi, even), the rounded K of inner_precise 1 (khi), the widened f16
+ * or bf16 K (wk) and f16 V (wv). A thread's items of one kv head are
+ * consecutive and their key ranges grow (causal), so each row is converted
+ * once per thread instead of once per item; a new (batch, kv head) empties
+ * them all (fa_caches_for). The values are those the tile paths would compute
+ * themselves, so results do not depend on the caches. */
+typedef struct fa_vcache { int64_t b, hkv, vhi, khi, wk, wv; } fa_vcache;
+
+static void fa_caches_for(fa_vcache *vc, const fa_item *it) {
+    if (vc->b != it->b || vc->hkv != it->hkv) *vc = (fa_vcache){it->b, it->hkv, 0, 0, 0, 0};
+}
 
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
@@ -216,14 +220,13 @@ static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_
     return any;
 }
 
-/* Packs keys [vc->hi, hi) of the item's V (hi even, <= the sequence's KV length) into the cache. */
+/* Packs keys [vc->vhi, hi) of the item's V (hi even, <= the sequence's KV length) into the cache. */
 static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                            const fa_scratch *sc, int64_t hi) {
     const attn_problem *pr = pl->pr;
     int64_t D = pr->D;
-    if (vc->b != it->b || vc->hkv != it->hkv) vc->b = it->b, vc->hkv = it->hkv, vc->hi = 0;
     uint16_t *r16 = (uint16_t *)sc->row; /* two rounded rows (2 * D <= 2 * 256 u16) */
-    for (int64_t j = vc->hi; j < hi; j += 2) {
+    for (int64_t j = vc->vhi; j < hi; j += 2) {
         int64_t o = it->b * pr->v.sb + (s->kv_start + j) * pr->v.ss + it->hkv * pr->v.sn;
         const uint16_t *v0 = r16, *v1 = r16 + D;
         if (pl->v16) {
@@ -235,7 +238,7 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
         uint32_t *dst = sc->vpk + (j / 2) * D;
         for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;
     }
-    if (hi > vc->hi) vc->hi = hi;
+    if (hi > vc->vhi) vc->vhi = hi;
 }
 
 /* Rounds keys [vc->khi, hi) of the item's K to bf16 into the K cache
@@ -243,7 +246,6 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
 static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                            const fa_scratch *sc, int64_t hi) {
     const attn_problem *pr = pl->pr;
-    if (vc->kb != it->b || vc->khkv != it->hkv) vc->kb = it->b, vc->khkv = it->hkv, vc->khi = 0;
     for (int64_t j = vc->khi; j < hi; j++) {
         int64_t o = it->b * pr->k.sb + (s->kv_start + j) * pr->k.ss + it->hkv * pr->k.sn;
         pl->kern->to_bf16(sc->kpk + j * pr->D, elem(&pr->k, o), pr->k.dtype, pr->D);
@@ -258,7 +260,6 @@ static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const att
     const attn_problem *pr = pl->pr;
     const attn_view *t = v ? &pr->v : &pr->k;
     float *dst = v ? sc->vf : sc->kf;
-    if (vc->wb != it->b || vc->whkv != it->hkv) vc->wb = it->b, vc->whkv = it->hkv, vc->wk = vc->wv = 0;
     int64_t *have = v ? &vc->wv : &vc->wk;
     for (int64_t j = *have; j < hi; j++)
         pl->kern->to_f32(dst + j * pr->D, elem(t, it->b * t->sb + (s->kv_start + j) * t->ss + it->hkv * t->sn),
@@ -275,6 +276,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
     int64_t i0, nrow, nval, jlo, jhi, D = pr->D;
     attn_get_seq(pr, it->b, &s);
     fa_rows(pl, it, &s, &i0, &nrow, &nval, &jlo, &jhi);
+    fa_caches_for(vc, it);
     int64_t h0 = it->hkv * pr->G + it->hs * pl->gs, ng = min64(pl->gs, pr->G - it->hs * pl->gs);
     int mp = (int)attn_round_up(ng * nrow, ATTN_ROW_PAD);
     for (int r = 0; r < mp; r++) sc->m[r] = -INFINITY, sc->l[r] = 0.0f;
@@ -433,7 +435,7 @@ loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *ke
     LOOM_RETURN_IF(nth < 1 || ith < 0 || ith >= nth, LOOM_ERR_INVALID_ARG,
                    "flash_attention_score: thread %d of %d", ith, nth);
     int64_t lo, hi;
-    fa_vcache vc = {-1, -1, 0, -1, -1, 0, -1, -1, 0, 0};
+    fa_vcache vc = {-1, -1, 0, 0, 0, 0};
     attn_split_cost(fa_count(&pl), ith, nth, fa_cost, &pl, &lo, &hi);
     for (int64_t idx = lo; idx < hi; idx++) {
         fa_item it;
@@ -504,14 +506,7 @@ static loom_status fa_run_pool(const loom_flash_attention_tensors *t,
     j.scratch = loom_alloc_aligned(j.per * (size_t)nth, LOOM_ALIGN);
     LOOM_RETURN_IF(!j.scratch, LOOM_ERR_NOMEM, "flash_attention_score: cannot allocate %zu bytes",
                    j.per * (size_t)nth);
-    atomic_init(&j.status, LOOM_OK);
-    if (pool) loom_pool_run(pool, fa_job_fn, &j);
-    else fa_job_fn(0, 1, &j);
-    loom_free_aligned(j.scratch);
-    loom_status s = (loom_status)atomic_load(&j.status);
-    LOOM_RETURN_IF(s != LOOM_OK, s, "flash_attention_score: a worker failed (%s)",
-                   loom_status_str(s));
-    return LOOM_OK;
+    return attn_run_workers(pool, fa_job_fn, &j, &j.status, j.scratch, "flash_attention_score");
 }
 
 loom_status loom_flash_attention_score(const loom_flash_attention_tensors *t,

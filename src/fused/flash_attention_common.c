@@ -3,8 +3,10 @@
  * the visibility rules of the sparse modes, dropout, and the kernel tables. */
 #include "fused/flash_attention_internal.h"
 
+#include "base/alloc.h"
 #include "base/rng.h"
 #include "base/status.h"
+#include "base/threadpool.h"
 #include "ops/ref/ref.h"
 
 #include <math.h>
@@ -657,6 +659,17 @@ void attn_cost(const attn_problem *pr, loom_cost *c) {
                     kv_rows * kvD * (double)(pr->k.esize + pr->v.esize);
     if (pr->mask) c->bytes_read += pairs * (pr->mn ? N : 1.0) * (pr->mask_bool ? 1.0 : 4.0);
     c->bytes_written = out_rows * N * D * (double)pr->out.esize + (pr->lse ? out_rows * N * 4.0 : 0.0);
+}
+
+loom_status attn_run_workers(loom_pool *pool, void (*fn)(int, int, void *), void *job, atomic_int *status,
+                             void *scratch, const char *op) {
+    atomic_init(status, LOOM_OK);
+    if (pool) loom_pool_run(pool, fn, job);
+    else fn(0, 1, job);
+    loom_free_aligned(scratch);
+    loom_status s = (loom_status)atomic_load(status);
+    LOOM_RETURN_IF(s != LOOM_OK, s, "%s: a worker failed (%s)", op, loom_status_str(s));
+    return LOOM_OK;
 }
 
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa) {

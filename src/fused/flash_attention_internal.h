@@ -11,6 +11,7 @@
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define ATTN_LOG2E 1.4426950408889634
@@ -393,7 +394,13 @@ size_t attn_prefill_scratch_all(const attn_problem *pr);
 loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,
                              int nth, void *scratch, size_t scratch_bytes);
 
-/* Decode driver (incre_attention.c): scratch (incl. the reference's) and the
+/* Runs fn(ith, nth, job) on every thread of pool (NULL: this thread), whose
+ * workers store a failure in *status; then frees scratch (the job's buffer,
+ * from loom_alloc_aligned) and returns the failure, if any, as op's error. */
+loom_status attn_run_workers(loom_pool *pool, void (*fn)(int, int, void *), void *job, atomic_int *status,
+                             void *scratch, const char *op);
+
+/* Decode driver (incre_attention_launch.c): scratch (incl. the reference's) and the
  * pool runner with optional per-batch query lengths. */
 size_t attn_decode_scratch(const attn_problem *pr);
 loom_status attn_decode_pool(const loom_incre_flash_attention_tensors *t,

@@ -6,9 +6,6 @@
 #include "ops/matmul/internal.h"
 #include "ops/vec/vec.h"
 
-/* The row-function table of the vector level to use for isa. */
-const loom_vec_fns *loom_fused_vec(loom_isa isa);
-
 /* Checks t is f32, 2-D [rows, cols] with a contiguous last dim. */
 loom_status loom_fused_check_2d(const char *op, const char *name, const loom_tensor *t,
                                 int64_t rows, int64_t cols);

@@ -431,14 +431,7 @@ loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
     LOOM_RETURN_IF(!j.scratch, LOOM_ERR_NOMEM, "incre_flash_attention: cannot allocate %zu bytes",
                    total);
     j.ws = j.scratch + j.per * (size_t)nth;
-    atomic_init(&j.status, LOOM_OK);
-    if (pool) loom_pool_run(pool, dec_job_fn, &j);
-    else dec_job_fn(0, 1, &j);
-    loom_free_aligned(j.scratch);
-    loom_status s = (loom_status)atomic_load(&j.status);
-    LOOM_RETURN_IF(s != LOOM_OK, s, "incre_flash_attention: a worker failed (%s)",
-                   loom_status_str(s));
-    return LOOM_OK;
+    return attn_run_workers(pool, dec_job_fn, &j, &j.status, j.scratch, "incre_flash_attention");
 }
 
 loom_status loom_incre_flash_attention(const loom_incre_flash_attention_tensors *t,

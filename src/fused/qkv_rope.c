@@ -177,7 +177,7 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
     *c = (qkv_ctx){.x = x, .T = T, .hidden = hid, .N = N, .NKV = NKV, .D = D, .n_rot = n_rot, .p = p,
                    .q_out = q_out, .k_out = k_out, .v_out = v_out, .kc = key_cache, .vc = value_cache,
                    .isa = loom_cpu_isa(), .status = LOOM_OK};
-    c->f = loom_fused_vec(c->isa);
+    c->f = loom_vec_fns_for(c->isa);
     if (!w_k && !w_v) {
         LOOM_TRY(check_w("w_qkv (merged)", w_q, (N + 2 * NKV) * D, hid));
         size_t row = loom_dtype_row_bytes(w_q->dtype, w_q->stride[0]);

@@ -130,7 +130,7 @@ static loom_status rope_item(const loom_qkv_rope_attrs *at, loom_isa isa, loom_k
                              float *y, int64_t ldy, int64_t T, int64_t nh, void *scratch) {
     int64_t D = at->head_dim;
     if (tab) {
-        loom_fused_rope_tile(loom_fused_vec(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
+        loom_fused_rope_tile(loom_vec_fns_for(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
                              tab + rope_dims(at), 2 * rope_dims(at), y, ldy, T, nh);
         return LOOM_OK;
     }
@@ -189,7 +189,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     float *tile32 = at->cache_dtype == LOOM_F32
                         ? NULL
                         : (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T));
-    const loom_vec_fns *vec = loom_fused_vec(isa);
+    const loom_vec_fns *vec = loom_vec_fns_for(isa);
     for (int64_t it = lo; it < hi; it++) {
         int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
         int64_t h0 = (part == 0 ? it : part == 1 ? it - nq : it - nq - nk) * hb;
@@ -211,10 +211,8 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         if (part == 0 || !tile32) continue;
         const loom_tensor *cache = a->dst_extra[part - 1];
         uint16_t *c16 = (uint16_t *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D;
-        for (int64_t t = 0; t < T; t++) {
-            if (at->cache_dtype == LOOM_BF16) vec->f32_to_bf16(y + t * ldy, c16 + t * HKV * D, nh * D);
-            else vec->f32_to_f16(y + t * ldy, c16 + t * HKV * D, nh * D);
-        }
+        for (int64_t t = 0; t < T; t++)
+            loom_vec_convert(vec, LOOM_F32, y + t * ldy, cache->dtype, c16 + t * HKV * D, nh * D);
     }
     return LOOM_OK;
 }

@@ -9,7 +9,6 @@
 #include "base/cpu.h"
 #include "base/rng.h"
 #include "base/status.h"
-#include "fused/fused_internal.h"
 #include "ops/vec/vec.h"
 
 struct loom_sampler {
@@ -17,8 +16,7 @@ struct loom_sampler {
     int      vocab;
     loom_rng rng;
     int     *idx;     /* [vocab] candidate ids */
-    double  *prob;    /* [vocab] probabilities by id */
-    float   *pf;      /* [vocab] the same in f32, from the vector softmax */
+    float   *prob;    /* [vocab] probabilities by id (the vector softmax's; sums in double) */
 };
 
 loom_sampler_params loom_sampler_default_params(void) {
@@ -41,8 +39,7 @@ loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sam
     s->vocab = vocab_size;
     s->idx = malloc((size_t)vocab_size * sizeof *s->idx);
     s->prob = malloc((size_t)vocab_size * sizeof *s->prob);
-    s->pf = malloc((size_t)vocab_size * sizeof *s->pf);
-    if (!s->idx || !s->prob || !s->pf) {
+    if (!s->idx || !s->prob) {
         loom_sampler_free(s);
         return loom_set_error(LOOM_ERR_NOMEM, "out of memory");
     }
@@ -55,11 +52,10 @@ void loom_sampler_free(loom_sampler *s) {
     if (!s) return;
     free(s->idx);
     free(s->prob);
-    free(s->pf);
     free(s);
 }
 
-static const double *cmp_prob;  /* qsort has no context argument */
+static const float *cmp_prob;  /* qsort has no context argument */
 static int by_prob_desc(const void *a, const void *b) {
     int ia = *(const int *)a, ib = *(const int *)b;
     if (cmp_prob[ia] != cmp_prob[ib]) return cmp_prob[ia] < cmp_prob[ib] ? 1 : -1;
@@ -106,9 +102,8 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
         return LOOM_OK;
     }
     /* softmax(logits / T): the softmax op's vector row kernel (f32, 0.03 ms for
-     * 49 152 tokens where exp in double took 0.37 ms), kept in double for the sums */
-    loom_fused_vec(loom_cpu_isa())->softmax(logits, NULL, s->pf, V, V, inv_t);
-    for (int i = 0; i < V; i++) s->prob[i] = s->pf[i];
+     * 49 152 tokens where exp in double took 0.37 ms); the sums below are in double */
+    loom_vec_fns_for(loom_cpu_isa())->softmax(logits, NULL, s->prob, V, V, inv_t);
     int n = V;
     if (s->p.top_k > 0 || s->p.top_p < 1.0f) {
         /* Top-p first sorts only the tokens of probability >= (1 - top_p) / (V - 1):

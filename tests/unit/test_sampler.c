@@ -7,7 +7,6 @@
 #include "check.h"
 #include "base/cpu.h"
 #include "base/rng.h"
-#include "fused/fused_internal.h"
 #include "ops/vec/vec.h"
 #include "loom.h"
 
@@ -144,7 +143,7 @@ static int ref_desc(const void *a, const void *b) {
 static int ref_sample(const float *logits, int V, float temp, int k, float p, loom_rng *rng, double *prob,
                       int *idx) {
     float *pf = malloc((size_t)V * sizeof *pf);
-    loom_fused_vec(loom_cpu_isa())->softmax(logits, NULL, pf, V, V, 1.0f / temp);
+    loom_vec_fns_for(loom_cpu_isa())->softmax(logits, NULL, pf, V, V, 1.0f / temp);
     for (int i = 0; i < V; i++) prob[i] = pf[i], idx[i] = i;
     free(pf);
     ref_prob = prob;

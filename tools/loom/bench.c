@@ -87,9 +87,6 @@ static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, in
     return loom_time_s() - t0;
 }
 
-static const char *kv_dtype_name(loom_dtype t) {
-    return t == LOOM_BF16 ? "bf16" : t == LOOM_F16 ? "f16" : "f32";
-}
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL, *d_s = "0",
@@ -181,7 +178,7 @@ int cmd_bench(int argc, char **argv) {
                 loom_model *m = NULL;
                 if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
                     fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: cannot load model: %s\n",
-                            loom_mode_name(modes[mi]), kv_dtype_name(ctv[ci]), tv[ti], loom_last_error());
+                            loom_mode_name(modes[mi]), loom_dtype_name(ctv[ci]), tv[ti], loom_last_error());
                     failed++;
                     continue;
                 }
@@ -201,7 +198,7 @@ int cmd_bench(int argc, char **argv) {
                     int depth = dv[di];
                     if (depth > 0 && run_once(m, toks, 0, depth, 0, logits) < 0) {
                         fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: filling %d tokens: %s\n",
-                                loom_mode_name(modes[mi]), kv_dtype_name(ctv[ci]), tv[ti], depth,
+                                loom_mode_name(modes[mi]), loom_dtype_name(ctv[ci]), tv[ti], depth,
                                 loom_last_error());
                         failed++;
                         continue;
@@ -211,7 +208,7 @@ int cmd_bench(int argc, char **argv) {
                         if (pp == 0 && tg == 0) continue;
                         result *re = &res[n_res];
                         re->mode = loom_mode_name(modes[mi]);
-                        re->kv_dtype = kv_dtype_name(ctv[ci]);
+                        re->kv_dtype = loom_dtype_name(ctv[ci]);
                         re->threads = tv[ti];
                         re->depth = depth;
                         re->n_tokens = pp ? pp : tg;

@@ -27,12 +27,11 @@ const char *cli_default_model(char *buf, size_t n) {
 }
 
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out) {
-    static const struct { const char *name; loom_dtype t; } types[] = {
-        {"f32", LOOM_F32}, {"f16", LOOM_F16}, {"bf16", LOOM_BF16}};
+    static const loom_dtype types[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
     if (!name) name = "f32";
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (!strcmp(name, types[i].name)) {
-            *out = types[i].t;
+        if (!strcmp(name, loom_dtype_name(types[i]))) {
+            *out = types[i];
             return 0;
         }
     fprintf(stderr, "loom %s: --kv-dtype expects f32, f16 or bf16, got '%s'\n", cmd, name);

@@ -5,6 +5,18 @@
 
 #include "ops/vec/vec.h"
 
+#include "base/cpu.h"
+
+const loom_vec_fns *loom_vec_fns_for(loom_isa isa) {
+#if defined(__x86_64__)
+    const loom_cpu_features *f = loom_cpu_get();
+    if (isa >= LOOM_ISA_AVX512 && f->avx512f && f->avx512bw && f->avx512vl) return &loom_vec_avx512;
+    if (isa >= LOOM_ISA_AVX2 && f->avx2 && f->fma) return &loom_vec_avx2;
+#endif
+    (void)isa;
+    return &loom_vec_generic;
+}
+
 /* Defines <op>_<level>(args) = loom_vec_<op>(args, &loom_vec_<level>). */
 #define BIND(op, level)                                                       \
     static loom_status op##_##level(const loom_kernel_args *a) {              \

@@ -53,6 +53,15 @@ extern const loom_vec_fns loom_vec_generic;
 extern const loom_vec_fns loom_vec_avx2;
 extern const loom_vec_fns loom_vec_avx512;
 #endif
+/* The row-function table of the vector level to use for isa (the best this
+ * CPU has at or below it). */
+const loom_vec_fns *loom_vec_fns_for(loom_isa isa);
+
+/* n elements from xp (dtype xt) to yp (dtype yt), both f32/f16/bf16, with
+ * the table's conversions (a bit copy when the dtypes agree): the copy op's
+ * row, also the cache writes of kv_append and qkv_rope. */
+void loom_vec_convert(const loom_vec_fns *f, loom_dtype xt, const void *xp, loom_dtype yt, void *yp,
+                      int64_t n);
 
 /* Drivers (vec_ops.c): one per op, parameterised by the level's table. */
 loom_status loom_vec_rms_norm(const loom_kernel_args *a, const loom_vec_fns *f);

@@ -289,8 +289,7 @@ loom_status loom_vec_get_rows(const loom_kernel_args *a, const loom_vec_fns *f) 
 
 /* ---------------------------------------------------------- copy */
 
-/* n elements from xp (dtype xt) to yp (dtype yt), both f32/f16/bf16. */
-static void convert(const loom_vec_fns *f, loom_dtype xt, const void *xp, loom_dtype yt, void *yp,
+void loom_vec_convert(const loom_vec_fns *f, loom_dtype xt, const void *xp, loom_dtype yt, void *yp,
                     int64_t n) {
     if (xt == yt) { /* bit copy: keeps NaN payloads, as the reference does */
         memcpy(yp, xp, (size_t)n * loom_dtype_size(xt));
@@ -325,7 +324,7 @@ loom_status loom_vec_copy(const loom_kernel_args *a, const loom_vec_fns *f) {
     if (loom_tensor_is_contiguous(x) && loom_tensor_is_contiguous(y)) {
         loom_ref_split(loom_tensor_nelem(x), a->ith, a->nth, &lo, &hi);
         if (hi > lo)
-            convert(f, x->dtype, (const char *)x->data + (size_t)lo * xs, y->dtype,
+            loom_vec_convert(f, x->dtype, (const char *)x->data + (size_t)lo * xs, y->dtype,
                     (char *)y->data + (size_t)lo * ys, hi - lo);
         return LOOM_OK;
     }
@@ -338,7 +337,7 @@ loom_status loom_vec_copy(const loom_kernel_args *a, const loom_vec_fns *f) {
     row_iter_init(&ix, x, last, lo);
     row_iter_init(&iy, y, last, lo);
     for (int64_t r = lo; r < hi; r++) {
-        convert(f, x->dtype, (const char *)x->data + (size_t)ix.off * xs, y->dtype,
+        loom_vec_convert(f, x->dtype, (const char *)x->data + (size_t)ix.off * xs, y->dtype,
                 (char *)y->data + (size_t)iy.off * ys, x->shape[last]);
         row_iter_next(&ix);
         row_iter_next(&iy);
