@@ -142,7 +142,9 @@ typedef struct loom_model_params {
     const char *fusion_preset;
     int checkpoint_action;
     /* KV cache element type: LOOM_F32 (the default, 0), LOOM_F16 or LOOM_BF16
-     * (half the bytes a position; decode attention reads half as much) */
+     * (half the bytes a position; decode attention reads half as much), or LOOM_I8
+     * (a quarter, plus one f32 scale per (position, kv head) row: each row is
+     * quantized symmetrically, scale = max|x| / 127) */
     loom_dtype kv_dtype;
 } loom_model_params;
 

@@ -84,12 +84,16 @@ typedef enum loom_attn_inner_precise {
 
 typedef struct loom_flash_attention_tensors {
     const loom_tensor *query;          /* [B, S_q, N, D] per input_layout; f32/f16/bf16 */
-    const loom_tensor *key;            /* [B, S_kv, N_kv, D]; f32/f16/bf16 */
-    const loom_tensor *value;          /* same shape as key; f32/f16/bf16 */
+    const loom_tensor *key;            /* [B, S_kv, N_kv, D]; f32/f16/bf16, or i8 (not TND) */
+    const loom_tensor *value;          /* same shape and dtype as key */
     const loom_tensor *atten_mask;     /* optional, see above */
     loom_tensor       *attention_out;  /* shape of query; f32/f16/bf16 */
     loom_tensor       *softmax_lse;    /* optional f32: [B, N, S_q]; TND: [T_q, N].
                                           ln(sum_j exp(score_ij)), -inf where nothing is visible */
+    /* i8 key and value (a quantized KV cache read by a prefill): x = (q + offset) * scale,
+     * shapes and modes as the decode op's (key_antiquant_mode below); offsets optional */
+    const loom_tensor *key_antiquant_scale, *key_antiquant_offset;
+    const loom_tensor *value_antiquant_scale, *value_antiquant_offset;
 } loom_flash_attention_tensors;
 
 typedef struct loom_flash_attention_params {
@@ -117,8 +121,10 @@ typedef struct loom_flash_attention_params {
      * inputs' precision (f32 inputs: f32 FMAs); 1 lets f32/f16 inputs use bf16
      * products with f32 accumulation where the CPU has AVX512_BF16 (about twice
      * the f32 rate; bf16 accuracy, the tolerance of bf16 inputs). bf16 inputs
-     * use bf16 products either way. */
+     * use bf16 products either way. An i8 key and value compute in f32 (dequantized once
+     * per thread and kv head) either way. */
     int     inner_precise;
+    int     key_antiquant_mode, value_antiquant_mode;  /* i8 key/value: loom_antiquant_mode */
 } loom_flash_attention_params;
 
 /* Defaults: BSND, heads from the shapes, scale 1/sqrt(D), no band, sparse_mode 0,
@@ -266,10 +272,11 @@ typedef struct loom_fused_infer_attention_params {
 
 loom_fused_infer_attention_params loom_fused_infer_attention_default_params(void);
 
-/* Runs the decode kernel when S_q <= decode_max_q_len (or a paged / i8 cache is given),
- * else the prefill kernel; actual_seq_lengths (query) apply to both. *used_decode
- * (optional) says which ran. Errors as the op that runs; LOOM_ERR_UNSUPPORTED for a
- * paged or i8 cache with S_q above the decode limit or in TND. */
+/* Runs the decode kernel when S_q <= decode_max_q_len (or a paged cache is given),
+ * else the prefill kernel (an i8 cache included: dequantized once per thread and kv
+ * head); actual_seq_lengths (query) apply to both. *used_decode (optional) says which
+ * ran. Errors as the op that runs; LOOM_ERR_UNSUPPORTED for a paged cache with S_q
+ * above the decode limit or in TND. */
 loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_tensors *t,
                                              const loom_fused_infer_attention_params *p,
                                              loom_pool *pool, int *used_decode);

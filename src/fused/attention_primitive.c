@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops/register.h"
 
@@ -35,8 +36,15 @@ static loom_flash_attention_params prim_params(const void *attrs) {
 static loom_status prim_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
                                 const loom_tensor *dst, attn_problem *pr) {
     loom_flash_attention_params p = prim_params(attrs);
-    loom_flash_attention_tensors t = {src[0], src[1], src[2], n_src == 4 ? src[3] : NULL,
-                                      (loom_tensor *)dst, NULL};
+    loom_flash_attention_tensors t = {.query = src[0], .key = src[1], .value = src[2],
+                                      .atten_mask = loom_ref_attention_mask(src, n_src),
+                                      .attention_out = (loom_tensor *)dst};
+    loom_tensor ks, vs;
+    if (src[1]->dtype == LOOM_I8 && n_src >= 5) { /* per-token scales, [B, S, Hkv] -> [B, Hkv, S] */
+        attn_scale_view(src[3], &ks), attn_scale_view(src[4], &vs);
+        t.key_antiquant_scale = &ks, t.value_antiquant_scale = &vs;
+        p.key_antiquant_mode = p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+    }
     return attn_resolve_prefill(&t, &p, pr);
 }
 
@@ -48,17 +56,14 @@ static size_t prim_scratch(const loom_tensor *const *src, int n_src, const loom_
     /* planning passes descriptors without data: the resolver never reads data,
      * but wants non-NULL pointers, so missing ones get a placeholder */
     static char placeholder;
-    loom_tensor q = *src[0], k = *src[1], v = *src[2], m, o = dst ? *dst : *src[0];
-    const loom_tensor *s2[4] = {&q, &k, &v, NULL};
-    q.data = q.data ? q.data : &placeholder;
-    k.data = k.data ? k.data : &placeholder;
-    v.data = v.data ? v.data : &placeholder;
-    o.data = o.data ? o.data : &placeholder;
-    if (n_src == 4) {
-        m = *src[3];
-        m.data = m.data ? m.data : &placeholder;
-        s2[3] = &m;
+    loom_tensor c[LOOM_MAX_SRC], o = dst ? *dst : *src[0];
+    const loom_tensor *s2[LOOM_MAX_SRC];
+    for (int i = 0; i < n_src && i < LOOM_MAX_SRC; i++) {
+        c[i] = *src[i];
+        c[i].data = c[i].data ? c[i].data : &placeholder;
+        s2[i] = &c[i];
     }
+    o.data = o.data ? o.data : &placeholder;
     attn_problem pr;
     size_t fa = prim_resolve(s2, n_src, attrs, &o, &pr) == LOOM_OK ? attn_prefill_scratch_all(&pr) : 0;
     return fa > ref ? fa : ref;
@@ -80,7 +85,9 @@ static loom_status prim_avx512(const loom_kernel_args *a) { return prim_kernel(a
 /* kv_append with f32 rows into an f32, f16 or bf16 cache, trailing dims
  * contiguous (the model's layout): one memcpy, or one conversion with the
  * level's vector kernels (bit-identical to the reference's rounding), per
- * row, rows split over threads. Anything else goes to the reference kernel. */
+ * row, rows split over threads; an i8 cache row by row of the last dim with
+ * loom_quantize_row_i8 (the reference's arithmetic). Anything else goes to the
+ * reference kernel. */
 static int rows_contiguous(const loom_tensor *t) {
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 1; d--) {
@@ -93,7 +100,8 @@ static int rows_contiguous(const loom_tensor *t) {
 static loom_status kv_append_rows(const loom_kernel_args *a, loom_isa isa) {
     const loom_tensor *x = a->src[1], *y = a->dst;
     const loom_kv_append_attrs *at = a->attrs;
-    if (!at || (y->dtype != LOOM_F32 && y->dtype != LOOM_F16 && y->dtype != LOOM_BF16) ||
+    int q8 = y->dtype == LOOM_I8 && a->n_src == 3 && rows_contiguous(a->src[2]);
+    if (!at || (y->dtype != LOOM_F32 && y->dtype != LOOM_F16 && y->dtype != LOOM_BF16 && !q8) ||
         x->dtype != LOOM_F32 || !rows_contiguous(x) || !rows_contiguous(y))
         return loom_ref_kv_append(a);
     int64_t n = x->shape[0];
@@ -102,6 +110,17 @@ static loom_status kv_append_rows(const loom_kernel_args *a, loom_isa isa) {
                    at->pos, (long long)n, (long long)y->shape[0]);
     int64_t width = loom_tensor_nelem(x) / (n ? n : 1);
     int64_t lo = n * a->ith / a->nth, hi = n * (a->ith + 1) / a->nth;
+    if (q8) { /* each row of the last dim quantized with its own scale */
+        const loom_tensor *st = a->src[2];
+        int64_t D = x->shape[x->ndim - 1], nd = width / D;
+        for (int64_t r = lo; r < hi; r++) {
+            const float *xr = (const float *)x->data + r * x->stride[0];
+            int8_t *yr = (int8_t *)y->data + (at->pos + r) * y->stride[0];
+            float *sr = (float *)st->data + (at->pos + r) * st->stride[0];
+            for (int64_t h = 0; h < nd; h++) sr[h] = loom_quantize_row_i8(xr + h * D, D, yr + h * D);
+        }
+        return LOOM_OK;
+    }
     const loom_vec_fns *vec = loom_vec_fns_for(isa);
     size_t es = loom_dtype_size(y->dtype);
     for (int64_t r = lo; r < hi; r++)

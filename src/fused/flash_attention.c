@@ -73,8 +73,8 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
      * not bf16 (f32 products at inner_precise 0: a bf16 KV cache under f32
      * activations). Decided from the problem alone, as the sizes must be. */
     int k_wide = pr->k.dtype == LOOM_F16 || (pr->k.dtype == LOOM_BF16 && pr->q.dtype != LOOM_BF16 && !hp);
-    pl->kf_rows = k_wide && pr->k.sd == 1 ? pr->kv_cache : 0;
-    pl->vf_rows = pr->v.dtype == LOOM_F16 && pr->v.sd == 1 ? pr->kv_cache : 0;
+    pl->kf_rows = (k_wide && pr->k.sd == 1) || pr->kq.mode >= 0 ? pr->kv_cache : 0;
+    pl->vf_rows = (pr->v.dtype == LOOM_F16 && pr->v.sd == 1) || pr->vq.mode >= 0 ? pr->kv_cache : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -253,17 +253,36 @@ static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     if (hi > vc->khi) vc->khi = hi;
 }
 
-/* Widens rows [have, hi) of the item's f16/bf16 K (v = 0) or f16 V (v = 1) into the
- * thread's f32 cache; returns the cache. */
+/* Row s of kv head h of batch b of an i8 K or V, dequantized: (q + offset) * scale
+ * (per token: one scale and offset for the row; per channel: one per d). */
+static void fa_dequant_row(float *dst, const attn_view *t, const attn_quant *aq, int64_t b, int64_t s,
+                           int64_t h, int64_t D) {
+    const int8_t *x = (const int8_t *)elem(t, b * t->sb + s * t->ss + h * t->sn);
+    if (aq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
+        float sc = aq->scale[b * aq->s0 + h * aq->s1 + s * aq->s2];
+        float of = aq->offset ? aq->offset[b * aq->o0 + h * aq->o1 + s * aq->o2] : 0.0f;
+        for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d * t->sd] + of) * sc;
+        return;
+    }
+    const float *sc = aq->scale + h * aq->s0, *of = aq->offset ? aq->offset + h * aq->o0 : NULL;
+    for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d * t->sd] + (of ? of[d * aq->o1] : 0.0f)) * sc[d * aq->s1];
+}
+
+/* Widens rows [have, hi) of the item's f16/bf16/i8 K (v = 0) or f16/i8 V (v = 1) into
+ * the thread's f32 cache; returns the cache. */
 static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                                  const fa_scratch *sc, int v, int64_t hi) {
     const attn_problem *pr = pl->pr;
     const attn_view *t = v ? &pr->v : &pr->k;
     float *dst = v ? sc->vf : sc->kf;
     int64_t *have = v ? &vc->wv : &vc->wk;
+    const attn_quant *aq = v ? &pr->vq : &pr->kq;
     for (int64_t j = *have; j < hi; j++)
-        pl->kern->to_f32(dst + j * pr->D, elem(t, it->b * t->sb + (s->kv_start + j) * t->ss + it->hkv * t->sn),
-                         t->dtype, pr->D);
+        if (aq->mode >= 0)
+            fa_dequant_row(dst + j * pr->D, t, aq, it->b, s->kv_start + j, it->hkv, pr->D);
+        else
+            pl->kern->to_f32(dst + j * pr->D, elem(t, it->b * t->sb + (s->kv_start + j) * t->ss + it->hkv * t->sn),
+                             t->dtype, pr->D);
     if (hi > *have) *have = hi;
     return dst;
 }

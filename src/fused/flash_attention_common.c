@@ -261,6 +261,71 @@ static loom_status resolve_common(const char *op, int sparse_mode, float scale, 
     return LOOM_OK;
 }
 
+static loom_status resolve_quant(const char *op, const char *name, const loom_tensor *scale,
+                                 const loom_tensor *offset, int mode, int64_t d0, int64_t Nkv,
+                                 int64_t d2, int64_t D, attn_quant *q) {
+    char sh[LOOM_REF_SHAPE_BUF];
+    LOOM_RETURN_IF(mode != LOOM_ANTIQUANT_PER_CHANNEL && mode != LOOM_ANTIQUANT_PER_TOKEN,
+                   LOOM_ERR_INVALID_ARG, "%s: %s_antiquant_mode = %d: expected 0 (per channel) or "
+                   "1 (per token)", op, name, mode);
+    LOOM_RETURN_IF(!scale, LOOM_ERR_INVALID_ARG, "%s: an i8 %s cache needs %s_antiquant_scale", op,
+                   name, name);
+    const loom_tensor *ts[2] = {scale, offset};
+    for (int w = 0; w < 2; w++) {
+        const loom_tensor *x = ts[w];
+        if (!x) continue;
+        const char *what = w ? "offset" : "scale";
+        LOOM_RETURN_IF(x->dtype != LOOM_F32, LOOM_ERR_DTYPE,
+                       "%s: %s_antiquant_%s has dtype %s: expected f32", op, name, what,
+                       loom_dtype_name(x->dtype));
+        int ok = mode == LOOM_ANTIQUANT_PER_CHANNEL
+                     ? x->ndim == 2 && (x->shape[0] == Nkv || x->shape[0] == 1) && x->shape[1] == D
+                     : x->ndim == 3 && x->shape[0] == d0 && (x->shape[1] == Nkv || x->shape[1] == 1) &&
+                           x->shape[2] == d2;
+        const char *shs = x->ndim >= 1 && x->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(x, sh, sizeof sh) : "[?]";
+        if (!ok && mode == LOOM_ANTIQUANT_PER_CHANNEL)
+            return loom_set_error(LOOM_ERR_SHAPE,
+                                  "%s: %s_antiquant_%s shape %s: expected [%lld or 1, %lld] (per channel)", op,
+                                  name, what, shs, (long long)Nkv, (long long)D);
+        LOOM_RETURN_IF(!ok, LOOM_ERR_SHAPE,
+                       "%s: %s_antiquant_%s shape %s: expected [%lld, %lld or 1, %lld] (per token)",
+                       op, name, what, shs, (long long)d0, (long long)Nkv, (long long)d2);
+        LOOM_RETURN_IF(!x->data, LOOM_ERR_INVALID_ARG, "%s: %s_antiquant_%s has no data", op, name,
+                       what);
+        int64_t a, b, c;
+        if (mode == LOOM_ANTIQUANT_PER_CHANNEL)
+            a = x->shape[0] > 1 ? x->stride[0] : 0, b = x->stride[1], c = 0;
+        else
+            a = x->stride[0], b = x->shape[1] > 1 ? x->stride[1] : 0, c = x->stride[2];
+        if (w) q->offset = x->data, q->o0 = a, q->o1 = b, q->o2 = c;
+        else q->scale = x->data, q->s0 = a, q->s1 = b, q->s2 = c;
+    }
+    q->mode = mode;
+    return LOOM_OK;
+}
+
+/* The antiquant parameters of an i8 key and value (both ops), or an error if
+ * scales come with another dtype. */
+static loom_status resolve_kv_quant(const char *op, const loom_tensor *key, const loom_tensor *ks,
+                                    const loom_tensor *ko, int kmode, const loom_tensor *vs,
+                                    const loom_tensor *vo, int vmode, const int64_t kd[4],
+                                    attn_problem *pr) {
+    if (key->dtype != LOOM_I8) {
+        LOOM_RETURN_IF(ks || ko || vs || vo, LOOM_ERR_INVALID_ARG,
+                       "%s: antiquant scales given for a %s cache (only i8 caches are dequantized)",
+                       op, loom_dtype_name(key->dtype));
+        return LOOM_OK;
+    }
+    LOOM_TRY(resolve_quant(op, "key", ks, ko, kmode, kd[0], pr->Nkv, kd[1], pr->D, &pr->kq));
+    return resolve_quant(op, "value", vs, vo, vmode, kd[0], pr->Nkv, kd[1], pr->D, &pr->vq);
+}
+
+void attn_scale_view(const loom_tensor *s, loom_tensor *out) {
+    *out = *s;
+    out->shape[1] = s->shape[2], out->shape[2] = s->shape[1];
+    out->stride[1] = s->stride[2], out->stride[2] = s->stride[1];
+}
+
 loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                                  const loom_flash_attention_params *p, attn_problem *pr) {
     static const char op[] = "flash_attention_score";
@@ -269,8 +334,10 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
     int64_t qd[4], kd[4];
     LOOM_TRY(resolve_qkv(op, p->input_layout, p->num_heads, p->num_key_value_heads, t->query,
                          t->key, t->value, t->attention_out, pr, qd, kd));
-    LOOM_TRY(check_float(op, "key", t->key));
     pr->tnd = p->input_layout == LOOM_ATTN_TND;
+    if (t->key->dtype != LOOM_I8) LOOM_TRY(check_float(op, "key", t->key));
+    LOOM_RETURN_IF(t->key->dtype == LOOM_I8 && pr->tnd, LOOM_ERR_DTYPE,
+                   "%s: an i8 key and value take BSND, BNSD or BSH, not TND", op);
     pr->Sq = qd[1], pr->Skv = pr->kv_cache = kd[1];
     LOOM_RETURN_IF(pr->Sq > INT32_MAX || pr->Skv > INT32_MAX, LOOM_ERR_UNSUPPORTED,
                    "%s: sequence dims above 2^31 - 1 are not supported", op);
@@ -286,6 +353,9 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                    LOOM_ATTN_MAX_BLOCK);
     pr->block_q = p->block_q, pr->block_kv = p->block_kv;
     pr->kq.mode = pr->vq.mode = -1;
+    LOOM_TRY(resolve_kv_quant(op, t->key, t->key_antiquant_scale, t->key_antiquant_offset,
+                              p->key_antiquant_mode, t->value_antiquant_scale,
+                              t->value_antiquant_offset, p->value_antiquant_mode, kd, pr));
 
     int64_t mask_rows = pr->Sq, mask_cols = pr->Skv, mask_B;
     if (pr->tnd) {
@@ -327,49 +397,6 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
     }
     LOOM_TRY(resolve_mask(op, t->atten_mask, mask_B, pr->N, mask_rows, mask_cols, !pr->tnd, pr));
     LOOM_TRY(resolve_lse(op, t->softmax_lse, pr, pr->tnd ? 0 : pr->B));
-    return LOOM_OK;
-}
-
-static loom_status resolve_quant(const char *op, const char *name, const loom_tensor *scale,
-                                 const loom_tensor *offset, int mode, int64_t d0, int64_t Nkv,
-                                 int64_t d2, int64_t D, attn_quant *q) {
-    char sh[LOOM_REF_SHAPE_BUF];
-    LOOM_RETURN_IF(mode != LOOM_ANTIQUANT_PER_CHANNEL && mode != LOOM_ANTIQUANT_PER_TOKEN,
-                   LOOM_ERR_INVALID_ARG, "%s: %s_antiquant_mode = %d: expected 0 (per channel) or "
-                   "1 (per token)", op, name, mode);
-    LOOM_RETURN_IF(!scale, LOOM_ERR_INVALID_ARG, "%s: an i8 %s cache needs %s_antiquant_scale", op,
-                   name, name);
-    const loom_tensor *ts[2] = {scale, offset};
-    for (int w = 0; w < 2; w++) {
-        const loom_tensor *x = ts[w];
-        if (!x) continue;
-        const char *what = w ? "offset" : "scale";
-        LOOM_RETURN_IF(x->dtype != LOOM_F32, LOOM_ERR_DTYPE,
-                       "%s: %s_antiquant_%s has dtype %s: expected f32", op, name, what,
-                       loom_dtype_name(x->dtype));
-        int ok = mode == LOOM_ANTIQUANT_PER_CHANNEL
-                     ? x->ndim == 2 && (x->shape[0] == Nkv || x->shape[0] == 1) && x->shape[1] == D
-                     : x->ndim == 3 && x->shape[0] == d0 && (x->shape[1] == Nkv || x->shape[1] == 1) &&
-                           x->shape[2] == d2;
-        if (!ok && mode == LOOM_ANTIQUANT_PER_CHANNEL)
-            return loom_set_error(LOOM_ERR_SHAPE, "%s: %s_antiquant_%s shape %s: expected [%lld or 1, %lld] (per channel)",
-                                  op, name, what, x->ndim >= 1 && x->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(x, sh, sizeof sh) : "[?]",
-                                  (long long)Nkv, (long long)D);
-        LOOM_RETURN_IF(!ok, LOOM_ERR_SHAPE,
-                       "%s: %s_antiquant_%s shape %s: expected [%lld, %lld or 1, %lld] (per token)",
-                       op, name, what, x->ndim >= 1 && x->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(x, sh, sizeof sh) : "[?]",
-                       (long long)d0, (long long)Nkv, (long long)d2);
-        LOOM_RETURN_IF(!x->data, LOOM_ERR_INVALID_ARG, "%s: %s_antiquant_%s has no data", op, name,
-                       what);
-        int64_t a, b, c;
-        if (mode == LOOM_ANTIQUANT_PER_CHANNEL)
-            a = x->shape[0] > 1 ? x->stride[0] : 0, b = x->stride[1], c = 0;
-        else
-            a = x->stride[0], b = x->shape[1] > 1 ? x->stride[1] : 0, c = x->stride[2];
-        if (w) q->offset = x->data, q->o0 = a, q->o1 = b, q->o2 = c;
-        else q->scale = x->data, q->s0 = a, q->s1 = b, q->s2 = c;
-    }
-    q->mode = mode;
     return LOOM_OK;
 }
 
@@ -437,16 +464,9 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
                            (long long)b, (long long)j, (int)blk, (long long)pr->num_blocks);
         }
     }
-    if (t->key->dtype == LOOM_I8) {
-        LOOM_TRY(resolve_quant(op, "key", t->key_antiquant_scale, t->key_antiquant_offset,
-                               p->key_antiquant_mode, kd[0], pr->Nkv, kd[1], pr->D, &pr->kq));
-        LOOM_TRY(resolve_quant(op, "value", t->value_antiquant_scale, t->value_antiquant_offset,
-                               p->value_antiquant_mode, kd[0], pr->Nkv, kd[1], pr->D, &pr->vq));
-    } else {
-        LOOM_RETURN_IF(t->key_antiquant_scale || t->value_antiquant_scale, LOOM_ERR_INVALID_ARG,
-                       "%s: antiquant scales given for a %s cache (only i8 caches are dequantized)",
-                       op, loom_dtype_name(t->key->dtype));
-    }
+    LOOM_TRY(resolve_kv_quant(op, t->key, t->key_antiquant_scale, t->key_antiquant_offset,
+                              p->key_antiquant_mode, t->value_antiquant_scale,
+                              t->value_antiquant_offset, p->value_antiquant_mode, kd, pr));
     LOOM_RETURN_IF(p->kv_chunk < 0 || p->kv_chunk > ((int64_t)1 << 20), LOOM_ERR_INVALID_ARG,
                    "%s: kv_chunk = %lld outside 0..%lld", op, (long long)p->kv_chunk,
                    (long long)1 << 20);
@@ -658,6 +678,11 @@ void attn_cost(const attn_problem *pr, loom_cost *c) {
     c->bytes_read = q_rows * N * D * (double)pr->q.esize +
                     kv_rows * kvD * (double)(pr->k.esize + pr->v.esize);
     if (pr->mask) c->bytes_read += pairs * (pr->mn ? N : 1.0) * (pr->mask_bool ? 1.0 : 4.0);
+    const attn_quant *qs[2] = {&pr->kq, &pr->vq}; /* i8: scales (and offsets) read with the rows */
+    for (int i = 0; i < 2; i++)
+        if (qs[i]->mode >= 0)
+            c->bytes_read += (qs[i]->offset ? 8.0 : 4.0) *
+                             (qs[i]->mode == LOOM_ANTIQUANT_PER_TOKEN ? kv_rows * (double)pr->Nkv : kvD);
     c->bytes_written = out_rows * N * D * (double)pr->out.esize + (pr->lse ? out_rows * N * 4.0 : 0.0);
 }
 

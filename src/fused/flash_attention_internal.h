@@ -111,6 +111,11 @@ typedef struct attn_seq {
 
 /* Validation and resolution (flash_attention_common.c). Errors name the tensor
  * or parameter. */
+/* Graph ops over an i8 cache give one scale per cache row as [B, S, N_kv] (the
+ * cache's dims but D, BSND order); the ops take per-token scales [B, N_kv, S]:
+ * *out is that view of s (strides swapped, same data). */
+void attn_scale_view(const loom_tensor *s, loom_tensor *out);
+
 loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                                  const loom_flash_attention_params *p, attn_problem *pr);
 /* inner_precise is 0 or 1 (loom_attn_inner_precise); the error names op. */

@@ -51,7 +51,8 @@ static loom_incre_flash_attention_params inc_params(const void *attrs) {
 #define TND_MAX_SEQS 512
 typedef struct op_tensors {
     loom_tensor q, k, v, mask, out;
-    int has_mask;
+    loom_tensor ks, vs;  /* i8 k and v: their per-token scales as the ops take them */
+    int has_mask, q8;
     const int64_t *cu;   /* TND with data: cumulative ends (in cu_buf) */
     int64_t cu_buf[TND_MAX_SEQS];
     int64_t n_cu;
@@ -68,10 +69,22 @@ static void as_bsnd(loom_tensor *t, int64_t B) {
 
 static loom_status op_tensors_init(const char *name, const loom_tensor *const *src, int n_src,
                                    const loom_tensor *dst, int tnd, op_tensors *o) {
-    LOOM_TRY(loom_ref_check_arity(name, src, n_src, 3, 4));
+    LOOM_TRY(loom_ref_check_arity(name, src, n_src, 3, 6));
     memset(o, 0, sizeof *o);
     o->q = *src[0], o->k = *src[1], o->v = *src[2];
-    if (tnd) {
+    o->q8 = src[1]->dtype == LOOM_I8;
+    LOOM_RETURN_IF(n_src > (o->q8 ? 6 : 4) || (o->q8 && (n_src < 5 || tnd)), LOOM_ERR_INVALID_ARG,
+                   "%s: %d inputs with a %s cache: expected q, k, v%s", name, n_src,
+                   loom_dtype_name(src[1]->dtype),
+                   o->q8 ? ", k_scale, v_scale [B, S, N_kv] and an optional mask (not TND)"
+                         : " and an optional fourth input");
+    if (o->q8) { /* scales [B, S, N_kv] -> the ops' per-token [B, N_kv, S] */
+        attn_scale_view(src[3], &o->ks), attn_scale_view(src[4], &o->vs);
+        if (!o->ks.data) o->ks.data = &placeholder;
+        if (!o->vs.data) o->vs.data = &placeholder;
+        o->has_mask = n_src == 6;
+        if (o->has_mask) o->mask = *src[5];
+    } else if (tnd) {
         LOOM_RETURN_IF(n_src != 4, LOOM_ERR_INVALID_ARG,
                        "%s: input_layout TND takes a fourth input, the cumulative sequence ends", name);
         const loom_tensor *cu = src[3];
@@ -118,8 +131,11 @@ static loom_status fa_setup(const loom_tensor *const *src, int n_src, const void
     *p = fa_params(attrs);
     if (o->cu) p->actual_seq_qlen = p->actual_seq_kvlen = o->cu, p->num_seqs = o->n_cu;
     if (o->even_bsnd) p->input_layout = LOOM_ATTN_BSND;
-    loom_flash_attention_tensors tt = {&o->q, &o->k, &o->v, o->has_mask ? &o->mask : NULL, &o->out,
-                                       NULL};
+    loom_flash_attention_tensors tt = {.query = &o->q, .key = &o->k, .value = &o->v,
+                                       .atten_mask = o->has_mask ? &o->mask : NULL, .attention_out = &o->out,
+                                       .key_antiquant_scale = o->q8 ? &o->ks : NULL,
+                                       .value_antiquant_scale = o->q8 ? &o->vs : NULL};
+    if (o->q8) p->key_antiquant_mode = p->value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
     *t = tt;
     return LOOM_OK;
 }
@@ -132,13 +148,24 @@ static loom_status fa_resolve(const loom_tensor *const *src, int n_src, const vo
     return attn_resolve_prefill(&t, &p, pr);
 }
 
+/* The decode op's params and tensors of a node. */
+static void inc_setup(const void *attrs, op_tensors *o, loom_incre_flash_attention_params *p,
+                      loom_incre_flash_attention_tensors *t) {
+    *p = inc_params(attrs);
+    *t = (loom_incre_flash_attention_tensors){.query = &o->q, .key = &o->k, .value = &o->v,
+                                              .atten_mask = o->has_mask ? &o->mask : NULL,
+                                              .key_antiquant_scale = o->q8 ? &o->ks : NULL,
+                                              .value_antiquant_scale = o->q8 ? &o->vs : NULL,
+                                              .attention_out = &o->out};
+    if (o->q8) p->key_antiquant_mode = p->value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+}
+
 static loom_status inc_resolve(const loom_tensor *const *src, int n_src, const void *attrs,
                                const loom_tensor *dst, op_tensors *o, attn_problem *pr) {
     LOOM_TRY(op_tensors_init("incre_flash_attention", src, n_src, dst, 0, o));
-    loom_incre_flash_attention_params p = inc_params(attrs);
-    loom_incre_flash_attention_tensors t = {.query = &o->q, .key = &o->k, .value = &o->v,
-                                            .atten_mask = o->has_mask ? &o->mask : NULL,
-                                            .attention_out = &o->out};
+    loom_incre_flash_attention_params p;
+    loom_incre_flash_attention_tensors t;
+    inc_setup(attrs, o, &p, &t);
     return attn_resolve_decode(&t, &p, NULL, pr);
 }
 
@@ -225,11 +252,9 @@ static loom_status inc_kernel(const loom_kernel_args *a, loom_isa isa) {
     LOOM_TRY(inc_resolve(a->src, a->n_src, a->attrs, a->dst, &o, &pr));
     size_t bytes = attn_decode_scratch(&pr);
     if (isa == LOOM_ISA_REF) {
-        loom_incre_flash_attention_params p = inc_params(a->attrs);
-        loom_incre_flash_attention_tensors t = {.query = a->src[0], .key = a->src[1],
-                                                .value = a->src[2],
-                                                .atten_mask = a->n_src == 4 ? a->src[3] : NULL,
-                                                .attention_out = a->dst};
+        loom_incre_flash_attention_params p;
+        loom_incre_flash_attention_tensors t;
+        inc_setup(a->attrs, &o, &p, &t);
         return a->phase ? LOOM_OK : loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
     }
     return attn_decode_phase(&pr, loom_attn_kernels_for(isa), a->phase, a->ith, a->nth, a->scratch, bytes,

@@ -30,10 +30,10 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     int tnd = p->input_layout == LOOM_ATTN_TND;
     int64_t q_len = p->input_layout == LOOM_ATTN_BNSD ? (q->ndim > 2 ? q->shape[2] : 0)
                                                       : (q->ndim > 1 ? q->shape[1] : 0);
-    int needs_decode = t->block_table || t->key->dtype == LOOM_I8; /* only decode reads these */
+    int needs_decode = t->block_table != NULL; /* only decode reads a paged cache */
     int decode = !tnd && (q_len <= p->decode_max_q_len || needs_decode);
     LOOM_RETURN_IF(needs_decode && (tnd || q_len > LOOM_INCRE_MAX_Q_LEN), LOOM_ERR_UNSUPPORTED,
-                   "%s: a paged or i8 cache is read by the decode kernel only, which takes "
+                   "%s: a paged cache is read by the decode kernel only, which takes "
                    "S_q <= %d and not TND (query S_q = %lld)", op, LOOM_INCRE_MAX_Q_LEN,
                    (long long)q_len);
     if (used_decode) *used_decode = decode;
@@ -59,10 +59,10 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
         pi.inner_precise = p->inner_precise;
         return attn_decode_pool(&ti, &pi, p->actual_seq_lengths, pool);
     }
-    LOOM_RETURN_IF(t->key_antiquant_scale || t->value_antiquant_scale, LOOM_ERR_INVALID_ARG,
-                   "%s: antiquant scales need an i8 cache", op);
     loom_flash_attention_tensors tf = {t->query, t->key, t->value, t->atten_mask,
-                                       t->attention_out, t->softmax_lse};
+                                       t->attention_out, t->softmax_lse,
+                                       t->key_antiquant_scale, t->key_antiquant_offset,
+                                       t->value_antiquant_scale, t->value_antiquant_offset};
     loom_flash_attention_params pf = loom_flash_attention_default_params();
     pf.input_layout = p->input_layout;
     pf.num_heads = p->num_heads, pf.num_key_value_heads = p->num_key_value_heads;
@@ -73,5 +73,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     pf.actual_seq_qlen = p->actual_seq_qlen, pf.actual_seq_kvlen = p->actual_seq_kvlen;
     pf.num_seqs = p->num_seqs;
     pf.inner_precise = p->inner_precise;
+    pf.key_antiquant_mode = p->key_antiquant_mode;
+    pf.value_antiquant_mode = p->value_antiquant_mode;
     return loom_flash_attention_score(&tf, &pf, pool);
 }

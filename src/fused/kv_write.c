@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "fused/fused_internal.h"
+#include "ops/quant.h"
 
 /* Validated view of one cache for row addressing. */
 typedef struct cache_ref {
@@ -79,11 +80,8 @@ static void store_row(const cache_ref *c, int mode, int64_t blk, int64_t slot, i
         float *sc = c->scale->data, *of = c->offset ? c->offset->data : NULL;
         if (mode == LOOM_ANTIQUANT_PER_TOKEN) {
             int64_t si = (blk * c->heads + h) * c->slots + slot;
-            float amax = 0.0f;
-            for (int64_t d = 0; d < c->D; d++) amax = fmaxf(amax, fabsf(x[d]));
-            sc[si] = amax > 0.0f ? amax / 127.0f : 1.0f;
+            sc[si] = loom_quantize_row_i8(x, c->D, q);
             if (of) of[si] = 0.0f;
-            for (int64_t d = 0; d < c->D; d++) q[d] = (int8_t)lrintf(fminf(127.0f, fmaxf(-127.0f, x[d] / sc[si])));
         } else {
             for (int64_t d = 0; d < c->D; d++) {
                 int64_t ci = h * c->D + d;

@@ -8,23 +8,28 @@
  * there are no separate rope/kv_append kernels. The GEMM and RoPE are the
  * primitive kernels of the same level on sub-blocks, so results equal the
  * unfused graph's. Caches: [S_max, N_kv, D], contiguous, f32 (the tile is
- * computed in place), f16 or bf16 (computed in scratch, then rounded into the
- * cache as kv_append rounds it). */
+ * computed in place), f16, bf16 or i8 (computed in scratch, then rounded or
+ * quantized into the cache as kv_append does; i8 caches take their scale stores
+ * [S_max, N_kv] as inputs 4 and 5 and the op writes rows pos.. of them). */
 #include "fused/fused_graph_ops.h"
 #include "fused/fused_internal.h"
 
 #include "base/cpu.h"
 #include "base/status.h"
 #include "ops/matmul/matmul.h"
+#include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops/vec/vec.h"
 
 static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                              loom_tensor *dst) {
     const char *op = "qkv_rope";
-    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 4));
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 6));
     const loom_qkv_rope_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
+    LOOM_RETURN_IF((at->cache_dtype == LOOM_I8) != (n_src == 6), LOOM_ERR_INVALID_ARG,
+                   "%s: %d inputs with cache_dtype %s: i8 caches take their scale stores as inputs 4 "
+                   "and 5, other caches none", op, n_src, loom_dtype_name((loom_dtype)at->cache_dtype));
     int64_t H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
     LOOM_RETURN_IF(H < 1 || HKV < 1 || D < 2 || H % HKV, LOOM_ERR_INVALID_ARG,
                    "%s: heads %lld / kv heads %lld / head_dim %lld invalid", op, (long long)H,
@@ -43,6 +48,13 @@ static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const voi
     }
     LOOM_RETURN_IF(at->rope.pos_offset < 0, LOOM_ERR_INVALID_ARG, "%s: negative position %d", op,
                    at->rope.pos_offset);
+    for (int i = 4; i < n_src; i++) { /* i8: one f32 scale per cache row, [S_max, N_kv] contiguous */
+        const loom_tensor *st = src[i];
+        LOOM_RETURN_IF(st->dtype != LOOM_F32 || st->ndim != 2 || st->shape[1] != HKV ||
+                           st->shape[0] < at->rope.pos_offset + T || !loom_tensor_is_contiguous(st),
+                       LOOM_ERR_SHAPE, "%s: input %d (scale store) must be contiguous f32 [>= %lld, %lld]", op,
+                       i, (long long)(at->rope.pos_offset + T), (long long)HKV);
+    }
     const int64_t shape[3] = {T, H, D};
     loom_ref_set_dst(dst, LOOM_F32, 3, shape);
     return LOOM_OK;
@@ -60,6 +72,7 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
                          (double)src[i]->shape[0];
     /* q and the new cache rows */
     c->bytes_written = 4.0 * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
+    if (n_src == 6) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
 }
 
 /* Heads per work item (loom_qkv_heads_per_block unless the rule gives block_heads). */
@@ -185,7 +198,8 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
                                 t0 + (size_t)t * 2 * n_rot + n_rot);
         tab = t0;
     }
-    /* f16/bf16 caches: K and V tiles go to this f32 buffer, then rounded into the cache */
+    /* f16/bf16/i8 caches: K and V tiles go to this f32 buffer, then rounded (i8: quantized
+     * row by row, loom_quantize_row_i8 as kv_append) into the cache */
     float *tile32 = at->cache_dtype == LOOM_F32
                         ? NULL
                         : (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T));
@@ -210,7 +224,16 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, y, ldy, T, nh, a->scratch));
         if (part == 0 || !tile32) continue;
         const loom_tensor *cache = a->dst_extra[part - 1];
-        uint16_t *c16 = (uint16_t *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D;
+        int64_t row0 = (int64_t)at->rope.pos_offset * HKV + h0; /* first (token, head) row */
+        if (cache->dtype == LOOM_I8) {
+            int8_t *c8 = (int8_t *)cache->data + row0 * D;
+            float *sc = (float *)a->src[3 + part]->data + row0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t h = 0; h < nh; h++)
+                    sc[t * HKV + h] = loom_quantize_row_i8(y + t * ldy + h * D, D, c8 + (t * HKV + h) * D);
+            continue;
+        }
+        uint16_t *c16 = (uint16_t *)cache->data + row0 * D;
         for (int64_t t = 0; t < T; t++)
             loom_vec_convert(vec, LOOM_F32, y + t * ldy, cache->dtype, c16 + t * HKV * D, nh * D);
     }

@@ -48,25 +48,28 @@ static loom_checkpoint_stat *stat_for(loom_executor *e, int layer, const char *n
     return c;
 }
 
-/* Saves (save = 1) or restores the cache rows the kv_append nodes of layer write. */
+/* Saves (save = 1) or restores the cache rows the kv_append nodes of layer write
+ * (and, for an i8 cache, the rows of its scale store). */
 static loom_status kv_rows(loom_executor *e, loom_graph *rg, int layer, int save) {
     size_t off = 0;
     for (int n = 0; n < rg->n_nodes; n++) {
         const loom_node *node = &rg->nodes[n];
         if (node->layer != layer || node->op != LOOM_OP_KV_APPEND) continue;
-        const loom_tensor *cache = &rg->tensors[node->src[0]].t;
         int pos = ((const loom_kv_append_attrs *)(const void *)node->attrs)->pos;
-        size_t row = (size_t)cache->stride[0] * loom_dtype_size(cache->dtype);
-        size_t bytes = row * (size_t)rg->tensors[node->src[1]].t.shape[0];
-        char *base = (char *)cache->data + row * (size_t)pos;
-        if (save && off + bytes > e->kv_save_cap) {
-            unsigned char *p = realloc(e->kv_save, off + bytes);
-            LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "checkpoints: out of memory");
-            e->kv_save = p, e->kv_save_cap = off + bytes;
+        size_t rows = (size_t)rg->tensors[node->src[1]].t.shape[0];
+        for (int i = 0; i < node->n_src; i += 2) { /* src 0: the cache, src 2: its scales */
+            const loom_tensor *store = &rg->tensors[node->src[i]].t;
+            size_t row = (size_t)store->stride[0] * loom_dtype_size(store->dtype), bytes = row * rows;
+            char *base = (char *)store->data + row * (size_t)pos;
+            if (save && off + bytes > e->kv_save_cap) {
+                unsigned char *p = realloc(e->kv_save, off + bytes);
+                LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "checkpoints: out of memory");
+                e->kv_save = p, e->kv_save_cap = off + bytes;
+            }
+            if (save) memcpy(e->kv_save + off, base, bytes);
+            else memcpy(base, e->kv_save + off, bytes);
+            off += bytes;
         }
-        if (save) memcpy(e->kv_save + off, base, bytes);
-        else memcpy(base, e->kv_save + off, bytes);
-        off += bytes;
     }
     return LOOM_OK;
 }

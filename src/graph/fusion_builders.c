@@ -52,8 +52,11 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
     const loom_tensor *ks = gt(c, kc->dst), *vs = gt(c, vc->dst);
     if (ks->shape[1] != k->shape[1] || ks->shape[2] != k->shape[2] || vs->ndim != 3 ||
         vs->shape[1] != k->shape[1] || vs->shape[2] != k->shape[2] || vs->dtype != ks->dtype ||
-        (ks->dtype != LOOM_F32 && ks->dtype != LOOM_F16 && ks->dtype != LOOM_BF16))
+        (ks->dtype != LOOM_F32 && ks->dtype != LOOM_F16 && ks->dtype != LOOM_BF16 && ks->dtype != LOOM_I8))
         return 0;
+    /* i8 caches: the kv_append nodes' scale stores (the rule names them $k_scale, $v_scale) */
+    int kscale = fr_var(c, "k_scale"), vscale = fr_var(c, "v_scale");
+    if ((ks->dtype == LOOM_I8) != (kscale >= 0 && vscale >= 0)) return 0;
     loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1],
                              .n_kv_heads = (int32_t)k->shape[1], .head_dim = (int32_t)q->shape[2],
                              .block_heads = 0, .cache_dtype = ks->dtype};
@@ -63,9 +66,10 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
                                                                  a.n_kv_heads, c->hw.l3_bytes));
     if (k->shape[2] != a.head_dim) return 0;
     f->op = LOOM_OP_QKV_ROPE;
-    f->n_src = 4;
+    f->n_src = ks->dtype == LOOM_I8 ? 6 : 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "wq"), f->src[2] = fr_var(c, "wk");
     f->src[3] = fr_var(c, "wv");
+    f->src[4] = kscale, f->src[5] = vscale;
     memcpy(f->attrs, &a, sizeof a);
     f->dst = qr->dst;
     f->extra[0] = kc->dst, f->extra[1] = vc->dst;
@@ -85,6 +89,11 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
     if (aa->causal && aa->q_pos_offset != skv - sq) return 0;
     f->n_src = 3;
     f->src[0] = fr_var(c, "q"), f->src[1] = fr_var(c, "k"), f->src[2] = fr_var(c, "v");
+    if (k->dtype == LOOM_I8) { /* the i8 cache's row scales ($k_scale, $v_scale) follow */
+        f->src[3] = fr_var(c, "k_scale"), f->src[4] = fr_var(c, "v_scale");
+        if (f->src[3] < 0 || f->src[4] < 0) return 0;
+        f->n_src = 5;
+    }
     f->dst = at->dst;
     int decode = !strcmp(c->rule->fused_op, "incre_flash_attention") ||
                  (!strcmp(c->rule->fused_op, "fused_infer_attention") && sq <= fr_opt(c, "decode_max_q_len", 16));

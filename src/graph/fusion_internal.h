@@ -6,7 +6,7 @@
 
 #define FR_MAX_PNODES 12
 #define FR_MAX_VARS   12
-#define FR_MAX_IN     4
+#define FR_MAX_IN     LOOM_MAX_SRC
 #define FR_MAX_OPTS   8
 #define FR_MAX_CONDS  8
 #define FR_MAX_PRESETS 8

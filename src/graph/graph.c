@@ -273,6 +273,18 @@ int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name)
     return graph_op_named(g, LOOM_OP_KV_APPEND, src, 2, &a, name);
 }
 
+int loom_g_kv_append_i8(loom_graph *g, int cache, int x, int scale, int pos, const char *name) {
+    int src[3] = {cache, x, scale};
+    loom_kv_append_attrs a = {pos};
+    return graph_op_named(g, LOOM_OP_KV_APPEND, src, 3, &a, name);
+}
+
+int loom_g_attention_i8(loom_graph *g, int q, int k, int v, int k_scale, int v_scale, int mask,
+                        const loom_attention_attrs *a, const char *name) {
+    int src[6] = {q, k, v, k_scale, v_scale, mask};
+    return graph_op_named(g, LOOM_OP_ATTENTION, src, mask >= 0 ? 6 : 5, a, name);
+}
+
 /* ------------------------------------------------------------ copies, args */
 
 int loom_graph_intermediate(loom_graph *g, const loom_tensor *t) {

@@ -143,5 +143,12 @@ int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name
 int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
                      const loom_attention_attrs *a, const char *name);
 int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name);
+/* An i8 cache: scale is its f32 store [S_max, ...] (the cache's dims but the last),
+ * whose rows pos.. the node writes too. Readers take k_scale / v_scale views of
+ * rows [0, pos + n) of the stores, reshaped to [B, S, Hkv], next to the views the
+ * kv_append nodes return (which order them after the writes). */
+int loom_g_kv_append_i8(loom_graph *g, int cache, int x, int scale, int pos, const char *name);
+int loom_g_attention_i8(loom_graph *g, int q, int k, int v, int k_scale, int v_scale, int mask,
+                        const loom_attention_attrs *a, const char *name);
 
 #endif

@@ -85,9 +85,11 @@ loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_
 
 /* Appends the graph of one forward pass over n tokens at positions pos..pos+n-1:
  * ids is an I32 [n] tensor id, kc/vc are per-layer cache tensor ids
- * [n_ctx, n_kv_heads, head_dim]. Returns the logits tensor id [1, vocab] of the
- * last token (or [n, vocab] when all_logits). */
+ * [n_ctx, n_kv_heads, head_dim]; for i8 caches ksc/vsc are the per-layer scale
+ * stores [n_ctx, n_kv_heads] (f32, one per cache row), else NULL. Returns the
+ * logits tensor id [1, vocab] of the last token (or [n, vocab] when all_logits). */
 int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
-                     int ids, const int *kc, const int *vc, int n, int pos, int all_logits);
+                     int ids, const int *kc, const int *vc, const int *ksc, const int *vsc, int n,
+                     int pos, int all_logits);
 
 #endif

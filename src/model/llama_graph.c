@@ -18,7 +18,8 @@ static const char *layer_name(char *nm, int np, const char *s) {
 }
 
 int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
-                     int ids, const int *kc, const int *vc, int n, int pos, int all_logits) {
+                     int ids, const int *kc, const int *vc, const int *ksc, const int *vsc, int n,
+                     int pos, int all_logits) {
     const int H = c->n_heads, HKV = c->n_kv_heads, HD = c->head_dim;
     char nm[LOOM_NAME_MAX];
 
@@ -31,6 +32,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
     loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos};
     const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD};
     const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
+    const int64_t sc3[3] = {1, pos + n, HKV}; /* i8 caches: the scales of rows [0, pos + n) */
 
     for (int l = 0; l < c->n_layers; l++) {
         const loom_llama_layer *L = &w->layers[l];
@@ -46,10 +48,22 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         int v = loom_g_matmul(g, xn, loom_graph_external(g, &L->wv), NAME("v"));
         q = loom_g_rope(g, loom_graph_reshape(g, q, 3, q_shape), &rope, NAME("q_rope"));
         k = loom_g_rope(g, loom_graph_reshape(g, k, 3, kv_shape), &rope, NAME("k_rope"));
-        int ks = loom_g_kv_append(g, kc[l], k, pos, NAME("k_cache"));
-        int vs = loom_g_kv_append(g, vc[l], loom_graph_reshape(g, v, 3, kv_shape), pos, NAME("v_cache"));
-        int a = loom_g_attention(g, loom_graph_reshape(g, q, 4, q4), loom_graph_reshape(g, ks, 4, kv4),
-                                 loom_graph_reshape(g, vs, 4, kv4), -1, &att, NAME("attn"));
+        v = loom_graph_reshape(g, v, 3, kv_shape);
+        q = loom_graph_reshape(g, q, 4, q4);
+        int a;
+        if (ksc) { /* i8 caches: each append writes its rows' scales too */
+            int ks = loom_g_kv_append_i8(g, kc[l], k, ksc[l], pos, NAME("k_cache"));
+            int vs = loom_g_kv_append_i8(g, vc[l], v, vsc[l], pos, NAME("v_cache"));
+            int kscale = loom_graph_reshape(g, loom_graph_view_rows(g, ksc[l], 0, pos + n), 3, sc3);
+            int vscale = loom_graph_reshape(g, loom_graph_view_rows(g, vsc[l], 0, pos + n), 3, sc3);
+            a = loom_g_attention_i8(g, q, loom_graph_reshape(g, ks, 4, kv4), loom_graph_reshape(g, vs, 4, kv4),
+                                    kscale, vscale, -1, &att, NAME("attn"));
+        } else {
+            int ks = loom_g_kv_append(g, kc[l], k, pos, NAME("k_cache"));
+            int vs = loom_g_kv_append(g, vc[l], v, pos, NAME("v_cache"));
+            a = loom_g_attention(g, q, loom_graph_reshape(g, ks, 4, kv4), loom_graph_reshape(g, vs, 4, kv4), -1,
+                                 &att, NAME("attn"));
+        }
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo),
                               NAME("attn_out"));
         x = loom_g_add(g, x, o, NAME("attn_residual"));

@@ -62,8 +62,8 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     LOOM_RETURN_IF(params.n_ctx < 0, LOOM_ERR_INVALID_ARG, "context length must be >= 0, got %d",
                    params.n_ctx);
     LOOM_RETURN_IF(params.kv_dtype != LOOM_F32 && params.kv_dtype != LOOM_F16 &&
-                       params.kv_dtype != LOOM_BF16,
-                   LOOM_ERR_INVALID_ARG, "KV cache dtype %s: expected f32, f16 or bf16",
+                       params.kv_dtype != LOOM_BF16 && params.kv_dtype != LOOM_I8,
+                   LOOM_ERR_INVALID_ARG, "KV cache dtype %s: expected f32, f16, bf16 or i8",
                    loom_dtype_name(params.kv_dtype));
     loom_model *m = calloc(1, sizeof *m);
     LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
@@ -86,15 +86,24 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     m->cache_bytes = cache * loom_dtype_size(params.kv_dtype);
     m->k_cache = cache_alloc(m->cache_bytes);
     m->v_cache = cache_alloc(m->cache_bytes);
+    int q8 = params.kv_dtype == LOOM_I8; /* plus one f32 scale per cache row */
+    m->scale_bytes = q8 ? cache / (size_t)c->head_dim * sizeof(float) : 0;
+    m->k_scale = q8 ? cache_alloc(m->scale_bytes) : NULL;
+    m->v_scale = q8 ? cache_alloc(m->scale_bytes) : NULL;
     m->ids = malloc((size_t)m->n_ctx * sizeof *m->ids);
-    m->kc = malloc((size_t)c->n_layers * sizeof *m->kc);
-    m->vc = malloc((size_t)c->n_layers * sizeof *m->vc);
-    if (!m->k_cache || !m->v_cache || !m->ids || !m->kc || !m->vc) {
+    m->kc = malloc((size_t)c->n_layers * 4 * sizeof *m->kc);
+    m->vc = m->kc ? m->kc + c->n_layers : NULL;
+    m->ksc = m->kc ? m->kc + 2 * c->n_layers : NULL;
+    m->vsc = m->kc ? m->kc + 3 * c->n_layers : NULL;
+    if (!m->k_cache || !m->v_cache || (q8 && (!m->k_scale || !m->v_scale)) || !m->ids || !m->kc) {
         cache_free(m->k_cache, m->cache_bytes);
         cache_free(m->v_cache, m->cache_bytes);
+        cache_free(m->k_scale, m->scale_bytes);
+        cache_free(m->v_scale, m->scale_bytes);
         m->k_cache = m->v_cache = NULL;
+        m->k_scale = m->v_scale = NULL;
         s = loom_set_error(LOOM_ERR_NOMEM, "cannot allocate a KV cache of %zu bytes",
-                           2 * m->cache_bytes);
+                           2 * (m->cache_bytes + m->scale_bytes));
         goto fail;
     }
     /* the cache starts as zeros (fresh anonymous pages) so a dump never shows
@@ -120,9 +129,10 @@ void loom_model_free(loom_model *m) {
     loom_graph_free(m->graph);
     cache_free(m->k_cache, m->cache_bytes);
     cache_free(m->v_cache, m->cache_bytes);
+    cache_free(m->k_scale, m->scale_bytes);
+    cache_free(m->v_scale, m->scale_bytes);
     free(m->ids);
-    free(m->kc);
-    free(m->vc);
+    free(m->kc); /* vc, ksc, vsc point into it */
     free(m->w.layers);
     loom_mapped_file_close(&m->file);
     loom_gguf_close(m->gguf);
@@ -172,8 +182,18 @@ loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int
         LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->v_cache + l * per_layer));
         loom_tensor_set_name(&t, "L%d.v_cache_store", l);
         m->vc[l] = loom_graph_external(g, &t);
+        if (!m->k_scale) continue;
+        const int64_t scale_shape[2] = {m->n_ctx, c->n_kv_heads};
+        size_t rows = (size_t)m->n_ctx * (size_t)c->n_kv_heads;
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->k_scale + l * rows));
+        loom_tensor_set_name(&t, "L%d.k_scale_store", l);
+        m->ksc[l] = loom_graph_external(g, &t);
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->v_scale + l * rows));
+        loom_tensor_set_name(&t, "L%d.v_scale_store", l);
+        m->vsc[l] = loom_graph_external(g, &t);
     }
-    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, n, pos, all_logits);
+    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, m->k_scale ? m->ksc : NULL,
+                                  m->k_scale ? m->vsc : NULL, n, pos, all_logits);
     return loom_graph_status(g);
 }
 

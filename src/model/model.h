@@ -26,10 +26,14 @@ struct loom_model {
     void              *k_cache;   /* [n_layers, n_ctx, n_kv_heads, head_dim] of params.kv_dtype */
     void              *v_cache;   /* same */
     size_t             cache_bytes;  /* of each of k_cache, v_cache */
+    float             *k_scale;   /* i8 caches: [n_layers, n_ctx, n_kv_heads], a scale per cache row */
+    float             *v_scale;   /* same; both NULL for float caches */
+    size_t             scale_bytes;  /* of each of k_scale, v_scale */
     int32_t           *ids;       /* [n_ctx] token ids of the current call */
     loom_graph        *graph;     /* the graph of the last forward pass */
     loom_executor     *exec;
     int               *kc, *vc;   /* per-layer cache tensor ids while building */
+    int               *ksc, *vsc; /* per-layer scale store ids (i8 caches) */
 };
 
 /* Builds (but does not run) the graph for n tokens at pos; returns the logits id. */

@@ -83,7 +83,7 @@ static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const 
                 snprintf(cache.name, sizeof cache.name, "kv_cache.v.%d", l);
                 kc[c->n_layers + l] = loom_graph_external(g, &cache);
             }
-            loom_llama_build(g, c, &w, ids_id, kc, kc + c->n_layers, n, pos, p->decode);
+            loom_llama_build(g, c, &w, ids_id, kc, kc + c->n_layers, NULL, NULL, n, pos, p->decode);
             s = loom_graph_status(g);
         }
     }

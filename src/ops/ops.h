@@ -24,11 +24,15 @@ typedef enum loom_op {
                                                                    src: x[..., R, C], mask f32[R, C] (optional) */
     LOOM_OP_ROPE,       /* rotary embedding, per head              src: x[S, H, D] or [B, S, H, D] */
     LOOM_OP_ATTENTION,  /* softmax(q.k^T*scale + mask).v with GQA  src: q[B,Sq,Hq,D], k[B,Skv,Hkv,D],
-                                                                        v[B,Skv,Hkv,D], mask f32[Sq,Skv] (optional) */
+                                                                        v[B,Skv,Hkv,D], mask f32[Sq,Skv] (optional);
+                           i8 k and v: q, k, v, k_scale, v_scale f32 [B,Skv,Hkv] (one per row, x ~ q*scale),
+                           then the optional mask */
     LOOM_OP_COPY,       /* y = x as a contiguous tensor (x may be a strided/permuted view);
                            dtype conversion f32<->f16/bf16 allowed src: x          */
     LOOM_OP_KV_APPEND,  /* cache[pos : pos+n, ...] = x; the output is the view cache[0 : pos+n]
-                                                                   src: cache[S_max, ...], x[n, ...] */
+                                                                   src: cache[S_max, ...], x[n, ...];
+                           an i8 cache also takes scale f32 [S_max, ...] (the cache's dims but the last)
+                           and writes each last-dim row quantized (loom_quantize_row_i8) with its scale */
     LOOM_OP_LAYER_NORM, /* y = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dim
                                                                    src: x[..., D], gamma[D], beta[D] (optional) */
     LOOM_OP_GELU,       /* y = x * Phi(x) (erf form), or its tanh approximation
@@ -44,7 +48,8 @@ typedef enum loom_op {
     LOOM_OP_QKV_ROPE,     /* x.Wq/Wk/Wv^T, RoPE on Q and K, K/V written into the caches in place
                              src: x[T, hidden], wq, wk, wv; dst: q [T, Hq, D];
                              extra dst: the cache views k_cache[0:pos+T], v_cache[0:pos+T]
-                             [S, Hkv, D] f32, written in place (made by the fusion pass) */
+                             [S, Hkv, D] f32/f16/bf16/i8, written in place (made by the fusion pass);
+                             i8 caches: src 4, 5 are their scale stores [S_max, Hkv], written in place */
     LOOM_OP_ADD_RMS_NORM, /* r = a + b; y = rms_norm(r) * gamma     src: a, b, gamma;
                              dst: y; extra dst: r */
     LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
@@ -122,7 +127,7 @@ typedef struct {
     loom_rope_attrs rope;   /* as the rope nodes it replaced (pos_offset = first cache row) */
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
-    int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16 or LOOM_BF16 */
+    int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 typedef struct {
@@ -138,7 +143,7 @@ typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row writt
 
 /* ---------------------------------------------------------- kernels */
 
-#define LOOM_MAX_SRC 5   /* ffn with a residual takes 5 */
+#define LOOM_MAX_SRC 6   /* attention over an i8 cache with a mask, qkv_rope with i8 caches */
 
 typedef struct loom_kernel_args {
     const loom_tensor *src[LOOM_MAX_SRC]; /* unused entries NULL */

@@ -94,6 +94,17 @@ static void quant_q4_1(const float *x, loom_block_q4_1 *b, int64_t nb) {
     }
 }
 
+float loom_quantize_row_i8(const float *x, int64_t n, int8_t *q) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax; /* NaN: not taken */
+    }
+    float sc = loom_i8_row_scale(amax);
+    for (int64_t i = 0; i < n; i++) q[i] = loom_i8_quant(x[i], sc);
+    return sc;
+}
+
 void loom_quantize_row(loom_dtype t, const float *src, void *dst, int64_t n) {
     int64_t nb = n / 32;
     switch (t) {

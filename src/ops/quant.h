@@ -6,6 +6,7 @@
 #ifndef LOOM_OPS_QUANT_H
 #define LOOM_OPS_QUANT_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "loom.h"
@@ -24,6 +25,22 @@ void loom_dequantize_row(loom_dtype t, const void *src, float *dst, int64_t n);
 /* Reference quantization of n f32 elements (n a multiple of 32) into dst of dtype t,
  * with llama.cpp's rounding rules (so files we write match theirs). */
 void loom_quantize_row(loom_dtype t, const float *src, void *dst, int64_t n);
+/*
+ * i8 KV cache rows (one scale per row, the per-token antiquant of the attention
+ * ops): scale = max|x| / 127 (1 for an all-zero row), q = round-half-even(x /
+ * scale) clamped to [-127, 127]; x ~ q * scale. NaN elements are ignored by the
+ * max and stored as -127. Every writer of such a row (kv_append, qkv_rope,
+ * reshape_and_cache) uses these, so they store the same bytes.
+ */
+static inline float loom_i8_row_scale(float amax) { return amax > 0.0f ? amax / 127.0f : 1.0f; }
+static inline int8_t loom_i8_quant(float x, float scale) {
+    float v = x / scale;
+    v = v > -127.0f ? v : -127.0f;  /* NaN -> -127 */
+    return (int8_t)lrintf(v < 127.0f ? v : 127.0f);
+}
+/* Quantizes x[0, n) into q; returns the row's scale. */
+float loom_quantize_row_i8(const float *x, int64_t n, int8_t *q);
+
 /* Converts any supported weight row (f32, f16, bf16, q8_0, q4_0, q4_1) to f32. */
 void loom_row_to_f32(loom_dtype t, const void *src, float *dst, int64_t n);
 

@@ -47,7 +47,7 @@ expect_error "negative -n" "-n must be >= 0" run -m "$M" -z "$Z" -n -1
 expect_error "bad temperature" "--temp" run -m "$M" -z "$Z" --temp -1
 expect_error "bad top-p" "--top-p" run -m "$M" -z "$Z" --top-p 1.5
 expect_error "unknown mode" "unknown mode 'warp'" run -m "$M" -z "$Z" --mode warp
-expect_error "bad cache type" "--kv-dtype expects f32, f16 or bf16, got 'i8'" run -m "$M" -z "$Z" --kv-dtype i8
+expect_error "bad cache type" "--kv-dtype expects f32, f16, bf16 or i8, got 'q8_0'" run -m "$M" -z "$Z" --kv-dtype q8_0
 # without -m, loom takes the default model from $LOOM_MODELS_DIR: none there
 expect_error "no model" "no model given" env LOOM_MODELS_DIR="$TMP/no-models" "$LOOM" run -z "$Z"
 expect_error "no tokenizer" "no tokenizer given" run -m "$M"

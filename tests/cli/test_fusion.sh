@@ -20,8 +20,9 @@ done
 # checkpoints: one line per layer and the logits, none beyond tolerance
 grep -qE "^  L4 output +256 " "$TMP/err" && grep -qE "^  logits +256 .* 0$" "$TMP/err" \
     && pass "checkpoint report" || fail "checkpoint report: $(cat "$TMP/err")"
-# f16 / bf16 KV caches: every layer within the tolerance of the cache's dtype
-for ct in f16 bf16; do
+# f16 / bf16 / i8 KV caches: every layer within the tolerance of the cache's dtype (i8: f32's;
+# the reference layer quantizes the same K and V to the same bytes, then dequantizes in f32)
+for ct in f16 bf16 i8; do
     "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 64 -t 2 --kv-dtype "$ct" --mode fused_with_checkpoints \
         --checkpoint-action fail >"$TMP/out" 2>"$TMP/err" && grep -qE "^  L4 output +64 " "$TMP/err" \
         && pass "checkpoints, $ct cache" || fail "checkpoints, $ct cache: $(tail -5 "$TMP/err")"

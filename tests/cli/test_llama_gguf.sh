@@ -83,10 +83,12 @@ if [ $rc -eq 0 ] && grep -q "does not fit the context of 128" "$TMP/err" && [ -s
 else
     fail "chat: overflow: rc $rc, $(cat "$TMP/err")"
 fi
-# a bf16 KV cache across turns, fused: two replies
-printf 'Hi!\nName a color.\n' | "$LOOM" chat -m "$M" -s "$SYS" --temp 0 -n 16 -c 256 --kv-dtype bf16 --mode fused \
-    >"$TMP/chatbf" 2>"$TMP/err" && [ "$(grep -c . "$TMP/chatbf")" -ge 2 ] && pass "chat: bf16 KV cache" \
-    || fail "chat --kv-dtype bf16: $(cat "$TMP/chatbf" "$TMP/err")"
+# bf16 and i8 KV caches across turns, fused: two replies
+for kv in bf16 i8; do
+    printf 'Hi!\nName a color.\n' | "$LOOM" chat -m "$M" -s "$SYS" --temp 0 -n 16 -c 256 --kv-dtype $kv --mode fused \
+        >"$TMP/chatbf" 2>"$TMP/err" && [ "$(grep -c . "$TMP/chatbf")" -ge 2 ] && pass "chat: $kv KV cache" \
+        || fail "chat --kv-dtype $kv: $(cat "$TMP/chatbf" "$TMP/err")"
+done
 printf 'Hi\nHi again\nAnd again\nOnce more\n' | "$LOOM" chat -m "$M" --temp 0 -n 40 -c 72 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 if [ $rc -eq 0 ] && grep -qE "context is full|context of 72 tokens is full" "$TMP/err"; then
@@ -112,11 +114,12 @@ else
     fail "bench --json: $(head -c 400 "$TMP/out") $(cat "$TMP/err")"
 fi
 # depth (-d) and KV cache types: one row per cache type x depth x test, tests after the depth's tokens
-"$LOOM" bench -m "$M" -p 8 -n 2 -d 0,24 --kv-dtype f32,bf16 -r 1 --mode fused --json >"$TMP/out" 2>"$TMP/err"
+"$LOOM" bench -m "$M" -p 8 -n 2 -d 0,24 --kv-dtype f32,bf16,i8 -r 1 --mode fused --json >"$TMP/out" 2>"$TMP/err"
 if [ $? -eq 0 ] && python3 -c "
 import json,sys
 r=json.load(open(sys.argv[1]))['results']
-assert sorted((x['kv_dtype'],x['n_depth'],x['test']) for x in r)==sorted((c,d,t) for c in ('f32','bf16') for d in (0,24) for t in ('pp8','tg2')), r
+want=[(c,d,t) for c in ('f32','bf16','i8') for d in (0,24) for t in ('pp8','tg2')]
+assert sorted((x['kv_dtype'],x['n_depth'],x['test']) for x in r)==sorted(want), r
 assert all(x['tps_median']>0 for x in r)" "$TMP/out"; then
     pass "bench: depth and cache types"
 else
@@ -124,7 +127,7 @@ else
 fi
 "$LOOM" bench -m "$M" -p 0 -n 2 -d 16 -r 1 --mode step_by_step >"$TMP/out" 2>"$TMP/err" \
     && grep -q "| tg2 @ d16 |" "$TMP/out" && pass "bench: depth in the table" || fail "bench -d: $(cat "$TMP/out" "$TMP/err")"
-expect_error "bench: bad cache type" "--kv-dtype expects f32, f16 or bf16, got 'q8_0'" \
+expect_error "bench: bad cache type" "--kv-dtype expects f32, f16, bf16 or i8, got 'q8_0'" \
     "$LOOM" bench -m "$M" --kv-dtype f32,q8_0
 expect_error "bench: depth beyond the model" "context [0-9]+ exceeds" "$LOOM" bench -m "$M" -p 0 -n 4 -d 100000
 expect_error "bench: bad thread list" "-t.*comma-separated" "$LOOM" bench -m "$M" -t 1,x

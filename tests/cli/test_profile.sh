@@ -120,6 +120,24 @@ for mode in ("step_by_step", "fused"):
         assert x["bytes_written"] - y["bytes_written"] == kvd * 2 * 2, (mode, x["bytes_written"], y["bytes_written"])
 PY
 then pass "bf16 KV cache: cache traffic halved in the accounting"; else fail "bf16 KV cache accounting"; fi
+# An i8 KV cache: 3 bytes fewer an element, plus one f32 scale per (position, kv head)
+# row read (38 positions x 4 kv heads, K and V) and written (1 position).
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 --kv-dtype i8 --json >"$TMP/kv_i8" 2>"$TMP/err" \
+    || fail "profile --kv-dtype i8: $(cat "$TMP/err")"
+if python3 - "$TMP/kv_f32" "$TMP/kv_i8" <<'PY'
+import json, sys
+f32, i8 = ({(p["phase"], p["mode"]): p for p in json.load(open(f))["report"]["profiles"]} for f in sys.argv[1:3])
+kvd = 4 * 8
+for mode in ("step_by_step", "fused"):
+    a, b = f32[("decode", mode)]["sections"][1:-2], i8[("decode", mode)]["sections"][1:-2]
+    assert len(a) == len(b) == 5
+    for x, y in zip(a, b):
+        assert x["kernels"] == y["kernels"] and x["chain"] == y["chain"], (x, y)
+        assert x["bytes_read"] - y["bytes_read"] == 38 * (kvd * 3 - 4 * 4) * 2, (mode, x["bytes_read"], y["bytes_read"])
+        assert x["bytes_written"] - y["bytes_written"] == (kvd * 3 - 4 * 4) * 2, \
+            (mode, x["bytes_written"], y["bytes_written"])
+PY
+then pass "i8 KV cache: cache bytes and scales in the accounting"; else fail "i8 KV cache accounting"; fi
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
     && grep -q "^prefill: traffic .* kernels 94 -> 39" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"

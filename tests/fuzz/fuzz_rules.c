@@ -42,7 +42,7 @@ static loom_graph *base_graph(void) {
         kc[l] = loom_graph_external(g, &t);
         vc[l] = loom_graph_external(g, &t);
     }
-    loom_llama_build(g, &c, &w, ids, kc, vc, 3, 2, 0);
+    loom_llama_build(g, &c, &w, ids, kc, vc, NULL, NULL, 3, 2, 0);
     if (loom_graph_status(g) != LOOM_OK) abort();
     return g;
 }

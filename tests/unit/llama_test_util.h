@@ -115,7 +115,7 @@ static inline void forward(const loom_llama_config *c, const loom_llama_weights 
         loom_tensor_init(&t, LOOM_F32, 3, cs, vc + l * per);
         vid[l] = loom_graph_external(g, &t);
     }
-    int out = loom_llama_build(g, c, w, ids, kid, vid, n, 0, 1);
+    int out = loom_llama_build(g, c, w, ids, kid, vid, NULL, NULL, n, 0, 1);
     CHECK_MSG(loom_graph_status(g) == LOOM_OK, "%s", loom_last_error());
     CHECK_MSG(loom_executor_run(e, g) == LOOM_OK, "%s", loom_last_error());
     memcpy(logits, loom_graph_tensor(g, out)->data, sizeof(float) * (size_t)n * (size_t)c->vocab_size);

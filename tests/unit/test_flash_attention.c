@@ -140,7 +140,7 @@ static void test_layouts_agree(void) {
         p.num_heads = N, p.num_key_value_heads = Nkv;
         int64_t cq[1] = {Sq}, ck[1] = {Skv};
         if (L == LOOM_ATTN_TND) p.actual_seq_qlen = cq, p.actual_seq_kvlen = ck, p.num_seqs = 1;
-        loom_flash_attention_tensors t = {&tq, &tk, &tv, NULL, &to, NULL};
+        loom_flash_attention_tensors t = {.query = &tq, .key = &tk, .value = &tv, .attention_out = &to};
         CHECK_MSG(loom_flash_attention_score(&t, &p, NULL) == LOOM_OK, "%s", loom_last_error());
         outs[L] = xmalloc(Sq * N * D * 4);
         for (int64_t s = 0; s < Sq; s++) /* back to logical order */

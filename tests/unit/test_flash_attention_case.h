@@ -108,8 +108,10 @@ static inline void fa_setup(const fa_case *c, fa_data *d, loom_rng *rng) {
         p->actual_seq_lengths = d->lq, p->actual_seq_lengths_kv = d->lkv;
     }
     loom_tensor *m = c->mask_kind ? &d->mask : NULL;
-    d->t = (loom_flash_attention_tensors){&d->q, &d->k, &d->v, m, &d->out, c->lse ? &d->lse : NULL};
-    d->tr = (loom_flash_attention_tensors){&d->q, &d->k, &d->v, m, &d->rout, c->lse ? &d->rlse : NULL};
+    d->t = (loom_flash_attention_tensors){.query = &d->q, .key = &d->k, .value = &d->v, .atten_mask = m,
+                                          .attention_out = &d->out, .softmax_lse = c->lse ? &d->lse : NULL};
+    d->tr = d->t;
+    d->tr.attention_out = &d->rout, d->tr.softmax_lse = c->lse ? &d->rlse : NULL;
 }
 
 static inline void fa_teardown(fa_data *d) {

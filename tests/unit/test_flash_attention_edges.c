@@ -477,7 +477,7 @@ static void test_tnd_scratch_fits_longest(void) {
     loom_tensor_init(&tk, LOOM_BF16, 3, (const int64_t[3]){T, NKV, D}, k);
     loom_tensor_init(&tv, LOOM_BF16, 3, (const int64_t[3]){T, NKV, D}, v);
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, N, D}, out);
-    loom_flash_attention_tensors t = {&tq, &tk, &tv, NULL, &to, NULL};
+    loom_flash_attention_tensors t = {.query = &tq, .key = &tk, .value = &tv, .attention_out = &to};
     loom_flash_attention_params p = loom_flash_attention_default_params();
     p.input_layout = LOOM_ATTN_TND, p.sparse_mode = 3;
     p.actual_seq_qlen = p.actual_seq_kvlen = cu, p.num_seqs = NS;

@@ -88,7 +88,7 @@ static int tm_build(tmodel *m, loom_graph *g, const int32_t *ids, int n, int pos
         loom_tensor_init(&t, LOOM_F32, 3, cs, m->vc + (size_t)l * m->ctx * kvd);
         vc[l] = loom_graph_external(g, &t);
     }
-    return loom_llama_build(g, c, &m->w, idt, kc, vc, n, pos, all_logits);
+    return loom_llama_build(g, c, &m->w, idt, kc, vc, NULL, NULL, n, pos, all_logits);
 }
 
 /* Kernels, and nodes of op, in layer l of an executed graph. */

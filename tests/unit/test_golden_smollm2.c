@@ -183,9 +183,10 @@ int main(void) {
         /* f16 and bf16 KV caches (--kv-dtype), both modes: f16 rounds K and V to 2^-11 (observed: no
          * change, 0.021); bf16 to 2^-9, and P to bf16 where it reads V (observed 0.072): bound 0.15 */
         if (cs == LOOM_OK)
-            for (int kv = 0; kv < 2; kv++)
+            for (int kv = 0; kv < 3; kv++)
                 for (int md = 0; md < 2; md++)
-                    compare_kv("f16 copy", f16, gp, np, topk, kv ? 0.15 : 0.1, 2, kv ? LOOM_BF16 : LOOM_F16,
+                    compare_kv("f16 copy", f16, gp, np, topk, kv == 2 ? 1.0 : kv ? 0.15 : 0.1, 2,
+                               kv == 2 ? LOOM_I8 : kv ? LOOM_BF16 : LOOM_F16,
                                md ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP);
 #endif
         unlink(f16);

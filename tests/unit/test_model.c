@@ -26,6 +26,29 @@ static float nv_round(float x, loom_dtype t) {
     return t == LOOM_F16 ? loom_f16_to_f32(loom_f32_to_f16(x)) : x;
 }
 
+/* An i8 cache row as the engine stores it: scale max|x| / 127 (1 if all zero),
+ * q = x / scale rounded half to even; returns the scale. */
+static float nv_quant_row(const float *x, int n, int8_t *q) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float sc = amax > 0.0f ? amax / 127.0f : 1.0f;
+    for (int i = 0; i < n; i++) q[i] = (int8_t)lrintf(fminf(127.0f, fmaxf(-127.0f, x[i] / sc)));
+    return sc;
+}
+
+/* Rounds a cache row of kv_dim values (heads of HD) to what a cache of type t holds. */
+static void nv_round_row(float *x, int kvd, int hd, loom_dtype t) {
+    if (t != LOOM_I8) {
+        for (int i = 0; i < kvd; i++) x[i] = nv_round(x[i], t);
+        return;
+    }
+    int8_t q[256];
+    for (int h = 0; h < kvd / hd; h++) {
+        float sc = nv_quant_row(x + h * hd, hd, q);
+        for (int i = 0; i < hd; i++) x[h * hd + i] = (float)q[i] * sc;
+    }
+}
+
 static void nv_matmul(float *y, const float *x, const loom_tensor *W, int n, int d) {
     const float *w = W->data;
     for (int i = 0; i < d; i++) {
@@ -67,7 +90,8 @@ static void nv_forward(naive *m, int token, int pos, float *logits) {
                 vec[i + 1] = a * fs + b * fc;
             }
         }
-        for (int i = 0; i < KVD; i++) kc[i] = nv_round(kc[i], m->kv_dtype), vc[i] = nv_round(vc[i], m->kv_dtype);
+        nv_round_row(kc, KVD, HD, m->kv_dtype);
+        nv_round_row(vc, KVD, HD, m->kv_dtype);
         for (int h = 0; h < c->n_heads; h++) {
             int kvh = h / (c->n_heads / c->n_kv_heads);
             double mx = -INFINITY, sum = 0;
@@ -204,13 +228,13 @@ static void test_threads_bit_identical(const char *path) {
     for (int t = 0; t < 3; t++) free(out[t]);
 }
 
-/* f16 and bf16 KV caches (loom_model_params.kv_dtype), step_by_step and
- * fused, 1 and 2 threads: half the cache bytes; layer 0's K and V (which no
- * cache read feeds) hold exactly the f32 cache's values rounded; logits of a
- * prefill and of the same tokens decoded one by one within the dtype's
+/* f16, bf16 and i8 KV caches (loom_model_params.kv_dtype), step_by_step and
+ * fused, 1 and 2 threads: half (i8: a quarter, plus a scale per row) the cache
+ * bytes; layer 0's K and V (which no cache read feeds) hold exactly the f32
+ * cache's values rounded (i8: quantized per head row, with its scale); logits
+ * of a prefill and of the same tokens decoded one by one within the dtype's
  * tolerance (bf16: for long reductions) of the naive forward pass that rounds
- * its cache the same way;
- * any other type is an error. */
+ * its cache the same way; any other type is an error. */
 static void test_kv_dtypes(const char *path) {
     const int N = 11, CTX = 64;
     loom_model_params p = loom_model_default_params();
@@ -225,8 +249,9 @@ static void test_kv_dtypes(const char *path) {
     for (int i = 0; i < N; i++) toks[i] = i == 0 ? 1 : (int32_t)(53 * i + 7) % V;
     float *ref = malloc(V * sizeof *ref), *got = malloc(V * sizeof *got);
     CHECK(loom_model_forward(m32, toks, N, 0, got) == LOOM_OK);
-    const loom_dtype types[2] = {LOOM_F16, LOOM_BF16};
-    for (int ti = 0; ti < 2; ti++) {
+    const loom_dtype types[3] = {LOOM_F16, LOOM_BF16, LOOM_I8};
+    const int HD = m32->cfg.head_dim;
+    for (int ti = 0; ti < 3; ti++) {
         nv.kv_dtype = types[ti];
         for (int i = 0; i < N; i++) nv_forward(&nv, toks[i], i, ref);
         for (int mode = 0; mode < 2; mode++)
@@ -237,12 +262,20 @@ static void test_kv_dtypes(const char *path) {
                 loom_model *m;
                 CHECK_MSG(loom_model_load(path, &p, &m) == LOOM_OK, "%s", loom_last_error());
                 if (!m) continue;
-                CHECK(m->cache_bytes * 2 == m32->cache_bytes);
+                int q8 = types[ti] == LOOM_I8;
+                CHECK(m->cache_bytes * (q8 ? 4 : 2) == m32->cache_bytes);
+                CHECK(m->scale_bytes == (q8 ? m32->cache_bytes / (size_t)HD : 0));
                 /* f16: f16's tolerance. bf16: where a kernel reads a bf16 V with vdpbf16ps it rounds P
                  * to bf16 too (2^-9 per probability; the prefill kernel here, the decode kernel at
                  * head dims 64..256), which five layers compound: 1.2e-2 measured, so bf16's
                  * tolerance for long reductions, 2^-6 */
+                /* i8: both quantize the same way (measured 3.4e-6), but the naive pass's own K and V
+                 * (f64 sums) may round to the other integer where the engine's f32 ones sit near a
+                 * half (1/127 of the row's largest element): f16's 2^-8 */
                 double tol = types[ti] == LOOM_BF16 ? 1.0 / 64 : 1.0 / 256, worst = 0;
+                const uint16_t *k16 = m->k_cache, *v16 = m->v_cache;
+                const float *k32 = m32->k_cache, *v32 = m32->v_cache;
+                int exact = 1;
                 for (int pass = 0; pass < 2; pass++) {  /* prefill, then one token at a time */
                     if (pass == 0) CHECK(loom_model_forward(m, toks, N, 0, got) == LOOM_OK);
                     else
@@ -251,17 +284,24 @@ static void test_kv_dtypes(const char *path) {
                         double e = fabs(got[i] - ref[i]) / (fabs(ref[i]) > 1 ? fabs(ref[i]) : 1);
                         worst = e > worst ? e : worst;
                     }
+                    if (pass) continue;
+                    /* after the prefill, which m32 ran too (one token at a time computes K and V
+                     * with other sums) */
+                    for (int r = 0; q8 && r < N * KVD / HD; r++) { /* one (position, kv head) row */
+                        int8_t qk[256], qv[256];
+                        float sk = nv_quant_row(k32 + r * HD, HD, qk), sv = nv_quant_row(v32 + r * HD, HD, qv);
+                        exact &= !memcmp(qk, (const int8_t *)m->k_cache + r * HD, (size_t)HD) &&
+                                 !memcmp(qv, (const int8_t *)m->v_cache + r * HD, (size_t)HD) &&
+                                 sk == m->k_scale[r] && sv == m->v_scale[r];
+                    }
+                    for (int i = 0; !q8 && i < N * KVD; i++) {
+                        uint16_t ek = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(k32[i]) : loom_f32_to_f16(k32[i]);
+                        uint16_t ev = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(v32[i]) : loom_f32_to_f16(v32[i]);
+                        exact &= k16[i] == ek && v16[i] == ev;
+                    }
                 }
                 CHECK_MSG(worst <= tol, "cache %s, %s, %d threads: logits off by %.3g relative (tolerance %.3g)",
                           loom_dtype_name(types[ti]), loom_mode_name(p.mode), threads, worst, tol);
-                const uint16_t *k16 = m->k_cache, *v16 = m->v_cache;
-                const float *k32 = m32->k_cache, *v32 = m32->v_cache;
-                int exact = 1;
-                for (int i = 0; i < N * KVD; i++) {
-                    uint16_t ek = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(k32[i]) : loom_f32_to_f16(k32[i]);
-                    uint16_t ev = types[ti] == LOOM_BF16 ? loom_f32_to_bf16(v32[i]) : loom_f32_to_f16(v32[i]);
-                    exact &= k16[i] == ek && v16[i] == ev;
-                }
                 CHECK_MSG(exact, "cache %s, %s: layer 0 cache rows are not the f32 rows rounded",
                           loom_dtype_name(types[ti]), loom_mode_name(p.mode));
                 fprintf(stderr, "  cache %s, %s, %d threads: max relative logit error %.3g\n",
@@ -270,9 +310,9 @@ static void test_kv_dtypes(const char *path) {
             }
     }
     loom_model *bad = (loom_model *)1;
-    p.kv_dtype = LOOM_I8;
+    p.kv_dtype = LOOM_Q8_0;
     CHECK(loom_model_load(path, &p, &bad) == LOOM_ERR_INVALID_ARG && bad == NULL);
-    CHECK(strstr(loom_last_error(), "KV cache dtype i8") != NULL);
+    CHECK(strstr(loom_last_error(), "KV cache dtype q8_0") != NULL);
     free(ref), free(got), free(nv.kc), free(nv.vc);
     loom_model_free(m32);
 }

@@ -4,9 +4,9 @@
  * every level, for both RoPE pairings, partial rotation (n_rot < D), GQA,
  * decode (T < 8: GEMV, one head per item) and prefill (T >= 8), f32 and q8_0
  * weights (x quantized once per kernel), 1 and 3 threads, explicit and
- * automatic heads per item, f32, f16 and bf16 caches (K and V rounded into
- * the cache as kv_append rounds them); rows of the caches outside
- * [pos, pos + T) stay untouched. */
+ * automatic heads per item, f32, f16, bf16 and i8 caches (K and V rounded or
+ * quantized into the cache as kv_append does, i8 with the same scales); rows
+ * of the caches (and scale stores) outside [pos, pos + T) stay untouched. */
 #include <string.h>
 
 #include "check.h"
@@ -75,13 +75,17 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
                   make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
     size_t cache_n = (size_t)(c->S_max * HKV * D), cache_bytes = cache_n * loom_dtype_size(ct);
     unsigned char *kc[2], *vc[2];
-    float *q[2];
+    float *q[2], *ks[2], *vs[2]; /* i8 caches: their scale stores [S_max, HKV] */
+    size_t scale_n = (size_t)(c->S_max * HKV);
     for (int i = 0; i < 2; i++) {
         kc[i] = malloc(cache_bytes), vc[i] = malloc(cache_bytes);
         q[i] = malloc(sizeof(float) * (size_t)(T * H * D));
+        ks[i] = malloc(sizeof(float) * scale_n), vs[i] = malloc(sizeof(float) * scale_n);
         for (size_t j = 0; j < cache_bytes; j++) kc[i][j] = vc[i][j] = (unsigned char)(j * 29 + 7); /* old rows */
+        for (size_t j = 0; j < scale_n; j++) ks[i][j] = vs[i][j] = (float)j;
         for (int64_t j = 0; j < T * H * D; j++) q[i][j] = NAN;
     }
+    int q8 = ct == LOOM_I8, nsrc = q8 ? 6 : 4;
     loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f,
                             .freq_scale = 1.0f, .pos_offset = c->pos};
     /* decomposition: matmul x3, rope q and k, kv_append k and v */
@@ -110,9 +114,12 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
         loom_tensor_init(&sk, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yk);
         loom_tensor_init(&sv, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yv);
         loom_kv_append_attrs ka = {c->pos};
-        const loom_tensor *s3[2] = {&cK, &sk}, *s4[2] = {&cV, &sv};
-        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s3, 2, &ka, &cK, c->nth) == LOOM_OK);
-        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s4, 2, &ka, &cV, c->nth) == LOOM_OK);
+        loom_tensor tks, tvs;
+        loom_tensor_init(&tks, LOOM_F32, 2, (const int64_t[2]){c->S_max, HKV}, ks[0]);
+        loom_tensor_init(&tvs, LOOM_F32, 2, (const int64_t[2]){c->S_max, HKV}, vs[0]);
+        const loom_tensor *s3[3] = {&cK, &sk, &tks}, *s4[3] = {&cV, &sv, &tvs};
+        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s3, q8 ? 3 : 2, &ka, &cK, c->nth) == LOOM_OK);
+        CHECK(run_op(LOOM_OP_KV_APPEND, isa, s4, q8 ? 3 : 2, &ka, &cV, c->nth) == LOOM_OK);
         free(yq), free(yk), free(yv);
     }
     /* the fused op */
@@ -122,17 +129,24 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
     loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
     loom_tensor_init(&cV, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[1]);
-    loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2]}, .n_src = 4, .dst = &to, .attrs = &at,
-                          .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
+    loom_tensor tks, tvs;
+    loom_tensor_init(&tks, LOOM_F32, 2, (const int64_t[2]){c->S_max, HKV}, ks[1]);
+    loom_tensor_init(&tvs, LOOM_F32, 2, (const int64_t[2]){c->S_max, HKV}, vs[1]);
+    loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2], &tks, &tvs}, .n_src = nsrc, .dst = &to,
+                          .attrs = &at, .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
+    loom_tensor inferred;
+    memset(&inferred, 0, sizeof inferred);
+    CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
     int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
-               memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0;
+               memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
+               memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
     CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d cache %s: "
               "fused qkv_rope differs from matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
               (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
               loom_dtype_name(c->wt), c->block_heads, c->nth, loom_dtype_name(ct));
-    for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]);
+    for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
     free(x);
 }
@@ -148,7 +162,7 @@ static void test_against_decomposition(void) {
         {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0},
         {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0},
     };
-    const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++)
@@ -176,6 +190,21 @@ static void test_cache_dtype_mismatch(void) {
                           .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
     CHECK(run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, loom_cpu_isa()), a, 1) == LOOM_ERR_SHAPE);
     CHECK(strstr(loom_last_error(), "contiguous f16") != NULL);
+    /* i8 caches take two scale stores [>= pos + T, HKV], other caches none */
+    const loom_op_info *info = loom_op_get(LOOM_OP_QKV_ROPE);
+    loom_tensor inferred, st, bad;
+    float sc[4 * HKV];
+    loom_tensor_init(&st, LOOM_F32, 2, (const int64_t[2]){4, HKV}, sc);
+    loom_tensor_init(&bad, LOOM_F32, 2, (const int64_t[2]){1, HKV}, sc);
+    const loom_tensor *s6[6] = {&tx, &t0, &t1, &t2, &st, &st}, *sb[6] = {&tx, &t0, &t1, &t2, &st, &bad};
+    at.cache_dtype = LOOM_I8;
+    CHECK(info->infer(s6, 6, &at, &inferred) == LOOM_OK);
+    CHECK(info->infer(s6, 4, &at, &inferred) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "scale stores") != NULL);
+    CHECK(info->infer(sb, 6, &at, &inferred) == LOOM_ERR_SHAPE);
+    CHECK(strstr(loom_last_error(), "input 5 (scale store)") != NULL);
+    at.cache_dtype = LOOM_F16;
+    CHECK(info->infer(s6, 6, &at, &inferred) == LOOM_ERR_INVALID_ARG);
 }
 
 int main(void) {

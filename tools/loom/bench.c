@@ -100,7 +100,7 @@ int cmd_bench(int argc, char **argv) {
         {"-t", "--threads", ARG_STR, &t_s, "N[,N..]", "thread counts (default 1)"},
         {"-d", "--n-depth", ARG_STR, &d_s, "N[,N..]",
          "tokens already in the KV cache when a test starts (default 0)"},
-        {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16 (default f32)"},
+        {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16, i8 (default f32)"},
         {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
          "execution modes (default: $LOOM_MODE, the rules', step_by_step)"},
         {"-r", "--repetitions", ARG_INT, &reps, "N", "timed runs per test after one warm-up (default 5)"},

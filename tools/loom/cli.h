@@ -38,7 +38,7 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
 /* The KV cache type of --kv-dtype: "f32" (also NULL), "f16" or "bf16".
  * Prints an error naming the value and returns 1 otherwise. */
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out);
-#define CLI_KV_DTYPE_HELP "KV cache element type: f32, f16 or bf16 (default f32)"
+#define CLI_KV_DTYPE_HELP "KV cache element type: f32, f16, bf16 or i8 (default f32)"
 
 /* Encodes text with BOS into a malloc'd array (*ids); checks it fits n_ctx. */
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,

@@ -27,14 +27,15 @@ const char *cli_default_model(char *buf, size_t n) {
 }
 
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out) {
-    static const loom_dtype types[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    static const loom_dtype types[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     if (!name) name = "f32";
+    if (!strcmp(name, "int8")) name = "i8"; /* loom plan's name for it */
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (!strcmp(name, loom_dtype_name(types[i]))) {
             *out = types[i];
             return 0;
         }
-    fprintf(stderr, "loom %s: --kv-dtype expects f32, f16 or bf16, got '%s'\n", cmd, name);
+    fprintf(stderr, "loom %s: --kv-dtype expects f32, f16, bf16 or i8, got '%s'\n", cmd, name);
     return 1;
 }
 

@@ -177,7 +177,11 @@ loom_status loom_attn_ref_flash(const loom_flash_attention_tensors *t,
                 .scale = p->scale_value != 0.0f ? (double)p->scale_value : 1.0 / sqrt((double)pr.D),
                 .keep_prob = p->keep_prob, .seed = p->seed, .offset = p->offset,
                 .tnd = p->input_layout == LOOM_ATTN_TND};
-    o.kv = (ref_kv){.k = t->key, .v = t->value, .L = o.L, .D = pr.D};
+    o.kv = (ref_kv){.k = t->key, .v = t->value,
+                    .ks = t->key_antiquant_scale, .ko = t->key_antiquant_offset,
+                    .vs = t->value_antiquant_scale, .vo = t->value_antiquant_offset,
+                    .kmode = p->key_antiquant_mode, .vmode = p->value_antiquant_mode, .L = o.L,
+                    .D = pr.D};
     int64_t Sq = o.tnd ? q->shape[0] : (o.L == LOOM_ATTN_BNSD ? q->shape[2] : q->shape[1]);
     int64_t Skv = o.tnd ? t->key->shape[0]
                         : (o.L == LOOM_ATTN_BNSD ? t->key->shape[2] : t->key->shape[1]);

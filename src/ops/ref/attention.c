@@ -15,14 +15,26 @@ static int64_t visible_keys(const loom_attention_attrs *at, int64_t i, int64_t S
     return v < 0 ? 0 : v > Skv ? Skv : v;
 }
 
+const loom_tensor *loom_ref_attention_mask(const loom_tensor *const *src, int n_src) {
+    int at = src[1]->dtype == LOOM_I8 ? 5 : 3; /* after the scales of an i8 cache */
+    return n_src > at ? src[at] : NULL;
+}
+
 loom_status loom_ref_attention_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                      loom_tensor *dst) {
-    LOOM_TRY(loom_ref_check_arity("attention", src, n_src, 3, 4));
+    LOOM_TRY(loom_ref_check_arity("attention", src, n_src, 3, 6));
     const loom_tensor *q = src[0], *k = src[1], *v = src[2];
     LOOM_TRY(loom_ref_check_dtype("attention", 0, "q", q, LOOM_REF_DT(LOOM_F32)));
-    /* k and v may be a half-precision KV cache */
-    LOOM_TRY(loom_ref_check_dtype("attention", 1, "k", k, LOOM_REF_FLOATS));
-    LOOM_TRY(loom_ref_check_dtype("attention", 2, "v", v, LOOM_REF_FLOATS));
+    /* k and v may be a half-precision or an i8 KV cache */
+    LOOM_TRY(loom_ref_check_dtype("attention", 1, "k", k, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
+    LOOM_TRY(loom_ref_check_dtype("attention", 2, "v", v, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
+    int q8 = k->dtype == LOOM_I8;
+    LOOM_RETURN_IF(q8 != (v->dtype == LOOM_I8), LOOM_ERR_DTYPE,
+                   "attention: k is %s, v %s: an i8 cache needs both i8", loom_dtype_name(k->dtype),
+                   loom_dtype_name(v->dtype));
+    LOOM_RETURN_IF(n_src > (q8 ? 6 : 4) || (q8 && n_src < 5), LOOM_ERR_INVALID_ARG,
+                   "attention: %d inputs: expected q, k, v%s and an optional mask", n_src,
+                   q8 ? ", k_scale, v_scale (i8 cache)" : "");
     char s0[LOOM_REF_SHAPE_BUF], s1[LOOM_REF_SHAPE_BUF];
     LOOM_RETURN_IF(q->ndim != 4, LOOM_ERR_SHAPE,
                    "attention: input 0 (q) shape %s: expected [B, Sq, Hq, D]",
@@ -41,12 +53,21 @@ loom_status loom_ref_attention_infer(const loom_tensor *const *src, int n_src, c
                    "attention: input 2 (v) shape %s does not match input 1 (k) shape %s: expected "
                    "identical shapes",
                    loom_ref_shape_str(v, s0, sizeof s0), loom_ref_shape_str(k, s1, sizeof s1));
-    if (n_src == 4) {
-        const loom_tensor *m = src[3];
-        LOOM_TRY(loom_ref_check_dtype("attention", 3, "mask", m, LOOM_REF_DT(LOOM_F32)));
+    for (int i = 3; q8 && i < 5; i++) { /* one scale per (b, s, kv head) row */
+        const loom_tensor *sc = src[i];
+        LOOM_TRY(loom_ref_check_dtype("attention", i, i == 3 ? "k_scale" : "v_scale", sc, LOOM_REF_DT(LOOM_F32)));
+        LOOM_RETURN_IF(sc->ndim != 3 || sc->shape[0] != k->shape[0] || sc->shape[1] != k->shape[1] ||
+                           sc->shape[2] != k->shape[2],
+                       LOOM_ERR_SHAPE, "attention: input %d (%s) shape %s: expected [%lld, %lld, %lld]", i,
+                       i == 3 ? "k_scale" : "v_scale", loom_ref_shape_str(sc, s0, sizeof s0),
+                       (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2]);
+    }
+    const loom_tensor *m = loom_ref_attention_mask(src, n_src);
+    if (m) {
+        LOOM_TRY(loom_ref_check_dtype("attention", n_src - 1, "mask", m, LOOM_REF_DT(LOOM_F32)));
         LOOM_RETURN_IF(m->ndim != 2 || m->shape[0] != Sq || m->shape[1] != k->shape[1],
-                       LOOM_ERR_SHAPE, "attention: input 3 (mask) shape %s: expected [%lld, %lld]",
-                       loom_ref_shape_str(m, s0, sizeof s0), (long long)Sq,
+                       LOOM_ERR_SHAPE, "attention: input %d (mask) shape %s: expected [%lld, %lld]",
+                       n_src - 1, loom_ref_shape_str(m, s0, sizeof s0), (long long)Sq,
                        (long long)k->shape[1]);
     }
     loom_ref_set_dst(dst, LOOM_F32, 4, q->shape);
@@ -68,9 +89,11 @@ void loom_ref_attention_cost(const loom_tensor *const *src, int n_src, const loo
     }
     double kv_elems = B * (double)kv_rows * (double)k->shape[2] * D;
     c->flops = B * Hq * pairs * (4.0 * D + 5.0); /* q.k and p.v, plus the softmax */
+    const loom_tensor *m = loom_ref_attention_mask(src, n_src);
     c->bytes_read = (double)loom_tensor_nelem(q) * 4.0 +
                     kv_elems * (double)(loom_dtype_size(k->dtype) + loom_dtype_size(v->dtype)) +
-                    (n_src == 4 ? (double)loom_tensor_nelem(src[3]) * 4.0 : 0.0);
+                    (m ? (double)loom_tensor_nelem(m) * 4.0 : 0.0);
+    if (k->dtype == LOOM_I8) c->bytes_read += 2.0 * 4.0 * kv_elems / D; /* the rows' scales */
     c->bytes_written = (double)loom_tensor_nelem(q) * 4.0;
 }
 
@@ -81,7 +104,8 @@ size_t loom_ref_attention_scratch(const loom_tensor *const *src, int n_src,
 
 loom_status loom_ref_attention(const loom_kernel_args *a) {
     const loom_tensor *q = a->src[0], *k = a->src[1], *v = a->src[2];
-    const loom_tensor *m = a->n_src == 4 ? a->src[3] : NULL, *y = a->dst;
+    const loom_tensor *m = loom_ref_attention_mask(a->src, a->n_src), *y = a->dst;
+    const loom_tensor *ks = k->dtype == LOOM_I8 ? a->src[3] : NULL, *vs = ks ? a->src[4] : NULL;
     const loom_attention_attrs *at = a->attrs ? a->attrs : &default_attrs;
     int64_t B = q->shape[0], Sq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
     int64_t Skv = k->shape[1], group = Hq / k->shape[2];
@@ -109,6 +133,8 @@ loom_status loom_ref_attention(const loom_kernel_args *a) {
                 for (int64_t d = 0; d < D; d++)
                     dot += (double)qd[qo + d * q->stride[3]] *
                            (double)loom_ref_get(k, ko + d * k->stride[3]);
+                if (ks) dot *= (double)((const float *)ks->data)[b * ks->stride[0] + j * ks->stride[1] +
+                                                                 hk * ks->stride[2]];
                 s = dot * scale;
                 if (md) s += (double)md[i * m->stride[0] + j * m->stride[1]];
             }
@@ -130,7 +156,10 @@ loom_status loom_ref_attention(const loom_kernel_args *a) {
                 /* masked keys: never read (a cache row past the visible ones may hold anything) */
                 if (sc[j] == 0.0) continue;
                 int64_t vo = b * v->stride[0] + j * v->stride[1] + hk * v->stride[2];
-                acc += sc[j] * (double)loom_ref_get(v, vo + d * v->stride[3]);
+                double x = (double)loom_ref_get(v, vo + d * v->stride[3]);
+                if (vs) x *= (double)((const float *)vs->data)[b * vs->stride[0] + j * vs->stride[1] +
+                                                               hk * vs->stride[2]];
+                acc += sc[j] * x;
             }
             yd[yo + d * y->stride[3]] = (float)(acc / sum);
         }

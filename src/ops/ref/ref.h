@@ -123,6 +123,8 @@ loom_status loom_ref_rope(const loom_kernel_args *a);
 
 /* ---------------------------------------------------------- attention.c */
 
+/* attention's mask input, or NULL (after k_scale, v_scale when k is i8). */
+const loom_tensor *loom_ref_attention_mask(const loom_tensor *const *src, int n_src);
 loom_status loom_ref_attention_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                      loom_tensor *dst);
 void loom_ref_attention_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,

@@ -6,6 +6,7 @@
 #include "base/status.h"
 #include "ops/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---------------------------------------------------------- get_rows */
@@ -124,13 +125,27 @@ loom_status loom_ref_copy(const loom_kernel_args *a) {
 
 loom_status loom_ref_kv_append_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                      loom_tensor *dst) {
-    LOOM_TRY(loom_ref_check_arity("kv_append", src, n_src, 2, 2));
+    LOOM_TRY(loom_ref_check_arity("kv_append", src, n_src, 2, 3));
     const loom_tensor *cache = src[0], *x = src[1];
-    LOOM_TRY(loom_ref_check_dtype("kv_append", 0, "cache", cache, LOOM_REF_FLOATS));
+    LOOM_TRY(loom_ref_check_dtype("kv_append", 0, "cache", cache, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
     LOOM_TRY(loom_ref_check_dtype("kv_append", 1, "x", x, LOOM_REF_DT(LOOM_F32)));
     const loom_kv_append_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "kv_append: attributes (pos) missing");
     char cs[LOOM_REF_SHAPE_BUF], xs[LOOM_REF_SHAPE_BUF];
+    int q8 = cache->dtype == LOOM_I8;
+    LOOM_RETURN_IF(q8 != (n_src == 3), LOOM_ERR_INVALID_ARG,
+                   "kv_append: %s cache with %d inputs: an i8 cache takes a third input (its scales), "
+                   "other caches two", loom_dtype_name(cache->dtype), n_src);
+    if (q8) {
+        const loom_tensor *sc = src[2];
+        LOOM_TRY(loom_ref_check_dtype("kv_append", 2, "scale", sc, LOOM_REF_DT(LOOM_F32)));
+        int fits = cache->ndim >= 2 && sc->ndim == cache->ndim - 1;
+        for (int d = 0; fits && d < sc->ndim; d++) fits = sc->shape[d] == cache->shape[d];
+        LOOM_RETURN_IF(!fits, LOOM_ERR_SHAPE,
+                       "kv_append: input 2 (scale) shape %s does not fit the i8 cache %s: expected its "
+                       "dims but the last", loom_ref_shape_str(sc, xs, sizeof xs),
+                       loom_ref_shape_str(cache, cs, sizeof cs));
+    }
     int same = x->ndim == cache->ndim;
     for (int d = 1; same && d < x->ndim; d++) same = x->shape[d] == cache->shape[d];
     LOOM_RETURN_IF(!same, LOOM_ERR_SHAPE,
@@ -155,6 +170,8 @@ void loom_ref_kv_append_cost(const loom_tensor *const *src, int n_src, const loo
     c->flops = 0.0;
     c->bytes_read = n * 4.0;
     c->bytes_written = n * (double)loom_dtype_size(src[0]->dtype);
+    if (n_src == 3) /* i8: a scale per row of the last dim */
+        c->bytes_written += 4.0 * n / (double)src[1]->shape[src[1]->ndim - 1];
 }
 
 loom_status loom_ref_kv_append(const loom_kernel_args *a) {
@@ -171,6 +188,28 @@ loom_status loom_ref_kv_append(const loom_kernel_args *a) {
     shifted.data = (char *)y->data +
                    (size_t)(at->pos * y->stride[0]) * loom_dtype_size(y->dtype);
     int64_t lo, hi;
+    if (y->dtype == LOOM_I8) { /* row by row of the last dim: scale, then the quantized row */
+        const loom_tensor *st = a->src[2];
+        int64_t D = x->shape[x->ndim - 1], rows = loom_tensor_nelem(x) / (D ? D : 1);
+        loom_tensor ss = *st; /* the scales of rows pos.. */
+        ss.shape[0] = n;
+        ss.data = (float *)st->data + at->pos * st->stride[0];
+        loom_ref_split(rows, a->ith, a->nth, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            int64_t xo = loom_ref_row_offset(x, x->ndim - 1, r), yo = loom_ref_row_offset(&shifted, x->ndim - 1, r);
+            int64_t xd = x->stride[x->ndim - 1], yd = shifted.stride[x->ndim - 1];
+            float amax = 0.0f;
+            for (int64_t d = 0; d < D; d++) {
+                float v = fabsf(loom_ref_get(x, xo + d * xd));
+                amax = v > amax ? v : amax;
+            }
+            float sc = loom_i8_row_scale(amax);
+            for (int64_t d = 0; d < D; d++)
+                ((int8_t *)shifted.data)[yo + d * yd] = loom_i8_quant(loom_ref_get(x, xo + d * xd), sc);
+            ((float *)ss.data)[loom_ref_row_offset(&ss, ss.ndim, r)] = sc;
+        }
+        return LOOM_OK;
+    }
     loom_ref_split(loom_tensor_nelem(x), a->ith, a->nth, &lo, &hi);
     for (int64_t e = lo; e < hi; e++)
         loom_ref_put(&shifted, loom_ref_row_offset(&shifted, x->ndim, e),
