@@ -261,7 +261,10 @@ static void fa_dequant_row(float *dst, const attn_view *t, const attn_quant *aq,
     if (aq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
         float sc = aq->scale[b * aq->s0 + h * aq->s1 + s * aq->s2];
         float of = aq->offset ? aq->offset[b * aq->o0 + h * aq->o1 + s * aq->o2] : 0.0f;
-        for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d * t->sd] + of) * sc;
+        if (t->sd == 1) /* contiguous rows (caches): a loop the compiler vectorizes */
+            for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d] + of) * sc;
+        else
+            for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d * t->sd] + of) * sc;
         return;
     }
     const float *sc = aq->scale + h * aq->s0, *of = aq->offset ? aq->offset + h * aq->o0 : NULL;

@@ -208,10 +208,11 @@ static void pick_shapes(reader *r, shapes *s, int decode) {
     s->odt = pick_fdt(r);
     s->pad = pick(r, 4) == 0 ? (int)(1 + pick(r, 9)) : 0;
     s->paged = decode && pick(r, 3) == 0;
-    /* a paged or i8 cache: the decode kernel only (invalid: TND, S_q > 16) */
+    /* a paged cache: the decode kernel only (invalid: TND, S_q > 16); an i8 cache: not TND (longer
+     * queries go to the prefill kernel, which dequantizes it) */
     if (decode == 2 && (s->paged || s->kdt == LOOM_I8) && !bad(r)) {
         if (s->layout == LOOM_ATTN_TND) s->layout = LOOM_ATTN_BSND;
-        if (s->Sq > LOOM_INCRE_MAX_Q_LEN) s->Sq = 1 + s->Sq % LOOM_INCRE_MAX_Q_LEN;
+        if (s->paged && s->Sq > LOOM_INCRE_MAX_Q_LEN) s->Sq = 1 + s->Sq % LOOM_INCRE_MAX_Q_LEN;
     }
 }
 
