@@ -288,8 +288,11 @@ typedef struct loom_attn_kernels {
      * (as the other cache dtypes' always do). */
     int dec_i8_xpf;
     /* Keys a decode tile takes when K and V are both i8, the head dim is at
-     * most 128 and four or more q rows share the kv head (attn_dec_tile; <=
-     * ATTN_DEC_TILE_MAX); 0: ATTN_DEC_TILE. With one q row a kv head (MHA) a
+     * most 128 and two or more q rows share the kv head (attn_dec_tile; <=
+     * ATTN_DEC_TILE_MAX); 0: ATTN_DEC_TILE. Two or three rows (GQA 2, 3:
+     * SmolLM2's 9/3 at d = 64) are compute-bound too, and 64-key tiles ran
+     * 0.136 -> 0.113 ms (GQA 3, d = 64, 4096 keys, one thread; GQA 2, d = 128
+     * 0.39-0.49 -> 0.35). With one q row a kv head (MHA) a
      * tile is bound by memory, and at d = 256 even 64 keys fill 16 KiB a
      * stream: larger tiles read less of the bandwidth there (128 keys, one
      * thread: MHA 71 -> 60 %, d = 256 46 -> 37 %). */
@@ -317,7 +320,7 @@ const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
  * head dim d, and rows q rows a unit (see dec_i8_tile). */
 static inline int attn_dec_tile(const loom_attn_kernels *kn, loom_dtype kdt, loom_dtype vdt, int64_t d,
                                 int64_t rows) {
-    int i8 = kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 4 && kn->dec_i8_tile > 0;
+    int i8 = kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 2 && kn->dec_i8_tile > 0;
     return i8 ? kn->dec_i8_tile : ATTN_DEC_TILE;
 }
 
