@@ -10,10 +10,11 @@
 # with pip.
 #
 # usage: bench/peers/llama_cpp.sh [MODEL.gguf] [THREADS=1,2] [PP=512] [TG=128] [REPS=5] [MODES=fused,step_by_step]
-#                                 [DEPTH=0] [KV=f32]
+#                                 [DEPTH=0] [KV=f32] [PEER_KV=f16]
 #   DEPTH: tokens already in the KV cache (-d of both tools, e.g. 0,2048)
 #   KV: loom's KV cache dtypes (--kv-dtype, e.g. f32,f16); llama.cpp runs with
-#       its default f16 cache (-ctk f16 -ctv f16) against each of them
+#       one cache type, PEER_KV (-ctk and -ctv; default f16, its default; q8_0 is
+#       its 8-bit cache, which needs flash attention: -fa on), against each of them
 #   LOOM=path/to/loom (default build/loom)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +27,7 @@ REPS="${5:-5}"
 MODES="${6:-fused,step_by_step}"
 DEPTH="${7:-0}"
 KV="${8:-f32}"
+PEER_KV="${9:-f16}"
 LOOM="${LOOM:-build/loom}"
 PEER="${LLAMA_CPP_DIR:-/tmp/loom-peer-llama-cpp}"
 
@@ -63,11 +65,13 @@ trap 'rm -rf "$OUT"' EXIT
 echo "== loom bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH --kv-dtype $KV --mode $MODES -r $REPS"
 "$LOOM" bench -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -d "$DEPTH" --kv-dtype "$KV" --mode "$MODES" -r "$REPS" \
     --json >"$OUT/loom.json"
-echo "== llama-bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH -ctk f16 -ctv f16 -r $REPS -o json"
-"$BENCH" -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -d "$DEPTH" -ctk f16 -ctv f16 -r "$REPS" -o json \
-    >"$OUT/llama.json" 2>"$OUT/llama.err" || { cat "$OUT/llama.err" >&2; exit 1; }
+FA=()
+[ "$PEER_KV" = f16 ] || [ "$PEER_KV" = f32 ] || FA=(-fa on) # a quantized V cache needs flash attention
+echo "== llama-bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH -ctk $PEER_KV -ctv $PEER_KV ${FA[*]} -r $REPS -o json"
+"$BENCH" -m "$MODEL" -p "$PP" -n "$TG" -t "$THREADS" -d "$DEPTH" -ctk "$PEER_KV" -ctv "$PEER_KV" "${FA[@]}" \
+    -r "$REPS" -o json >"$OUT/llama.json" 2>"$OUT/llama.err" || { cat "$OUT/llama.err" >&2; exit 1; }
 
-python3 - "$OUT/loom.json" "$OUT/llama.json" <<'PY'
+python3 - "$OUT/loom.json" "$OUT/llama.json" "$PEER_KV" <<'PY'
 import json, statistics, sys
 loom = json.load(open(sys.argv[1]))["results"]
 peer = json.load(open(sys.argv[2]))
@@ -76,8 +80,8 @@ for r in peer:
     test = ("pp%d" % r["n_prompt"]) if r["n_prompt"] > 0 else ("tg%d" % r["n_gen"])
     ts = r.get("samples_ts") or [r["avg_ts"]]
     ref[(r["n_threads"], test, r.get("n_depth", 0))] = (statistics.median(ts), r.get("stddev_ts", 0.0))
-print("| test | threads | loom mode | loom KV | loom t/s (median) | llama.cpp t/s (median, f16 KV) "
-      "| loom / llama.cpp |")
+print("| test | threads | loom mode | loom KV | loom t/s (median) | llama.cpp t/s (median, %s KV) "
+      "| loom / llama.cpp |" % sys.argv[3])
 print("|---|---:|---|---|---:|---:|---:|")
 for r in loom:
     depth = r.get("n_depth", 0)
