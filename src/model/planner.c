@@ -67,7 +67,7 @@ static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const 
     if (s == LOOM_OK) {
         const int n = info->n_tokens, pos = info->pos;
         /* an int8 cache is costed as 1 byte per element (loom_plan_node); the
-         * graph ops take float caches, so the graph itself is built with f16 */
+         * graph itself is built with f16 (see there) */
         loom_dtype kvt = p->kv_dtype == LOOM_I8 ? LOOM_F16 : p->kv_dtype;
         const int64_t ids_shape[1] = {n};
         const int64_t cshape[3] = {(int64_t)pos + n, c->n_kv_heads, c->head_dim};
@@ -278,10 +278,12 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     loom_tensor src[LOOM_MAX_SRC], dst;
     const loom_tensor *sp[LOOM_MAX_SRC] = {0};
     loom_cost c = {0};
-    /* The graph ops take float caches only, so an int8 cache is costed by
-     * linearity: the bytes of a node are A + K * (cache element size), known
-     * from evaluations at 2 (f16) and 4 (f32) bytes; int8 is A + K. Its
-     * scales are not counted. */
+    /* The planner's graphs keep float caches (the engine's i8 graphs also
+     * carry per-row scale stores, which the batched descriptors here do not
+     * model), so an int8 cache is costed by linearity: the bytes of a node
+     * are A + K * (cache element size), known from evaluations at 2 (f16) and
+     * 4 (f32) bytes; int8 is A + K. Its scales (4 bytes per row of head_dim
+     * values) are not counted. */
     int touches_cache = is_cache(g, node->dst);
     for (int i = 0; i < node->n_src; i++) touches_cache |= is_cache(g, node->src[i]);
     int evals = kv_dtype == LOOM_I8 && touches_cache ? 2 : 1;
