@@ -16,6 +16,7 @@ struct loom_sampler {
     int      vocab;
     loom_rng rng;
     int     *idx;     /* [vocab] candidate ids */
+    int     *tmp;     /* [vocab] merge sort's second buffer */
     float   *prob;    /* [vocab] probabilities by id (the vector softmax's; sums in double) */
 };
 
@@ -38,8 +39,9 @@ loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sam
     s->p = *p;
     s->vocab = vocab_size;
     s->idx = malloc((size_t)vocab_size * sizeof *s->idx);
+    s->tmp = malloc((size_t)vocab_size * sizeof *s->tmp);
     s->prob = malloc((size_t)vocab_size * sizeof *s->prob);
-    if (!s->idx || !s->prob) {
+    if (!s->idx || !s->tmp || !s->prob) {
         loom_sampler_free(s);
         return loom_set_error(LOOM_ERR_NOMEM, "out of memory");
     }
@@ -51,26 +53,47 @@ loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sam
 void loom_sampler_free(loom_sampler *s) {
     if (!s) return;
     free(s->idx);
+    free(s->tmp);
     free(s->prob);
     free(s);
 }
 
-static const float *cmp_prob;  /* qsort has no context argument */
-static int by_prob_desc(const void *a, const void *b) {
-    int ia = *(const int *)a, ib = *(const int *)b;
-    if (cmp_prob[ia] != cmp_prob[ib]) return cmp_prob[ia] < cmp_prob[ib] ? 1 : -1;
-    return ia - ib;  /* ties: lower id first, so the order is total and reproducible */
+/* Candidate order: higher probability first; ties: lower id first, so the
+ * order is total and reproducible. <0: a before b. (Sorted with the
+ * probabilities passed along, not through a global, so samplers on several
+ * threads do not share state.) */
+static int by_prob_desc(const float *prob, int ia, int ib) {
+    if (prob[ia] != prob[ib]) return prob[ia] < prob[ib] ? 1 : -1;
+    return ia - ib;
+}
+
+/* Sorts idx[0..n) in by_prob_desc order: bottom-up merge sort through tmp
+ * (n entries), O(n log n), stable. */
+static void sort_by_prob(int *idx, int *tmp, int n, const float *prob) {
+    int *a = idx, *b = tmp;
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) b[o++] = by_prob_desc(prob, a[j], a[i]) < 0 ? a[j++] : a[i++];
+            while (i < mid) b[o++] = a[i++];
+            while (j < hi) b[o++] = a[j++];
+        }
+        int *t = a;
+        a = b, b = t;
+    }
+    if (a != idx)
+        for (int i = 0; i < n; i++) idx[i] = a[i];
 }
 
 /* Reorders idx[0..n) so that its first k entries are the k first in
  * by_prob_desc order (in any order among themselves): quickselect, O(n). */
-static void select_first(int *idx, int n, int k) {
+static void select_first(int *idx, int n, int k, const float *prob) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2, pv = idx[mid], i = lo, j = hi;
         while (i <= j) {
-            while (by_prob_desc(&idx[i], &pv) < 0) i++;
-            while (by_prob_desc(&idx[j], &pv) > 0) j--;
+            while (by_prob_desc(prob, idx[i], pv) < 0) i++;
+            while (by_prob_desc(prob, idx[j], pv) > 0) j--;
             if (i <= j) {
                 int t = idx[i];
                 idx[i] = idx[j], idx[j] = t;
@@ -119,11 +142,10 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
             double lo = pass == 0 ? (1.0 - (double)s->p.top_p) / (V - 1) : 0.0;
             for (int i = 0; i < V; i++)
                 if (pass == 1 || s->prob[i] >= lo) s->idx[m++] = i;
-            cmp_prob = s->prob;
             int limit = s->p.top_k > 0 && s->p.top_k < m ? s->p.top_k : m, reached = 0;
             if (s->p.top_p >= 1.0f) { /* top-k alone: only the first k need sorting */
-                if (limit < m) select_first(s->idx, m, limit);
-                qsort(s->idx, (size_t)limit, sizeof *s->idx, by_prob_desc);
+                if (limit < m) select_first(s->idx, m, limit, s->prob);
+                sort_by_prob(s->idx, s->tmp, limit, s->prob);
                 n = limit;
                 break;
             }
@@ -131,11 +153,11 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
              * 64, until they hold top_p; then only those K are sorted */
             double held = 0.0;
             for (int k = limit < 64 ? limit : 64, have = 0;; k = k < limit / 2 ? 2 * k : limit) {
-                if (k < m) select_first(s->idx + have, m - have, k - have);
+                if (k < m) select_first(s->idx + have, m - have, k - have, s->prob);
                 for (int i = have; i < k; i++) held += s->prob[s->idx[i]];
                 have = k;
                 if (held < s->p.top_p && k < limit) continue;
-                qsort(s->idx, (size_t)k, sizeof *s->idx, by_prob_desc);
+                sort_by_prob(s->idx, s->tmp, k, s->prob);
                 double cum = 0.0;
                 n = k;
                 for (int i = 0; i < k && !reached; i++) {

@@ -1,4 +1,5 @@
 /* Sampler: greedy, temperature, top-k, top-p, seeds, parameter errors. */
+#include <pthread.h>
 #include <string.h>
 
 #include <math.h>
@@ -198,11 +199,49 @@ static void test_matches_full_sort(void) {
     free(l), free(prob), free(idx);
 }
 
+/* Samplers on two threads at once draw what each draws alone: the candidate
+ * sort keeps no global state (it once sorted through a file-scope pointer). */
+#define TS_V 3000
+#define TS_N 200
+typedef struct { float logits[TS_V]; uint64_t seed; int32_t out[TS_N]; } ts_job;
+
+static void *ts_run(void *arg) {
+    ts_job *j = arg;
+    loom_sampler_params p = loom_sampler_default_params();
+    p.temperature = 1.3f, p.top_p = 0.95f, p.top_k = 1500, p.seed = j->seed;
+    loom_sampler *s = NULL;
+    if (loom_sampler_init(&s, TS_V, &p) != LOOM_OK) return NULL;
+    for (int i = 0; i < TS_N; i++)
+        if (loom_sampler_sample(s, j->logits, &j->out[i]) != LOOM_OK) j->out[i] = -1;
+    loom_sampler_free(s);
+    return NULL;
+}
+
+static void test_threads_independent(void) {
+    static ts_job job[2], alone[2];
+    loom_rng r;
+    loom_rng_init(&r, 17, 0);
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < TS_V; i++) job[t].logits[i] = 3.0f * loom_rng_uniform(&r) * (t ? -1.0f : 1.0f);
+        job[t].seed = 100 + (uint64_t)t;
+        alone[t] = job[t];
+        ts_run(&alone[t]);
+    }
+    for (int rep = 0; rep < 5; rep++) {
+        pthread_t th[2];
+        for (int t = 0; t < 2; t++) CHECK(pthread_create(&th[t], NULL, ts_run, &job[t]) == 0);
+        for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+        for (int t = 0; t < 2; t++) CHECK(memcmp(job[t].out, alone[t].out, sizeof job[t].out) == 0);
+    }
+    CHECK(alone[0].out[0] >= 0 && memcmp(alone[0].out, alone[1].out, sizeof alone[0].out) != 0);
+}
+
 int main(void) {
     RUN_TEST(test_greedy);
     RUN_TEST(test_distribution);
     RUN_TEST(test_seeds);
     RUN_TEST(test_param_errors);
     RUN_TEST(test_matches_full_sort);
+    RUN_TEST(test_threads_independent);
     return TEST_SUMMARY();
 }
