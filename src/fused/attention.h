@@ -122,7 +122,9 @@ typedef struct loom_flash_attention_params {
      * products with f32 accumulation where the CPU has AVX512_BF16 (about twice
      * the f32 rate; bf16 accuracy, the tolerance of bf16 inputs). bf16 inputs
      * use bf16 products either way. An i8 key and value compute in f32 (dequantized once
-     * per thread and kv head) either way. */
+     * per thread and kv head), except at 1 with per-token scales and no offsets on
+     * AVX512_BF16 CPUs: bf16 products of their integers, each key's scale applied to
+     * its column of scores and of P. */
     int     inner_precise;
     int     key_antiquant_mode, value_antiquant_mode;  /* i8 key/value: loom_antiquant_mode */
 } loom_flash_attention_params;

@@ -28,6 +28,8 @@ typedef struct fa_plan {
     const loom_attn_kernels *kern;
     int64_t br, gs, nhs, bc, mp_max; /* query positions, heads per item, sub-groups, keys per tile */
     int use_bf16, use_bf16_pv, direct_k, direct_v;
+    int q8;                          /* inner_precise 1, i8 K and V with per-token scales: bf16 products
+                                        of the exact integers, each key's scale on its score / P column */
     int q16, k16, v16;               /* bf16 products read bf16 q / K / V as they are (else round) */
     int64_t vpk_pairs;               /* bf16 products: pairs the packed-V cache holds (0: none) */
     int64_t kpk_rows;                /* rounded K: rows the bf16 K cache holds (0: none) */
@@ -56,6 +58,14 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
      * kv head into the caches below) */
     int hp = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE && pr->q.sd == 1 && pr->k.sd == 1 &&
              pr->v.sd == 1 && pr->k.dtype != LOOM_I8;
+    /* an i8 K and V with per-token scales and no offsets take the bf16 products too: their
+     * integers are exact in bf16, and a key's scale multiplies its column of scores (K) or of P
+     * (V); other i8 caches are dequantized to f32 (below) */
+    int q8c = pr->inner_precise == LOOM_ATTN_HIGH_PERFORMANCE && pr->q.sd == 1 && pr->k.sd == 1 &&
+              pr->v.sd == 1 && pr->kq.mode == LOOM_ANTIQUANT_PER_TOKEN && !pr->kq.offset &&
+              pr->vq.mode == LOOM_ANTIQUANT_PER_TOKEN && !pr->vq.offset && pr->D % 2 == 0;
+    pl->q8 = q8c && kern && kern->to_bf16 && kern->qk_bf16 && kern->pv_bf16;
+    hp |= pl->q8;
     pl->q16 = pr->q.dtype == LOOM_BF16;
     pl->k16 = pr->k.dtype == LOOM_BF16 && pr->k.sd == 1;
     pl->v16 = pr->v.dtype == LOOM_BF16 && pr->v.sd == 1;
@@ -66,13 +76,15 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     pl->direct_v = pr->v.dtype == LOOM_F32 && pr->v.sd == 1;
     /* sized from the problem alone (never the kernel level): the keys of one
      * sequence (kv_cache: S_kv, or the longest sequence), ceil(/ 2) key pairs */
-    pl->vpk_pairs = pl->v16 || hp ? (pr->kv_cache + 1) / 2 : 0;
-    pl->kpk_rows = hp && !pl->k16 ? pr->kv_cache : 0;
+    pl->vpk_pairs = pl->v16 || hp || q8c ? (pr->kv_cache + 1) / 2 : 0;
+    pl->kpk_rows = (hp || q8c) && !pl->k16 ? pr->kv_cache : 0;
     /* f16 K and V for f32 products: widened once per thread and kv head (a
      * call per row and tile cost ~6 % each at D = 64); a bf16 K too when q is
      * not bf16 (f32 products at inner_precise 0: a bf16 KV cache under f32
      * activations). Decided from the problem alone, as the sizes must be. */
     int k_wide = pr->k.dtype == LOOM_F16 || (pr->k.dtype == LOOM_BF16 && pr->q.dtype != LOOM_BF16 && !hp);
+    /* (an i8 cache's f32 rows are sized even where q8 takes the bf16 path: sizes never depend on
+     * the kernel level) */
     pl->kf_rows = (k_wide && pr->k.sd == 1) || pr->kq.mode >= 0 ? pr->kv_cache : 0;
     pl->vf_rows = (pr->v.dtype == LOOM_F16 && pr->v.sd == 1) || pr->vq.mode >= 0 ? pr->kv_cache : 0;
 }
@@ -220,6 +232,31 @@ static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_
     return any;
 }
 
+/* Row x of n elements of dtype dt rounded to bf16 (the level's conversion); an i8 row's integers
+ * exactly (its scales apply to score and P columns, pl->q8). */
+static void fa_to_bf16(const fa_plan *pl, uint16_t *dst, const void *x, loom_dtype dt, int64_t n) {
+    if (dt != LOOM_I8) {
+        pl->kern->to_bf16(dst, x, dt, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float f = (float)((const int8_t *)x)[i];
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        dst[i] = (uint16_t)(u >> 16); /* |q| <= 128: 8 significant bits, exact */
+    }
+}
+
+/* Multiplies column c (keys j0 + c, nc of them) of the mp rows in s (column-major, mp apart)
+ * by key j0 + c's per-token scale of q (pl->q8). */
+static void fa_scale_cols(const attn_quant *q, const fa_item *it, const attn_seq *s, int64_t j0, int nc,
+                          float *sc, int mp) {
+    for (int c = 0; c < nc; c++) {
+        float f = q->scale[it->b * q->s0 + it->hkv * q->s1 + (s->kv_start + j0 + c) * q->s2];
+        for (int r = 0; r < mp; r++) sc[c * mp + r] *= f;
+    }
+}
+
 /* Packs keys [vc->vhi, hi) of the item's V (hi even, <= the sequence's KV length) into the cache. */
 static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                            const fa_scratch *sc, int64_t hi) {
@@ -231,9 +268,9 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
         const uint16_t *v0 = r16, *v1 = r16 + D;
         if (pl->v16) {
             v0 = (const uint16_t *)elem(&pr->v, o), v1 = v0 + pr->v.ss;
-        } else { /* inner_precise 1: f32/f16 V rounded to bf16 */
-            pl->kern->to_bf16(r16, elem(&pr->v, o), pr->v.dtype, D);
-            pl->kern->to_bf16(r16 + D, elem(&pr->v, o + pr->v.ss), pr->v.dtype, D);
+        } else { /* inner_precise 1: f32/f16 V rounded to bf16 (i8: its integers) */
+            fa_to_bf16(pl, r16, elem(&pr->v, o), pr->v.dtype, D);
+            fa_to_bf16(pl, r16 + D, elem(&pr->v, o + pr->v.ss), pr->v.dtype, D);
         }
         uint32_t *dst = sc->vpk + (j / 2) * D;
         for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;
@@ -248,7 +285,7 @@ static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     const attn_problem *pr = pl->pr;
     for (int64_t j = vc->khi; j < hi; j++) {
         int64_t o = it->b * pr->k.sb + (s->kv_start + j) * pr->k.ss + it->hkv * pr->k.sn;
-        pl->kern->to_bf16(sc->kpk + j * pr->D, elem(&pr->k, o), pr->k.dtype, pr->D);
+        fa_to_bf16(pl, sc->kpk + j * pr->D, elem(&pr->k, o), pr->k.dtype, pr->D);
     }
     if (hi > vc->khi) vc->khi = hi;
 }
@@ -364,6 +401,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                     k16 = sc->kpk + j0 * D, ldk = D;
                 }
                 kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
+                if (pl->q8) fa_scale_cols(&pr->kq, it, &s, j0, nc, sc->s, mp);
             } else {
                 const float *kp = (const float *)elem(&pr->k, kv0);
                 int64_t ldk = pr->k.ss;
@@ -395,6 +433,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                         attn_dropout_row(pr, it->b, h0 + g, s.q_start + i0 + ii, s.kv_start + j0,
                                          nc, sc->s + g * nrow + ii, mp);
             if (pl->use_bf16_pv) { /* bf16 pairs of P and V: the mask tile and V buffer are free now */
+                if (pl->q8) fa_scale_cols(&pr->vq, it, &s, j0, nc, sc->s, mp); /* P·scale, after l */
                 if (sc->vpk && j0 % 2 == 0 && nc % 2 == 0) { /* whole pairs: from the packed-V cache */
                     fa_vcache_fill(pl, it, &s, vc, sc, j0 + nc);
                     kn->pv_bf16(sc->ot, mp, NULL, 0, sc->s, mp, sc->alpha, nc, (int)D, mp,
@@ -405,8 +444,8 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 int64_t ldv = pr->v.ss;
                 if (!pl->v16) { /* inner_precise 1: the tile rounded into the K buffer (free now) */
                     for (int c = 0; c < nc; c++)
-                        kn->to_bf16((uint16_t *)sc->kbuf + c * D, elem(&pr->v, vv0 + c * pr->v.ss),
-                                    pr->v.dtype, D);
+                        fa_to_bf16(pl, (uint16_t *)sc->kbuf + c * D, elem(&pr->v, vv0 + c * pr->v.ss),
+                                   pr->v.dtype, D);
                     v16 = (const uint16_t *)sc->kbuf, ldv = D;
                 }
                 kn->pv_bf16(sc->ot, mp, v16, ldv, sc->s, mp, sc->alpha, nc, (int)D, mp,

@@ -90,7 +90,7 @@ static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, in
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL, *d_s = "0",
-               *ct_s = "f32";
+               *ct_s = "f32", *rules = NULL, *preset = NULL;
     int reps = 5, json = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
@@ -103,11 +103,13 @@ int cmd_bench(int argc, char **argv) {
         {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16, i8 (default f32)"},
         {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
          "execution modes (default: $LOOM_MODE, the rules', step_by_step)"},
+        {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
+        {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules (e.g. fast_attention)"},
         {"-r", "--repetitions", ARG_INT, &reps, "N", "timed runs per test after one warm-up (default 5)"},
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of a table"},
     };
     const char *usage = "[-m MODEL] [-p 512] [-n 128] [-t 1,2] [-d 0,2048] [--kv-dtype f32,bf16] "
-                        "[--mode fused,step_by_step] [-r 5] [--json]";
+                        "[--mode fused,step_by_step] [--rules FILE] [--fusion-preset NAME] [-r 5] [--json]";
     int r = args_parse("bench", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
     int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], dv[MAX_LIST], np, nn, nt, nd, nm = 0, nc = 0;
@@ -175,6 +177,8 @@ int cmd_bench(int argc, char **argv) {
                 mp.n_ctx = max_tokens;
                 mp.mode = modes[mi];
                 mp.kv_dtype = ctv[ci];
+                mp.rules_path = rules;
+                mp.fusion_preset = preset;
                 loom_model *m = NULL;
                 if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
                     fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: cannot load model: %s\n",
