@@ -282,8 +282,8 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
      * carry per-row scale stores, which the batched descriptors here do not
      * model), so an int8 cache is costed by linearity: the bytes of a node
      * are A + K * (cache element size), known from evaluations at 2 (f16) and
-     * 4 (f32) bytes; int8 is A + K. Its scales (4 bytes per row of head_dim
-     * values) are not counted. */
+     * 4 (f32) bytes; int8 is A + K, plus the engine's f32 scale per row of
+     * the cache's last dim (head_dim): 4 K / head_dim. */
     int touches_cache = is_cache(g, node->dst);
     for (int i = 0; i < node->n_src; i++) touches_cache |= is_cache(g, node->src[i]);
     int evals = kv_dtype == LOOM_I8 && touches_cache ? 2 : 1;
@@ -300,8 +300,14 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     }
     c = at[0];
     if (evals == 2) {
-        c.bytes_read = at[0].bytes_read - (at[1].bytes_read - at[0].bytes_read) / 2.0;
-        c.bytes_written = at[0].bytes_written - (at[1].bytes_written - at[0].bytes_written) / 2.0;
+        double hd = 1.0; /* the cache's last dim: one scale per row of it */
+        for (int i = 0; i < node->n_src && hd == 1.0; i++)
+            if (is_cache(g, node->src[i])) hd = (double)src[i].shape[src[i].ndim - 1];
+        if (hd == 1.0 && is_cache(g, node->dst)) hd = (double)dst.shape[dst.ndim - 1];
+        double kr = (at[1].bytes_read - at[0].bytes_read) / 2.0;
+        double kw = (at[1].bytes_written - at[0].bytes_written) / 2.0;
+        c.bytes_read = at[0].bytes_read - kr + 4.0 * kr / hd;
+        c.bytes_written = at[0].bytes_written - kw + 4.0 * kw / hd;
     }
     out->flops = c.flops;
     out->bytes_read = c.bytes_read;

@@ -36,6 +36,7 @@ act_r = (2 * (T * D * 4 + D * 4)                       # norms
          + T * 4 * (D * 3 + Q + 2 * D + F)              # matmul inputs (q,k,v,o,gate,up,down)
          + T * (Q + K) * 4 + 2 * T * K * 4              # rope, kv_append
          + T * Q * 4 + 4 * (pos + 1) * K * 2 * 1        # attention: q, int8 cache rows of 4 sequences
+         + 4 * (pos + 1) * KV * 2 * 4                    # and their f32 scales, one per (row, kv head)
          + 2 * 2 * T * D * 4 + T * F * 4 + 2 * T * F * 4)
 assert L["bytes_read"] == W + act_r, (L["bytes_read"], W + act_r)
 assert L["kernels"] == 18 and len(L["chain"]) == 18
