@@ -33,8 +33,9 @@ static loom_llama_config tiny(void) {
 typedef struct { double rd, wr, fl; int kernels; } hand;
 
 /* One layer, step_by_step, by hand: activations f32 (4 bytes), weights e
- * bytes, cache c bytes per element; T tokens in B sequences of s new tokens
- * after pos cached ones. */
+ * bytes, cache c bytes per element (c = 1: int8, which also reads and writes
+ * one f32 scale per row of HD); T tokens in B sequences of s new tokens after
+ * pos cached ones. */
 static hand hand_layer(const loom_llama_config *m, int B, int s, int pos, double e, double c) {
     const double D = m->dim, F = m->hidden_dim, HD = m->head_dim, Q = m->n_heads * HD,
                  KV = m->n_kv_heads * HD, T = (double)B * s;
@@ -55,13 +56,14 @@ static hand hand_layer(const loom_llama_config *m, int B, int s, int pos, double
     h.rd += T * (Q + KV) * 4;
     h.wr += T * (Q + KV) * 4;
     h.fl += 3 * T * (Q + KV);
+    const double sc = c == 1 ? 4 / HD : 0; /* int8: a scale's bytes per cache element */
     /* kv_append of k and v: f32 rows in, cache rows out */
     h.rd += 2 * T * KV * 4;
-    h.wr += 2 * T * KV * c;
+    h.wr += 2 * T * KV * (c + sc);
     /* attention: q in, out written, each sequence's visible cache rows read once */
     double pairs = 0;
     for (int i = 0; i < s; i++) pairs += pos + i + 1;
-    h.rd += T * Q * 4 + B * (pos + s) * KV * 2 * c;
+    h.rd += T * Q * 4 + B * (pos + s) * KV * 2 * (c + sc);
     h.wr += T * Q * 4;
     h.fl += B * m->n_heads * pairs * (4 * HD + 5);
     /* two residual adds, silu, mul */
