@@ -35,6 +35,7 @@ static loom_incre_flash_attention_params inc_params(const void *attrs) {
     p.sparse_mode = a->sparse_mode, p.scale_value = a->scale_value;
     p.kv_chunk = a->kv_chunk;
     p.pre_tokens = a->pre_tokens, p.next_tokens = a->next_tokens;
+    p.inner_precise = a->inner_precise;
     return p;
 }
 

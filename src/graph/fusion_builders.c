@@ -102,6 +102,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.scale_value = aa->scale;
         a.sparse_mode = aa->causal && sq > 1 ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
         a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
+        a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0); /* a bf16 K: q rounded to bf16 */
         f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     } else {
@@ -181,7 +182,7 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv inner_precise",
      build_attention},
     {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention},
-    {"incre_flash_attention", "attn", "q k v", "block_kv", build_attention},
+    {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn},
 };

@@ -119,8 +119,9 @@ typedef struct {
     float    scale_value;          /* 0: 1/sqrt(D) */
     int32_t  kv_chunk;             /* split-KV chunk; 0: 512 */
     int64_t  pre_tokens, next_tokens;
+    int32_t  inner_precise;        /* 1: a bf16 K's Q.K^T takes q rounded to bf16 (AVX512_BF16) */
 } loom_incre_flash_attention_attrs;
-#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647}
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0}
 
 /* Attributes of the fused graph ops. */
 typedef struct {

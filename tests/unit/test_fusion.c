@@ -273,7 +273,7 @@ static void test_presets_and_hw(void) {
     CHECK(seen == 2);
     loom_graph_free(g);
     loom_fusion_rules_free(r);
-    /* inner_precise reaches the prefill attention node: 0 by default, 1 with the preset */
+    /* inner_precise reaches the prefill and decode attention nodes: 0 by default, 1 with the preset */
     tm_free(&m);
     tm_init(&m, 32, 4, 2, 40, 2, 19, 32, 3); /* 2 layers, 32 positions */
     int32_t ids20[20];
@@ -289,6 +289,15 @@ static void test_presets_and_hw(void) {
             if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION)
                 CHECK(((const loom_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
         CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 2);
+        loom_graph_free(g);
+        loom_graph_init(&g);
+        tm_build(&m, g, ids20, 1, 19, 0); /* one query row at position 19: the decode kernel */
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_INCRE_FLASH_ATTENTION)
+                CHECK(((const loom_incre_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise ==
+                      fast);
+        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2);
         loom_graph_free(g);
         loom_fusion_rules_free(r);
     }

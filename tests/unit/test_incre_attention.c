@@ -940,6 +940,28 @@ static void test_incre_op_table(void) {
     at.input_layout = 3;
     loom_tensor dst;
     CHECK_ERR(info->infer(src, 3, &at, &dst), "TND");
+    at.input_layout = 0, at.inner_precise = 2;
+    CHECK_ERR(info->infer(src, 3, &at, &dst), "inner_precise");
+    inc_teardown(&d);
+    /* the attribute inner_precise reaches the kernel: over a bf16 cache 1 rounds q to bf16
+     * (bf16's tolerance, and not the bits of 0 where the CPU has AVX512_BF16) */
+    c = base_case();
+    c.kvdt = LOOM_BF16, c.Smax = 57, c.lse = 0, c.D = 128;
+    inc_setup(&c, &d, &r);
+    const loom_tensor *sb[3] = {&d.q, &d.k, &d.v};
+    loom_attention_attrs pb = {0.0f, 0, 0};
+    CHECK(loom_op_run(LOOM_OP_ATTENTION, sb, 3, &pb, &d.rout, LOOM_ISA_REF) == LOOM_OK);
+    size_t ob0 = (size_t)tensor_count(&d.out) * sizeof(float);
+    float *hp = malloc(ob0);
+    for (int ip = 1; ip >= 0; ip--) {
+        at = (loom_incre_flash_attention_attrs)LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
+        at.inner_precise = ip;
+        CHECK(loom_op_run(LOOM_OP_INCRE_FLASH_ATTENTION, sb, 3, &at, &d.out, loom_cpu_best_isa()) == LOOM_OK);
+        CHECK(tensors_close(&d.out, &d.rout, ip ? 2.0 / 128 : 1.0 / 128, "inner_precise"));
+        if (ip) memcpy(hp, d.out.data, ob0);
+        else if (loom_cpu_get()->avx512_bf16) CHECK(memcmp(hp, d.out.data, ob0) != 0);
+    }
+    free(hp);
     inc_teardown(&d);
     /* On threads the units do not share out over (four on three, three on
      * two), the kernel runs split-KV and a merge: two phases, the partials in
