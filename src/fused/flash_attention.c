@@ -239,12 +239,8 @@ static void fa_to_bf16(const fa_plan *pl, uint16_t *dst, const void *x, loom_dty
         pl->kern->to_bf16(dst, x, dt, n);
         return;
     }
-    for (int64_t i = 0; i < n; i++) {
-        float f = (float)((const int8_t *)x)[i];
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        dst[i] = (uint16_t)(u >> 16); /* |q| <= 128: 8 significant bits, exact */
-    }
+    for (int64_t i = 0; i < n; i++) /* |q| <= 128: 8 significant bits, exact in bf16 */
+        dst[i] = loom_f32_to_bf16((float)((const int8_t *)x)[i]);
 }
 
 /* Multiplies column c (keys j0 + c, nc of them) of the mp rows in s (column-major, mp apart)

@@ -263,26 +263,25 @@ int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name
 
 int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
                      const loom_attention_attrs *a, const char *name) {
-    int src[4] = {q, k, v, mask};
-    return graph_op_named(g, LOOM_OP_ATTENTION, src, mask >= 0 ? 4 : 3, a, name);
+    return loom_g_attention_i8(g, q, k, v, -1, -1, mask, a, name);
 }
 
 int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name) {
-    int src[2] = {cache, x};
-    loom_kv_append_attrs a = {pos};
-    return graph_op_named(g, LOOM_OP_KV_APPEND, src, 2, &a, name);
+    return loom_g_kv_append_i8(g, cache, x, -1, pos, name);
 }
 
 int loom_g_kv_append_i8(loom_graph *g, int cache, int x, int scale, int pos, const char *name) {
     int src[3] = {cache, x, scale};
     loom_kv_append_attrs a = {pos};
-    return graph_op_named(g, LOOM_OP_KV_APPEND, src, 3, &a, name);
+    return graph_op_named(g, LOOM_OP_KV_APPEND, src, scale >= 0 ? 3 : 2, &a, name);
 }
 
 int loom_g_attention_i8(loom_graph *g, int q, int k, int v, int k_scale, int v_scale, int mask,
                         const loom_attention_attrs *a, const char *name) {
-    int src[6] = {q, k, v, k_scale, v_scale, mask};
-    return graph_op_named(g, LOOM_OP_ATTENTION, src, mask >= 0 ? 6 : 5, a, name);
+    int src[6] = {q, k, v, k_scale, v_scale, mask}, n = 3;
+    if (k_scale >= 0) n = 5;            /* the scales follow v */
+    else src[3] = mask;
+    return graph_op_named(g, LOOM_OP_ATTENTION, src, n + (mask >= 0), a, name);
 }
 
 /* ------------------------------------------------------------ copies, args */

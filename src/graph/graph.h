@@ -146,7 +146,8 @@ int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name)
 /* An i8 cache: scale is its f32 store [S_max, ...] (the cache's dims but the last),
  * whose rows pos.. the node writes too. Readers take k_scale / v_scale views of
  * rows [0, pos + n) of the stores, reshaped to [B, S, Hkv], next to the views the
- * kv_append nodes return (which order them after the writes). */
+ * kv_append nodes return (which order them after the writes). A scale id < 0:
+ * a float cache (the nodes of loom_g_kv_append / loom_g_attention). */
 int loom_g_kv_append_i8(loom_graph *g, int cache, int x, int scale, int pos, const char *name);
 int loom_g_attention_i8(loom_graph *g, int q, int k, int v, int k_scale, int v_scale, int mask,
                         const loom_attention_attrs *a, const char *name);

@@ -50,20 +50,16 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         k = loom_g_rope(g, loom_graph_reshape(g, k, 3, kv_shape), &rope, NAME("k_rope"));
         v = loom_graph_reshape(g, v, 3, kv_shape);
         q = loom_graph_reshape(g, q, 4, q4);
-        int a;
-        if (ksc) { /* i8 caches: each append writes its rows' scales too */
-            int ks = loom_g_kv_append_i8(g, kc[l], k, ksc[l], pos, NAME("k_cache"));
-            int vs = loom_g_kv_append_i8(g, vc[l], v, vsc[l], pos, NAME("v_cache"));
-            int kscale = loom_graph_reshape(g, loom_graph_view_rows(g, ksc[l], 0, pos + n), 3, sc3);
-            int vscale = loom_graph_reshape(g, loom_graph_view_rows(g, vsc[l], 0, pos + n), 3, sc3);
-            a = loom_g_attention_i8(g, q, loom_graph_reshape(g, ks, 4, kv4), loom_graph_reshape(g, vs, 4, kv4),
-                                    kscale, vscale, -1, &att, NAME("attn"));
-        } else {
-            int ks = loom_g_kv_append(g, kc[l], k, pos, NAME("k_cache"));
-            int vs = loom_g_kv_append(g, vc[l], v, pos, NAME("v_cache"));
-            a = loom_g_attention(g, q, loom_graph_reshape(g, ks, 4, kv4), loom_graph_reshape(g, vs, 4, kv4), -1,
-                                 &att, NAME("attn"));
+        /* i8 caches: each append writes its rows' scales too, and attention reads them */
+        int kst = ksc ? ksc[l] : -1, vst = vsc ? vsc[l] : -1, kscale = -1, vscale = -1;
+        int ks = loom_g_kv_append_i8(g, kc[l], k, kst, pos, NAME("k_cache"));
+        int vs = loom_g_kv_append_i8(g, vc[l], v, vst, pos, NAME("v_cache"));
+        if (ksc) {
+            kscale = loom_graph_reshape(g, loom_graph_view_rows(g, kst, 0, pos + n), 3, sc3);
+            vscale = loom_graph_reshape(g, loom_graph_view_rows(g, vst, 0, pos + n), 3, sc3);
         }
+        int a = loom_g_attention_i8(g, q, loom_graph_reshape(g, ks, 4, kv4), loom_graph_reshape(g, vs, 4, kv4),
+                                    kscale, vscale, -1, &att, NAME("attn"));
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo),
                               NAME("attn_out"));
         x = loom_g_add(g, x, o, NAME("attn_residual"));

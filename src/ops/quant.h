@@ -36,7 +36,11 @@ static inline float loom_i8_row_scale(float amax) { return amax > 0.0f ? amax / 
 static inline int8_t loom_i8_quant(float x, float scale) {
     float v = x / scale;
     v = v > -127.0f ? v : -127.0f;  /* NaN -> -127 */
-    return (int8_t)lrintf(v < 127.0f ? v : 127.0f);
+    v = v < 127.0f ? v : 127.0f;
+    /* round half to even (lrintf's result in the default rounding mode) without a libm
+     * call: |v| <= 127, so v + 1.5 * 2^23 has unit ulp; the loop vectorizes */
+    v = (v + 12582912.0f) - 12582912.0f;
+    return (int8_t)(int32_t)v;
 }
 /* Quantizes x[0, n) into q; returns the row's scale. */
 float loom_quantize_row_i8(const float *x, int64_t n, int8_t *q);
