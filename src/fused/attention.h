@@ -84,7 +84,8 @@ typedef enum loom_attn_inner_precise {
 
 typedef struct loom_flash_attention_tensors {
     const loom_tensor *query;          /* [B, S_q, N, D] per input_layout; f32/f16/bf16 */
-    const loom_tensor *key;            /* [B, S_kv, N_kv, D]; f32/f16/bf16, or i8 (not TND) */
+    const loom_tensor *key;            /* [B, S_kv, N_kv, D] or a paged cache (block_table);
+                                          f32/f16/bf16, or i8 (not TND unless paged) */
     const loom_tensor *value;          /* same shape and dtype as key */
     const loom_tensor *atten_mask;     /* optional, see above */
     loom_tensor       *attention_out;  /* shape of query; f32/f16/bf16 */
@@ -94,6 +95,15 @@ typedef struct loom_flash_attention_tensors {
      * shapes and modes as the decode op's (key_antiquant_mode below); offsets optional */
     const loom_tensor *key_antiquant_scale, *key_antiquant_offset;
     const loom_tensor *value_antiquant_scale, *value_antiquant_offset;
+    /* optional i32 [B (TND: num_seqs), max_blocks]: key and value are a paged KV cache, as the
+     * decode op's (below): [num_blocks, block_size, N_kv, D] in BSND and TND, [num_blocks, N_kv,
+     * block_size, D] in BNSD, [num_blocks, block_size, N_kv*D] in BSH; position j of sequence b
+     * is slot j % block_size of block block_table[b][j / block_size]. The KV lengths are then
+     * required: actual_seq_lengths_kv (padded layouts) or actual_seq_kvlen (TND: cumulative
+     * ends; each sequence's keys start at position 0 of its own blocks). i8 per-token scales
+     * are [num_blocks, N_kv or 1, block_size] (TND included). The chunked prefill of a serving
+     * engine: a chunk of queries against everything its sequence has cached. */
+    const loom_tensor *block_table;
 } loom_flash_attention_tensors;
 
 typedef struct loom_flash_attention_params {
@@ -127,6 +137,7 @@ typedef struct loom_flash_attention_params {
      * its column of scores and of P. */
     int     inner_precise;
     int     key_antiquant_mode, value_antiquant_mode;  /* i8 key/value: loom_antiquant_mode */
+    int64_t block_size;                /* paged cache: 0 = from the cache shape, else must match */
 } loom_flash_attention_params;
 
 /* Defaults: BSND, heads from the shapes, scale 1/sqrt(D), no band, sparse_mode 0,
@@ -248,7 +259,7 @@ loom_status loom_incre_flash_attention_thread(const loom_incre_flash_attention_t
 typedef struct loom_fused_infer_attention_tensors {
     const loom_tensor *query, *key, *value;
     const loom_tensor *atten_mask;
-    const loom_tensor *block_table;                    /* paged: forces the decode kernel */
+    const loom_tensor *block_table;                    /* paged cache: read by either kernel */
     const loom_tensor *key_antiquant_scale, *key_antiquant_offset;
     const loom_tensor *value_antiquant_scale, *value_antiquant_offset;
     loom_tensor *attention_out;
@@ -274,11 +285,10 @@ typedef struct loom_fused_infer_attention_params {
 
 loom_fused_infer_attention_params loom_fused_infer_attention_default_params(void);
 
-/* Runs the decode kernel when S_q <= decode_max_q_len (or a paged cache is given),
- * else the prefill kernel (an i8 cache included: dequantized once per thread and kv
- * head); actual_seq_lengths (query) apply to both. *used_decode (optional) says which
- * ran. Errors as the op that runs; LOOM_ERR_UNSUPPORTED for a paged cache with S_q
- * above the decode limit or in TND. */
+/* Runs the decode kernel when S_q <= decode_max_q_len (and not TND), else the prefill
+ * kernel, for contiguous and paged caches alike (an i8 cache included: the prefill
+ * kernel dequantizes it once per thread and kv head); actual_seq_lengths (query) apply
+ * to both. *used_decode (optional) says which ran. Errors as the op that runs. */
 loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_tensors *t,
                                              const loom_fused_infer_attention_params *p,
                                              loom_pool *pool, int *used_decode);

@@ -31,6 +31,8 @@ typedef struct fa_plan {
     int q8;                          /* inner_precise 1, i8 K and V with per-token scales: bf16 products
                                         of the exact integers, each key's scale on its score / P column */
     int q16, k16, v16;               /* bf16 products read bf16 q / K / V as they are (else round) */
+    int pgather;                     /* a paged cache whose blocks are not whole tiles: f32 and bf16
+                                        K/V rows gathered once per thread and kv head into the caches */
     int64_t vpk_pairs;               /* bf16 products: pairs the packed-V cache holds (0: none) */
     int64_t kpk_rows;                /* rounded K: rows the bf16 K cache holds (0: none) */
     int64_t kf_rows, vf_rows;        /* f16 K / V: rows the widened (f32) caches hold (0: none) */
@@ -77,7 +79,12 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     /* sized from the problem alone (never the kernel level): the keys of one
      * sequence (kv_cache: S_kv, or the longest sequence), ceil(/ 2) key pairs */
     pl->vpk_pairs = pl->v16 || hp || q8c ? (pr->kv_cache + 1) / 2 : 0;
-    pl->kpk_rows = (hp || q8c) && !pl->k16 ? pr->kv_cache : 0;
+    /* a paged cache with blocks of whole tiles is read in place (tiles across a block boundary,
+     * from a band's odd start, are gathered into the tile buffers); with smaller blocks nearly
+     * every tile would be, once per item: its rows are gathered once per thread and kv head
+     * instead, into the caches that widen or round them */
+    pl->pgather = pr->paged && pr->block_size % pl->bc != 0;
+    pl->kpk_rows = ((hp || q8c) && !pl->k16) || (pl->pgather && pl->k16) ? pr->kv_cache : 0;
     /* f16 K and V for f32 products: widened once per thread and kv head (a
      * call per row and tile cost ~6 % each at D = 64); a bf16 K too when q is
      * not bf16 (f32 products at inner_precise 0: a bf16 KV cache under f32
@@ -85,8 +92,9 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
     int k_wide = pr->k.dtype == LOOM_F16 || (pr->k.dtype == LOOM_BF16 && pr->q.dtype != LOOM_BF16 && !hp);
     /* (an i8 cache's f32 rows are sized even where q8 takes the bf16 path: sizes never depend on
      * the kernel level) */
-    pl->kf_rows = (k_wide && pr->k.sd == 1) || pr->kq.mode >= 0 ? pr->kv_cache : 0;
-    pl->vf_rows = (pr->v.dtype == LOOM_F16 && pr->v.sd == 1) || pr->vq.mode >= 0 ? pr->kv_cache : 0;
+    int k32 = pl->pgather && pr->k.dtype == LOOM_F32 && !hp, v32 = pl->pgather && pr->v.dtype == LOOM_F32 && !hp;
+    pl->kf_rows = (k_wide && pr->k.sd == 1) || pr->kq.mode >= 0 || k32 ? pr->kv_cache : 0;
+    pl->vf_rows = (pr->v.dtype == LOOM_F16 && pr->v.sd == 1) || pr->vq.mode >= 0 || v32 ? pr->kv_cache : 0;
 }
 
 /* Scratch regions, in floats, each rounded to 16 floats (64 bytes). */
@@ -207,6 +215,33 @@ static double fa_cost(const void *ctx, int64_t idx) {
 
 static const char *elem(const attn_view *v, int64_t off) { return v->data + off * v->esize; }
 
+/* Row j (counted from the sequence's first key) of the item's kv head in K or V (t), contiguous
+ * or paged. */
+static const char *fa_kv_row(const attn_problem *pr, const attn_view *t, const fa_item *it, const attn_seq *s,
+                             int64_t j) {
+    return elem(t, attn_kv_offset(pr, t, it->b, s->kv_start + j, it->hkv));
+}
+
+/* Rows [j0, j0 + nc) of the item's kv head in K or V, read in place *ld elements apart; NULL
+ * where they are not one stride apart (a paged tile across a block boundary: the caller gathers
+ * them row by row). */
+static const char *fa_kv_tile(const attn_problem *pr, const attn_view *t, const fa_item *it, const attn_seq *s,
+                              int64_t j0, int64_t nc, int64_t *ld) {
+    int64_t p0 = s->kv_start + j0;
+    *ld = t->ss;
+    if (pr->paged && p0 / pr->block_size != (p0 + nc - 1) / pr->block_size) return NULL;
+    return fa_kv_row(pr, t, it, s, j0);
+}
+
+/* Per-token antiquant parameter (scale or offset x, strides x0..x2) of position pos of batch b,
+ * kv head h: the cache entry's (the block's when paged). */
+static float fa_token_param(const attn_problem *pr, const float *x, int64_t x0, int64_t x1, int64_t x2,
+                            int64_t b, int64_t pos, int64_t h) {
+    int64_t cb, cs;
+    attn_kv_slot(pr, b, pos, &cb, &cs);
+    return x[cb * x0 + h * x1 + cs * x2];
+}
+
 /* Additive tile a[c][r] (log2 domain) of the structural and explicit masks;
  * returns 0 when no valid row sees any key of the tile. */
 static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_t nrow,
@@ -235,6 +270,10 @@ static int fa_mask_tile(const fa_plan *pl, const fa_item *it, int64_t i0, int64_
 /* Row x of n elements of dtype dt rounded to bf16 (the level's conversion); an i8 row's integers
  * exactly (its scales apply to score and P columns, pl->q8). */
 static void fa_to_bf16(const fa_plan *pl, uint16_t *dst, const void *x, loom_dtype dt, int64_t n) {
+    if (dt == LOOM_BF16) { /* bf16 rows copied as they are (a paged cache's, pl->pgather) */
+        memcpy(dst, x, (size_t)n * sizeof(uint16_t));
+        return;
+    }
     if (dt != LOOM_I8) {
         pl->kern->to_bf16(dst, x, dt, n);
         return;
@@ -245,10 +284,10 @@ static void fa_to_bf16(const fa_plan *pl, uint16_t *dst, const void *x, loom_dty
 
 /* Multiplies column c (keys j0 + c, nc of them) of the mp rows in s (column-major, mp apart)
  * by key j0 + c's per-token scale of q (pl->q8). */
-static void fa_scale_cols(const attn_quant *q, const fa_item *it, const attn_seq *s, int64_t j0, int nc,
-                          float *sc, int mp) {
+static void fa_scale_cols(const attn_problem *pr, const attn_quant *q, const fa_item *it, const attn_seq *s,
+                          int64_t j0, int nc, float *sc, int mp) {
     for (int c = 0; c < nc; c++) {
-        float f = q->scale[it->b * q->s0 + it->hkv * q->s1 + (s->kv_start + j0 + c) * q->s2];
+        float f = fa_token_param(pr, q->scale, q->s0, q->s1, q->s2, it->b, s->kv_start + j0 + c, it->hkv);
         for (int r = 0; r < mp; r++) sc[c * mp + r] *= f;
     }
 }
@@ -260,13 +299,13 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     int64_t D = pr->D;
     uint16_t *r16 = (uint16_t *)sc->row; /* two rounded rows (2 * D <= 2 * 256 u16) */
     for (int64_t j = vc->vhi; j < hi; j += 2) {
-        int64_t o = it->b * pr->v.sb + (s->kv_start + j) * pr->v.ss + it->hkv * pr->v.sn;
+        const char *x0 = fa_kv_row(pr, &pr->v, it, s, j), *x1 = fa_kv_row(pr, &pr->v, it, s, j + 1);
         const uint16_t *v0 = r16, *v1 = r16 + D;
         if (pl->v16) {
-            v0 = (const uint16_t *)elem(&pr->v, o), v1 = v0 + pr->v.ss;
+            v0 = (const uint16_t *)x0, v1 = (const uint16_t *)x1;
         } else { /* inner_precise 1: f32/f16 V rounded to bf16 (i8: its integers) */
-            fa_to_bf16(pl, r16, elem(&pr->v, o), pr->v.dtype, D);
-            fa_to_bf16(pl, r16 + D, elem(&pr->v, o + pr->v.ss), pr->v.dtype, D);
+            fa_to_bf16(pl, r16, x0, pr->v.dtype, D);
+            fa_to_bf16(pl, r16 + D, x1, pr->v.dtype, D);
         }
         uint32_t *dst = sc->vpk + (j / 2) * D;
         for (int64_t x = 0; x < D; x++) dst[x] = (uint32_t)v0[x] | (uint32_t)v1[x] << 16;
@@ -279,21 +318,20 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
 static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                            const fa_scratch *sc, int64_t hi) {
     const attn_problem *pr = pl->pr;
-    for (int64_t j = vc->khi; j < hi; j++) {
-        int64_t o = it->b * pr->k.sb + (s->kv_start + j) * pr->k.ss + it->hkv * pr->k.sn;
-        fa_to_bf16(pl, sc->kpk + j * pr->D, elem(&pr->k, o), pr->k.dtype, pr->D);
-    }
+    for (int64_t j = vc->khi; j < hi; j++)
+        fa_to_bf16(pl, sc->kpk + j * pr->D, fa_kv_row(pr, &pr->k, it, s, j), pr->k.dtype, pr->D);
     if (hi > vc->khi) vc->khi = hi;
 }
 
-/* Row s of kv head h of batch b of an i8 K or V, dequantized: (q + offset) * scale
+/* Row j of the item's kv head in an i8 K or V, dequantized: (q + offset) * scale
  * (per token: one scale and offset for the row; per channel: one per d). */
-static void fa_dequant_row(float *dst, const attn_view *t, const attn_quant *aq, int64_t b, int64_t s,
-                           int64_t h, int64_t D) {
-    const int8_t *x = (const int8_t *)elem(t, b * t->sb + s * t->ss + h * t->sn);
+static void fa_dequant_row(float *dst, const attn_problem *pr, const attn_view *t, const attn_quant *aq,
+                           const fa_item *it, const attn_seq *s, int64_t j) {
+    const int8_t *x = (const int8_t *)fa_kv_row(pr, t, it, s, j);
+    int64_t D = pr->D, h = it->hkv, pos = s->kv_start + j;
     if (aq->mode == LOOM_ANTIQUANT_PER_TOKEN) {
-        float sc = aq->scale[b * aq->s0 + h * aq->s1 + s * aq->s2];
-        float of = aq->offset ? aq->offset[b * aq->o0 + h * aq->o1 + s * aq->o2] : 0.0f;
+        float sc = fa_token_param(pr, aq->scale, aq->s0, aq->s1, aq->s2, it->b, pos, h);
+        float of = aq->offset ? fa_token_param(pr, aq->offset, aq->o0, aq->o1, aq->o2, it->b, pos, h) : 0.0f;
         if (t->sd == 1) /* contiguous rows (caches): a loop the compiler vectorizes */
             for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d] + of) * sc;
         else
@@ -314,13 +352,28 @@ static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const att
     int64_t *have = v ? &vc->wv : &vc->wk;
     const attn_quant *aq = v ? &pr->vq : &pr->kq;
     for (int64_t j = *have; j < hi; j++)
-        if (aq->mode >= 0)
-            fa_dequant_row(dst + j * pr->D, t, aq, it->b, s->kv_start + j, it->hkv, pr->D);
-        else
-            pl->kern->to_f32(dst + j * pr->D, elem(t, it->b * t->sb + (s->kv_start + j) * t->ss + it->hkv * t->sn),
-                             t->dtype, pr->D);
+        if (aq->mode >= 0) fa_dequant_row(dst + j * pr->D, pr, t, aq, it, s, j);
+        else pl->kern->to_f32(dst + j * pr->D, fa_kv_row(pr, t, it, s, j), t->dtype, pr->D);
     if (hi > *have) *have = hi;
     return dst;
+}
+
+/* Rows [j0, j0 + nc) of the item's kv head in K or V (t), converted to f32 into dst (nc rows
+ * of D). */
+static void fa_gather_f32(float *dst, const loom_attn_kernels *kn, const attn_problem *pr, const attn_view *t,
+                          const fa_item *it, const attn_seq *s, int64_t j0, int nc) {
+    for (int c = 0; c < nc; c++) {
+        const char *src = fa_kv_row(pr, t, it, s, j0 + c);
+        if (t->sd == 1) kn->to_f32(dst + c * pr->D, src, t->dtype, pr->D);
+        else attn_load_row(dst + c * pr->D, src, t->dtype, t->sd, pr->D);
+    }
+}
+
+/* Rows [j0, j0 + nc) of a bf16 K or V with contiguous rows (t), copied into dst (nc rows of D). */
+static void fa_gather16(uint16_t *dst, const attn_problem *pr, const attn_view *t, const fa_item *it,
+                        const attn_seq *s, int64_t j0, int nc) {
+    for (int c = 0; c < nc; c++)
+        memcpy(dst + c * pr->D, fa_kv_row(pr, t, it, s, j0 + c), (size_t)pr->D * sizeof(uint16_t));
 }
 
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
@@ -387,28 +440,24 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             }
             if (masked && !fa_mask_tile(pl, it, i0, nrow, nval, ng, h0, j0, nc, mp, sc))
                 continue; /* the explicit mask hides the whole tile */
-            int64_t kv0 = it->b * pr->k.sb + (s.kv_start + j0) * pr->k.ss + it->hkv * pr->k.sn;
-            int64_t vv0 = it->b * pr->v.sb + (s.kv_start + j0) * pr->v.ss + it->hkv * pr->v.sn;
+            int64_t ldk = D, ldv = D;
             if (pl->use_bf16) {
-                const uint16_t *k16 = (const uint16_t *)elem(&pr->k, kv0);
-                int64_t ldk = pr->k.ss;
-                if (!pl->k16) { /* inner_precise 1: from the rounded K cache */
+                const uint16_t *k16;
+                if (!pl->k16 || pl->pgather) { /* inner_precise 1 (or paged): the rounded (copied) K cache */
                     fa_kcache_fill(pl, it, &s, vc, sc, j0 + nc);
-                    k16 = sc->kpk + j0 * D, ldk = D;
+                    k16 = sc->kpk + j0 * D;
+                } else if (!(k16 = (const uint16_t *)fa_kv_tile(pr, &pr->k, it, &s, j0, nc, &ldk))) {
+                    fa_gather16((uint16_t *)sc->kbuf, pr, &pr->k, it, &s, j0, nc);
+                    k16 = (const uint16_t *)sc->kbuf, ldk = D;
                 }
                 kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
-                if (pl->q8) fa_scale_cols(&pr->kq, it, &s, j0, nc, sc->s, mp);
+                if (pl->q8) fa_scale_cols(pr, &pr->kq, it, &s, j0, nc, sc->s, mp);
             } else {
-                const float *kp = (const float *)elem(&pr->k, kv0);
-                int64_t ldk = pr->k.ss;
-                if (sc->kf) {
-                    kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D, ldk = D;
-                } else if (!pl->direct_k) {
-                    for (int c = 0; c < nc; c++) {
-                        const char *src = elem(&pr->k, kv0 + c * pr->k.ss);
-                        if (pr->k.sd == 1) kn->to_f32(sc->kbuf + c * D, src, pr->k.dtype, D);
-                        else attn_load_row(sc->kbuf + c * D, src, pr->k.dtype, pr->k.sd, D);
-                    }
+                const float *kp = NULL;
+                if (sc->kf) kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D;
+                else if (pl->direct_k) kp = (const float *)fa_kv_tile(pr, &pr->k, it, &s, j0, nc, &ldk);
+                if (!kp) { /* converted (or, paged across blocks, gathered) into the K buffer */
+                    fa_gather_f32(sc->kbuf, kn, pr, &pr->k, it, &s, j0, nc);
                     kp = sc->kbuf, ldk = D;
                 }
                 kn->bgemm(sc->s, mp, kp, ldk, 1, sc->qt, mp, nc, (int)D, mp, NULL);
@@ -429,35 +478,32 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                         attn_dropout_row(pr, it->b, h0 + g, s.q_start + i0 + ii, s.kv_start + j0,
                                          nc, sc->s + g * nrow + ii, mp);
             if (pl->use_bf16_pv) { /* bf16 pairs of P and V: the mask tile and V buffer are free now */
-                if (pl->q8) fa_scale_cols(&pr->vq, it, &s, j0, nc, sc->s, mp); /* P·scale, after l */
+                if (pl->q8) fa_scale_cols(pr, &pr->vq, it, &s, j0, nc, sc->s, mp); /* P·scale, after l */
                 if (sc->vpk && j0 % 2 == 0 && nc % 2 == 0) { /* whole pairs: from the packed-V cache */
                     fa_vcache_fill(pl, it, &s, vc, sc, j0 + nc);
                     kn->pv_bf16(sc->ot, mp, NULL, 0, sc->s, mp, sc->alpha, nc, (int)D, mp,
                                 (uint32_t *)sc->a, sc->vpk + (j0 / 2) * D);
                     continue;
                 }
-                const uint16_t *v16 = (const uint16_t *)elem(&pr->v, vv0);
-                int64_t ldv = pr->v.ss;
-                if (!pl->v16) { /* inner_precise 1: the tile rounded into the K buffer (free now) */
-                    for (int c = 0; c < nc; c++)
-                        fa_to_bf16(pl, (uint16_t *)sc->kbuf + c * D, elem(&pr->v, vv0 + c * pr->v.ss),
-                                   pr->v.dtype, D);
-                    v16 = (const uint16_t *)sc->kbuf, ldv = D;
+                const uint16_t *v16 = NULL;
+                if (pl->v16) v16 = (const uint16_t *)fa_kv_tile(pr, &pr->v, it, &s, j0, nc, &ldv);
+                if (!v16) { /* the tile rounded (or gathered) into the K buffer (free now) */
+                    uint16_t *dst = (uint16_t *)sc->kbuf;
+                    if (pl->v16) fa_gather16(dst, pr, &pr->v, it, &s, j0, nc);
+                    else /* inner_precise 1 */
+                        for (int c = 0; c < nc; c++)
+                            fa_to_bf16(pl, dst + c * D, fa_kv_row(pr, &pr->v, it, &s, j0 + c), pr->v.dtype, D);
+                    v16 = dst, ldv = D;
                 }
                 kn->pv_bf16(sc->ot, mp, v16, ldv, sc->s, mp, sc->alpha, nc, (int)D, mp,
                             (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
                 continue;
             }
-            const float *vp = (const float *)elem(&pr->v, vv0);
-            int64_t ldv = pr->v.ss;
-            if (sc->vf) {
-                vp = fa_wide_fill(pl, it, &s, vc, sc, 1, j0 + nc) + j0 * D, ldv = D;
-            } else if (!pl->direct_v) {
-                for (int c = 0; c < nc; c++) {
-                    const char *src = elem(&pr->v, vv0 + c * pr->v.ss);
-                    if (pr->v.sd == 1) kn->to_f32(sc->vbuf + c * D, src, pr->v.dtype, D);
-                    else attn_load_row(sc->vbuf + c * D, src, pr->v.dtype, pr->v.sd, D);
-                }
+            const float *vp = NULL;
+            if (sc->vf) vp = fa_wide_fill(pl, it, &s, vc, sc, 1, j0 + nc) + j0 * D;
+            else if (pl->direct_v) vp = (const float *)fa_kv_tile(pr, &pr->v, it, &s, j0, nc, &ldv);
+            if (!vp) {
+                fa_gather_f32(sc->vbuf, kn, pr, &pr->v, it, &s, j0, nc);
                 vp = sc->vbuf, ldv = D;
             }
             kn->bgemm(sc->ot, mp, vp, 1, ldv, sc->s, mp, (int)D, nc, mp, sc->alpha);

@@ -104,7 +104,8 @@ static loom_status view_of(const char *op, const char *what, const loom_tensor *
 }
 
 /* q, k, v and out: layout, heads (GQA), head dim, dtypes of q and out. */
-static loom_status resolve_qkv(const char *op, loom_attn_layout L, int64_t num_heads,
+/* kvL: the layout of key and value (L, or BSND for the paged cache of a TND query). */
+static loom_status resolve_qkv(const char *op, loom_attn_layout L, loom_attn_layout kvL, int64_t num_heads,
                                int64_t num_kv, const loom_tensor *q, const loom_tensor *k,
                                const loom_tensor *v, const loom_tensor *out, attn_problem *pr,
                                int64_t qd[4], int64_t kd[4]) {
@@ -119,8 +120,8 @@ static loom_status resolve_qkv(const char *op, loom_attn_layout L, int64_t num_h
     LOOM_TRY(check_float(op, "query", q));
     int64_t kvh = num_kv ? num_kv : num_heads;
     int64_t vd[4];
-    LOOM_TRY(view_of(op, "key", k, L, kvh, "num_key_value_heads", kd, &pr->k));
-    LOOM_TRY(view_of(op, "value", v, L, kvh, "num_key_value_heads", vd, &pr->v));
+    LOOM_TRY(view_of(op, "key", k, kvL, kvh, "num_key_value_heads", kd, &pr->k));
+    LOOM_TRY(view_of(op, "value", v, kvL, kvh, "num_key_value_heads", vd, &pr->v));
     LOOM_RETURN_IF(num_heads && qd[2] != num_heads, LOOM_ERR_SHAPE,
                    "%s: num_heads = %lld but query has %lld heads", op, (long long)num_heads,
                    (long long)qd[2]);
@@ -320,6 +321,47 @@ static loom_status resolve_kv_quant(const char *op, const loom_tensor *key, cons
     return resolve_quant(op, "value", vs, vo, vmode, kd[0], pr->Nkv, kd[1], pr->D, &pr->vq);
 }
 
+/* A paged cache: the block table bt [B, max_blocks] of a cache whose dims kd are {num_blocks,
+ * block_size, N_kv, D}; block_size the parameter (0 = from the cache). Skv becomes the
+ * positions the table can address. */
+static loom_status resolve_paged(const char *op, const loom_tensor *bt, int64_t block_size, int64_t B,
+                                 const int64_t kd[4], attn_problem *pr) {
+    char sh[LOOM_REF_SHAPE_BUF];
+    LOOM_RETURN_IF(bt->dtype != LOOM_I32, LOOM_ERR_DTYPE,
+                   "%s: block_table has dtype %s: expected i32", op, loom_dtype_name(bt->dtype));
+    LOOM_RETURN_IF(bt->ndim != 2 || bt->shape[0] != B || bt->shape[1] < 1, LOOM_ERR_SHAPE,
+                   "%s: block_table shape %s: expected [%lld, max_blocks]", op,
+                   bt->ndim >= 1 && bt->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(bt, sh, sizeof sh) : "[?]",
+                   (long long)B);
+    LOOM_RETURN_IF(!bt->data, LOOM_ERR_INVALID_ARG, "%s: block_table has no data", op);
+    LOOM_RETURN_IF(block_size != 0 && block_size != kd[1], LOOM_ERR_SHAPE,
+                   "%s: block_size = %lld but the cache holds blocks of %lld", op, (long long)block_size,
+                   (long long)kd[1]);
+    pr->paged = 1;
+    pr->block_table = bt->data;
+    pr->bt_b = bt->stride[0], pr->bt_j = bt->stride[1], pr->max_blocks = bt->shape[1];
+    pr->num_blocks = kd[0], pr->block_size = kd[1];
+    LOOM_RETURN_IF(pr->max_blocks > INT64_MAX / pr->block_size || pr->max_blocks * pr->block_size > INT32_MAX,
+                   LOOM_ERR_UNSUPPORTED, "%s: block_table addresses more than 2^31 - 1 positions", op);
+    pr->Skv = pr->max_blocks * pr->block_size;
+    return LOOM_OK;
+}
+
+/* Every block a sequence's keys use (nseq sequences, lengths set) is in [0, num_blocks). */
+static loom_status check_blocks(const char *op, const attn_problem *pr, int64_t nseq) {
+    for (int64_t b = 0; b < nseq; b++) {
+        attn_seq s;
+        attn_get_seq(pr, b, &s);
+        for (int64_t j = 0; j < (s.kv_len + pr->block_size - 1) / pr->block_size; j++) {
+            int32_t blk = pr->block_table[b * pr->bt_b + j * pr->bt_j];
+            LOOM_RETURN_IF(blk < 0 || blk >= pr->num_blocks, LOOM_ERR_INVALID_ARG,
+                           "%s: block_table[%lld][%lld] = %d outside [0, %lld) (num_blocks)", op,
+                           (long long)b, (long long)j, (int)blk, (long long)pr->num_blocks);
+        }
+    }
+    return LOOM_OK;
+}
+
 void attn_scale_view(const loom_tensor *s, loom_tensor *out) {
     *out = *s;
     out->shape[1] = s->shape[2], out->shape[2] = s->shape[1];
@@ -332,13 +374,25 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
     memset(pr, 0, sizeof *pr);
     LOOM_RETURN_IF(!t || !p, LOOM_ERR_INVALID_ARG, "%s: tensors or params is NULL", op);
     int64_t qd[4], kd[4];
-    LOOM_TRY(resolve_qkv(op, p->input_layout, p->num_heads, p->num_key_value_heads, t->query,
-                         t->key, t->value, t->attention_out, pr, qd, kd));
+    int paged = t->block_table != NULL;
     pr->tnd = p->input_layout == LOOM_ATTN_TND;
+    LOOM_TRY(resolve_qkv(op, p->input_layout, pr->tnd && paged ? LOOM_ATTN_BSND : p->input_layout,
+                         p->num_heads, p->num_key_value_heads, t->query, t->key, t->value,
+                         t->attention_out, pr, qd, kd));
     if (t->key->dtype != LOOM_I8) LOOM_TRY(check_float(op, "key", t->key));
-    LOOM_RETURN_IF(t->key->dtype == LOOM_I8 && pr->tnd, LOOM_ERR_DTYPE,
-                   "%s: an i8 key and value take BSND, BNSD or BSH, not TND", op);
+    LOOM_RETURN_IF(t->key->dtype == LOOM_I8 && pr->tnd && !paged, LOOM_ERR_DTYPE,
+                   "%s: an i8 key and value take BSND, BNSD or BSH, not TND (unless paged)", op);
+    LOOM_RETURN_IF(!paged && p->block_size != 0, LOOM_ERR_INVALID_ARG,
+                   "%s: block_size = %lld without a block_table", op, (long long)p->block_size);
     pr->Sq = qd[1], pr->Skv = pr->kv_cache = kd[1];
+    LOOM_RETURN_IF(pr->tnd && p->num_seqs < 1, LOOM_ERR_INVALID_ARG,
+                   "%s: input_layout TND needs num_seqs >= 1 (found %lld)", op, (long long)p->num_seqs);
+    if (paged) {
+        LOOM_RETURN_IF(!pr->tnd && !p->actual_seq_lengths_kv, LOOM_ERR_INVALID_ARG,
+                       "%s: a paged cache needs actual_seq_lengths_kv", op);
+        LOOM_TRY(resolve_paged(op, t->block_table, p->block_size, pr->tnd ? p->num_seqs : qd[0], kd, pr));
+        pr->kv_cache = pr->Skv;
+    }
     LOOM_RETURN_IF(pr->Sq > INT32_MAX || pr->Skv > INT32_MAX, LOOM_ERR_UNSUPPORTED,
                    "%s: sequence dims above 2^31 - 1 are not supported", op);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
@@ -362,13 +416,18 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
         LOOM_RETURN_IF(p->actual_seq_lengths || p->actual_seq_lengths_kv, LOOM_ERR_INVALID_ARG,
                        "%s: actual_seq_lengths/_kv are for padded layouts; TND takes "
                        "actual_seq_qlen and actual_seq_kvlen", op);
-        LOOM_RETURN_IF(p->num_seqs < 1, LOOM_ERR_INVALID_ARG,
-                       "%s: input_layout TND needs num_seqs >= 1 (found %lld)", op,
-                       (long long)p->num_seqs);
         LOOM_TRY(check_cumulative(op, "actual_seq_qlen", p->actual_seq_qlen, p->num_seqs, pr->Sq,
                                   "T of query"));
+        if (paged) /* each sequence's keys in its own blocks: the steps are bounded, not the total */
+            for (int64_t b = 0; p->actual_seq_kvlen && b < p->num_seqs; b++) {
+                int64_t prev = b ? p->actual_seq_kvlen[b - 1] : 0, len = p->actual_seq_kvlen[b] - prev;
+                LOOM_RETURN_IF(prev < 0 || len < 0 || len > pr->Skv, LOOM_ERR_INVALID_ARG,
+                               "%s: actual_seq_kvlen[%lld] = %lld: sequence length %lld outside [0, %lld] "
+                               "(max_blocks * block_size)", op, (long long)b, (long long)p->actual_seq_kvlen[b],
+                               (long long)len, (long long)pr->Skv);
+            }
         LOOM_TRY(check_cumulative(op, "actual_seq_kvlen", p->actual_seq_kvlen, p->num_seqs,
-                                  pr->Skv, "T of key"));
+                                  paged ? INT64_MAX : pr->Skv, "T of key"));
         pr->q_cum = p->actual_seq_qlen, pr->kv_cum = p->actual_seq_kvlen;
         pr->tnd_seqs = p->num_seqs;
         pr->B = p->num_seqs + (p->actual_seq_qlen[p->num_seqs - 1] < pr->Sq);
@@ -385,17 +444,23 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
         LOOM_RETURN_IF(p->actual_seq_qlen || p->actual_seq_kvlen, LOOM_ERR_INVALID_ARG,
                        "%s: actual_seq_qlen/kvlen are for input_layout TND; padded layouts take "
                        "actual_seq_lengths and actual_seq_lengths_kv", op);
-        LOOM_RETURN_IF(kd[0] != qd[0], LOOM_ERR_SHAPE, "%s: key has batch %lld, query %lld", op,
+        LOOM_RETURN_IF(!paged && kd[0] != qd[0], LOOM_ERR_SHAPE, "%s: key has batch %lld, query %lld", op,
                        (long long)kd[0], (long long)qd[0]);
         pr->B = mask_B = qd[0];
         LOOM_TRY(check_lengths(op, "actual_seq_lengths", p->actual_seq_lengths, pr->B, pr->Sq,
                                "S_q of query"));
         LOOM_TRY(check_lengths(op, "actual_seq_lengths_kv", p->actual_seq_lengths_kv, pr->B,
-                               pr->Skv, "S_kv of key"));
+                               pr->Skv, paged ? "max_blocks * block_size" : "S_kv of key"));
         pr->q_lens = p->actual_seq_lengths, pr->kv_lens = p->actual_seq_lengths_kv;
         pr->drop_sq = pr->Sq, pr->drop_skv = pr->Skv;
+        if (paged) { /* the mask covers the longest sequence, as decode's */
+            mask_cols = 0;
+            for (int64_t b = 0; b < pr->B; b++)
+                mask_cols = pr->kv_lens[b] > mask_cols ? pr->kv_lens[b] : mask_cols;
+        }
     }
-    LOOM_TRY(resolve_mask(op, t->atten_mask, mask_B, pr->N, mask_rows, mask_cols, !pr->tnd, pr));
+    if (paged) LOOM_TRY(check_blocks(op, pr, pr->tnd ? pr->tnd_seqs : pr->B));
+    LOOM_TRY(resolve_mask(op, t->atten_mask, mask_B, pr->N, mask_rows, mask_cols, !pr->tnd && !paged, pr));
     LOOM_TRY(resolve_lse(op, t->softmax_lse, pr, pr->tnd ? 0 : pr->B));
     return LOOM_OK;
 }
@@ -409,8 +474,8 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
     LOOM_RETURN_IF(p->input_layout == LOOM_ATTN_TND, LOOM_ERR_INVALID_ARG,
                    "%s: input_layout TND is for prefill; decode takes BSND, BNSD or BSH", op);
     int64_t qd[4], kd[4];
-    LOOM_TRY(resolve_qkv(op, p->input_layout, p->num_heads, p->num_key_value_heads, t->query,
-                         t->key, t->value, t->attention_out, pr, qd, kd));
+    LOOM_TRY(resolve_qkv(op, p->input_layout, p->input_layout, p->num_heads, p->num_key_value_heads,
+                         t->query, t->key, t->value, t->attention_out, pr, qd, kd));
     LOOM_RETURN_IF(!is_float(t->key->dtype) && t->key->dtype != LOOM_I8, LOOM_ERR_DTYPE,
                    "%s: key cache has dtype %s: expected f32/f16/bf16/i8", op,
                    loom_dtype_name(t->key->dtype));
@@ -422,26 +487,10 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
                             t->atten_mask != NULL, p->inner_precise, pr));
     pr->keep_prob = 1.0f;
     pr->kq.mode = pr->vq.mode = -1;
-    pr->paged = t->block_table != NULL;
-    if (pr->paged) {
-        const loom_tensor *bt = t->block_table;
-        char sh[LOOM_REF_SHAPE_BUF];
-        LOOM_RETURN_IF(bt->dtype != LOOM_I32, LOOM_ERR_DTYPE,
-                       "%s: block_table has dtype %s: expected i32", op, loom_dtype_name(bt->dtype));
-        LOOM_RETURN_IF(bt->ndim != 2 || bt->shape[0] != pr->B || bt->shape[1] < 1, LOOM_ERR_SHAPE,
-                       "%s: block_table shape %s: expected [%lld, max_blocks]", op,
-                       bt->ndim >= 1 && bt->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(bt, sh, sizeof sh) : "[?]",
-                       (long long)pr->B);
-        LOOM_RETURN_IF(!bt->data, LOOM_ERR_INVALID_ARG, "%s: block_table has no data", op);
-        pr->block_table = bt->data;
-        pr->bt_b = bt->stride[0], pr->bt_j = bt->stride[1], pr->max_blocks = bt->shape[1];
-        pr->num_blocks = kd[0], pr->block_size = kd[1];
-        LOOM_RETURN_IF(p->block_size != 0 && p->block_size != kd[1], LOOM_ERR_SHAPE,
-                       "%s: block_size = %lld but the cache holds blocks of %lld", op,
-                       (long long)p->block_size, (long long)kd[1]);
+    if (t->block_table) {
+        LOOM_TRY(resolve_paged(op, t->block_table, p->block_size, pr->B, kd, pr));
         LOOM_RETURN_IF(!p->actual_seq_lengths, LOOM_ERR_INVALID_ARG,
                        "%s: a paged cache needs actual_seq_lengths", op);
-        pr->Skv = pr->max_blocks * pr->block_size;
     } else {
         LOOM_RETURN_IF(kd[0] != pr->B, LOOM_ERR_SHAPE, "%s: key cache has batch %lld, query %lld",
                        op, (long long)kd[0], (long long)pr->B);
@@ -456,14 +505,8 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
     for (int64_t b = 0; b < pr->B; b++) {
         int64_t len = pr->kv_lens ? pr->kv_lens[b] : pr->Skv;
         if (len > max_kv) max_kv = len;
-        if (!pr->paged) continue;
-        for (int64_t j = 0; j < (len + pr->block_size - 1) / pr->block_size; j++) {
-            int32_t blk = pr->block_table[b * pr->bt_b + j * pr->bt_j];
-            LOOM_RETURN_IF(blk < 0 || blk >= pr->num_blocks, LOOM_ERR_INVALID_ARG,
-                           "%s: block_table[%lld][%lld] = %d outside [0, %lld) (num_blocks)", op,
-                           (long long)b, (long long)j, (int)blk, (long long)pr->num_blocks);
-        }
     }
+    if (pr->paged) LOOM_TRY(check_blocks(op, pr, pr->B));
     LOOM_TRY(resolve_kv_quant(op, t->key, t->key_antiquant_scale, t->key_antiquant_offset,
                               p->key_antiquant_mode, t->value_antiquant_scale,
                               t->value_antiquant_offset, p->value_antiquant_mode, kd, pr));
@@ -498,6 +541,7 @@ void attn_get_seq(const attn_problem *pr, int64_t b, attn_seq *s) {
         s->q_len = s->q_rows = pr->q_cum[b] - s->q_start;
         s->kv_start = b ? pr->kv_cum[b - 1] : 0;
         s->kv_len = pr->kv_cum[b] - s->kv_start;
+        if (pr->paged) s->kv_start = 0; /* the sequence's own blocks, from position 0 */
     } else { /* rows after the last sequence: written as zeros */
         s->q_start = pr->q_cum[pr->tnd_seqs - 1];
         s->q_rows = pr->Sq - s->q_start;

@@ -87,7 +87,7 @@ typedef struct attn_problem {
     int64_t kv_cache;                  /* keys of one sequence the prefill's per-thread K/V
                                           caches hold: S_kv (any data of these shapes), or
                                           the longest sequence (attn_prefill_fit_caches) */
-    /* decode */
+    /* paged caches (both ops), antiquant, decode's chunk */
     int     paged;
     const int32_t *block_table;
     int64_t bt_b, bt_j, max_blocks, block_size, num_blocks;
@@ -140,14 +140,22 @@ static inline int attn_mask_at(const attn_problem *pr, int64_t b, int64_t h, int
     *add = ((const float *)pr->mask)[off];
     return *add == -INFINITY;
 }
+/* Where K/V position s of batch b lives: *cb the batch entry (the block when
+ * paged), *cs the position in it (the slot). */
+static inline void attn_kv_slot(const attn_problem *pr, int64_t b, int64_t s, int64_t *cb, int64_t *cs) {
+    if (pr->paged) {
+        *cb = pr->block_table[b * pr->bt_b + (s / pr->block_size) * pr->bt_j];
+        *cs = s % pr->block_size;
+        return;
+    }
+    *cb = b, *cs = s;
+}
 /* Element offset (in elements) of K/V position s of batch b, kv head n. */
 static inline int64_t attn_kv_offset(const attn_problem *pr, const attn_view *v, int64_t b,
                                      int64_t s, int64_t n) {
-    if (pr->paged) {
-        int64_t blk = pr->block_table[b * pr->bt_b + (s / pr->block_size) * pr->bt_j];
-        return blk * v->sb + (s % pr->block_size) * v->ss + n * v->sn;
-    }
-    return b * v->sb + s * v->ss + n * v->sn;
+    int64_t cb, cs;
+    attn_kv_slot(pr, b, s, &cb, &cs);
+    return cb * v->sb + cs * v->ss + n * v->sn;
 }
 /* Dropout of keys col0 .. col0+n-1 of (batch b, head h, query row): p[c * stride]
  * becomes 0 or p / keep_prob, the keep decision of element index

@@ -1,6 +1,6 @@
 /* fused_infer_attention_score: one entry for inference attention that picks
- * the decode kernel for short queries (or caches only it can read) and the
- * prefill kernel otherwise, mapping the union of parameters onto each. */
+ * the decode kernel for short queries and the prefill kernel otherwise (both
+ * read contiguous and paged caches), mapping the union of parameters onto each. */
 #include "fused/flash_attention_internal.h"
 
 #include "base/status.h"
@@ -30,12 +30,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     int tnd = p->input_layout == LOOM_ATTN_TND;
     int64_t q_len = p->input_layout == LOOM_ATTN_BNSD ? (q->ndim > 2 ? q->shape[2] : 0)
                                                       : (q->ndim > 1 ? q->shape[1] : 0);
-    int needs_decode = t->block_table != NULL; /* only decode reads a paged cache */
-    int decode = !tnd && (q_len <= p->decode_max_q_len || needs_decode);
-    LOOM_RETURN_IF(needs_decode && (tnd || q_len > LOOM_INCRE_MAX_Q_LEN), LOOM_ERR_UNSUPPORTED,
-                   "%s: a paged cache is read by the decode kernel only, which takes "
-                   "S_q <= %d and not TND (query S_q = %lld)", op, LOOM_INCRE_MAX_Q_LEN,
-                   (long long)q_len);
+    int decode = !tnd && q_len <= p->decode_max_q_len;
     if (used_decode) *used_decode = decode;
     if (decode) {
         LOOM_RETURN_IF(p->actual_seq_qlen || p->actual_seq_kvlen, LOOM_ERR_INVALID_ARG,
@@ -62,7 +57,8 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     loom_flash_attention_tensors tf = {t->query, t->key, t->value, t->atten_mask,
                                        t->attention_out, t->softmax_lse,
                                        t->key_antiquant_scale, t->key_antiquant_offset,
-                                       t->value_antiquant_scale, t->value_antiquant_offset};
+                                       t->value_antiquant_scale, t->value_antiquant_offset,
+                                       t->block_table};
     loom_flash_attention_params pf = loom_flash_attention_default_params();
     pf.input_layout = p->input_layout;
     pf.num_heads = p->num_heads, pf.num_key_value_heads = p->num_key_value_heads;
@@ -72,6 +68,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     pf.actual_seq_lengths_kv = p->actual_seq_lengths_kv;
     pf.actual_seq_qlen = p->actual_seq_qlen, pf.actual_seq_kvlen = p->actual_seq_kvlen;
     pf.num_seqs = p->num_seqs;
+    pf.block_size = p->block_size;
     pf.inner_precise = p->inner_precise;
     pf.key_antiquant_mode = p->key_antiquant_mode;
     pf.value_antiquant_mode = p->value_antiquant_mode;

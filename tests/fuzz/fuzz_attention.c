@@ -208,12 +208,10 @@ static void pick_shapes(reader *r, shapes *s, int decode) {
     s->odt = pick_fdt(r);
     s->pad = pick(r, 4) == 0 ? (int)(1 + pick(r, 9)) : 0;
     s->paged = decode && pick(r, 3) == 0;
-    /* a paged cache: the decode kernel only (invalid: TND, S_q > 16); an i8 cache: not TND (longer
-     * queries go to the prefill kernel, which dequantizes it) */
-    if (decode == 2 && (s->paged || s->kdt == LOOM_I8) && !bad(r)) {
-        if (s->layout == LOOM_ATTN_TND) s->layout = LOOM_ATTN_BSND;
-        if (s->paged && s->Sq > LOOM_INCRE_MAX_Q_LEN) s->Sq = 1 + s->Sq % LOOM_INCRE_MAX_Q_LEN;
-    }
+    /* an i8 cache: not TND unless paged (longer queries go to the prefill kernel, which
+     * dequantizes it); a paged cache: either kernel, TND included */
+    if (decode == 2 && s->kdt == LOOM_I8 && !s->paged && s->layout == LOOM_ATTN_TND && !bad(r))
+        s->layout = LOOM_ATTN_BSND;
 }
 
 /* q, k, v and out in the layout (k/v Skv long); lse [B, N, S_q] (TND [T, N]), optional. */
@@ -344,7 +342,9 @@ static void pick_cache(arena *a, reader *r, shapes *s, cache_opts *co, const loo
         }
         co->bt = bt;
         bs = co->block_size;
-        int nd = shape_of(s->layout, nb, bs, s->Nkv, s->D, sh);
+        /* a TND query's paged cache is BSND [num_blocks, block_size, N_kv, D] (invalid: [T, N, D]) */
+        loom_attn_layout cl = s->layout == LOOM_ATTN_TND && !bad(r) ? LOOM_ATTN_BSND : s->layout;
+        int nd = shape_of(cl, nb, bs, s->Nkv, s->D, sh);
         *k = mk(a, r, s->kdt, nd, sh, 0, 0);
         *v = mk(a, r, s->kdt, nd, sh, 0, 0);
         if (pick(r, 4) == 0) co->block_size = 0; /* from the shape */

@@ -31,9 +31,9 @@ static void test_fused_infer_dispatch(void) {
     fp.decode_max_q_len = 0;
     CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
     CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "fia prefill"));
-    /* a paged cache is decode-only */
+    /* a paged cache goes by the same rule (test_prefill_paged.c has the cases) */
     ft.block_table = &d.bt, ft.key = &d.pk, ft.value = &d.pv;
-    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 1);
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
     CHECK(tensors_close(&d.out, &d.rout, 1.0 / 2048, "fia paged"));
     fp.decode_max_q_len = 17;
     CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_ERR_INVALID_ARG);
@@ -44,9 +44,17 @@ static void test_fused_infer_dispatch(void) {
     ft = (loom_fused_infer_attention_tensors){.query = &d.q, .key = &d.k, .value = &d.v,
                                               .attention_out = &d.out};
     CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
-    ft.block_table = &d.bt, ft.key = &d.pk, ft.value = &d.pv;
-    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_ERR_UNSUPPORTED);
-    CHECK(strstr(loom_last_error(), "decode") != NULL);
+    size_t n = (size_t)tensor_span(&d.out) * sizeof(float);
+    void *contiguous = malloc(n);
+    memcpy(contiguous, d.out.data, n);
+    ft.block_table = &d.bt, ft.key = &d.pk, ft.value = &d.pv; /* S_q 17 over the paged copy */
+    fp.actual_seq_lengths_kv = d.kvlen;
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_OK && used == 0);
+    CHECK(memcmp(contiguous, d.out.data, n) == 0);
+    fp.actual_seq_lengths_kv = NULL; /* required with a paged cache */
+    CHECK(loom_fused_infer_attention_score(&ft, &fp, NULL, &used) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "needs actual_seq_lengths_kv") != NULL);
+    free(contiguous);
     inc_teardown(&d);
 }
 
@@ -80,7 +88,7 @@ static void test_prefill_i8_cache(void) {
         inc_setup(&c, &d, &r);
         loom_flash_attention_tensors t = {&d.q, &d.k, &d.v, d.t.atten_mask, &d.out, &d.lse,
                                           d.t.key_antiquant_scale, d.t.key_antiquant_offset,
-                                          d.t.value_antiquant_scale, d.t.value_antiquant_offset};
+                                          d.t.value_antiquant_scale, d.t.value_antiquant_offset, NULL};
         loom_flash_attention_params p = loom_flash_attention_default_params();
         p.input_layout = c.L, p.num_heads = d.p.num_heads, p.num_key_value_heads = d.p.num_key_value_heads;
         p.sparse_mode = c.sparse, p.pre_tokens = c.pre, p.next_tokens = c.next;

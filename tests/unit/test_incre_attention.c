@@ -443,14 +443,6 @@ static void test_lengths_and_pool(void) {
     loom_pool_free(pool);
 }
 
-#define CHECK_ERR(expr, what)                                                            \
-    do {                                                                                 \
-        loom_clear_error();                                                              \
-        loom_status s_ = (expr);                                                         \
-        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
-                  #expr, loom_last_error(), what);                                       \
-    } while (0)
-
 static void test_decode_errors(void) {
     loom_rng r;
     loom_rng_init(&r, 4, 2);

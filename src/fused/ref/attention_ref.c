@@ -177,13 +177,16 @@ loom_status loom_attn_ref_flash(const loom_flash_attention_tensors *t,
                 .scale = p->scale_value != 0.0f ? (double)p->scale_value : 1.0 / sqrt((double)pr.D),
                 .keep_prob = p->keep_prob, .seed = p->seed, .offset = p->offset,
                 .tnd = p->input_layout == LOOM_ATTN_TND};
-    o.kv = (ref_kv){.k = t->key, .v = t->value,
+    /* a paged cache of a TND query is laid out as BSND [num_blocks, block_size, N_kv, D] */
+    o.kv = (ref_kv){.k = t->key, .v = t->value, .block_table = t->block_table,
                     .ks = t->key_antiquant_scale, .ko = t->key_antiquant_offset,
                     .vs = t->value_antiquant_scale, .vo = t->value_antiquant_offset,
-                    .kmode = p->key_antiquant_mode, .vmode = p->value_antiquant_mode, .L = o.L,
-                    .D = pr.D};
+                    .kmode = p->key_antiquant_mode, .vmode = p->value_antiquant_mode,
+                    .L = o.tnd && t->block_table ? LOOM_ATTN_BSND : o.L, .D = pr.D,
+                    .block_size = pr.block_size};
     int64_t Sq = o.tnd ? q->shape[0] : (o.L == LOOM_ATTN_BNSD ? q->shape[2] : q->shape[1]);
-    int64_t Skv = o.tnd ? t->key->shape[0]
+    /* key positions: the cache's S dim, or what the block table addresses (pr.Skv) */
+    int64_t Skv = t->block_table ? pr.Skv : o.tnd ? t->key->shape[0]
                         : (o.L == LOOM_ATTN_BNSD ? t->key->shape[2] : t->key->shape[1]);
     int64_t B = o.tnd ? 1 : q->shape[0];
     o.drop_b_stride = o.tnd ? 0 : pr.N, o.drop_sq = Sq, o.drop_skv = Skv;
@@ -202,6 +205,7 @@ loom_status loom_attn_ref_flash(const loom_flash_attention_tensors *t,
             r.sq = b < p->num_seqs ? p->actual_seq_qlen[b] - q0 : 0; /* tail rows: none valid */
             o.kv.kv_start = b && b < p->num_seqs ? p->actual_seq_kvlen[b - 1] : 0;
             r.skv = b < p->num_seqs ? p->actual_seq_kvlen[b] - o.kv.kv_start : 0;
+            if (t->block_table) o.kv.kv_start = 0; /* paged: the sequence's own blocks from slot 0 */
             r.lse_off = t->softmax_lse ? s * t->softmax_lse->stride[0] + r.h * t->softmax_lse->stride[1] : 0;
             r.drop_row = s, r.drop_col0 = o.kv.kv_start;
         } else {
