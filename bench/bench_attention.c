@@ -681,7 +681,8 @@ static void bench_chunked(const opts *o, loom_dtype ct, int var, int64_t L, int6
     const int64_t N = HEADS, D = HEAD_DIM, nb = (L + bs - 1) / bs, row = Nkv * D;
     loom_rng rng;
     loom_rng_init(&rng, 7, (uint64_t)(L * 131 + bs));
-    float *q = xalloc((size_t)(C * N * D) * 4), *kf = xalloc((size_t)(L * row) * 4), *vf = xalloc((size_t)(L * row) * 4);
+    float *q = xalloc((size_t)(C * N * D) * 4);
+    float *kf = xalloc((size_t)(L * row) * 4), *vf = xalloc((size_t)(L * row) * 4);
     fill(q, C * N * D, LOOM_F32, &rng);
     fill(kf, L * row, ct, &rng);
     fill(vf, L * row, ct, &rng);

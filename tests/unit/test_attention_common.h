@@ -128,6 +128,15 @@ static inline int64_t tensor_count(const loom_tensor *t) {
 }
 
 /* |a - b| <= tol * max(1, |b|) over contiguous tensors; prints the first miss. */
+/* The call expr fails and its error message names what. */
+#define CHECK_ERR(expr, what)                                                            \
+    do {                                                                                 \
+        loom_clear_error();                                                              \
+        loom_status s_ = (expr);                                                         \
+        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
+                  #expr, loom_last_error(), what);                                       \
+    } while (0)
+
 static inline int tensors_close(const loom_tensor *a, const loom_tensor *b, double tol,
                                 const char *what) {
     int64_t n = tensor_count(a);

@@ -229,15 +229,6 @@ static void test_pool_and_blocks(void) {
     fa_teardown(&d);
 }
 
-/* The call fails and the message names what. */
-#define CHECK_ERR(expr, what)                                                            \
-    do {                                                                                 \
-        loom_clear_error();                                                              \
-        loom_status s_ = (expr);                                                         \
-        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
-                  #expr, loom_last_error(), what);                                       \
-    } while (0)
-
 static void test_errors(void) {
     loom_rng r;
     loom_rng_init(&r, 17, 1);

@@ -11,15 +11,6 @@
 #include "fused/flash_attention_internal.h"
 #include "ops/ops.h"
 
-/* expr fails with an error message containing what. */
-#define CHECK_ERR(expr, what)                                                            \
-    do {                                                                                 \
-        loom_clear_error();                                                              \
-        loom_status s_ = (expr);                                                         \
-        CHECK_MSG(s_ != LOOM_OK && strstr(loom_last_error(), what), "%s: \"%s\" lacks %s", \
-                  #expr, loom_last_error(), what);                                       \
-    } while (0)
-
 typedef struct inc_case {
     loom_attn_layout L;
     int64_t B, Sq, Smax, N, Nkv, D;
