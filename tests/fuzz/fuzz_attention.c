@@ -86,13 +86,14 @@ typedef struct {
     loom_incre_flash_attention_params dp;
     loom_fused_infer_attention_tensors ft;
     loom_fused_infer_attention_params fp;
+    int used_decode; /* OP_FIA: the kernel the last call chose */
 } attn_ctx;
 
 static loom_status run_attn(void *c, loom_pool *pool) {
     attn_ctx *x = c;
     if (x->op == OP_PREFILL) return loom_flash_attention_score(&x->pt, &x->pp, pool);
     if (x->op == OP_DECODE) return loom_incre_flash_attention(&x->dt, &x->dp, pool);
-    return loom_fused_infer_attention_score(&x->ft, &x->fp, pool, NULL);
+    return loom_fused_infer_attention_score(&x->ft, &x->fp, pool, &x->used_decode);
 }
 
 
@@ -427,6 +428,7 @@ static void fuzz_decode(reader *r, int fia) {
         check_run(&a, run_attn, &c, outs, 2);
         int scale_ok = scale == 0.0f || (precise == 0 && k->dtype != LOOM_BF16 && k->dtype != LOOM_I8);
         if (n_ok[cur_op] > ran && scale_ok) check_ref(&a, &c, outs, 2, attn_tol(q, k, v, o, precise));
+        if (n_ok[cur_op] > ran && fia && co.bt && !c.used_decode) n_paged_prefill++;
     }
     free(co.al), free(cq), free(ck);
     arena_free(&a);

@@ -1,7 +1,7 @@
 /* The shared part of the fuzz_attention target (fuzz_harness.h). */
 #include "fuzz_harness.h"
 
-long n_ok[OP_COUNT], n_err[OP_COUNT];
+long n_ok[OP_COUNT], n_err[OP_COUNT], n_paged_prefill;
 int cur_op;
 unsigned cur_wild;
 
@@ -142,6 +142,7 @@ void print_stats(void) {
                                           "fused_infer_attention_score", "reshape_and_cache", "add_rms_norm",
                                           "swiglu", "ffn", "qkv_rope"};
     for (int i = 0; i < OP_COUNT; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
+    fprintf(stderr, "fuzz_attention: of which a paged cache through the prefill kernel: %ld\n", n_paged_prefill);
 }
 
 void count_status(loom_status s) {

@@ -91,6 +91,7 @@ enum { OP_PREFILL, OP_DECODE, OP_FIA, OP_KV_WRITE, OP_ADD_RMS_NORM, OP_SWIGLU, O
 /* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
  * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
 extern long n_ok[OP_COUNT], n_err[OP_COUNT];
+extern long n_paged_prefill; /* fused_infer_attention_score calls that ran the prefill kernel on a paged cache */
 extern int cur_op;
 extern unsigned cur_wild; /* the input's reader.wild: 0 = every choice valid */
 void print_stats(void);
