@@ -252,6 +252,68 @@ static void test_chunked_equals_oneshot(void) {
     loom_pool_free(pool);
 }
 
+/* Prefix caching: two sequences whose block tables share the blocks of a common prefix (the
+ * second sequence's first blocks are the first sequence's) give the bytes of contiguous caches
+ * holding the same content. The kernel's per-thread caches are keyed by sequence and kv head, so a
+ * block read for two sequences is gathered for each. */
+static void test_prefix_sharing(void) {
+    loom_rng r;
+    loom_rng_init(&r, 21, 6);
+    loom_isa lv[LOOM_ISA_COUNT];
+    int nl = test_levels(lv);
+    loom_pool *pool = NULL;
+    CHECK(loom_pool_init(&pool, 2) == LOOM_OK);
+    static const loom_dtype kvdts[3] = {LOOM_F32, LOOM_BF16, LOOM_I8};
+    int shared_cases = 0;
+    for (int i = 0; i < 6; i++) {
+        inc_case c = base_case();
+        c.B = 2, c.Sq = 20 + irand(&r, 0, 40), c.Smax = c.Sq + 70 + irand(&r, 0, 100);
+        c.kvdt = kvdts[i % 3], c.qdt = c.kvdt == LOOM_BF16 && i % 2 ? LOOM_BF16 : LOOM_F32;
+        c.kmode = c.vmode = LOOM_ANTIQUANT_PER_TOKEN;
+        c.bs = i < 3 ? 16 : 64, c.sparse = 3, c.precise = i == 4;
+        c.Nkv = 1 + i % 2, c.N = 4 * c.Nkv; /* one kv head: a thread's items go from sequence 0 to 1 on it */
+        inc_data d;
+        inc_setup(&c, &d, &r);
+        int64_t maxb = d.bt.shape[1], shared = 1 + irand(&r, 0, maxb - 2), xs = d.k.stride[3];
+        int32_t *bt = d.bt.data;
+        for (int64_t j = 0; j < shared; j++) bt[maxb + j] = bt[j]; /* sequence 1 shares sequence 0's blocks */
+        for (int64_t p = 0; p < shared * c.bs && p < c.Smax; p++) /* and so its contiguous copy the rows */
+            for (int64_t n = 0; n < c.Nkv; n++) {
+                int64_t o0 = cache_off(&d.k, c.L, c.D, 0, p, n), o1 = cache_off(&d.k, c.L, c.D, 1, p, n);
+                for (int64_t x = 0; x < c.D; x++) {
+                    tset(&d.k, o1 + x * xs, tget(&d.k, o0 + x * xs));
+                    tset(&d.v, o1 + x * xs, tget(&d.v, o0 + x * xs));
+                }
+                loom_tensor *sc[2] = {&d.ks, &d.vs};
+                for (int w = 0; w < 2 && c.kvdt == LOOM_I8; w++) {
+                    const int64_t *st = sc[w]->stride;
+                    tset(sc[w], st[0] + n * st[1] + p * st[2], tget(sc[w], n * st[1] + p * st[2]));
+                }
+            }
+        pf_run cr, pr;
+        pf_setup(&cr, &c, &d, 0, 0, &d.rout, &d.rlse);
+        pf_setup(&pr, &c, &d, 1, 0, &d.pout, &d.lse);
+        size_t n = (size_t)tensor_span(&d.out) * loom_dtype_size(c.odt), nl8 = (size_t)tensor_span(&d.lse) * 4;
+        for (int l = 0; l < nl; l++)
+            for (int nth = 1; nth <= 2; nth++) {
+                loom_pool *pp = nth == 2 ? pool : NULL;
+                CHECK_MSG(pf_call(&cr, lv[l], pp) == LOOM_OK, "contiguous: %s", loom_last_error());
+                CHECK_MSG(pf_call(&pr, lv[l], pp) == LOOM_OK, "paged: %s", loom_last_error());
+                int ok = memcmp(d.pout.data, d.rout.data, n) == 0 && memcmp(d.lse.data, d.rlse.data, nl8) == 0;
+                if (!ok) {
+                    inc_describe(&c);
+                    fprintf(stderr, "  %s, %d threads, %lld shared blocks\n", loom_isa_name(lv[l]), nth,
+                            (long long)shared);
+                }
+                CHECK(ok);
+            }
+        shared_cases += shared > 0;
+        inc_teardown(&d);
+    }
+    CHECK(shared_cases == 6);
+    loom_pool_free(pool);
+}
+
 /* Invalid paged prefill inputs: an error naming the parameter, outputs untouched. */
 static void test_prefill_paged_errors(void) {
     loom_rng r;
@@ -335,6 +397,7 @@ static void test_fia_paged_choice(void) {
 int main(void) {
     RUN_TEST(test_prefill_paged);
     RUN_TEST(test_chunked_equals_oneshot);
+    RUN_TEST(test_prefix_sharing);
     RUN_TEST(test_prefill_paged_errors);
     RUN_TEST(test_fia_paged_choice);
     return TEST_SUMMARY();
