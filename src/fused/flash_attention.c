@@ -313,14 +313,21 @@ static void fa_vcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq 
     if (hi > vc->vhi) vc->vhi = hi;
 }
 
+/* Rows [j0, j0 + n) of the item's kv head in K or V (t, contiguous rows) as bf16 (fa_to_bf16:
+ * rounded, i8 integers exactly, bf16 copied) into dst, n rows of D. */
+static void fa_rows_bf16(uint16_t *dst, const fa_plan *pl, const attn_view *t, const fa_item *it,
+                         const attn_seq *s, int64_t j0, int64_t n) {
+    for (int64_t j = j0; j < j0 + n; j++, dst += pl->pr->D)
+        fa_to_bf16(pl, dst, fa_kv_row(pl->pr, t, it, s, j), t->dtype, pl->pr->D);
+}
+
 /* Rounds keys [vc->khi, hi) of the item's K to bf16 into the K cache
- * (inner_precise 1 with an f32/f16 K): once per thread and kv head, like V. */
+ * (inner_precise 1 with an f32/f16 K; a paged bf16 K, copied): once per thread and kv head, like V. */
 static void fa_kcache_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
                            const fa_scratch *sc, int64_t hi) {
-    const attn_problem *pr = pl->pr;
-    for (int64_t j = vc->khi; j < hi; j++)
-        fa_to_bf16(pl, sc->kpk + j * pr->D, fa_kv_row(pr, &pr->k, it, s, j), pr->k.dtype, pr->D);
-    if (hi > vc->khi) vc->khi = hi;
+    if (hi <= vc->khi) return;
+    fa_rows_bf16(sc->kpk + vc->khi * pl->pr->D, pl, &pl->pr->k, it, s, vc->khi, hi - vc->khi);
+    vc->khi = hi;
 }
 
 /* Row j of the item's kv head in an i8 K or V, dequantized: (q + offset) * scale
@@ -342,38 +349,34 @@ static void fa_dequant_row(float *dst, const attn_problem *pr, const attn_view *
     for (int64_t d = 0; d < D; d++) dst[d] = ((float)x[d * t->sd] + (of ? of[d * aq->o1] : 0.0f)) * sc[d * aq->s1];
 }
 
-/* Widens rows [have, hi) of the item's f16/bf16/i8 K (v = 0) or f16/i8 V (v = 1) into
- * the thread's f32 cache; returns the cache. */
-static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
-                                 const fa_scratch *sc, int v, int64_t hi) {
+/* Rows [j0, j0 + n) of the item's kv head in K or V (t; aq its antiquant, mode < 0: none) as f32
+ * into dst, n rows of D: dequantized, widened or copied, through the block table when paged. */
+static void fa_rows_f32(float *dst, const fa_plan *pl, const attn_view *t, const attn_quant *aq,
+                        const fa_item *it, const attn_seq *s, int64_t j0, int64_t n) {
     const attn_problem *pr = pl->pr;
-    const attn_view *t = v ? &pr->v : &pr->k;
-    float *dst = v ? sc->vf : sc->kf;
-    int64_t *have = v ? &vc->wv : &vc->wk;
-    const attn_quant *aq = v ? &pr->vq : &pr->kq;
-    for (int64_t j = *have; j < hi; j++)
-        if (aq->mode >= 0) fa_dequant_row(dst + j * pr->D, pr, t, aq, it, s, j);
-        else pl->kern->to_f32(dst + j * pr->D, fa_kv_row(pr, t, it, s, j), t->dtype, pr->D);
-    if (hi > *have) *have = hi;
-    return dst;
-}
-
-/* Rows [j0, j0 + nc) of the item's kv head in K or V (t), converted to f32 into dst (nc rows
- * of D). */
-static void fa_gather_f32(float *dst, const loom_attn_kernels *kn, const attn_problem *pr, const attn_view *t,
-                          const fa_item *it, const attn_seq *s, int64_t j0, int nc) {
-    for (int c = 0; c < nc; c++) {
-        const char *src = fa_kv_row(pr, t, it, s, j0 + c);
-        if (t->sd == 1) kn->to_f32(dst + c * pr->D, src, t->dtype, pr->D);
-        else attn_load_row(dst + c * pr->D, src, t->dtype, t->sd, pr->D);
+    for (int64_t j = j0; j < j0 + n; j++, dst += pr->D) {
+        if (aq->mode >= 0) {
+            fa_dequant_row(dst, pr, t, aq, it, s, j);
+            continue;
+        }
+        const char *src = fa_kv_row(pr, t, it, s, j);
+        if (t->sd == 1) pl->kern->to_f32(dst, src, t->dtype, pr->D);
+        else attn_load_row(dst, src, t->dtype, t->sd, pr->D);
     }
 }
 
-/* Rows [j0, j0 + nc) of a bf16 K or V with contiguous rows (t), copied into dst (nc rows of D). */
-static void fa_gather16(uint16_t *dst, const attn_problem *pr, const attn_view *t, const fa_item *it,
-                        const attn_seq *s, int64_t j0, int nc) {
-    for (int c = 0; c < nc; c++)
-        memcpy(dst + c * pr->D, fa_kv_row(pr, t, it, s, j0 + c), (size_t)pr->D * sizeof(uint16_t));
+/* Widens rows [have, hi) of the item's K (v = 0) or V (v = 1) into the thread's f32 cache
+ * (f16, bf16 and i8 rows; f32 rows of a paged cache, pl->pgather); returns the cache. */
+static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const attn_seq *s, fa_vcache *vc,
+                                 const fa_scratch *sc, int v, int64_t hi) {
+    const attn_problem *pr = pl->pr;
+    float *dst = v ? sc->vf : sc->kf;
+    int64_t *have = v ? &vc->wv : &vc->wk;
+    if (hi > *have) {
+        fa_rows_f32(dst + *have * pr->D, pl, v ? &pr->v : &pr->k, v ? &pr->vq : &pr->kq, it, s, *have, hi - *have);
+        *have = hi;
+    }
+    return dst;
 }
 
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
@@ -447,7 +450,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                     fa_kcache_fill(pl, it, &s, vc, sc, j0 + nc);
                     k16 = sc->kpk + j0 * D;
                 } else if (!(k16 = (const uint16_t *)fa_kv_tile(pr, &pr->k, it, &s, j0, nc, &ldk))) {
-                    fa_gather16((uint16_t *)sc->kbuf, pr, &pr->k, it, &s, j0, nc);
+                    fa_rows_bf16((uint16_t *)sc->kbuf, pl, &pr->k, it, &s, j0, nc); /* across blocks */
                     k16 = (const uint16_t *)sc->kbuf, ldk = D;
                 }
                 kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
@@ -457,7 +460,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 if (sc->kf) kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D;
                 else if (pl->direct_k) kp = (const float *)fa_kv_tile(pr, &pr->k, it, &s, j0, nc, &ldk);
                 if (!kp) { /* converted (or, paged across blocks, gathered) into the K buffer */
-                    fa_gather_f32(sc->kbuf, kn, pr, &pr->k, it, &s, j0, nc);
+                    fa_rows_f32(sc->kbuf, pl, &pr->k, &pr->kq, it, &s, j0, nc);
                     kp = sc->kbuf, ldk = D;
                 }
                 kn->bgemm(sc->s, mp, kp, ldk, 1, sc->qt, mp, nc, (int)D, mp, NULL);
@@ -487,13 +490,9 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 }
                 const uint16_t *v16 = NULL;
                 if (pl->v16) v16 = (const uint16_t *)fa_kv_tile(pr, &pr->v, it, &s, j0, nc, &ldv);
-                if (!v16) { /* the tile rounded (or gathered) into the K buffer (free now) */
-                    uint16_t *dst = (uint16_t *)sc->kbuf;
-                    if (pl->v16) fa_gather16(dst, pr, &pr->v, it, &s, j0, nc);
-                    else /* inner_precise 1 */
-                        for (int c = 0; c < nc; c++)
-                            fa_to_bf16(pl, dst + c * D, fa_kv_row(pr, &pr->v, it, &s, j0 + c), pr->v.dtype, D);
-                    v16 = dst, ldv = D;
+                if (!v16) { /* the tile rounded (inner_precise 1) or gathered into the K buffer (free now) */
+                    fa_rows_bf16((uint16_t *)sc->kbuf, pl, &pr->v, it, &s, j0, nc);
+                    v16 = (const uint16_t *)sc->kbuf, ldv = D;
                 }
                 kn->pv_bf16(sc->ot, mp, v16, ldv, sc->s, mp, sc->alpha, nc, (int)D, mp,
                             (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
@@ -503,7 +502,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             if (sc->vf) vp = fa_wide_fill(pl, it, &s, vc, sc, 1, j0 + nc) + j0 * D;
             else if (pl->direct_v) vp = (const float *)fa_kv_tile(pr, &pr->v, it, &s, j0, nc, &ldv);
             if (!vp) {
-                fa_gather_f32(sc->vbuf, kn, pr, &pr->v, it, &s, j0, nc);
+                fa_rows_f32(sc->vbuf, pl, &pr->v, &pr->vq, it, &s, j0, nc);
                 vp = sc->vbuf, ldv = D;
             }
             kn->bgemm(sc->ot, mp, vp, 1, ldv, sc->s, mp, (int)D, nc, mp, sc->alpha);

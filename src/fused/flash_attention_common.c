@@ -418,16 +418,15 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                        "actual_seq_qlen and actual_seq_kvlen", op);
         LOOM_TRY(check_cumulative(op, "actual_seq_qlen", p->actual_seq_qlen, p->num_seqs, pr->Sq,
                                   "T of query"));
-        if (paged) /* each sequence's keys in its own blocks: the steps are bounded, not the total */
-            for (int64_t b = 0; p->actual_seq_kvlen && b < p->num_seqs; b++) {
-                int64_t prev = b ? p->actual_seq_kvlen[b - 1] : 0, len = p->actual_seq_kvlen[b] - prev;
-                LOOM_RETURN_IF(prev < 0 || len < 0 || len > pr->Skv, LOOM_ERR_INVALID_ARG,
-                               "%s: actual_seq_kvlen[%lld] = %lld: sequence length %lld outside [0, %lld] "
-                               "(max_blocks * block_size)", op, (long long)b, (long long)p->actual_seq_kvlen[b],
-                               (long long)len, (long long)pr->Skv);
-            }
         LOOM_TRY(check_cumulative(op, "actual_seq_kvlen", p->actual_seq_kvlen, p->num_seqs,
                                   paged ? INT64_MAX : pr->Skv, "T of key"));
+        for (int64_t b = 0; paged && b < p->num_seqs; b++) { /* each sequence in its own blocks: */
+            int64_t len = p->actual_seq_kvlen[b] - (b ? p->actual_seq_kvlen[b - 1] : 0); /* steps bounded */
+            LOOM_RETURN_IF(len > pr->Skv, LOOM_ERR_INVALID_ARG,
+                           "%s: actual_seq_kvlen[%lld] = %lld: sequence length %lld above %lld "
+                           "(max_blocks * block_size)", op, (long long)b, (long long)p->actual_seq_kvlen[b],
+                           (long long)len, (long long)pr->Skv);
+        }
         pr->q_cum = p->actual_seq_qlen, pr->kv_cum = p->actual_seq_kvlen;
         pr->tnd_seqs = p->num_seqs;
         pr->B = p->num_seqs + (p->actual_seq_qlen[p->num_seqs - 1] < pr->Sq);
