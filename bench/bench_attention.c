@@ -92,14 +92,14 @@
 #include "ops/matmul/matmul.h"
 #include "ops/ops.h"
 
-#define HEADS 32
-#define HEAD_DIM 128
+#include "bench_attention.h"
+
 #define MAX_COPIES 1024
 
 static int machine_lines, fused_only, cpu_time;
 
 /* bench_time, or with --cpu-time and one thread the thread's CPU time. */
-static double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int reps) {
+double time_it(void (*fn)(void *), void *arg, int nt, int warmup, int reps) {
     return cpu_time && nt == 1 ? bench_time_cpu(fn, arg, warmup, reps) : bench_time(fn, arg, warmup, reps);
 }
 
@@ -113,7 +113,7 @@ static int dec_nkv = 8, dec_d = HEAD_DIM, dec_n = HEADS; /* --dec-shape: kv head
 static int dec_hot; /* --hot: one copy of the caches (cache-resident when they fit: compute time) */
 static int dec_paged; /* --paged BS: a paged cache of blocks of BS keys, in shuffled order (0: contiguous) */
 
-static void *xalloc(size_t bytes) {
+void *xalloc(size_t bytes) {
     void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
     if (!p) {
         fprintf(stderr, "bench_attention: cannot allocate %zu bytes\n", bytes);
@@ -122,10 +122,10 @@ static void *xalloc(size_t bytes) {
     return p;
 }
 
-static size_t esize(loom_dtype t) { return t == LOOM_F32 ? 4 : t == LOOM_I8 ? 1 : 2; }
+size_t esize(loom_dtype t) { return t == LOOM_F32 ? 4 : t == LOOM_I8 ? 1 : 2; }
 
 /* f32 values (already representable in t) stored as t. */
-static void store_as(loom_dtype t, void *dst, const float *src, int64_t n) {
+void store_as(loom_dtype t, void *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         if (t == LOOM_F32) ((float *)dst)[i] = src[i];
         else if (t == LOOM_BF16) ((uint16_t *)dst)[i] = loom_f32_to_bf16(src[i]);
@@ -135,7 +135,7 @@ static void store_as(loom_dtype t, void *dst, const float *src, int64_t n) {
 }
 
 /* Random values in [-1, 1) rounded to dtype t (so f32 copies hold the same values). */
-static void fill(float *x, int64_t n, loom_dtype t, loom_rng *rng) {
+void fill(float *x, int64_t n, loom_dtype t, loom_rng *rng) {
     for (int64_t i = 0; i < n; i++) {
         float v = 2.0f * loom_rng_uniform(rng) - 1.0f;
         if (t == LOOM_BF16) v = loom_bf16_to_f32(loom_f32_to_bf16(v));
@@ -216,7 +216,6 @@ static void run_unfused(void *arg) {
     loom_pool_run(c->pool, unfused_worker, c);
 }
 
-typedef struct { int threads[8], n_threads, reps; int64_t bq, bkv; } opts;
 
 /* hp: the fused kernel runs with inner_precise 1 (f32 inputs, bf16 products);
  * the unfused path stays f32. */
@@ -390,12 +389,7 @@ static void run_decode(void *arg) {
     if (s != LOOM_OK) c->failed = 1;
 }
 
-/* A cache variant of --caches: CV_HP is inner_precise 1 (i8hp, bf16hp), CV_TOKEN
- * an i8 cache with per-token K and V scales (i8tok: [1, N_kv, L], antiquant
- * mode 1; the others per channel). */
-enum { CV_HP = 1, CV_TOKEN = 2 };
-
-static const char *cache_name(loom_dtype ct, int var) {
+const char *cache_name(loom_dtype ct, int var) {
     if (var == CV_TOKEN) return "i8tok";
     return !var ? loom_dtype_name(ct) : ct == LOOM_I8 ? "i8hp" : "bf16hp";
 }
@@ -657,121 +651,6 @@ static void bench_kernels(const opts *o, loom_dtype ct, int var) {
 /* ------------------------------------------------------------ main */
 
 /* "512,1024" into out (at most n); values 1..1<<20. Returns the count or -1. */
-/* ------------------------------------------------------------ chunked prefill */
-
-/* Chunked prefill (--sets chunked): the last C queries of a context of L keys (a serving engine's
- * prefill chunk against everything its sequence has cached), GQA N / N_kv, D = 128, causal
- * bottom-right, through loom_fused_infer_attention_score (the prefill kernel, S_q > 16) over a
- * contiguous BSND cache [1, L, N_kv, D] and over a paged copy of it in blocks of BS keys (a shuffled
- * table), in the same process, alternating sample by sample. The outputs must be the same bytes. */
-typedef struct ck_ctx {
-    loom_pool *pool;
-    loom_fused_infer_attention_tensors t;
-    loom_fused_infer_attention_params p;
-    int failed;
-} ck_ctx;
-
-static void run_chunk(void *arg) {
-    ck_ctx *c = arg;
-    int used = -1;
-    if (loom_fused_infer_attention_score(&c->t, &c->p, c->pool, &used) != LOOM_OK || used != 0) c->failed = 1;
-}
-
-static void bench_chunked(const opts *o, loom_dtype ct, int var, int64_t L, int64_t C, int64_t Nkv, int64_t bs) {
-    const int64_t N = HEADS, D = HEAD_DIM, nb = (L + bs - 1) / bs, row = Nkv * D;
-    loom_rng rng;
-    loom_rng_init(&rng, 7, (uint64_t)(L * 131 + bs));
-    float *q = xalloc((size_t)(C * N * D) * 4);
-    float *kf = xalloc((size_t)(L * row) * 4), *vf = xalloc((size_t)(L * row) * 4);
-    fill(q, C * N * D, LOOM_F32, &rng);
-    fill(kf, L * row, ct, &rng);
-    fill(vf, L * row, ct, &rng);
-    size_t es = esize(ct);
-    if (ct == LOOM_I8) /* the engine's i8 cache: integers, one scale a row (per token) */
-        for (int64_t i = 0; i < L * row; i++) kf[i] = floorf(127.0f * kf[i]), vf[i] = floorf(127.0f * vf[i]);
-    char *k = xalloc((size_t)(L * row) * es), *v = xalloc((size_t)(L * row) * es);
-    char *pk = xalloc((size_t)(nb * bs * row) * es), *pv = xalloc((size_t)(nb * bs * row) * es);
-    store_as(ct, k, kf, L * row);
-    store_as(ct, v, vf, L * row);
-    float *ks = xalloc((size_t)(L * Nkv) * 4), *vs = xalloc((size_t)(L * Nkv) * 4);
-    float *pks = xalloc((size_t)(nb * bs * Nkv) * 4), *pvs = xalloc((size_t)(nb * bs * Nkv) * 4);
-    for (int64_t i = 0; i < L * Nkv; i++) ks[i] = vs[i] = 1.0f / 127.0f;
-    int32_t *table = xalloc((size_t)nb * 4);
-    for (int64_t i = 0; i < nb; i++) table[i] = (int32_t)i;
-    for (int64_t i = nb - 1; i > 0; i--) { /* blocks in shuffled order, as a block allocator leaves them */
-        int64_t j = (int64_t)(loom_rng_uniform(&rng) * (float)(i + 1)) % (i + 1);
-        int32_t x = table[i];
-        table[i] = table[j], table[j] = x;
-    }
-    for (int64_t s = 0; s < L; s++) { /* position s: slot s % bs of block table[s / bs] */
-        int64_t blk = table[s / bs], slot = s % bs;
-        memcpy(pk + (size_t)((blk * bs + slot) * row) * es, k + (size_t)(s * row) * es, (size_t)row * es);
-        memcpy(pv + (size_t)((blk * bs + slot) * row) * es, v + (size_t)(s * row) * es, (size_t)row * es);
-        for (int64_t h = 0; h < Nkv; h++) /* scales [1, N_kv, L] and [nb, N_kv, bs] */
-            pks[(blk * Nkv + h) * bs + slot] = ks[h * L + s], pvs[(blk * Nkv + h) * bs + slot] = vs[h * L + s];
-    }
-    float *out_c = xalloc((size_t)(C * N * D) * 4), *out_p = xalloc((size_t)(C * N * D) * 4);
-    loom_tensor tq, tk, tv, tpk, tpv, tks, tvs, tpks, tpvs, tbt, toc, top;
-    int64_t qs[4] = {1, C, N, D}, kshape[4] = {1, L, Nkv, D}, pshape[4] = {nb, bs, Nkv, D};
-    loom_tensor_init(&tq, LOOM_F32, 4, qs, q);
-    loom_tensor_init(&toc, LOOM_F32, 4, qs, out_c);
-    loom_tensor_init(&top, LOOM_F32, 4, qs, out_p);
-    loom_tensor_init(&tk, ct, 4, kshape, k);
-    loom_tensor_init(&tv, ct, 4, kshape, v);
-    loom_tensor_init(&tpk, ct, 4, pshape, pk);
-    loom_tensor_init(&tpv, ct, 4, pshape, pv);
-    loom_tensor_init(&tks, LOOM_F32, 3, (const int64_t[3]){1, Nkv, L}, ks);
-    loom_tensor_init(&tvs, LOOM_F32, 3, (const int64_t[3]){1, Nkv, L}, vs);
-    loom_tensor_init(&tpks, LOOM_F32, 3, (const int64_t[3]){nb, Nkv, bs}, pks);
-    loom_tensor_init(&tpvs, LOOM_F32, 3, (const int64_t[3]){nb, Nkv, bs}, pvs);
-    loom_tensor_init(&tbt, LOOM_I32, 2, (const int64_t[2]){1, nb}, table);
-    int q8 = ct == LOOM_I8;
-    int64_t len[1] = {L};
-    ck_ctx cc = {0}, cp = {0};
-    cc.p = loom_fused_infer_attention_default_params();
-    cc.p.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL, cc.p.actual_seq_lengths_kv = len;
-    cc.p.inner_precise = var == CV_HP ? LOOM_ATTN_HIGH_PERFORMANCE : LOOM_ATTN_HIGH_PRECISION;
-    cc.p.key_antiquant_mode = cc.p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
-    cp.p = cc.p;
-    cc.t = (loom_fused_infer_attention_tensors){.query = &tq, .key = &tk, .value = &tv, .attention_out = &toc,
-                                               .key_antiquant_scale = q8 ? &tks : NULL,
-                                               .value_antiquant_scale = q8 ? &tvs : NULL};
-    cp.t = (loom_fused_infer_attention_tensors){.query = &tq, .key = &tpk, .value = &tpv, .attention_out = &top,
-                                               .block_table = &tbt, .key_antiquant_scale = q8 ? &tpks : NULL,
-                                               .value_antiquant_scale = q8 ? &tpvs : NULL};
-    double pairs = (double)C * (double)(L - C) + (double)C * (double)(C + 1) / 2.0;
-    double flops = 4.0 * (double)N * (double)D * pairs;
-    for (int ti = 0; ti < o->n_threads; ti++) {
-        int nt = o->threads[ti];
-        loom_pool *pool = NULL;
-        if (loom_pool_init(&pool, nt) != LOOM_OK) exit(1);
-        cc.pool = cp.pool = pool;
-        double tc[64], tp[64];
-        int reps = o->reps < 64 ? o->reps : 64;
-        run_chunk(&cc), run_chunk(&cp); /* warm-up */
-        for (int r = 0; r < reps; r++) { /* alternating: the host's drift hits both alike */
-            tc[r] = time_it(run_chunk, &cc, nt, 0, 1);
-            tp[r] = time_it(run_chunk, &cp, nt, 0, 1);
-        }
-        if (cc.failed || cp.failed) {
-            fprintf(stderr, "bench_attention: chunked prefill failed: %s\n", loom_last_error());
-            exit(1);
-        }
-        if (memcmp(out_c, out_p, (size_t)(C * N * D) * 4) != 0) {
-            fprintf(stderr, "bench_attention: the paged cache gave other bytes than the contiguous one\n");
-            exit(1);
-        }
-        double mc = bench_median(tc, reps), mp = bench_median(tp, reps);
-        printf("| %s | %lld | %lld | %lld/%lld | %lld | %d | %.2f | %.0f | %.2f | %.0f | %.3f |\n",
-               cache_name(ct, var), (long long)L, (long long)C, (long long)N, (long long)Nkv, (long long)bs, nt,
-               mc * 1e3, flops / mc / 1e9, mp * 1e3, flops / mp / 1e9, mp / mc);
-        fflush(stdout);
-        loom_pool_free(pool);
-    }
-    void *bufs[] = {q, kf, vf, k, v, pk, pv, ks, vs, pks, pvs, table, out_c, out_p};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) loom_free_aligned(bufs[i]);
-}
-
 static int parse_ints(const char *s, int *out, int n) {
     int k = 0;
     while (*s && k < n) {
