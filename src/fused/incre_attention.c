@@ -221,12 +221,8 @@ void attn_dec_prepare_q(const dec_plan *pl, const dec_unit *u, dec_head *hd) {
  * keys run by run, one block-table lookup per run. */
 static int64_t dec_run(const attn_problem *pr, const dec_unit *u, int64_t j, int64_t n, int64_t *cb,
                        int64_t *cs) {
-    if (!pr->paged) {
-        *cb = u->b, *cs = j;
-        return n;
-    }
-    *cb = pr->block_table[u->b * pr->bt_b + (j / pr->block_size) * pr->bt_j];
-    *cs = j % pr->block_size;
+    attn_kv_slot(pr, u->b, j, cb, cs);
+    if (!pr->paged) return n;
     return pr->block_size - *cs < n ? pr->block_size - *cs : n;
 }
 
