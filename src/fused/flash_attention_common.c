@@ -283,7 +283,9 @@ static loom_status resolve_quant(const char *op, const char *name, const loom_te
                      ? x->ndim == 2 && (x->shape[0] == Nkv || x->shape[0] == 1) && x->shape[1] == D
                      : x->ndim == 3 && x->shape[0] == d0 && (x->shape[1] == Nkv || x->shape[1] == 1) &&
                            x->shape[2] == d2;
-        const char *shs = x->ndim >= 1 && x->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(x, sh, sizeof sh) : "[?]";
+        /* formatted only for the message: on every call it cost ~1 % of a decode step */
+        const char *shs = ok ? "" : x->ndim >= 1 && x->ndim <= LOOM_MAX_DIMS ? loom_ref_shape_str(x, sh, sizeof sh)
+                                                                               : "[?]";
         if (!ok && mode == LOOM_ANTIQUANT_PER_CHANNEL)
             return loom_set_error(LOOM_ERR_SHAPE,
                                   "%s: %s_antiquant_%s shape %s: expected [%lld or 1, %lld] (per channel)", op,

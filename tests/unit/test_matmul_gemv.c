@@ -53,6 +53,24 @@ static void test_long_rows(void) {
             }
 }
 
+/* M = 1 with quantized W sums rows in groups of four over x reordered once a
+ * call (K <= 16384, kept on the stack) or, past that, row by row: both sides
+ * of the limit, group tails of 1-3 rows, odd block counts. */
+static void test_m1_long_k(void) {
+    static const int64_t shapes[][2] = {{7, 16384}, {6, 16416}, {5, 16352}, {9, 20000 / 32 * 32}};
+    loom_rng rng;
+    loom_rng_init(&rng, 26, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 3; d < 6; d++)
+            for (int i = 0; i < 4; i++) {
+                mq p;
+                mq_init(&p, 1, shapes[i][0], shapes[i][1], i % 2, all_types[d], &rng);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
 /* Each epilogue step alone and all together, with every activation; the
  * epilogue reading y in place (SwiGLU's y = silu(x.Wg^T) * y). */
 static void test_epilogue_steps(void) {
@@ -116,6 +134,7 @@ int main(void) {
     find_levels();
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_long_rows);
+    RUN_TEST(test_m1_long_k);
     RUN_TEST(test_epilogue_steps);
     RUN_TEST(test_registry);
     RUN_TEST(test_nan_rows);

@@ -1,14 +1,17 @@
 /*
  * AVX-512 GEMV kernels. Float weights: 16 k per step, f16 through vcvtph2ps,
  * bf16 by a 16-bit shift (exact), FMA against f32 x. Quantized weights (needs
- * AVX512-VNNI): two blocks per zmm, vpdpbusd of the weight bytes as unsigned
- * values (q8_0 + 128, or the q4 nibble) with the signed q8 activation, then
- * one FMA with the block scale products d_w * d_x; the weight offsets (and
- * q4_1's min) are corrected in f32 through the activation sums s_x.
+ * AVX512-VNNI): vpdpbusd of the weight bytes as unsigned values (q8_0 + 128,
+ * or the q4 nibble) with the signed q8 activation, then one FMA with the block
+ * scale products d_w * d_x; the weight offsets (and q4_1's min) are corrected
+ * in f32 through the activation sums s_x. q8_0 takes two blocks per zmm in
+ * element order; q4 four blocks, their nibble bytes compacted by a word
+ * permute and x reordered to match (quant_step_q4).
  *
- * For M = 1 a row is summed alone with U accumulator sets; for M > 1, R rows
- * share each x load. The per-row instruction sequence depends only on M, so
- * results do not depend on the split.
+ * For M = 1 a row is summed alone with U accumulator sets, and rows are
+ * reduced to y four at a time (quantized W); for M > 1, R rows share each x
+ * load. The per-row instruction sequence depends only on M, so results do not
+ * depend on the split.
  */
 #include "ops/matmul/gemv_kernels.h"
 
@@ -118,29 +121,15 @@ INLINE_Q uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
-/* The weight bytes of blocks b (bytes 0..31) and b + 1 (32..63) as unsigned
- * values in element order; blk points at block b. two = 0 for a lone last
- * block: the upper half is then zero and block b + 1 is not read. */
-INLINE_Q __m512i load_wq2(loom_dtype t, const uint8_t *blk, size_t bs, int two) {
-    if (t == LOOM_Q8_0) {
-        __m256i lo = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        __m512i v = two ? _mm512_inserti64x4(_mm512_castsi256_si512(lo),
-                                             _mm256_loadu_si256((const __m256i *)(blk + bs + 2)), 1)
-                        : _mm512_zextsi256_si512(lo);
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    }
-    /* byte j of qs holds element j (low nibble) and j + 16 (high nibble):
-     * 128-bit lanes [qs_b, qs_b, qs_b1, qs_b1] shifted by [0, 4, 0, 4] */
-    size_t off = t == LOOM_Q4_0 ? 2 : 4;
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + off));
-    __m256i raw = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(q0),
-                                                _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1)
-                      : _mm256_zextsi128_si256(q0);
-    __m512i z = _mm512_castsi256_si512(raw);
-    z = _mm512_shuffle_i64x2(z, z, 0x50);
-    const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
-                                            0x0004000400040004, 0x0004000400040004, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(z, shifts), _mm512_set1_epi8(0x0F));
+/* The q8_0 weight bytes of blocks b (bytes 0..31) and b + 1 (32..63) + 128,
+ * as unsigned values; blk points at block b. two = 0 for a lone last block:
+ * the upper half is then zero and block b + 1 is not read. */
+INLINE_Q __m512i load_wq2(const uint8_t *blk, size_t bs, int two) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    __m512i v = two ? _mm512_inserti64x4(_mm512_castsi256_si512(lo),
+                                         _mm256_loadu_si256((const __m256i *)(blk + bs + 2)), 1)
+                    : _mm512_zextsi256_si512(lo);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
 }
 
 INLINE_Q uint32_t load_u16(const uint8_t *p) {
@@ -149,33 +138,24 @@ INLINE_Q uint32_t load_u16(const uint8_t *p) {
     return v;
 }
 
-/* Blocks b .. b+nb-1 (nb <= 4) of the row at w against x, into acc[m] (the
- * scaled block sums) and accm[m] (the offset terms d_w * s_x, or q4_1's
- * m_w * s_x, one lane per block). Four blocks share one conversion of the
- * weight scales and one product with the activation scales. */
-INLINE_Q void quant_step(const loom_q8_act *xq, loom_dtype t, int M, const uint8_t *w, size_t bs,
-                         int64_t b, int nb, __m512 *acc, __m128 *accm) {
+/* q8_0 blocks b .. b+nb-1 (nb <= 4) of the row at w against x, into acc[m]
+ * (the scaled block sums) and accm[m] (the offset terms d_w * s_x, one lane
+ * per block). Four blocks share one conversion of the weight scales and one
+ * product with the activation scales. */
+INLINE_Q void quant_step_q8(const loom_q8_act *xq, int M, const uint8_t *w, int64_t b, int nb, __m512 *acc,
+                            __m128 *accm) {
+    const size_t bs = 34;
     const __m512i sel01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i sel23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     const uint8_t *blk = w + (size_t)b * bs;
     _mm_prefetch((const char *)blk + GEMV_PREFETCH, _MM_HINT_T0);
     _mm_prefetch((const char *)blk + 64 + GEMV_PREFETCH, _MM_HINT_T0);
-    __m512i wq0 = load_wq2(t, blk, bs, nb >= 2);
-    __m512i wq1 = nb >= 3 ? load_wq2(t, blk + 2 * bs, bs, nb >= 4) : _mm512_setzero_si512();
-    /* the four weight scales (and q4_1's mins) as f32 lanes 0..3 */
-    __m128 dw, mw = _mm_setzero_ps();
-    if (t == LOOM_Q4_1) {
-        uint32_t h[4];
-        for (int i = 0; i < 4; i++) h[i] = i < nb ? load_u32(blk + i * bs) : 0;  /* [d, m] halves */
-        __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32((int)h[0], (int)h[1], (int)h[2], (int)h[3]));
-        __m128 lo = _mm256_castps256_ps128(dm), hi = _mm256_extractf128_ps(dm, 1);
-        dw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-        mw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-    } else {
-        uint32_t h01 = load_u16(blk) | (nb >= 2 ? load_u16(blk + bs) << 16 : 0);
-        uint32_t h23 = (nb >= 3 ? load_u16(blk + 2 * bs) : 0) | (nb >= 4 ? load_u16(blk + 3 * bs) << 16 : 0);
-        dw = _mm_cvtph_ps(_mm_setr_epi32((int)h01, (int)h23, 0, 0));
-    }
+    __m512i wq0 = load_wq2(blk, bs, nb >= 2);
+    __m512i wq1 = nb >= 3 ? load_wq2(blk + 2 * bs, bs, nb >= 4) : _mm512_setzero_si512();
+    /* the four weight scales as f32 lanes 0..3 */
+    uint32_t h01 = load_u16(blk) | (nb >= 2 ? load_u16(blk + bs) << 16 : 0);
+    uint32_t h23 = (nb >= 3 ? load_u16(blk + 2 * bs) : 0) | (nb >= 4 ? load_u16(blk + 3 * bs) << 16 : 0);
+    __m128 dw = _mm_cvtph_ps(_mm_setr_epi32((int)h01, (int)h23, 0, 0));
     __mmask8 mk = (__mmask8)((1u << nb) - 1);
 UNROLL
     for (int m = 0; m < M; m++) {
@@ -196,8 +176,80 @@ UNROLL
         if (nb >= 3)
             acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wq1, x1)),
                                      _mm512_permutexvar_ps(sel23, sc), acc[m]);
-        accm[m] = _mm_fmadd_ps(t == LOOM_Q4_1 ? mw : dw, xsum, accm[m]);
+        accm[m] = _mm_fmadd_ps(dw, xsum, accm[m]);
     }
+}
+
+/* q4 blocks b .. b+nb-1 (nb <= 4) of the row at w against x, as quant_step_q8
+ * does for q8_0. Every offset in a q4_0 (18-byte) or q4_1 (20-byte) block is
+ * even, so one word permute compacts the four blocks' nibble bytes into
+ * [qs0 qs1 qs2 qs3] (16 bytes each, reading nothing past the blocks) and
+ * another gathers their scales d (and q4_1's mins m). Byte j of qs holds
+ * element j (low nibble) and j + 16 (high nibble), so x is taken with its
+ * blocks' elements 0..15 and 16..31 in 128-bit lanes (two shuffles, or from
+ * xr[m], x_reorder's, for whole steps), and one pair of vpdpbusd sums all
+ * four blocks, four lanes each. Against two blocks per register unpacked in
+ * place (scalar scale loads, inserts, a variable shift per pair) the q4_1
+ * GEMV at M = 1 runs 1.45-1.55x faster from L2: it was shuffle-bound at about
+ * 15 GB/s a core, below DRAM bandwidth. */
+INLINE_Q void quant_step_q4(const loom_q8_act *xq, const int8_t *const *xr, loom_dtype t, int M, const uint8_t *w,
+                            int64_t b, int nb, __m512 *acc, __m128 *accm) {
+    const size_t bs = t == LOOM_Q4_1 ? 20 : 18;
+    const uint8_t *blk = w + (size_t)b * bs;
+    _mm_prefetch((const char *)blk + GEMV_PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)blk + 64 + GEMV_PREFETCH, _MM_HINT_T0);
+    const int words = nb * (int)bs / 2;
+    const __m512i lo = nb == 4 ? _mm512_loadu_si512(blk)
+                               : _mm512_maskz_loadu_epi16((__mmask32)((1ull << words) - 1), blk);
+    __m512i hi = _mm512_setzero_si512(), iq, is;
+    if (t == LOOM_Q4_1) {
+        if (nb == 4) hi = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(blk + 64)));
+        iq = _mm512_set_epi16(39, 38, 37, 36, 35, 34, 33, 32, 29, 28, 27, 26, 25, 24, 23, 22,
+                              19, 18, 17, 16, 15, 14, 13, 12, 9, 8, 7, 6, 5, 4, 3, 2);
+        is = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                              0, 0, 0, 0, 0, 0, 0, 0, 31, 21, 11, 1, 30, 20, 10, 0);
+    } else {
+        if (nb == 4) hi = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(blk + 64)));
+        iq = _mm512_set_epi16(35, 34, 33, 32, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19,
+                              17, 16, 15, 14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+        is = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                              0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 18, 9, 0);
+    }
+    const __m512i raw = _mm512_permutex2var_epi16(lo, iq, hi), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i wl = _mm512_and_si512(raw, m4), wh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    /* [d0 d1 d2 d3 m0 m1 m2 m3] as f32 */
+    const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(is, lo)));
+    const __m128 dw = _mm256_castps256_ps128(dm), mw = t == LOOM_Q4_1 ? _mm256_extractf128_ps(dm, 1) : dw;
+    const __m512i sel = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __mmask8 mk = (__mmask8)((1u << nb) - 1);
+UNROLL
+    for (int m = 0; m < M; m++) {
+        __m512i xl, xh;
+        if (xr && nb == 4) {
+            xl = _mm512_loadu_si512(xr[m] + b * 32);
+            xh = _mm512_loadu_si512(xr[m] + b * 32 + 64);
+        } else {
+            const int8_t *xs = xq[m].qs + b * 32;
+            __m512i x0 = nb == 4 ? _mm512_loadu_si512(xs)
+                                 : _mm512_maskz_loadu_epi8(nb >= 2 ? ~0ull : 0xFFFFFFFFull, xs);
+            __m512i x1 = nb == 4   ? _mm512_loadu_si512(xs + 64)
+                         : nb == 3 ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xs + 64)
+                                   : _mm512_setzero_si512();
+            xl = _mm512_shuffle_i64x2(x0, x1, 0x88), xh = _mm512_shuffle_i64x2(x0, x1, 0xDD);
+        }
+        __m128 xd = _mm_maskz_loadu_ps(mk, xq[m].d + b), xsum = _mm_maskz_loadu_ps(mk, xq[m].s + b);
+        __m512 sc = _mm512_castps128_ps512(_mm_mul_ps(dw, xd));  /* d_w d_x, one lane per block */
+        __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, xl), wh, xh);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(sel, sc), acc[m]);
+        accm[m] = _mm_fmadd_ps(mw, xsum, accm[m]);
+    }
+}
+
+/* One step of either format; xr: x reordered for whole q4 steps, or NULL. */
+INLINE_Q void quant_step(const loom_q8_act *xq, const int8_t *const *xr, loom_dtype t, int M, const uint8_t *w,
+                         int64_t b, int nb, __m512 *acc, __m128 *accm) {
+    if (t == LOOM_Q8_0) quant_step_q8(xq, M, w, b, nb, acc, accm);
+    else quant_step_q4(xq, xr, t, M, w, b, nb, acc, accm);
 }
 
 /* Rows n .. n+R-1, four blocks per step, U steps interleaved over U
@@ -223,11 +275,11 @@ UNROLL
         for (int u = 0; u < U; u++)
 UNROLL
             for (int r = 0; r < R; r++)
-                quant_step(xq, t, M, w[r], bs, b + 4 * u, 4, acc[r * U + u], accm[r * U + u]);
+                quant_step(xq, NULL, t, M, w[r], b + 4 * u, 4, acc[r * U + u], accm[r * U + u]);
     for (; b < nb; b += 4)
 UNROLL
         for (int r = 0; r < R; r++)
-            quant_step(xq, t, M, w[r], bs, b, nb - b < 4 ? (int)(nb - b) : 4, acc[r * U], accm[r * U]);
+            quant_step(xq, NULL, t, M, w[r], b, nb - b < 4 ? (int)(nb - b) : 4, acc[r * U], accm[r * U]);
 UNROLL
     for (int r = 0; r < R; r++)
 UNROLL
@@ -246,6 +298,47 @@ UNROLL
             float off = t == LOOM_Q4_1 ? 1.0f : t == LOOM_Q4_0 ? -8.0f : -128.0f;
             a->y[m * a->ldy + n + r] = _mm512_reduce_add_ps(v) + off * _mm_cvtss_f32(h);
         }
+}
+
+/* M = 1: rows n .. n+R-1 (R <= 4), each summed alone over four accumulator
+ * sets, so W is read as one sequential stream (interleaved short rows defeat
+ * the hardware prefetcher), then the R sums reduced together: a row's 16 lanes
+ * are folded in a fixed order that does not depend on the other rows. One
+ * reduction per row cost about a third of a 576-long q4 row. */
+INLINE_Q void quant_rows1(const loom_matmul_args *a, const loom_q8_act *xq, const int8_t *xr, loom_dtype t, int R,
+                          int64_t n) {
+    size_t bs = t == LOOM_Q8_0 ? 34 : t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
+    const int64_t nb = a->K / 32;
+    const float off = t == LOOM_Q4_1 ? 1.0f : t == LOOM_Q4_0 ? -8.0f : -128.0f;
+    __m512 v[4];
+UNROLL
+    for (int r = 0; r < 4; r++) {
+        v[r] = _mm512_setzero_ps();
+        if (r >= R) continue;
+        const uint8_t *w = (const uint8_t *)a->w + (size_t)(n + r) * rb;
+        __m512 acc[4][1];
+        __m128 accm[4][1];
+UNROLL
+        for (int u = 0; u < 4; u++) acc[u][0] = _mm512_setzero_ps(), accm[u][0] = _mm_setzero_ps();
+        int64_t b = 0;
+        for (; b + 16 <= nb; b += 16)
+UNROLL
+            for (int u = 0; u < 4; u++) quant_step(xq, &xr, t, 1, w, b + 4 * u, 4, acc[u], accm[u]);
+        for (; b < nb; b += 4) quant_step(xq, &xr, t, 1, w, b, nb - b < 4 ? (int)(nb - b) : 4, acc[0], accm[0]);
+        __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0][0], acc[1][0]), _mm512_add_ps(acc[2][0], acc[3][0]));
+        __m128 h = _mm_add_ps(_mm_add_ps(accm[0][0], accm[1][0]), _mm_add_ps(accm[2][0], accm[3][0]));
+        /* offset terms x q4_1's 1, q4_0's -8 (nibbles carry +8) or q8_0's -128 (bytes carry +128) */
+        v[r] = _mm512_add_ps(s, _mm512_zextps128_ps512(_mm_mul_ps(h, _mm_set1_ps(off))));
+    }
+    /* 128-bit block r of z: row r's four partial sums */
+    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+    __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0x4E));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
+    __m128 out = _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                                 0, 0, 0, 0), z));
+    _mm_mask_storeu_ps(a->y + n, (__mmask8)((1u << R) - 1), out);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -276,13 +369,46 @@ UNROLL
 #define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
 #define QUANT_ROWS(T, M_, R_, U_, n) quant_rows(a, xq, T, M_, R_, U_, n)
 
+/* x's whole 4-block groups as quant_step_q4 reads them: per group the
+ * elements 0..15 of its blocks, then 16..31 (128-bit lanes) */
+static void __attribute__((target(TGT_Q))) x_reorder(const int8_t *qs, int64_t K, int8_t *xr) {
+    for (int64_t k = 0; k + 128 <= K; k += 128) {
+        __m512i x0 = _mm512_loadu_si512(qs + k), x1 = _mm512_loadu_si512(qs + k + 64);
+        _mm512_storeu_si512(xr + k, _mm512_shuffle_i64x2(x0, x1, 0x88));
+        _mm512_storeu_si512(xr + k + 64, _mm512_shuffle_i64x2(x0, x1, 0xDD));
+    }
+}
+
+#define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
+
+/* Quantized W: M = 1 in groups of four rows (quant_rows1), the rest by BY_M. */
+#define QUANT_BY_M(T)                                                     \
+    if (a->M == 1 && ((T) == LOOM_Q8_0 || a->K <= XR_MAX)) {              \
+        _Alignas(64) int8_t xr[(T) == LOOM_Q8_0 ? 64 : XR_MAX];           \
+        if ((T) != LOOM_Q8_0) x_reorder(xq[0].qs, a->K, xr);              \
+        int64_t n_ = n0;                                                  \
+        for (; n_ + 4 <= n1; n_ += 4) quant_rows1(a, xq, xr, T, 4, n_);   \
+        if (n_ < n1) quant_rows1(a, xq, xr, T, (int)(n1 - n_), n_);       \
+    } else {                                                              \
+        BY_M(QUANT_ROWS, T)                                               \
+    }
+
 __attribute__((target(TGT_F))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
 __attribute__((target(TGT_F))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
 __attribute__((target(TGT_F))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
 
-__attribute__((target(TGT_Q))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q8_0) }
-__attribute__((target(TGT_Q))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_0) }
-__attribute__((target(TGT_Q))) static void gemv_q4_1(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_1) }
+__attribute__((target(TGT_Q))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                                    int64_t n1) {
+    QUANT_BY_M(LOOM_Q8_0)
+}
+__attribute__((target(TGT_Q))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                                    int64_t n1) {
+    QUANT_BY_M(LOOM_Q4_0)
+}
+__attribute__((target(TGT_Q))) static void gemv_q4_1(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                                    int64_t n1) {
+    QUANT_BY_M(LOOM_Q4_1)
+}
 
 void loom_gemv_avx512(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
     switch (a->wtype) {
