@@ -5,7 +5,8 @@
  * q8_0 uses the sign trick (|w| times x with w's sign) since both operands are
  * signed; |w| <= 128 and |x| <= 127 keep the 16-bit pair sums below 32767.
  * q4 nibbles (0..15) multiply directly; q4_0's -8 offset comes back through
- * the activation's int32 bias added in lane 0.
+ * the activation's int32 bias added in lane 0. At M = 1 q4 takes two blocks
+ * per ymm instead (quant_step2_q4), its offsets through s_x in f32.
  *
  * For M = 1 a row is summed alone with U accumulator sets; for M > 1, R rows
  * share each x load. The per-row instruction sequence depends only on M.
@@ -107,6 +108,12 @@ INLINE uint16_t load_u16(const uint8_t *p) {
     return v;
 }
 
+INLINE uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* Block b of the row at w against x, into acc[m] (and accm[m], q4_1). */
 INLINE void quant_step(const loom_q8_act *xq, loom_dtype t, int M, const uint8_t *w, size_t bs,
                        int64_t b, __m256 *acc, __m128 *accm) {
@@ -138,6 +145,88 @@ UNROLL
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), sc, acc[m]);
         if (t == LOOM_Q4_1) accm[m] = _mm_fmadd_ss(mw, _mm_set_ss(xq[m].s[b]), accm[m]);
     }
+}
+
+/* M = 1, q4 weights: blocks b and b + 1 (two = 0: b alone) against x. The two
+ * blocks' nibble bytes share one register ([qs_b | qs_b+1]), whose low
+ * nibbles are elements 0..15 of each block and high nibbles 16..31, so x is
+ * taken in that order (xr: x_reorder's, for whole pairs; else two lane
+ * permutes), one vpmaddubsw per nibble half and one vpmaddwd sum both blocks,
+ * four lanes each, and their scales come in one conversion. The offsets
+ * (q4_0's -8, q4_1's min) come back in f32 through s_x, as in the AVX-512
+ * kernel. Against one block per step (a conversion, a broadcast and an
+ * unpack per block) the q4 GEMV runs 1.4-1.6x faster from L2 (q4_1, q4_0). */
+INLINE void quant_step2_q4(const loom_q8_act *xq, const int8_t *xr, loom_dtype t, const uint8_t *w, int64_t b,
+                           int two, __m256 *acc, __m128 *accm) {
+    const size_t bs = t == LOOM_Q4_1 ? 20 : 18, off = t == LOOM_Q4_1 ? 4 : 2;
+    const uint8_t *blk = w + (size_t)b * bs;
+    _mm_prefetch((const char *)blk + 4096, _MM_HINT_T0);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + off));
+    __m256i raw = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(q0),
+                                                _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1)
+                      : _mm256_zextsi128_si256(q0);
+    __m256i wl = _mm256_and_si256(raw, low4), wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    __m256i xl, xh;
+    if (two && xr) {
+        xl = _mm256_loadu_si256((const __m256i *)(xr + b * 32));
+        xh = _mm256_loadu_si256((const __m256i *)(xr + b * 32 + 32));
+    } else {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq->qs + b * 32));
+        __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)(xq->qs + b * 32 + 32)) : _mm256_setzero_si256();
+        xl = _mm256_permute2x128_si256(x0, x1, 0x20), xh = _mm256_permute2x128_si256(x0, x1, 0x31);
+    }
+    /* four products of <= 15 * 127 per 16-bit lane: no saturation */
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+    __m256i s32 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    /* d (and q4_1's m) of the two blocks as f32: lanes [d0 d1 . .], [m0 m1 . .] */
+    __m128 dw, cw;
+    if (t == LOOM_Q4_1) {
+        __m128 dm = _mm_cvtph_ps(_mm_setr_epi32((int)load_u32(blk), two ? (int)load_u32(blk + bs) : 0, 0, 0));
+        dw = _mm_shuffle_ps(dm, dm, _MM_SHUFFLE(2, 2, 2, 0));
+        cw = _mm_shuffle_ps(dm, dm, _MM_SHUFFLE(3, 3, 3, 1));
+    } else {
+        dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(load_u16(blk) | (two ? (uint32_t)load_u16(blk + bs) << 16 : 0))));
+        cw = dw;
+    }
+    /* the activation scales and sums of the two blocks, one 64-bit load each */
+    __m128 xd = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq->d + b))) : _mm_load_ss(xq->d + b);
+    __m128 xs = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq->s + b))) : _mm_load_ss(xq->s + b);
+    __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, xd)),
+                                         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), sc, *acc);
+    *accm = _mm_fmadd_ps(cw, xs, *accm);
+}
+
+/* x's whole block pairs as quant_step2_q4 reads them: elements 0..15 of both
+ * blocks, then 16..31 */
+static void __attribute__((target(TGT))) x_reorder(const int8_t *qs, int64_t K, int8_t *xr) {
+    for (int64_t k = 0; k + 64 <= K; k += 64) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(qs + k));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(qs + k + 32));
+        _mm256_storeu_si256((__m256i *)(xr + k), _mm256_permute2x128_si256(x0, x1, 0x20));
+        _mm256_storeu_si256((__m256i *)(xr + k + 32), _mm256_permute2x128_si256(x0, x1, 0x31));
+    }
+}
+
+/* M = 1, q4: row n summed alone over four accumulator sets (two blocks each). */
+INLINE void quant_row1_q4(const loom_matmul_args *a, const loom_q8_act *xq, const int8_t *xr, loom_dtype t,
+                          int64_t n) {
+    size_t bs = t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
+    const uint8_t *w = (const uint8_t *)a->w + (size_t)n * rb;
+    int64_t nb = a->K / 32, b = 0;
+    __m256 acc[4];
+    __m128 accm[4];
+UNROLL
+    for (int u = 0; u < 4; u++) acc[u] = _mm256_setzero_ps(), accm[u] = _mm_setzero_ps();
+    for (; b + 8 <= nb; b += 8)
+UNROLL
+        for (int u = 0; u < 4; u++) quant_step2_q4(xq, xr, t, w, b + 2 * u, 1, &acc[u], &accm[u]);
+    for (; b < nb; b += 2) quant_step2_q4(xq, xr, t, w, b, nb - b >= 2, &acc[0], &accm[0]);
+    __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    __m128 h = _mm_add_ps(_mm_add_ps(accm[0], accm[1]), _mm_add_ps(accm[2], accm[3]));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h)); /* lanes 0 and 1: the two blocks of a step */
+    a->y[n] = hsum256(v) + (t == LOOM_Q4_1 ? 1.0f : -8.0f) * _mm_cvtss_f32(h);
 }
 
 /* Rows n .. n+R-1, one block per step, U steps interleaved over U
@@ -208,14 +297,33 @@ UNROLL
 #define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
 #define QUANT_ROWS(T, M_, R_, U_, n) quant_rows(a, xq, T, M_, R_, U_, n)
 
+#define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
+
+/* q4 weights: M = 1 through quant_row1_q4 (x reordered once per call), the
+ * rest by BY_M. */
+#define Q4_BY_M(T)                                                        \
+    if (a->M == 1 && a->K <= XR_MAX) {                                    \
+        _Alignas(32) int8_t xr[XR_MAX];                                   \
+        x_reorder(xq[0].qs, a->K, xr);                                    \
+        for (int64_t n_ = n0; n_ < n1; n_++) quant_row1_q4(a, xq, xr, T, n_);  \
+    } else {                                                              \
+        BY_M(QUANT_ROWS, T)                                               \
+    }
+
 
 __attribute__((target(TGT))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
 __attribute__((target(TGT))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
 __attribute__((target(TGT))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
 
 __attribute__((target(TGT))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q8_0) }
-__attribute__((target(TGT))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_0) }
-__attribute__((target(TGT))) static void gemv_q4_1(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q4_1) }
+__attribute__((target(TGT))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                                int64_t n1) {
+    Q4_BY_M(LOOM_Q4_0)
+}
+__attribute__((target(TGT))) static void gemv_q4_1(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
+                                                int64_t n1) {
+    Q4_BY_M(LOOM_Q4_1)
+}
 
 void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
     switch (a->wtype) {
