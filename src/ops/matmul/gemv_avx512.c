@@ -115,12 +115,6 @@ UNROLL
 
 /* ------------------------------------------------------------ quantized weights */
 
-INLINE_Q uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* The q8_0 weight bytes of blocks b (bytes 0..31) and b + 1 (32..63) + 128,
  * as unsigned values; blk points at block b. two = 0 for a lone last block:
  * the upper half is then zero and block b + 1 is not read. */
