@@ -5,8 +5,8 @@
  * q8_0 uses the sign trick (|w| times x with w's sign) since both operands are
  * signed; |w| <= 128 and |x| <= 127 keep the 16-bit pair sums below 32767.
  * q4 nibbles (0..15) multiply directly; q4_0's -8 offset comes back through
- * the activation's int32 bias added in lane 0. At M = 1 q4 takes two blocks
- * per ymm instead (quant_step2_q4), its offsets through s_x in f32.
+ * the activation's int32 bias added in lane 0, for q8_0's M > 1 rows. q4 takes
+ * two blocks per ymm instead (quant_step2_q4), its offsets through s_x in f32.
  *
  * For M = 1 a row is summed alone with U accumulator sets; for M > 1, R rows
  * share each x load. The per-row instruction sequence depends only on M.
@@ -147,17 +147,17 @@ UNROLL
     }
 }
 
-/* M = 1, q4 weights: blocks b and b + 1 (two = 0: b alone) against x. The two
+/* q4 weights: blocks b and b + 1 (two = 0: b alone) against x's M rows. The two
  * blocks' nibble bytes share one register ([qs_b | qs_b+1]), whose low
  * nibbles are elements 0..15 of each block and high nibbles 16..31, so x is
- * taken in that order (xr: x_reorder's, for whole pairs; else two lane
- * permutes), one vpmaddubsw per nibble half and one vpmaddwd sum both blocks,
+ * taken in that order (xr: x_reorder's at M = 1, for whole pairs; else two
+ * lane permutes), one vpmaddubsw per nibble half and one vpmaddwd sum both blocks,
  * four lanes each, and their scales come in one conversion. The offsets
  * (q4_0's -8, q4_1's min) come back in f32 through s_x, as in the AVX-512
  * kernel. Against one block per step (a conversion, a broadcast and an
  * unpack per block) the q4 GEMV runs 1.4-1.6x faster from L2 (q4_1, q4_0). */
-INLINE void quant_step2_q4(const loom_q8_act *xq, const int8_t *xr, loom_dtype t, const uint8_t *w, int64_t b,
-                           int two, __m256 *acc, __m128 *accm) {
+INLINE void quant_step2_q4(const loom_q8_act *xq, const int8_t *xr, loom_dtype t, int M, const uint8_t *w,
+                           int64_t b, int two, __m256 *acc, __m128 *accm) {
     const size_t bs = t == LOOM_Q4_1 ? 20 : 18, off = t == LOOM_Q4_1 ? 4 : 2;
     const uint8_t *blk = w + (size_t)b * bs;
     _mm_prefetch((const char *)blk + 4096, _MM_HINT_T0);
@@ -167,18 +167,6 @@ INLINE void quant_step2_q4(const loom_q8_act *xq, const int8_t *xr, loom_dtype t
                                                 _mm_loadu_si128((const __m128i *)(blk + bs + off)), 1)
                       : _mm256_zextsi128_si256(q0);
     __m256i wl = _mm256_and_si256(raw, low4), wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    __m256i xl, xh;
-    if (two && xr) {
-        xl = _mm256_loadu_si256((const __m256i *)(xr + b * 32));
-        xh = _mm256_loadu_si256((const __m256i *)(xr + b * 32 + 32));
-    } else {
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq->qs + b * 32));
-        __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)(xq->qs + b * 32 + 32)) : _mm256_setzero_si256();
-        xl = _mm256_permute2x128_si256(x0, x1, 0x20), xh = _mm256_permute2x128_si256(x0, x1, 0x31);
-    }
-    /* four products of <= 15 * 127 per 16-bit lane: no saturation */
-    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
-    __m256i s32 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
     /* d (and q4_1's m) of the two blocks as f32: lanes [d0 d1 . .], [m0 m1 . .] */
     __m128 dw, cw;
     if (t == LOOM_Q4_1) {
@@ -189,13 +177,28 @@ INLINE void quant_step2_q4(const loom_q8_act *xq, const int8_t *xr, loom_dtype t
         dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(load_u16(blk) | (two ? (uint32_t)load_u16(blk + bs) << 16 : 0))));
         cw = dw;
     }
-    /* the activation scales and sums of the two blocks, one 64-bit load each */
-    __m128 xd = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq->d + b))) : _mm_load_ss(xq->d + b);
-    __m128 xs = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq->s + b))) : _mm_load_ss(xq->s + b);
-    __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, xd)),
-                                         _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), sc, *acc);
-    *accm = _mm_fmadd_ps(cw, xs, *accm);
+UNROLL
+    for (int m = 0; m < M; m++) {
+        __m256i xl, xh;
+        if (two && xr) {
+            xl = _mm256_loadu_si256((const __m256i *)(xr + b * 32));
+            xh = _mm256_loadu_si256((const __m256i *)(xr + b * 32 + 32));
+        } else {
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq[m].qs + b * 32));
+            __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)(xq[m].qs + b * 32 + 32)) : _mm256_setzero_si256();
+            xl = _mm256_permute2x128_si256(x0, x1, 0x20), xh = _mm256_permute2x128_si256(x0, x1, 0x31);
+        }
+        /* four products of <= 15 * 127 per 16-bit lane: no saturation */
+        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+        __m256i s32 = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+        /* the activation scales and sums of the two blocks, one 64-bit load each */
+        __m128 xd = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq[m].d + b))) : _mm_load_ss(xq[m].d + b);
+        __m128 xs = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xq[m].s + b))) : _mm_load_ss(xq[m].s + b);
+        __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, xd)),
+                                             _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), sc, acc[m]);
+        accm[m] = _mm_fmadd_ps(cw, xs, accm[m]);
+    }
 }
 
 /* x's whole block pairs as quant_step2_q4 reads them: elements 0..15 of both
@@ -221,12 +224,30 @@ UNROLL
     for (int u = 0; u < 4; u++) acc[u] = _mm256_setzero_ps(), accm[u] = _mm_setzero_ps();
     for (; b + 8 <= nb; b += 8)
 UNROLL
-        for (int u = 0; u < 4; u++) quant_step2_q4(xq, xr, t, w, b + 2 * u, 1, &acc[u], &accm[u]);
-    for (; b < nb; b += 2) quant_step2_q4(xq, xr, t, w, b, nb - b >= 2, &acc[0], &accm[0]);
+        for (int u = 0; u < 4; u++) quant_step2_q4(xq, xr, t, 1, w, b + 2 * u, 1, &acc[u], &accm[u]);
+    for (; b < nb; b += 2) quant_step2_q4(xq, xr, t, 1, w, b, nb - b >= 2, &acc[0], &accm[0]);
     __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     __m128 h = _mm_add_ps(_mm_add_ps(accm[0], accm[1]), _mm_add_ps(accm[2], accm[3]));
     h = _mm_add_ss(h, _mm_movehdup_ps(h)); /* lanes 0 and 1: the two blocks of a step */
     a->y[n] = hsum256(v) + (t == LOOM_Q4_1 ? 1.0f : -8.0f) * _mm_cvtss_f32(h);
+}
+
+/* q4, M x rows (or M = 1 past XR_MAX): row n alone, its x loads shared by
+ * nothing but its M accumulators (AVX2's 16 registers hold no more). */
+INLINE void quant_rowm_q4(const loom_matmul_args *a, const loom_q8_act *xq, loom_dtype t, int M, int64_t n) {
+    size_t bs = t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
+    const uint8_t *w = (const uint8_t *)a->w + (size_t)n * rb;
+    int64_t nb = a->K / 32;
+    __m256 acc[LOOM_GEMM_MIN_M];
+    __m128 accm[LOOM_GEMM_MIN_M];
+UNROLL
+    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps(), accm[m] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) quant_step2_q4(xq, NULL, t, M, w, b, nb - b >= 2, acc, accm);
+UNROLL
+    for (int m = 0; m < M; m++) {
+        __m128 h = _mm_add_ss(accm[m], _mm_movehdup_ps(accm[m]));
+        a->y[m * a->ldy + n] = hsum256(acc[m]) + (t == LOOM_Q4_1 ? 1.0f : -8.0f) * _mm_cvtss_f32(h);
+    }
 }
 
 /* Rows n .. n+R-1, one block per step, U steps interleaved over U
@@ -299,17 +320,25 @@ UNROLL
 
 #define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
 
-/* q4 weights: M = 1 through quant_row1_q4 (x reordered once per call), the
- * rest by BY_M. */
+/* q4 weights: M = 1 through quant_row1_q4 (x reordered once per call), other
+ * M (and longer rows) through quant_rowm_q4, both two blocks a step. */
+#define Q4_ROWM(T, M_) for (int64_t n_ = n0; n_ < n1; n_++) quant_rowm_q4(a, xq, T, M_, n_)
 #define Q4_BY_M(T)                                                        \
     if (a->M == 1 && a->K <= XR_MAX) {                                    \
         _Alignas(32) int8_t xr[XR_MAX];                                   \
         x_reorder(xq[0].qs, a->K, xr);                                    \
-        for (int64_t n_ = n0; n_ < n1; n_++) quant_row1_q4(a, xq, xr, T, n_);  \
+        for (int64_t n_ = n0; n_ < n1; n_++) quant_row1_q4(a, xq, xr, T, n_); \
     } else {                                                              \
-        BY_M(QUANT_ROWS, T)                                               \
+        switch (a->M) {                                                   \
+        case 1: Q4_ROWM(T, 1); break;                                     \
+        case 2: Q4_ROWM(T, 2); break;                                     \
+        case 3: Q4_ROWM(T, 3); break;                                     \
+        case 4: Q4_ROWM(T, 4); break;                                     \
+        case 5: Q4_ROWM(T, 5); break;                                     \
+        case 6: Q4_ROWM(T, 6); break;                                     \
+        default: Q4_ROWM(T, 7); break;                                    \
+        }                                                                 \
     }
-
 
 __attribute__((target(TGT))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
 __attribute__((target(TGT))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
