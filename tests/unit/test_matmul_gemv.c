@@ -53,9 +53,9 @@ static void test_long_rows(void) {
             }
 }
 
-/* M = 1 with quantized W sums rows in groups of four over x reordered once a
- * call (K <= 16384, kept on the stack) or, past that, row by row: both sides
- * of the limit, group tails of 1-3 rows, odd block counts. */
+/* M = 1 with quantized q4 W reads x reordered once a call (K <= 16384, kept on
+ * the stack) or, past that, shuffles it per step: both sides of the limit,
+ * tails of 1-3 rows (rows go in groups of four), odd block counts. */
 static void test_m1_long_k(void) {
     static const int64_t shapes[][2] = {{7, 16384}, {6, 16416}, {5, 16352}, {9, 20000 / 32 * 32}};
     loom_rng rng;

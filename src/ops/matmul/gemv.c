@@ -124,19 +124,17 @@ void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t
 /* ------------------------------------------------------------ driver */
 
 /* The kernel for level isa and weight dtype wt, and the activation bias it
- * expects: q4_0 nibbles carry +8, which the generic and AVX2 kernels undo in
- * int32; the VNNI kernel corrects its offsets in f32 and takes no bias. */
+ * expects: q4_0 nibbles carry +8, which the generic kernel undoes in int32;
+ * the AVX2 and VNNI kernels correct their offsets in f32 and take no bias. */
 static loom_gemv_kernel pick_kernel(loom_isa isa, loom_dtype wt, int32_t *bias_mul) {
-    loom_gemv_kernel k = loom_gemv_generic;
+    *bias_mul = 0;
 #if defined(__x86_64__)
-    if (isa >= LOOM_ISA_AVX512 && (!loom_dtype_is_quantized(wt) || loom_cpu_get()->avx512_vnni)) {
-        *bias_mul = 0;
+    if (isa >= LOOM_ISA_AVX512 && (!loom_dtype_is_quantized(wt) || loom_cpu_get()->avx512_vnni))
         return loom_gemv_avx512;
-    }
-    if (isa >= LOOM_ISA_AVX2) k = loom_gemv_avx2;
+    if (isa >= LOOM_ISA_AVX2) return loom_gemv_avx2;
 #endif
     *bias_mul = wt == LOOM_Q4_0 ? -8 : 0;
-    return k;
+    return loom_gemv_generic;
 }
 
 void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {

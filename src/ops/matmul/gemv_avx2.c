@@ -4,9 +4,9 @@
  * block per ymm, vpmaddubsw (unsigned x signed bytes) + vpmaddwd into int32.
  * q8_0 uses the sign trick (|w| times x with w's sign) since both operands are
  * signed; |w| <= 128 and |x| <= 127 keep the 16-bit pair sums below 32767.
- * q4 nibbles (0..15) multiply directly; q4_0's -8 offset comes back through
- * the activation's int32 bias added in lane 0, for q8_0's M > 1 rows. q4 takes
- * two blocks per ymm instead (quant_step2_q4), its offsets through s_x in f32.
+ * q4 takes two blocks per ymm (quant_step2_q4), its nibbles (0..15) multiplied
+ * directly and its offsets (q4_0's -8, q4_1's min) corrected in f32 through
+ * the activation sums s_x, so no kernel here takes an activation bias.
  *
  * For M = 1 a row is summed alone with U accumulator sets; for M > 1, R rows
  * share each x load. The per-row instruction sequence depends only on M.
@@ -114,36 +114,19 @@ INLINE uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
-/* Block b of the row at w against x, into acc[m] (and accm[m], q4_1). */
-INLINE void quant_step(const loom_q8_act *xq, loom_dtype t, int M, const uint8_t *w, size_t bs,
-                       int64_t b, __m256 *acc, __m128 *accm) {
-    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
-    const uint8_t *blk = w + (size_t)b * bs;
+/* q8_0 block b of the row at w against x, into acc[m]. */
+INLINE void quant_step_q8(const loom_q8_act *xq, int M, const uint8_t *w, int64_t b, __m256 *acc) {
+    const uint8_t *blk = w + (size_t)b * 34;
     /* too few blocks fit the out-of-order window to cover DRAM latency */
     _mm_prefetch((const char *)blk + 4096, _MM_HINT_T0);
-    __m256i wq, wabs = _mm256_setzero_si256();
-    if (t == LOOM_Q8_0) {
-        wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        wabs = _mm256_abs_epi8(wq);
-    } else {
-        __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (t == LOOM_Q4_0 ? 2 : 4)));
-        wq = _mm256_and_si256(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1), low4);
-    }
+    __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2)), wabs = _mm256_abs_epi8(wq);
     __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)load_u16(blk)));
-    __m128 mw = _mm_setzero_ps();
-    if (t == LOOM_Q4_1) mw = _mm_cvtph_ps(_mm_cvtsi32_si128(load_u16(blk + 2)));
 UNROLL
     for (int m = 0; m < M; m++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq[m].qs + b * 32));
-        __m256i p = t == LOOM_Q8_0 ? _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wq))
-                                   : _mm256_maddubs_epi16(wq, xv);
-        __m256i ai = _mm256_madd_epi16(p, ones);
-        if (t == LOOM_Q4_0)
-            ai = _mm256_add_epi32(ai, _mm256_setr_epi32(xq[m].bias[b], 0, 0, 0, 0, 0, 0, 0));
+        __m256i ai = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wq)), _mm256_set1_epi16(1));
         __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(xq[m].d[b]));
         acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), sc, acc[m]);
-        if (t == LOOM_Q4_1) accm[m] = _mm_fmadd_ss(mw, _mm_set_ss(xq[m].s[b]), accm[m]);
     }
 }
 
@@ -250,44 +233,35 @@ UNROLL
     }
 }
 
-/* Rows n .. n+R-1, one block per step, U steps interleaved over U
+/* q8_0 rows n .. n+R-1, one block per step, U steps interleaved over U
  * accumulator sets per row. */
-INLINE void quant_rows(const loom_matmul_args *a, const loom_q8_act *xq, loom_dtype t, int M,
-                       int R, int U, int64_t n) {
-    size_t bs = t == LOOM_Q8_0 ? 34 : t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
+INLINE void quant_rows_q8(const loom_matmul_args *a, const loom_q8_act *xq, int M, int R, int U, int64_t n) {
+    size_t rb = (size_t)(a->ldw / 32) * 34;
     int64_t nb = a->K / 32, b = 0;
     const uint8_t *w[4];
     __m256 acc[4][LOOM_GEMM_MIN_M];  /* [r * U + u][m] */
-    __m128 accm[4][LOOM_GEMM_MIN_M];
 UNROLL
     for (int r = 0; r < R; r++) w[r] = (const uint8_t *)a->w + (size_t)(n + r) * rb;
 UNROLL
     for (int i = 0; i < R * U; i++)
 UNROLL
-        for (int m = 0; m < M; m++) {
-            acc[i][m] = _mm256_setzero_ps();
-            accm[i][m] = _mm_setzero_ps();
-        }
+        for (int m = 0; m < M; m++) acc[i][m] = _mm256_setzero_ps();
     for (; b + U <= nb; b += U)
 UNROLL
         for (int u = 0; u < U; u++)
 UNROLL
-            for (int r = 0; r < R; r++) quant_step(xq, t, M, w[r], bs, b + u, acc[r * U + u], accm[r * U + u]);
+            for (int r = 0; r < R; r++) quant_step_q8(xq, M, w[r], b + u, acc[r * U + u]);
     for (; b < nb; b++)
 UNROLL
-        for (int r = 0; r < R; r++) quant_step(xq, t, M, w[r], bs, b, acc[r * U], accm[r * U]);
+        for (int r = 0; r < R; r++) quant_step_q8(xq, M, w[r], b, acc[r * U]);
 UNROLL
     for (int r = 0; r < R; r++)
 UNROLL
         for (int m = 0; m < M; m++) {
             __m256 v = acc[r * U][m];
-            __m128 h = accm[r * U][m];
 UNROLL
-            for (int u = 1; u < U; u++) {
-                v = _mm256_add_ps(v, acc[r * U + u][m]);
-                h = _mm_add_ss(h, accm[r * U + u][m]);
-            }
-            a->y[m * a->ldy + n + r] = hsum256(v) + _mm_cvtss_f32(h);
+            for (int u = 1; u < U; u++) v = _mm256_add_ps(v, acc[r * U + u][m]);
+            a->y[m * a->ldy + n + r] = hsum256(v);
         }
 }
 
@@ -316,7 +290,7 @@ UNROLL
     }
 
 #define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
-#define QUANT_ROWS(T, M_, R_, U_, n) quant_rows(a, xq, T, M_, R_, U_, n)
+#define QUANT_ROWS(T, M_, R_, U_, n) quant_rows_q8(a, xq, M_, R_, U_, n)
 
 #define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
 

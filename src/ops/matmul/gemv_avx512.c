@@ -298,12 +298,14 @@ UNROLL
  * sets, so W is read as one sequential stream (interleaved short rows defeat
  * the hardware prefetcher), then the R sums reduced together: a row's 16 lanes
  * are folded in a fixed order that does not depend on the other rows. One
- * reduction per row cost about a third of a 576-long q4 row. */
+ * reduction per row cost about a third of a 576-long q4 row. xr: x reordered
+ * for the q4 steps (x_reorder), or NULL (q8_0, or K past XR_MAX). */
 INLINE_Q void quant_rows1(const loom_matmul_args *a, const loom_q8_act *xq, const int8_t *xr, loom_dtype t, int R,
                           int64_t n) {
     size_t bs = t == LOOM_Q8_0 ? 34 : t == LOOM_Q4_0 ? 18 : 20, rb = (size_t)(a->ldw / 32) * bs;
     const int64_t nb = a->K / 32;
     const float off = t == LOOM_Q4_1 ? 1.0f : t == LOOM_Q4_0 ? -8.0f : -128.0f;
+    const int8_t *const *xrs = xr ? &xr : NULL;
     __m512 v[4];
 UNROLL
     for (int r = 0; r < 4; r++) {
@@ -317,8 +319,8 @@ UNROLL
         int64_t b = 0;
         for (; b + 16 <= nb; b += 16)
 UNROLL
-            for (int u = 0; u < 4; u++) quant_step(xq, &xr, t, 1, w, b + 4 * u, 4, acc[u], accm[u]);
-        for (; b < nb; b += 4) quant_step(xq, &xr, t, 1, w, b, nb - b < 4 ? (int)(nb - b) : 4, acc[0], accm[0]);
+            for (int u = 0; u < 4; u++) quant_step(xq, xrs, t, 1, w, b + 4 * u, 4, acc[u], accm[u]);
+        for (; b < nb; b += 4) quant_step(xq, xrs, t, 1, w, b, nb - b < 4 ? (int)(nb - b) : 4, acc[0], accm[0]);
         __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0][0], acc[1][0]), _mm512_add_ps(acc[2][0], acc[3][0]));
         __m128 h = _mm_add_ps(_mm_add_ps(accm[0][0], accm[1][0]), _mm_add_ps(accm[2][0], accm[3][0]));
         /* offset terms x q4_1's 1, q4_0's -8 (nibbles carry +8) or q8_0's -128 (bytes carry +128) */
@@ -375,11 +377,16 @@ static void __attribute__((target(TGT_Q))) x_reorder(const int8_t *qs, int64_t K
 
 #define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
 
-/* Quantized W: M = 1 in groups of four rows (quant_rows1), the rest by BY_M. */
+/* Quantized W: M = 1 in groups of four rows (quant_rows1; q4 with x reordered
+ * once per call when K fits XR_MAX), the rest by BY_M. */
 #define QUANT_BY_M(T)                                                     \
-    if (a->M == 1 && ((T) == LOOM_Q8_0 || a->K <= XR_MAX)) {              \
-        _Alignas(64) int8_t xr[(T) == LOOM_Q8_0 ? 64 : XR_MAX];           \
-        if ((T) != LOOM_Q8_0) x_reorder(xq[0].qs, a->K, xr);              \
+    if (a->M == 1) {                                                      \
+        _Alignas(64) int8_t xr_buf[(T) == LOOM_Q8_0 ? 64 : XR_MAX];        \
+        const int8_t *xr = NULL;                                          \
+        if ((T) != LOOM_Q8_0 && a->K <= XR_MAX) {                         \
+            x_reorder(xq[0].qs, a->K, xr_buf);                            \
+            xr = xr_buf;                                                  \
+        }                                                                 \
         int64_t n_ = n0;                                                  \
         for (; n_ + 4 <= n1; n_ += 4) quant_rows1(a, xq, xr, T, 4, n_);   \
         if (n_ < n1) quant_rows1(a, xq, xr, T, (int)(n1 - n_), n_);       \
