@@ -50,8 +50,11 @@ enum {
     LOOM_GGML_F16 = 1,
     LOOM_GGML_Q4_0 = 2,
     LOOM_GGML_Q4_1 = 3,
+    LOOM_GGML_Q5_0 = 6,
+    LOOM_GGML_Q5_1 = 7,
     LOOM_GGML_Q8_0 = 8,
     LOOM_GGML_Q4_K = 12,
+    LOOM_GGML_Q5_K = 13,
     LOOM_GGML_Q6_K = 14,
     LOOM_GGML_BF16 = 30,
 };
@@ -66,6 +69,18 @@ size_t loom_ggml_block_bytes(uint32_t ggml_type);
 /* loom dtype of a ggml type: LOOM_ERR_UNSUPPORTED for known types loom cannot
  * compute with (K-quants, ...), LOOM_ERR_FORMAT for unknown ids. */
 loom_status loom_ggml_type_to_dtype(uint32_t ggml_type, loom_dtype *out);
+/* Types loom converts at load into one it computes with (gguf_kquant.c):
+ * q4_K -> q4_1 (near exact: each sub-block's scale and min rounded to half),
+ * q5_0 -> q8_0 (exact), q5_1, q5_K, q6_K -> q8_0 (requantized per block of 32,
+ * within 0.57 of a q8_0 step). Returns 1 and sets *to (may be NULL), or 0. */
+int loom_ggml_convert_target(uint32_t ggml_type, loom_dtype *to);
+/* n elements (a multiple of the type's block) of a convertible type into
+ * dst, in the target's blocks. LOOM_ERR_FORMAT naming the block when a scale
+ * or value is not finite (or overflows a half scale); LOOM_ERR_INVALID_ARG for
+ * another type or n. */
+loom_status loom_ggml_convert_row(uint32_t ggml_type, const void *src, int64_t n, void *dst);
+/* The f32 values of n elements of a convertible type (ggml's dequantization). */
+loom_status loom_ggml_dequantize(uint32_t ggml_type, const void *src, int64_t n, float *dst);
 /* ggml type id of a loom dtype; -1 when GGUF has none (i8). */
 int loom_ggml_type_from_dtype(loom_dtype t);
 

@@ -42,6 +42,8 @@ typedef struct loom_llama_weights {
     loom_llama_layer *layers;  /* [n_layers] */
     loom_tensor out_norm;   /* [dim] */
     loom_tensor output;     /* [vocab_size, dim]; same memory as tok_embd when shared */
+    void *owned;            /* GGUF: the tensors converted at load (K-quants, q5), one block
+                             * (loom_free_aligned); NULL when none */
 } loom_llama_weights;
 
 /* The tensors of one layer, for every format: the field of loom_llama_layer,

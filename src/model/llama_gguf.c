@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
+#include "model/gguf.h"
 #include "model/llama.h"
 
 #define MAX_DIM (1 << 20)
@@ -112,13 +114,55 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     return LOOM_OK;
 }
 
+/* Where the tensors converted at load go: one block sized by conv_bytes. */
+typedef struct {
+    uint8_t *base;
+    size_t used, cap;
+} conv_buf;
+
+/* Bytes a tensor takes once converted (0: its type is used in place). */
+static size_t conv_bytes(const loom_gguf_tensor_info *info) {
+    loom_dtype to;
+    if (!loom_ggml_convert_target(info->ggml_type, &to)) return 0;
+    uint64_t n = 1;
+    for (int d = 0; d < info->n_dims; d++) n *= (uint64_t)info->ne[d];
+    return (size_t)(n / 32 * loom_dtype_block_bytes(to) + 63) & ~(size_t)63;
+}
+
+/* Tensor i as loom_gguf_tensor_at gives it, or, for a type loom converts at
+ * load (loom_ggml_convert_target), converted into cv. */
+static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_tensor *t) {
+    loom_gguf_tensor_info info;
+    LOOM_TRY(loom_gguf_tensor_info_at(g, i, &info));
+    loom_dtype to;
+    if (!loom_ggml_convert_target(info.ggml_type, &to)) return loom_gguf_tensor_at(g, i, t);
+    size_t bytes = conv_bytes(&info);
+    LOOM_RETURN_IF(!cv->base || cv->used + bytes > cv->cap, LOOM_ERR_INVALID_ARG,
+                   "%s: no room to convert tensor '%s'", loom_gguf_path(g), info.name);
+    uint8_t *dst = cv->base + cv->used;
+    uint64_t n = 1;
+    for (int d = 0; d < info.n_dims; d++) n *= (uint64_t)info.ne[d];
+    if (loom_ggml_convert_row(info.ggml_type, info.data, (int64_t)n, dst) != LOOM_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", loom_last_error());
+        return loom_set_error(LOOM_ERR_FORMAT, "%s: tensor '%s' (%s): %s", loom_gguf_path(g), info.name,
+                              loom_ggml_type_name(info.ggml_type), why);
+    }
+    cv->used += bytes;
+    int64_t shape[LOOM_MAX_DIMS];
+    for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
+    LOOM_TRY(loom_tensor_init(t, to, info.n_dims, shape, dst));
+    loom_tensor_set_name(t, "%s", info.name);
+    return LOOM_OK;
+}
+
 /* Takes tensor name, checking its shape (outermost first) and dtype class. */
 static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t d0, int64_t d1,
-                        int norm, loom_tensor *t) {
+                        int norm, conv_buf *cv, loom_tensor *t) {
     const char *path = loom_gguf_path(g);
-    LOOM_RETURN_IF(loom_gguf_find_tensor(g, name) < 0, LOOM_ERR_FORMAT,
-                   "%s: missing tensor '%s'", path, name);
-    LOOM_TRY(loom_gguf_get_tensor(g, name, t));
+    int64_t ti = loom_gguf_find_tensor(g, name);
+    LOOM_RETURN_IF(ti < 0, LOOM_ERR_FORMAT, "%s: missing tensor '%s'", path, name);
+    LOOM_TRY(get_tensor(g, ti, cv, t));
     int ok = ndim == 1 ? loom_tensor_nelem(t) == d0 && (t->ndim == 1 || t->shape[0] == 1)
                        : t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1;
     if (!ok) {
@@ -151,19 +195,30 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
 
 static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w) {
     const int64_t D = c->dim, V = c->vocab_size;
-    LOOM_TRY(take(g, "token_embd.weight", 2, V, D, 0, &w->tok_embd));
+    conv_buf cv = {0};
+    for (int64_t i = 0; i < loom_gguf_n_tensors(g); i++) { /* the block for every tensor to convert */
+        loom_gguf_tensor_info info;
+        LOOM_TRY(loom_gguf_tensor_info_at(g, i, &info));
+        cv.cap += conv_bytes(&info);
+    }
+    if (cv.cap) {
+        w->owned = cv.base = loom_alloc_aligned(cv.cap, LOOM_ALIGN);
+        LOOM_RETURN_IF(!cv.base, LOOM_ERR_NOMEM, "%s: cannot allocate %zu bytes for the tensors converted "
+                       "at load", loom_gguf_path(g), cv.cap);
+    }
+    LOOM_TRY(take(g, "token_embd.weight", 2, V, D, 0, &cv, &w->tok_embd));
     char nm[LOOM_NAME_MAX];
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
             snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, lt->gguf);
             LOOM_TRY(take(g, nm, lt->norm ? 1 : 2, loom_llama_dim_size(c, lt->rows),
-                          lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm,
+                          lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm, &cv,
                           loom_llama_layer_field(&w->layers[l], lt)));
         }
-    LOOM_TRY(take(g, "output_norm.weight", 1, D, 1, 1, &w->out_norm));
+    LOOM_TRY(take(g, "output_norm.weight", 1, D, 1, 1, &cv, &w->out_norm));
     if (loom_gguf_find_tensor(g, "output.weight") >= 0) {
-        LOOM_TRY(take(g, "output.weight", 2, V, D, 0, &w->output));
+        LOOM_TRY(take(g, "output.weight", 2, V, D, 0, &cv, &w->output));
     } else {
         w->output = w->tok_embd;
         loom_tensor_set_name(&w->output, "output (tied to token_embd)");
@@ -206,6 +261,8 @@ loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_
 fail:
     free(w->layers);
     w->layers = NULL;
+    loom_free_aligned(w->owned);
+    w->owned = NULL;
     loom_gguf_close(g);
     return s;
 }

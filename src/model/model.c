@@ -134,6 +134,7 @@ void loom_model_free(loom_model *m) {
     free(m->ids);
     free(m->kc); /* vc, ksc, vsc point into it */
     free(m->w.layers);
+    loom_free_aligned(m->w.owned);
     loom_mapped_file_close(&m->file);
     loom_gguf_close(m->gguf);
     loom_safetensors_close(m->st);

@@ -43,14 +43,27 @@ void loom_dequantize_row(loom_dtype t, const void *src, float *dst, int64_t n) {
     }
 }
 
-/* q8_0: d = max|x| / 127, q = round(x / d). */
+/* roundf (halves away from zero) for |v| < 2^31, without the libm call: v
+ * minus its truncation is exact. NaN gives 0. */
+static inline int round_away(float v) {
+    v = v == v ? v : 0.0f; /* a select, so the loop vectorizes */
+    int i = (int)v;
+    float f = v - (float)i;
+    return i + (f >= 0.5f) - (f <= -0.5f);
+}
+
+/* q8_0: d = max|x| / 127, q = round(x / d) (halves away from zero; NaN
+ * elements are left out of the max). */
 static void quant_q8_0(const float *x, loom_block_q8_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(x[j]);
+            amax = a > amax ? a : amax; /* fmaxf's result, NaN not taken */
+        }
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = loom_f32_to_f16(d);
-        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)round_away(x[j] * id);
     }
 }
 
