@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "model/gguf_internal.h"
@@ -635,6 +637,17 @@ loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out)
     LOOM_TRY(loom_tensor_init(out, dt, info.n_dims, shape, (void *)(uintptr_t)info.data));
     snprintf(out->name, sizeof out->name, "%s", info.name);
     return LOOM_OK;
+}
+
+void loom_gguf_release_tensor_pages(const loom_gguf *g, int64_t i) {
+    if (!g || !g->mapped || i < 0 || i >= g->n_tensors) return;
+    const gguf_tensor *t = &g->tensors[i];
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = (uintptr_t)(g->data + g->data_off + t->offset), e = a + t->nbytes;
+    a = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg; /* whole pages inside the tensor only */
+    e = e / (uintptr_t)pg * (uintptr_t)pg;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED); /* a read-only file mapping: read again if touched */
 }
 
 loom_status loom_gguf_get_tensor(const loom_gguf *g, const char *name, loom_tensor *out) {

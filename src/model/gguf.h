@@ -173,6 +173,11 @@ loom_status loom_gguf_tensor_info_at(const loom_gguf *g, int64_t i, loom_gguf_te
  * cannot compute with, or data not aligned to its element size. */
 loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out);
 loom_status loom_gguf_get_tensor(const loom_gguf *g, const char *name, loom_tensor *out);
+/* Drops the whole pages of tensor i's data from the process (madvise
+ * MADV_DONTNEED on the read-only mapping; the page cache keeps them and a later
+ * read maps them again): for a tensor converted at load. No-op for a GGUF
+ * opened from memory. */
+void loom_gguf_release_tensor_pages(const loom_gguf *g, int64_t i);
 
 /* ---------------------------------------------------------------- writer */
 

@@ -149,6 +149,7 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
                               loom_ggml_type_name(info.ggml_type), why);
     }
     cv->used += bytes;
+    loom_gguf_release_tensor_pages(g, i); /* the converted copy is what stays resident */
     int64_t shape[LOOM_MAX_DIMS];
     for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
     LOOM_TRY(loom_tensor_init(t, to, info.n_dims, shape, dst));
