@@ -50,7 +50,7 @@ static char *read_text(const char *path) {
 int main(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *tok = NULL, *kv = "f32", *mode = "fused";
     int ctx = 256, chunks = 0, threads = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* options and their values in pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (strcmp(a, "-m") == 0) model = v;
@@ -62,7 +62,6 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--kv-dtype") == 0) kv = v;
         else if (strcmp(a, "--mode") == 0) mode = v;
         else return usage();
-        i++;
     }
     if (!model || !text || ctx < 4 || threads < 1 || chunks < 0) return usage();
     if (access(model, R_OK) != 0) { /* the smoke test's shared model: a failure in CI, a skip elsewhere */

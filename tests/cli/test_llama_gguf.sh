@@ -181,7 +181,8 @@ patched('bad_version', lambda b: struct.pack_into('<I', b, 4, 7))
 patched('norm_q8', lambda b: set_type(b, 'blk.0.attn_norm.weight', 8))
 patched('k_shape', lambda b: set_dim(b, 'blk.4.attn_k.weight', 1, 191))
 patched('type_99', lambda b: set_type(b, 'blk.1.ffn_up.weight', 99))
-patched('k_quant', lambda b: set_type(b, 'blk.2.ffn_down.weight', 12))
+patched('k_quant', lambda b: set_type(b, 'blk.2.ffn_down.weight', 12))  # q4_K over q4_1 bytes
+patched('q2_k', lambda b: set_type(b, 'blk.2.ffn_down.weight', 10))
 patched('arch', replace_once(struct.pack('<Q', 5) + b'llama', struct.pack('<Q', 5) + b'mamba'))
 patched('no_tokens', replace_once(b'tokenizer.ggml.tokens', b'tokenizer.ggml.tokenz'))
 patched('no_ctx', replace_once(b'llama.context_length', b'llama.context_lengtx'))
@@ -191,7 +192,8 @@ expect_error "GGUF version 7" "version 7" "$LOOM" run -m "$TMP/bad_version.gguf"
 expect_error "norm tensor of type q8_0" "blk.0.attn_norm.weight.*f32" "$LOOM" run -m "$TMP/norm_q8.gguf" -p hi -n 1
 expect_error "wrong shape" "blk.4.attn_k.weight.*shape" "$LOOM" run -m "$TMP/k_shape.gguf" -p hi -n 1
 expect_error "unknown tensor type" "blk.1.ffn_up.weight" "$LOOM" run -m "$TMP/type_99.gguf" -p hi -n 1
-expect_error "unsupported tensor type" "blk.2.ffn_down.weight.*q4_K" "$LOOM" run -m "$TMP/k_quant.gguf" -p hi -n 1
+expect_error "q4_K tensor with garbage scales" "blk.2.ffn_down.weight.*q4_K block 1: scale" "$LOOM" run -m "$TMP/k_quant.gguf" -p hi -n 1
+expect_error "unsupported tensor type" "blk.2.ffn_down.weight.*q2_K.*does not support" "$LOOM" run -m "$TMP/q2_k.gguf" -p hi -n 1
 expect_error "unknown architecture" "unsupported architecture 'mamba'" "$LOOM" run -m "$TMP/arch.gguf" -p hi -n 1
 expect_error "missing tokenizer metadata" "tokenizer.*tokenizer.ggml.tokens" "$LOOM" run -m "$TMP/no_tokens.gguf" -p hi -n 1
 expect_error "missing context length" "llama.context_length" "$LOOM" run -m "$TMP/no_ctx.gguf" -p hi -n 1

@@ -1,5 +1,7 @@
 /* libFuzzer target: the GGUF reader on arbitrary bytes. Every accessor runs
- * over whatever opens, so that values, arrays and tensor views are touched. */
+ * over whatever opens, so that values, arrays and tensor views are touched,
+ * and tensors of the types the Llama loader converts (K-quants, q5) are
+ * converted. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 (void)sink;
             }
             loom_gguf_tensor_at(g, i, &t);
+            /* a type the Llama loader converts: the whole tensor (its data lies in the
+             * copy, as validated), into an exact-size buffer */
+            loom_dtype to;
+            if (loom_gguf_tensor_info_at(g, i, &info) == LOOM_OK && loom_ggml_convert_target(info.ggml_type, &to)) {
+                uint64_t n = 1;
+                for (int d = 0; d < info.n_dims; d++) n *= (uint64_t)info.ne[d];
+                if (n <= (1u << 20)) {
+                    void *out = malloc((size_t)n / 32 * loom_dtype_block_bytes(to) + 1);
+                    if (out) loom_ggml_convert_row(info.ggml_type, info.data, (int64_t)n, out);
+                    free(out);
+                }
+            }
         }
     }
     loom_gguf_close(g);
