@@ -14,6 +14,7 @@
  * RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
  * LOOM_ROPE_INTERLEAVED. Weights stay in the mapping; nothing is copied.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,11 +115,58 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     return LOOM_OK;
 }
 
-/* Where the tensors converted at load go: one block sized by conv_bytes. */
+/* Where the tensors converted at load go: one block sized by conv_bytes; the
+ * conversions run on n_threads threads. */
 typedef struct {
     uint8_t *base;
     size_t used, cap;
+    int n_threads;
 } conv_buf;
+
+/* A run of whole blocks of one tensor, converted by one thread. */
+typedef struct {
+    uint32_t type;
+    const uint8_t *src;
+    uint8_t *dst;
+    int64_t n;
+    loom_status st;
+} conv_part;
+
+static void *conv_part_run(void *arg) {
+    conv_part *c = arg;
+    c->st = loom_ggml_convert_row(c->type, c->src, c->n, c->dst);
+    return NULL;
+}
+
+/* loom_ggml_convert_row of the whole tensor, its blocks split over up to nth
+ * threads (the caller's is one). A failure is converted again on this thread,
+ * whole, so that the error (thread-local) names the tensor's own block. */
+static loom_status convert_parallel(uint32_t type, const void *src, int64_t n, void *dst, int nth) {
+    enum { MAX_PARTS = 64 };
+    const int64_t be = loom_ggml_block_elems(type), nb = n / be;
+    loom_dtype to;
+    if (!loom_ggml_convert_target(type, &to) || be <= 0) return loom_ggml_convert_row(type, src, n, dst);
+    const size_t sbb = loom_ggml_block_bytes(type), dbb = (size_t)(be / 32) * loom_dtype_block_bytes(to);
+    int parts = nth < MAX_PARTS ? nth : MAX_PARTS;
+    if (n < (1 << 17) || parts < 2) return loom_ggml_convert_row(type, src, n, dst); /* small: not worth a thread */
+    conv_part c[MAX_PARTS];
+    pthread_t th[MAX_PARTS];
+    int started[MAX_PARTS] = {0};
+    for (int p = 0; p < parts; p++) {
+        int64_t b0 = nb * p / parts, b1 = nb * (p + 1) / parts;
+        c[p] = (conv_part){type, (const uint8_t *)src + (size_t)b0 * sbb, (uint8_t *)dst + (size_t)b0 * dbb,
+                           (b1 - b0) * be, LOOM_OK};
+        if (p > 0) started[p] = pthread_create(&th[p], NULL, conv_part_run, &c[p]) == 0;
+    }
+    conv_part_run(&c[0]);
+    int ok = c[0].st == LOOM_OK;
+    for (int p = 1; p < parts; p++) {
+        if (started[p]) pthread_join(th[p], NULL);
+        else conv_part_run(&c[p]); /* no thread: this one converts it */
+        ok = ok && c[p].st == LOOM_OK;
+    }
+    return ok ? LOOM_OK : loom_ggml_convert_row(type, src, n, dst);
+}
 
 /* Bytes a tensor takes once converted (0: its type is used in place). */
 static size_t conv_bytes(const loom_gguf_tensor_info *info) {
@@ -142,7 +190,7 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
     uint8_t *dst = cv->base + cv->used;
     uint64_t n = 1;
     for (int d = 0; d < info.n_dims; d++) n *= (uint64_t)info.ne[d];
-    if (loom_ggml_convert_row(info.ggml_type, info.data, (int64_t)n, dst) != LOOM_OK) {
+    if (convert_parallel(info.ggml_type, info.data, (int64_t)n, dst, cv->n_threads) != LOOM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", loom_last_error());
         return loom_set_error(LOOM_ERR_FORMAT, "%s: tensor '%s' (%s): %s", loom_gguf_path(g), info.name,
@@ -194,9 +242,10 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
     return LOOM_OK;
 }
 
-static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w) {
+static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w,
+                                int n_threads) {
     const int64_t D = c->dim, V = c->vocab_size;
-    conv_buf cv = {0};
+    conv_buf cv = {.n_threads = n_threads};
     for (int64_t i = 0; i < loom_gguf_n_tensors(g); i++) { /* the block for every tensor to convert */
         loom_gguf_tensor_info info;
         LOOM_TRY(loom_gguf_tensor_info_at(g, i, &info));
@@ -229,6 +278,11 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
 
 loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w) {
+    return loom_llama_load_gguf_threads(path, 1, gguf, cfg, w);
+}
+
+loom_status loom_llama_load_gguf_threads(const char *path, int n_threads, loom_gguf **gguf,
+                                         loom_llama_config *cfg, loom_llama_weights *w) {
     LOOM_RETURN_IF(!path || !gguf || !cfg || !w, LOOM_ERR_INVALID_ARG, "llama_load_gguf: NULL argument");
     memset(cfg, 0, sizeof *cfg);
     memset(w, 0, sizeof *w);
@@ -256,7 +310,7 @@ loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_
         s = loom_set_error(LOOM_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((s = take_weights(g, cfg, w)) != LOOM_OK) goto fail;
+    if ((s = take_weights(g, cfg, w, n_threads)) != LOOM_OK) goto fail;
     *gguf = g;
     return LOOM_OK;
 fail:

@@ -7,8 +7,10 @@
  *   - errors: scales that are not finite or overflow a half, wrong counts and
  *     types, each with a message;
  *   - a Llama GGUF holding every such type loads and runs: its logits equal,
- *     bit for bit, those of the same file written with the converted blocks,
- *     and are close to those of the f32 weights the blocks dequantize to. */
+ *     bit for bit, those of the same file written with the converted blocks
+ *     (loaded on one and two threads: the largest tensors are converted in
+ *     parallel), and are close to those of the f32 weights the blocks
+ *     dequantize to; a bad block fails the load, naming tensor and block. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +283,15 @@ static void test_model(void) {
     loom_model *m = NULL;
     CHECK(loom_model_load(p0, &mp, &m) == LOOM_ERR_FORMAT && m == NULL &&
           strstr(loom_last_error(), "blk.0.attn_v.weight") && strstr(loom_last_error(), "q6_K block 5"));
+    /* the same in a tensor converted on two threads (2^17 elements), in the second
+     * thread's half: the error still names the tensor's own block */
+    uint8_t *gt = blocks[5], keep[2] = {gt[24 * 3000], gt[24 * 3000 + 1]};
+    gt[24 * 3000] = 0x00, gt[24 * 3000 + 1] = 0xFC; /* q5_1 block 3000: d = -inf */
+    write_model(p0, blocks, 0);
+    gt[24 * 3000] = keep[0], gt[24 * 3000 + 1] = keep[1];
+    mp.n_threads = 2;
+    CHECK(loom_model_load(p0, &mp, &m) == LOOM_ERR_FORMAT && m == NULL &&
+          strstr(loom_last_error(), "blk.0.ffn_gate.weight") && strstr(loom_last_error(), "q5_1 block 3000:"));
     free(conv), free(f32);
     for (int i = 0; i < N_WTS; i++) free(blocks[i]);
     unlink(p0), unlink(p1), unlink(p2);
