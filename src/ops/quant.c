@@ -43,27 +43,39 @@ void loom_dequantize_row(loom_dtype t, const void *src, float *dst, int64_t n) {
     }
 }
 
-/* roundf (halves away from zero) for |v| < 2^31, without the libm call: v
- * minus its truncation is exact. NaN gives 0. */
+/* roundf (halves away from zero) for finite |v| < 2^31, without the libm call:
+ * v minus its truncation is exact. Branch-free, so the loops vectorize. */
 static inline int round_away(float v) {
-    v = v == v ? v : 0.0f; /* a select, so the loop vectorizes */
     int i = (int)v;
     float f = v - (float)i;
     return i + (f >= 0.5f) - (f <= -0.5f);
 }
 
 /* q8_0: d = max|x| / 127, q = round(x / d) (halves away from zero; NaN
- * elements are left out of the max). */
+ * elements are left out of the max and stored as 0). */
 static void quant_q8_0(const float *x, loom_block_q8_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += 32) {
+        /* in 8 lanes, elementwise (vectorizes), then across them */
+        float m8[8] = {0};
+        int n8[8] = {0};
+        for (int j = 0; j < 32; j += 8)
+            for (int k = 0; k < 8; k++) {
+                float a = fabsf(x[j + k]);
+                m8[k] = a > m8[k] ? a : m8[k]; /* fmaxf's result, NaN not taken */
+                n8[k] |= !(x[j + k] == x[j + k]);
+            }
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            float a = fabsf(x[j]);
-            amax = a > amax ? a : amax; /* fmaxf's result, NaN not taken */
+        int nan = 0;
+        for (int k = 0; k < 8; k++) {
+            amax = m8[k] > amax ? m8[k] : amax;
+            nan |= n8[k];
         }
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = loom_f32_to_f16(d);
-        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)round_away(x[j] * id);
+        if (nan)
+            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(x[j] == x[j] ? round_away(x[j] * id) : 0);
+        else
+            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)round_away(x[j] * id);
     }
 }
 
