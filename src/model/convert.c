@@ -18,11 +18,15 @@
 #include "model/tokenizer_hfjson.h"
 #include "ops/quant.h"
 
-/* One output tensor: source view, optional RoPE row permutation, target type. */
+/* One output tensor: source view, optional RoPE row permutation, target type.
+ * A GGUF tensor of a type the Llama loader converts (K-quants, q5) has gsrc
+ * set to its ggml type, src.dtype to the type it converts into, and src.data
+ * on its blocks as stored. */
 typedef struct conv_job {
     loom_tensor src;
     loom_dtype dst;
     int heads, head_dim;   /* > 0: permute rows half -> interleaved */
+    uint32_t gsrc;         /* 0, or the ggml type of src.data's blocks */
 } conv_job;
 
 typedef struct conv_list {
@@ -59,7 +63,9 @@ static loom_status fill(void *ctx, const char *name, void *dst, size_t nbytes) {
     const conv_job *j = ctx;
     const loom_tensor *s = &j->src;
     int64_t cols = s->shape[s->ndim - 1], rows = loom_tensor_nelem(s) / (cols ? cols : 1);
-    size_t src_row = loom_dtype_row_bytes(s->dtype, cols), dst_row = loom_dtype_row_bytes(j->dst, cols);
+    size_t src_row = j->gsrc ? (size_t)(cols / loom_ggml_block_elems(j->gsrc)) * loom_ggml_block_bytes(j->gsrc)
+                             : loom_dtype_row_bytes(s->dtype, cols);
+    size_t dst_row = loom_dtype_row_bytes(j->dst, cols);
     LOOM_RETURN_IF(dst_row * (size_t)rows != nbytes, LOOM_ERR_INTERNAL, "convert: '%s': size mismatch", name);
     float *tmp = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
     LOOM_RETURN_IF(!tmp, LOOM_ERR_NOMEM, "convert: out of memory");
@@ -72,11 +78,24 @@ static loom_status fill(void *ctx, const char *name, void *dst, size_t nbytes) {
         }
         const unsigned char *sp = (const unsigned char *)s->data + (size_t)sr * src_row;
         unsigned char *dp = (unsigned char *)dst + (size_t)r * dst_row;
-        if (s->dtype == j->dst) {
+        loom_status st = LOOM_OK;
+        if (j->gsrc && s->dtype == j->dst) { /* the loader's own conversion (q4_K -> q4_1 near exact) */
+            st = loom_ggml_convert_row(j->gsrc, sp, cols, dp);
+        } else if (s->dtype == j->dst) {
             memcpy(dp, sp, dst_row);
             continue;
+        } else if (j->gsrc) {
+            st = loom_ggml_dequantize(j->gsrc, sp, cols, tmp);
+        } else {
+            loom_row_to_f32(s->dtype, sp, tmp, cols);
         }
-        loom_row_to_f32(s->dtype, sp, tmp, cols);
+        if (st != LOOM_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", loom_last_error());
+            free(tmp);
+            return loom_set_error(LOOM_ERR_FORMAT, "convert: '%s' row %lld: %s", name, (long long)sr, why);
+        }
+        if (j->gsrc && s->dtype == j->dst) continue;
         if (j->dst == LOOM_F32) memcpy(dp, tmp, sizeof(float) * (size_t)cols);
         else if (j->dst == LOOM_F16)
             for (int64_t c = 0; c < cols; c++) ((uint16_t *)dp)[c] = loom_f32_to_f16(tmp[c]);
@@ -250,9 +269,18 @@ static loom_status requant(const char *in, loom_gguf_writer *w, conv_list *L, co
     LOOM_RETURN_IF(!L->jobs, LOOM_ERR_NOMEM, "convert: out of memory");
     for (int64_t i = 0; i < n; i++) {
         loom_tensor t;
-        LOOM_TRY(loom_gguf_tensor_at(*g, i, &t));
         loom_gguf_tensor_info info;
         LOOM_TRY(loom_gguf_tensor_info_at(*g, i, &info));
+        loom_dtype to;
+        if (loom_ggml_convert_target(info.ggml_type, &to)) { /* K-quants, q5: as the loader converts them */
+            int64_t shape[LOOM_MAX_DIMS];
+            for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
+            LOOM_TRY(loom_tensor_init(&t, to, info.n_dims, shape, (void *)(uintptr_t)info.data));
+            LOOM_TRY(add(w, L, info.name, &t, p, 0, 0));
+            L->jobs[L->n - 1].gsrc = info.ggml_type;
+            continue;
+        }
+        LOOM_TRY(loom_gguf_tensor_at(*g, i, &t));
         LOOM_TRY(add(w, L, info.name, &t, p, 0, 0));
     }
     return LOOM_OK;

@@ -10,7 +10,9 @@
  *     bit for bit, those of the same file written with the converted blocks
  *     (loaded on one and two threads: the largest tensors are converted in
  *     parallel), and are close to those of the f32 weights the blocks
- *     dequantize to; a bad block fails the load, naming tensor and block. */
+ *     dequantize to; a bad block fails the load, naming tensor and block;
+ *   - loom convert reads such a file: kept types give the loader's blocks, --type
+ *     f32 the exact dequantization. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 
 #include "check.h"
 #include "ggml_golden.h"
+#include "model/convert.h"
 #include "model/model.h"
 #include "ops/quant.h"
 
@@ -254,6 +257,29 @@ static void test_model(void) {
     write_model(p1, blocks, 1);
     write_model(p2, blocks, 2);
     float *conv = run(p1, 1), *f32 = run(p2, 1);
+    /* loom convert reads such files too: kept types become the loader's (the same
+     * logits bit for bit), --type f32 gives the exact dequantization (the f32
+     * file's logits) */
+    char p3[256], p4[256];
+    snprintf(p3, sizeof p3, "%s/kept.gguf", dir);
+    snprintf(p4, sizeof p4, "%s/as_f32.gguf", dir);
+    CHECK_MSG(loom_convert(p0, p3, &(loom_convert_params){0}) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(loom_convert(p0, p4, &(loom_convert_params){.type_set = 1, .type = LOOM_F32}) == LOOM_OK, "%s",
+              loom_last_error());
+    loom_gguf *g = NULL;
+    CHECK(loom_gguf_open(p3, &g) == LOOM_OK);
+    for (int i = 0; g && i < N_WTS; i++) {
+        loom_gguf_tensor_info info;
+        loom_dtype to;
+        CHECK(loom_gguf_tensor_info_at(g, loom_gguf_find_tensor(g, wts[i].name), &info) == LOOM_OK &&
+              loom_ggml_convert_target(wts[i].type, &to) && info.ggml_type == (uint32_t)loom_ggml_type_from_dtype(to));
+    }
+    loom_gguf_close(g);
+    float *kept = run(p3, 1), *asf = run(p4, 1);
+    if (kept && conv) CHECK_MSG(memcmp(kept, conv, sizeof(float) * (NP + 1) * VOCAB) == 0, "convert: kept types");
+    if (asf && f32) CHECK_MSG(memcmp(asf, f32, sizeof(float) * (NP + 1) * VOCAB) == 0, "convert: --type f32");
+    free(kept), free(asf);
+    unlink(p3), unlink(p4);
     for (int th = 1; th <= 2; th++) {
         float *got = run(p0, th);
         if (got && conv)
