@@ -72,7 +72,8 @@ loom_status loom_ggml_type_to_dtype(uint32_t ggml_type, loom_dtype *out);
 /* Types loom converts at load into one it computes with (gguf_kquant.c):
  * q4_K -> q4_1 (near exact: each sub-block's scale and min rounded to half),
  * q5_0 -> q8_0 (exact), q5_1, q5_K, q6_K -> q8_0 (requantized per block of 32,
- * within 0.57 of a q8_0 step). Returns 1 and sets *to (may be NULL), or 0. */
+ * within half a q8_0 step and the half rounding of the step). Returns 1 and
+ * sets *to (may be NULL), or 0. */
 int loom_ggml_convert_target(uint32_t ggml_type, loom_dtype *to);
 /* n elements (a multiple of the type's block) of a convertible type into
  * dst, in the target's blocks. LOOM_ERR_FORMAT naming the block when a scale

@@ -22,7 +22,8 @@
  *         the t-th of the four. x = d * scale * (q - 32).
  *
  * Conversions (the first exact, the second within half an ulp of a half scale,
- * the rest within 0.57 of a q8_0 step, as loom_quantize_row rounds):
+ * the rest within half a q8_0 step plus 127 times the half rounding of the
+ * step, as loom_quantize_row rounds: 0.56 of a step where it is a normal half):
  *   q5_0 -> q8_0: d kept, q - 16 as the int8 value.
  *   q4_K -> q4_1: each sub-block a block, d' = half(d * sc), m' = half(-dmin * mn).
  *   q5_1, q5_K, q6_K -> q8_0: dequantized to f32, then quantized per block of 32.
