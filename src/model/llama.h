@@ -44,7 +44,13 @@ typedef struct loom_llama_weights {
     loom_tensor output;     /* [vocab_size, dim]; same memory as tok_embd when shared */
     void *owned;            /* GGUF: the tensors converted at load (K-quants, q5), one block
                              * (loom_free_aligned); NULL when none */
+    int n_converted[16];    /* of those, how many of each ggml type (ids below 16) */
+    size_t converted_bytes; /* and the bytes they take converted */
 } loom_llama_weights;
+
+/* "q4_K -> q4_1 x16, q5_0 -> q8_0 x166 (100.1 MiB)" into buf for the tensors
+ * converted at load; returns 0 (buf "") when there are none. */
+int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t n);
 
 /* The tensors of one layer, for every format: the field of loom_llama_layer,
  * the GGUF name (blk.N.<gguf>.weight), the Hugging Face name

@@ -121,6 +121,7 @@ typedef struct {
     uint8_t *base;
     size_t used, cap;
     int n_threads;
+    loom_llama_weights *w; /* counts what is converted */
 } conv_buf;
 
 /* A run of whole blocks of one tensor, converted by one thread. */
@@ -197,6 +198,8 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
                               loom_ggml_type_name(info.ggml_type), why);
     }
     cv->used += bytes;
+    if (info.ggml_type < 16) cv->w->n_converted[info.ggml_type]++;
+    cv->w->converted_bytes += bytes;
     loom_gguf_release_tensor_pages(g, i); /* the converted copy is what stays resident */
     int64_t shape[LOOM_MAX_DIMS];
     for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
@@ -245,7 +248,7 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
 static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w,
                                 int n_threads) {
     const int64_t D = c->dim, V = c->vocab_size;
-    conv_buf cv = {.n_threads = n_threads};
+    conv_buf cv = {.n_threads = n_threads, .w = w};
     for (int64_t i = 0; i < loom_gguf_n_tensors(g); i++) { /* the block for every tensor to convert */
         loom_gguf_tensor_info info;
         LOOM_TRY(loom_gguf_tensor_info_at(g, i, &info));
@@ -274,6 +277,21 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
         loom_tensor_set_name(&w->output, "output (tied to token_embd)");
     }
     return LOOM_OK;
+}
+
+int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t n) {
+    size_t o = 0;
+    int any = 0;
+    if (n) buf[0] = '\0';
+    for (uint32_t t = 0; w && t < 16; t++) {
+        loom_dtype to;
+        if (!w->n_converted[t] || !loom_ggml_convert_target(t, &to) || o >= n) continue;
+        o += (size_t)snprintf(buf + o, n - o, "%s%s -> %s x%d", any ? ", " : "", loom_ggml_type_name(t),
+                              loom_dtype_name(to), w->n_converted[t]);
+        any = 1;
+    }
+    if (any && o < n) snprintf(buf + o, n - o, " (%.1f MiB)", (double)w->converted_bytes / (1 << 20));
+    return any;
 }
 
 loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,

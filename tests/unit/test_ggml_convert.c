@@ -257,6 +257,25 @@ static void test_model(void) {
     write_model(p1, blocks, 1);
     write_model(p2, blocks, 2);
     float *conv = run(p1, 1), *f32 = run(p2, 1);
+    { /* what was converted, as loom profile / bench report it */
+        loom_model_params mp1 = loom_model_default_params();
+        loom_model *m1 = NULL;
+        char sum[256];
+        CHECK(loom_model_load(p0, &mp1, &m1) == LOOM_OK);
+        if (m1) {
+            CHECK(loom_llama_converted_summary(&m1->w, sum, sizeof sum) == 1);
+            CHECK_MSG(strcmp(sum, "q5_0 -> q8_0 x1, q5_1 -> q8_0 x1, q4_K -> q4_1 x3, q5_K -> q8_0 x1, "
+                                  "q6_K -> q8_0 x3 (0.5 MiB)") == 0, "summary: %s", sum);
+            /* q4_1: 20 bytes / 32 of tok_embd, attn_q, ffn_up; q8_0: 34 / 32 of the rest */
+            const size_t q41 = (size_t)(VOCAB + DIM + HID) * DIM,                  /* embd, q, up */
+                         q80 = (size_t)(DIM / 2 + DIM / 2 + DIM + HID + HID + VOCAB) * DIM; /* k v o gate down out */
+            CHECK(m1->w.converted_bytes == q41 / 32 * 20 + q80 / 32 * 34);
+        }
+        loom_model_free(m1);
+        CHECK(loom_model_load(p1, &mp1, &m1) == LOOM_OK);
+        if (m1) CHECK(loom_llama_converted_summary(&m1->w, sum, sizeof sum) == 0 && sum[0] == '\0');
+        loom_model_free(m1);
+    }
     /* loom convert reads such files too: kept types become the loader's (the same
      * logits bit for bit), --type f32 gives the exact dequantization (the f32
      * file's logits) */

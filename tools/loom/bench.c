@@ -24,6 +24,9 @@
 #define MAX_LIST 16
 
 /* "1,2,4" -> values; 0 on success. */
+/* The model's tensors converted at load (K-quants), for the header. */
+static char converted[256];
+
 static int parse_int_list(const char *opt, const char *s, int *v, int *n, int min) {
     *n = 0;
     const char *p = s;
@@ -187,6 +190,7 @@ int cmd_bench(int argc, char **argv) {
                     continue;
                 }
                 info = loom_model_get_info(m);
+                loom_llama_converted_summary(&m->w, converted, sizeof converted);
                 if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
                 if (!logits) {
                     loom_model_free(m);
@@ -259,8 +263,10 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("\n]}\n");
     } else {
-        printf("model %s: %d layers, dim %d, vocab %d; %d repetitions after a warm-up\n\n", model_path,
+        printf("model %s: %d layers, dim %d, vocab %d; %d repetitions after a warm-up\n", model_path,
                info.n_layers, info.dim, info.vocab_size, reps);
+        if (converted[0]) printf("weights converted at load: %s\n", converted);
+        printf("\n");
         printf("| mode | kv | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | "
                "planned MiB |\n");
         printf("|---|---|---:|---|---:|---:|---:|---:|---:|\n");

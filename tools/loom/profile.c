@@ -20,6 +20,9 @@ typedef struct prof_opts {
 /* The sampler after the LM head, as `loom run` samples by default
  * (temperature, top-p): median time of 5 draws from logits, which it reads
  * once (softmax, then the nucleus over the sorted candidates). */
+/* The model's tensors converted at load (K-quants), for the header. */
+static char converted[256];
+
 static loom_status add_sampling(loom_profile *p, const float *logits, int vocab) {
     loom_sampler_params sp = loom_sampler_default_params();
     sp.top_p = 0.9f; /* loom run's default (the library's is 1: no nucleus) */
@@ -62,6 +65,7 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
     if (cli_load("profile", o->model_path, o->tok_path, &mp, &m, &tok)) return 1;
     loom_model_info info = loom_model_get_info(m);
     *info_out = info;
+    loom_llama_converted_summary(&m->w, converted, sizeof converted);
     int32_t *ids = NULL;
     int n = 0, rc = 1;
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
@@ -183,9 +187,11 @@ int cmd_profile(int argc, char **argv) {
             printf("]}\n");
         }
     } else {
-        printf("model %s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d thread%s\n\n", o.model_path,
+        printf("model %s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d thread%s\n", o.model_path,
                info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.vocab_size, o.threads,
                o.threads == 1 ? "" : "s");
+        if (converted[0]) printf("weights converted at load: %s\n", converted);
+        printf("\n");
         loom_profile_print_table(stdout, pre, n_modes);
         printf("\n");
         if (cmp) {
