@@ -107,7 +107,7 @@ loom_status loom_ggml_type_to_dtype(uint32_t t, loom_dtype *out) {
     LOOM_RETURN_IF(!loom_ggml_type_name(t), LOOM_ERR_FORMAT, "unknown ggml type id %" PRIu32, t);
     return loom_set_error(LOOM_ERR_UNSUPPORTED, "ggml type %s is not supported by loom "
                           "(supported: f32, f16, bf16, q8_0, q4_0, q4_1; the Llama loader converts q4_K, q5_K, q6_K, "
-                          "q5_0 and q5_1)", loom_ggml_type_name(t));
+                          "q5_0, q5_1, iq4_nl and iq4_xs)", loom_ggml_type_name(t));
 }
 
 int loom_ggml_type_from_dtype(loom_dtype d) {
@@ -626,7 +626,7 @@ loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out)
     if (loom_ggml_type_to_dtype(info.ggml_type, &dt) != LOOM_OK) {
         return loom_set_error(LOOM_ERR_UNSUPPORTED, "gguf '%s': tensor '%s' has type %s, which loom "
                               "does not support (supported: f32, f16, bf16, q8_0, q4_0, q4_1; the Llama loader "
-                              "converts q4_K, q5_K, q6_K, q5_0 and q5_1)",
+                              "converts q4_K, q5_K, q6_K, q5_0, q5_1, iq4_nl and iq4_xs)",
                               g->path, info.name, loom_ggml_type_name(info.ggml_type));
     }
     /* Element alignment: a file with a tiny general.alignment could misplace data. */

@@ -56,6 +56,8 @@ enum {
     LOOM_GGML_Q4_K = 12,
     LOOM_GGML_Q5_K = 13,
     LOOM_GGML_Q6_K = 14,
+    LOOM_GGML_IQ4_NL = 20,
+    LOOM_GGML_IQ4_XS = 23,
     LOOM_GGML_BF16 = 30,
 };
 
@@ -71,9 +73,10 @@ size_t loom_ggml_block_bytes(uint32_t ggml_type);
 loom_status loom_ggml_type_to_dtype(uint32_t ggml_type, loom_dtype *out);
 /* Types loom converts at load into one it computes with (gguf_kquant.c):
  * q4_K -> q4_1 (near exact: each sub-block's scale and min rounded to half),
- * q5_0 -> q8_0 (exact), q5_1, q5_K, q6_K -> q8_0 (requantized per block of 32,
- * within half a q8_0 step and the half rounding of the step). Returns 1 and
- * sets *to (may be NULL), or 0. */
+ * q5_0, iq4_nl -> q8_0 (exact), iq4_xs -> q8_0 (near exact: each sub-block's
+ * scale rounded to half), q5_1, q5_K, q6_K -> q8_0 (requantized per block of
+ * 32, within half a q8_0 step and the half rounding of the step). Returns 1
+ * and sets *to (may be NULL), or 0. */
 int loom_ggml_convert_target(uint32_t ggml_type, loom_dtype *to);
 /* n elements (a multiple of the type's block) of a convertible type into
  * dst, in the target's blocks. LOOM_ERR_FORMAT naming the block when a scale

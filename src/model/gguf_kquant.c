@@ -20,11 +20,18 @@
  *         ql[l + 32], the high nibble of ql[l], of ql[l + 32], each with the
  *         2 bits of qh[l] at 0, 2, 4, 6 on top; scale scales[l / 16 + 2t] for
  *         the t-th of the four. x = d * scale * (q - 32).
+ *   iq4_nl (32, 18): half d; u8 qs[16], nibbles as q4_0's (element j low nibble of
+ *         qs[j], j + 16 its high nibble). x = d * kv[q], kv the 16 levels below.
+ *   iq4_xs (256, 136): half d; u16 scales_h; u8 scales_l[4]; u8 qs[128]. Eight
+ *         sub-blocks of 32, sub-block s: 6-bit ls = nibble s % 2 of scales_l[s / 2]
+ *         with bits 2s, 2s + 1 of scales_h on top, its nibbles as iq4_nl's in
+ *         qs[16s .. 16s + 15]. x = d * (ls - 32) * kv[q].
  *
  * Conversions (the first exact, the second within half an ulp of a half scale,
  * the rest within half a q8_0 step plus 127 times the half rounding of the
  * step, as loom_quantize_row rounds: 0.56 of a step where it is a normal half):
- *   q5_0 -> q8_0: d kept, q - 16 as the int8 value.
+ *   q5_0 -> q8_0: d kept, q - 16 as the int8 value (exact); iq4_nl the same with
+ *   kv[q] (exact); iq4_xs with d * (ls - 32) rounded to half per sub-block.
  *   q4_K -> q4_1: each sub-block a block, d' = half(d * sc), m' = half(-dmin * mn).
  *   q5_1, q5_K, q6_K -> q8_0: dequantized to f32, then quantized per block of 32.
  */
@@ -116,6 +123,34 @@ static void deq_q6_K(const uint8_t *b, float *y) {
     }
 }
 
+/* The 16 levels of iq4_nl / iq4_xs (non-uniform, denser near 0). */
+static const int8_t iq4_kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_iq4_nl(const uint8_t *b, float *y) {
+    float d = rdh(b);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)iq4_kv[b[2 + j] & 0x0F];
+        y[j + 16] = d * (float)iq4_kv[b[2 + j] >> 4];
+    }
+}
+
+static int iq4_xs_ls(const uint8_t *b, int s) {
+    int lo = (b[4 + s / 2] >> (4 * (s % 2))) & 0x0F, hi = (rd16(b + 2) >> (2 * s)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y) {
+    float d = rdh(b);
+    for (int s = 0; s < 8; s++) {
+        float dl = d * (float)iq4_xs_ls(b, s);
+        const uint8_t *q = b + 8 + 16 * s;
+        for (int j = 0; j < 16; j++) {
+            y[32 * s + j] = dl * (float)iq4_kv[q[j] & 0x0F];
+            y[32 * s + j + 16] = dl * (float)iq4_kv[q[j] >> 4];
+        }
+    }
+}
+
 typedef void (*deq_fn)(const uint8_t *, float *);
 
 static deq_fn deq_for(uint32_t t) {
@@ -125,6 +160,8 @@ static deq_fn deq_for(uint32_t t) {
     case LOOM_GGML_Q4_K: return deq_q4_K;
     case LOOM_GGML_Q5_K: return deq_q5_K;
     case LOOM_GGML_Q6_K: return deq_q6_K;
+    case LOOM_GGML_IQ4_NL: return deq_iq4_nl;
+    case LOOM_GGML_IQ4_XS: return deq_iq4_xs;
     default: return NULL;
     }
 }
@@ -133,7 +170,8 @@ int loom_ggml_convert_target(uint32_t t, loom_dtype *to) {
     loom_dtype d;
     switch (t) {
     case LOOM_GGML_Q4_K: d = LOOM_Q4_1; break;
-    case LOOM_GGML_Q5_0: case LOOM_GGML_Q5_1: case LOOM_GGML_Q5_K: case LOOM_GGML_Q6_K: d = LOOM_Q8_0; break;
+    case LOOM_GGML_Q5_0: case LOOM_GGML_Q5_1: case LOOM_GGML_Q5_K: case LOOM_GGML_Q6_K:
+    case LOOM_GGML_IQ4_NL: case LOOM_GGML_IQ4_XS: d = LOOM_Q8_0; break;
     default: return 0;
     }
     if (to) *to = d;
@@ -186,6 +224,34 @@ static loom_status q5_0_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t bl
     return LOOM_OK;
 }
 
+/* An iq4 block of 32 (its nibbles at q) as q8_0 with scale h: the levels are int8 already. */
+static void iq4_to_q8_0(const uint8_t *q, uint16_t h, loom_block_q8_0 *o) {
+    o->d = h;
+    for (int j = 0; j < 16; j++) {
+        o->qs[j] = iq4_kv[q[j] & 0x0F];
+        o->qs[j + 16] = iq4_kv[q[j] >> 4];
+    }
+}
+
+static loom_status iq4_nl_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t blk) {
+    LOOM_RETURN_IF(!isfinite(rdh(b)), LOOM_ERR_FORMAT, "iq4_nl block %lld: scale is not finite", (long long)blk);
+    iq4_to_q8_0(b + 2, rd16(b), o);
+    return LOOM_OK;
+}
+
+static loom_status iq4_xs_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t blk) {
+    float d = rdh(b);
+    for (int s = 0; s < 8; s++) {
+        uint16_t h;
+        int ls = iq4_xs_ls(b, s);
+        if (half_of(d * (float)ls, &h))
+            return loom_set_error(LOOM_ERR_FORMAT, "iq4_xs block %lld: scale %g * %d is not a finite half",
+                                  (long long)blk, (double)d, ls);
+        iq4_to_q8_0(b + 8 + 16 * s, h, o + s);
+    }
+    return LOOM_OK;
+}
+
 loom_status loom_ggml_convert_row(uint32_t t, const void *src, int64_t n, void *dst) {
     loom_dtype to;
     LOOM_RETURN_IF(!loom_ggml_convert_target(t, &to) || !src || !dst, LOOM_ERR_INVALID_ARG,
@@ -203,6 +269,15 @@ loom_status loom_ggml_convert_row(uint32_t t, const void *src, int64_t n, void *
     }
     if (t == LOOM_GGML_Q5_0) {
         for (int64_t i = 0; i < nb; i++) LOOM_TRY(q5_0_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + i, i));
+        return LOOM_OK;
+    }
+    if (t == LOOM_GGML_IQ4_NL) {
+        for (int64_t i = 0; i < nb; i++) LOOM_TRY(iq4_nl_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + i, i));
+        return LOOM_OK;
+    }
+    if (t == LOOM_GGML_IQ4_XS) {
+        for (int64_t i = 0; i < nb; i++)
+            LOOM_TRY(iq4_xs_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + 8 * i, i));
         return LOOM_OK;
     }
     float y[256];

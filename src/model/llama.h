@@ -42,9 +42,9 @@ typedef struct loom_llama_weights {
     loom_llama_layer *layers;  /* [n_layers] */
     loom_tensor out_norm;   /* [dim] */
     loom_tensor output;     /* [vocab_size, dim]; same memory as tok_embd when shared */
-    void *owned;            /* GGUF: the tensors converted at load (K-quants, q5), one block
+    void *owned;            /* GGUF: the tensors converted at load (K-quants, q5, iq4), one block
                              * (loom_free_aligned); NULL when none */
-    int n_converted[16];    /* of those, how many of each ggml type (ids below 16) */
+    int n_converted[32];    /* of those, how many of each ggml type (ids below 32) */
     size_t converted_bytes; /* and the bytes they take converted */
 } loom_llama_weights;
 
@@ -91,7 +91,7 @@ loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_lla
 loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w);
 /* The same, converting the tensors of the types loom converts at load (K-quants,
- * q5) on n_threads threads (w->owned holds them). */
+ * q5, iq4) on n_threads threads (w->owned holds them). */
 loom_status loom_llama_load_gguf_threads(const char *path, int n_threads, loom_gguf **gguf,
                                          loom_llama_config *cfg, loom_llama_weights *w);
 

@@ -198,7 +198,7 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
                               loom_ggml_type_name(info.ggml_type), why);
     }
     cv->used += bytes;
-    if (info.ggml_type < 16) cv->w->n_converted[info.ggml_type]++;
+    if (info.ggml_type < 32) cv->w->n_converted[info.ggml_type]++;
     cv->w->converted_bytes += bytes;
     loom_gguf_release_tensor_pages(g, i); /* the converted copy is what stays resident */
     int64_t shape[LOOM_MAX_DIMS];
@@ -283,7 +283,7 @@ int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t 
     size_t o = 0;
     int any = 0;
     if (n) buf[0] = '\0';
-    for (uint32_t t = 0; w && t < 16; t++) {
+    for (uint32_t t = 0; w && t < 32; t++) {
         loom_dtype to;
         if (!w->n_converted[t] || !loom_ggml_convert_target(t, &to) || o >= n) continue;
         o += (size_t)snprintf(buf + o, n - o, "%s%s -> %s x%d", any ? ", " : "", loom_ggml_type_name(t),

@@ -174,11 +174,13 @@ def main():
                          ("q4", [32], 2, b"\3" * 18), ("q41", [32], 3, b"\4" * 20), ("b", [2], 30, b"\5" * 4)]),
         "aligned64": gguf([("general.alignment", U32, 64)], [("w", [8], 0, f32)], align=64),
         "q6k": gguf([], [("k", [256], 14, b"\6" * 210)]),
-        # the other types the Llama loader converts: q4_K, q5_K, q5_0, q5_1 (scales 1.0)
+        # the other types the Llama loader converts: q4_K, q5_K, q5_0, q5_1, iq4_nl, iq4_xs (scales 1.0)
         "kquants": gguf([], [("a", [256], 12, b"\0\x3c\0\x3c" + b"\7" * 140),
                              ("b", [256], 13, b"\0\x3c\0\x3c" + b"\x11" * 172),
                              ("c", [32, 2], 6, (b"\0\x3c" + b"\x22" * 20) * 2),
-                             ("d", [32], 7, b"\0\x3c\0\x3c" + b"\x33" * 20)]),
+                             ("d", [32], 7, b"\0\x3c\0\x3c" + b"\x33" * 20),
+                             ("e", [32], 20, b"\0\x3c" + b"\x44" * 16),
+                             ("f", [256], 23, b"\0\x3c" + b"\x55" * 134)]),
         "vocab_spm": spm_vocab(),
         "vocab_gpt2": gpt2_vocab(),
         "vocab_bert": bert_vocab(),

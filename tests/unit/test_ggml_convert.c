@@ -1,8 +1,10 @@
-/* The ggml types loom converts at load (q5_0, q5_1, q4_K, q5_K, q6_K):
+/* The ggml types loom converts at load (q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl,
+ * iq4_xs):
  *   - dequantization against the gguf Python package's values (ggml_golden.h,
  *     an independent implementation of the formats);
  *   - each conversion, on random blocks, against the dequantized values within
- *     its bound (q5_0 exact; q4_K -> q4_1 the half rounding of the scales;
+ *     its bound (q5_0, iq4_nl exact; q4_K -> q4_1 and iq4_xs -> q8_0 the half
+ *     rounding of the scales;
  *     requantized q8_0 half a step and the half rounding of the step);
  *   - errors: scales that are not finite or overflow a half, wrong counts and
  *     types, each with a message;
@@ -40,15 +42,16 @@ static void rand_block(uint32_t t, uint8_t *b, float d, float dmin) {
     size_t n = loom_ggml_block_bytes(t);
     for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rnd();
     switch (t) {
-    case LOOM_GGML_Q5_0: put_half(b, d); break;
+    case LOOM_GGML_Q5_0: case LOOM_GGML_IQ4_NL: case LOOM_GGML_IQ4_XS: put_half(b, d); break;
     case LOOM_GGML_Q5_1: case LOOM_GGML_Q4_K: case LOOM_GGML_Q5_K: put_half(b, d), put_half(b + 2, dmin); break;
     case LOOM_GGML_Q6_K: put_half(b + 208, d); break;
     default: break;
     }
 }
 
-static const uint32_t types[] = {LOOM_GGML_Q5_0, LOOM_GGML_Q5_1, LOOM_GGML_Q4_K, LOOM_GGML_Q5_K, LOOM_GGML_Q6_K};
-#define N_TYPES 5
+static const uint32_t types[] = {LOOM_GGML_Q5_0, LOOM_GGML_Q5_1,   LOOM_GGML_Q4_K,  LOOM_GGML_Q5_K,
+                                 LOOM_GGML_Q6_K, LOOM_GGML_IQ4_NL, LOOM_GGML_IQ4_XS};
+#define N_TYPES 7
 
 static void test_golden(void) {
     const struct { uint32_t t; const unsigned char *b; const float *v; int n; } g[] = {
@@ -57,6 +60,8 @@ static void test_golden(void) {
         {LOOM_GGML_Q4_K, golden_q4_K_bytes, golden_q4_K_vals, 512},
         {LOOM_GGML_Q5_K, golden_q5_K_bytes, golden_q5_K_vals, 512},
         {LOOM_GGML_Q6_K, golden_q6_K_bytes, golden_q6_K_vals, 512},
+        {LOOM_GGML_IQ4_NL, golden_iq4_nl_bytes, golden_iq4_nl_vals, 64},
+        {LOOM_GGML_IQ4_XS, golden_iq4_xs_bytes, golden_iq4_xs_vals, 512},
     };
     for (int i = 0; i < N_TYPES; i++) {
         float y[512];
@@ -94,7 +99,10 @@ static void test_convert_bounds(void) {
                     const loom_block_q4_1 *q = (const loom_block_q4_1 *)dst + k;
                     double a = fabs(loom_f16_to_f32(q->d)), m = fabs(loom_f16_to_f32(q->m));
                     bound = (15 * a + m) * 0x1p-11 + 16 * 0x1p-25 + 1e-6 * (15 * a + m);
-                } else if (t != LOOM_GGML_Q5_0) {
+                } else if (t == LOOM_GGML_IQ4_XS) { /* levels up to 127 times the scale's half rounding */
+                    double a = fabs(loom_f16_to_f32(((const loom_block_q8_0 *)dst)[k].d));
+                    bound = 127 * fmax(a * 0x1p-11, 0x1p-25) + 1e-6 * 127 * a;
+                } else if (t != LOOM_GGML_Q5_0 && t != LOOM_GGML_IQ4_NL) {
                     /* half the f32 step, plus 127 times the half rounding of the step
                      * (2^-11 of it, or 2^-25 where it is a subnormal half) */
                     double dd = fabs(loom_f16_to_f32(((const loom_block_q8_0 *)dst)[k].d)) * (1 + 0x1p-11) + 0x1p-25;
@@ -136,6 +144,14 @@ static void test_errors(void) {
     b[1] = 0xFC; /* -inf */
     CHECK(loom_ggml_convert_row(LOOM_GGML_Q5_0, b, 32, out) == LOOM_ERR_FORMAT &&
           strstr(loom_last_error(), "q5_0 block 0"));
+    rand_block(LOOM_GGML_IQ4_NL, b, 0.01f, 0);
+    b[0] = 0x00, b[1] = 0x7E; /* NaN */
+    CHECK(loom_ggml_convert_row(LOOM_GGML_IQ4_NL, b, 32, out) == LOOM_ERR_FORMAT &&
+          strstr(loom_last_error(), "iq4_nl block 0"));
+    rand_block(LOOM_GGML_IQ4_XS, b, 30000.0f, 0);
+    b[2] = 0xFF, b[3] = 0xFF, b[4] = 0x00; /* sub-block 0: ls = 48 - 32 = 16, 30000 * 16 overflows */
+    CHECK(loom_ggml_convert_row(LOOM_GGML_IQ4_XS, b, 256, out) == LOOM_ERR_FORMAT &&
+          strstr(loom_last_error(), "iq4_xs block 0: scale"));
     /* counts and types */
     rand_block(LOOM_GGML_Q5_1, b, 0.01f, 0.1f);
     CHECK(loom_ggml_convert_row(LOOM_GGML_Q5_1, b, 48, out) == LOOM_ERR_INVALID_ARG &&
@@ -156,14 +172,14 @@ typedef struct { const char *name; uint32_t type; int64_t rows, cols; float d; }
 /* Every matmul weight in a type loom converts, with scales giving elements of
  * about 0.05 (the model's activations stay in range). */
 static const wspec wts[] = {
-    {"token_embd.weight", LOOM_GGML_Q4_K, VOCAB, DIM, 1.0e-4f},
+    {"token_embd.weight", LOOM_GGML_IQ4_XS, VOCAB, DIM, 1.2e-5f},
     {"blk.0.attn_q.weight", LOOM_GGML_Q4_K, DIM, DIM, 1.0e-4f},
     {"blk.0.attn_k.weight", LOOM_GGML_Q5_K, DIM / 2, DIM, 7.0e-5f},
     {"blk.0.attn_v.weight", LOOM_GGML_Q6_K, DIM / 2, DIM, 2.5e-5f},
     {"blk.0.attn_output.weight", LOOM_GGML_Q5_0, DIM, DIM, 5.0e-3f},
     {"blk.0.ffn_gate.weight", LOOM_GGML_Q5_1, HID, DIM, 3.0e-3f},
     {"blk.0.ffn_up.weight", LOOM_GGML_Q4_K, HID, DIM, 1.0e-4f},
-    {"blk.0.ffn_down.weight", LOOM_GGML_Q6_K, DIM, HID, 2.5e-5f},
+    {"blk.0.ffn_down.weight", LOOM_GGML_IQ4_NL, DIM, HID, 4.0e-4f},
     {"output.weight", LOOM_GGML_Q6_K, VOCAB, DIM, 2.5e-5f},
 };
 #define N_WTS ((int)(sizeof wts / sizeof wts[0]))
@@ -264,11 +280,12 @@ static void test_model(void) {
         CHECK(loom_model_load(p0, &mp1, &m1) == LOOM_OK);
         if (m1) {
             CHECK(loom_llama_converted_summary(&m1->w, sum, sizeof sum) == 1);
-            CHECK_MSG(strcmp(sum, "q5_0 -> q8_0 x1, q5_1 -> q8_0 x1, q4_K -> q4_1 x3, q5_K -> q8_0 x1, "
-                                  "q6_K -> q8_0 x3 (0.5 MiB)") == 0, "summary: %s", sum);
-            /* q4_1: 20 bytes / 32 of tok_embd, attn_q, ffn_up; q8_0: 34 / 32 of the rest */
-            const size_t q41 = (size_t)(VOCAB + DIM + HID) * DIM,                  /* embd, q, up */
-                         q80 = (size_t)(DIM / 2 + DIM / 2 + DIM + HID + HID + VOCAB) * DIM; /* k v o gate down out */
+            CHECK_MSG(strcmp(sum, "q5_0 -> q8_0 x1, q5_1 -> q8_0 x1, q4_K -> q4_1 x2, q5_K -> q8_0 x1, "
+                                  "q6_K -> q8_0 x2, iq4_nl -> q8_0 x1, iq4_xs -> q8_0 x1 (0.5 MiB)") == 0,
+                      "summary: %s", sum);
+            /* q4_1: 20 bytes / 32 of attn_q, ffn_up; q8_0: 34 / 32 of the rest */
+            const size_t q41 = (size_t)(DIM + HID) * DIM,                          /* q, up */
+                         q80 = (size_t)(VOCAB + DIM / 2 + DIM / 2 + DIM + HID + HID + VOCAB) * DIM; /* the rest */
             CHECK(m1->w.converted_bytes == q41 / 32 * 20 + q80 / 32 * 34);
         }
         loom_model_free(m1);
