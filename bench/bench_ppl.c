@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -26,25 +27,6 @@ static int usage(void) {
     fprintf(stderr, "usage: bench_ppl -m MODEL -f TEXT [-z TOKENIZER] [-c CTX] [--chunks N] [-t THREADS] "
                     "[--kv-dtype f32|f16|bf16|i8] [--mode step_by_step|fused]\n");
     return 2;
-}
-
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *t = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (t = malloc((size_t)n + 1)) != NULL) {
-            if (fread(t, 1, (size_t)n, f) != (size_t)n) {
-                free(t);
-                t = NULL;
-            } else {
-                t[n] = '\0';
-            }
-        }
-    }
-    fclose(f);
-    return t;
 }
 
 int main(int argc, char **argv) {
@@ -76,9 +58,10 @@ int main(int argc, char **argv) {
     p.mode = strcmp(mode, "fused") == 0 ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP;
     p.kv_dtype = strcmp(kv, "i8") == 0 ? LOOM_I8 : strcmp(kv, "f16") == 0 ? LOOM_F16
                : strcmp(kv, "bf16") == 0 ? LOOM_BF16 : LOOM_F32;
-    char *txt = read_text(text);
-    if (!txt) {
-        fprintf(stderr, "bench_ppl: cannot read '%s'\n", text);
+    char *txt = NULL;
+    size_t txt_len = 0;
+    if (loom_read_file(text, (size_t)256 << 20, &txt, &txt_len) != LOOM_OK) {
+        fprintf(stderr, "bench_ppl: %s\n", loom_last_error());
         return 1;
     }
     loom_tokenizer *tk = NULL;
@@ -87,7 +70,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ppl: %s\n", loom_last_error());
         return 1;
     }
-    int max = (int)strlen(txt) + 16, n = 0;
+    int max = (int)txt_len + 16, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)max);
     if (!ids || loom_tokenizer_encode(tk, txt, 0, 0, ids, max, &n) != LOOM_OK) {
         fprintf(stderr, "bench_ppl: %s\n", loom_last_error());

@@ -78,24 +78,24 @@ static loom_status fill(void *ctx, const char *name, void *dst, size_t nbytes) {
         }
         const unsigned char *sp = (const unsigned char *)s->data + (size_t)sr * src_row;
         unsigned char *dp = (unsigned char *)dst + (size_t)r * dst_row;
-        loom_status st = LOOM_OK;
-        if (j->gsrc && s->dtype == j->dst) { /* the loader's own conversion (q4_K -> q4_1 near exact) */
-            st = loom_ggml_convert_row(j->gsrc, sp, cols, dp);
-        } else if (s->dtype == j->dst) {
+        const int kept = s->dtype == j->dst;
+        if (kept && !j->gsrc) {
             memcpy(dp, sp, dst_row);
             continue;
-        } else if (j->gsrc) {
-            st = loom_ggml_dequantize(j->gsrc, sp, cols, tmp);
-        } else {
+        }
+        if (!j->gsrc) {
             loom_row_to_f32(s->dtype, sp, tmp, cols);
+        } else { /* kept: the loader's own conversion (q4_K -> q4_1 near exact); else its exact values */
+            loom_status st = kept ? loom_ggml_convert_row(j->gsrc, sp, cols, dp)
+                                  : loom_ggml_dequantize(j->gsrc, sp, cols, tmp);
+            if (st != LOOM_OK) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", loom_last_error());
+                free(tmp);
+                return loom_set_error(LOOM_ERR_FORMAT, "convert: '%s' row %lld: %s", name, (long long)sr, why);
+            }
+            if (kept) continue;
         }
-        if (st != LOOM_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", loom_last_error());
-            free(tmp);
-            return loom_set_error(LOOM_ERR_FORMAT, "convert: '%s' row %lld: %s", name, (long long)sr, why);
-        }
-        if (j->gsrc && s->dtype == j->dst) continue;
         if (j->dst == LOOM_F32) memcpy(dp, tmp, sizeof(float) * (size_t)cols);
         else if (j->dst == LOOM_F16)
             for (int64_t c = 0; c < cols; c++) ((uint16_t *)dp)[c] = loom_f32_to_f16(tmp[c]);
@@ -274,7 +274,7 @@ static loom_status requant(const char *in, loom_gguf_writer *w, conv_list *L, co
         loom_dtype to;
         if (loom_ggml_convert_target(info.ggml_type, &to)) { /* K-quants, q5: as the loader converts them */
             int64_t shape[LOOM_MAX_DIMS];
-            for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
+            loom_gguf_tensor_shape(&info, shape);
             LOOM_TRY(loom_tensor_init(&t, to, info.n_dims, shape, (void *)(uintptr_t)info.data));
             LOOM_TRY(add(w, L, info.name, &t, p, 0, 0));
             L->jobs[L->n - 1].gsrc = info.ggml_type;

@@ -618,6 +618,16 @@ loom_status loom_gguf_tensor_info_at(const loom_gguf *g, int64_t i, loom_gguf_te
     return LOOM_OK;
 }
 
+int64_t loom_gguf_tensor_nelem(const loom_gguf_tensor_info *info) {
+    int64_t n = 1;
+    for (int d = 0; d < info->n_dims; d++) n *= info->ne[d]; /* validated at open: no overflow */
+    return n;
+}
+
+void loom_gguf_tensor_shape(const loom_gguf_tensor_info *info, int64_t *shape) {
+    for (int d = 0; d < info->n_dims; d++) shape[d] = info->ne[info->n_dims - 1 - d];
+}
+
 loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out) {
     loom_gguf_tensor_info info;
     LOOM_TRY(loom_gguf_tensor_info_at(g, i, &info));
@@ -635,7 +645,7 @@ loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out)
                    "gguf '%s': tensor '%s' data at file offset %zu is not %zu-byte aligned",
                    g->path, info.name, g->data_off + (size_t)info.offset, need_align);
     int64_t shape[LOOM_MAX_DIMS];
-    for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
+    loom_gguf_tensor_shape(&info, shape);
     LOOM_TRY(loom_tensor_init(out, dt, info.n_dims, shape, (void *)(uintptr_t)info.data));
     snprintf(out->name, sizeof out->name, "%s", info.name);
     return LOOM_OK;

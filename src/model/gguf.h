@@ -165,6 +165,11 @@ typedef struct loom_gguf_tensor_info {
     const void *data;     /* in the mapping */
 } loom_gguf_tensor_info;
 
+/* Its element count, and its shape in loom's order (outermost first: GGUF's
+ * ne reversed) into shape[0 .. n_dims). */
+int64_t loom_gguf_tensor_nelem(const loom_gguf_tensor_info *info);
+void loom_gguf_tensor_shape(const loom_gguf_tensor_info *info, int64_t *shape);
+
 int64_t loom_gguf_n_tensors(const loom_gguf *g);
 /* Index of the tensor called name, or -1. */
 int64_t loom_gguf_find_tensor(const loom_gguf *g, const char *name);

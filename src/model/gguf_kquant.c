@@ -178,15 +178,24 @@ int loom_ggml_convert_target(uint32_t t, loom_dtype *to) {
     return 1;
 }
 
-loom_status loom_ggml_dequantize(uint32_t t, const void *src, int64_t n, float *dst) {
-    deq_fn f = deq_for(t);
-    LOOM_RETURN_IF(!f || !src || !dst, LOOM_ERR_INVALID_ARG, "ggml_dequantize: type %s is not one loom converts",
+/* The arguments of the two entry points (fn names the caller): a type loom
+ * converts, buffers, and whole blocks. */
+static loom_status check_args(const char *fn, uint32_t t, const void *src, int64_t n, const void *dst) {
+    LOOM_RETURN_IF(!loom_ggml_convert_target(t, NULL) || !src || !dst, LOOM_ERR_INVALID_ARG,
+                   "%s: type %s is not one loom converts", fn,
                    loom_ggml_type_name(t) ? loom_ggml_type_name(t) : "(unknown)");
     const int64_t be = loom_ggml_block_elems(t);
-    const size_t bb = loom_ggml_block_bytes(t);
     LOOM_RETURN_IF(n < 0 || n % be != 0, LOOM_ERR_INVALID_ARG,
-                   "ggml_dequantize: %lld elements is not a multiple of the %s block of %lld", (long long)n,
+                   "%s: %lld elements is not a multiple of the %s block of %lld", fn, (long long)n,
                    loom_ggml_type_name(t), (long long)be);
+    return LOOM_OK;
+}
+
+loom_status loom_ggml_dequantize(uint32_t t, const void *src, int64_t n, float *dst) {
+    LOOM_TRY(check_args("ggml_dequantize", t, src, n, dst));
+    const int64_t be = loom_ggml_block_elems(t);
+    const size_t bb = loom_ggml_block_bytes(t);
+    deq_fn f = deq_for(t);
     for (int64_t i = 0; i < n / be; i++) f((const uint8_t *)src + (size_t)i * bb, dst + i * be);
     return LOOM_OK;
 }
@@ -197,7 +206,12 @@ static int half_of(float x, uint16_t *h) {
     return isfinite(loom_f16_to_f32(*h)) ? 0 : -1;
 }
 
-static loom_status q4_K_to_q4_1(const uint8_t *b, loom_block_q4_1 *o, int64_t blk) {
+/* The conversions that map a block directly (no requantization): source block
+ * b (number blk, for messages) into its target blocks at out. */
+typedef loom_status (*direct_fn)(const uint8_t *b, void *out, int64_t blk);
+
+static loom_status q4_K_to_q4_1(const uint8_t *b, void *out, int64_t blk) {
+    loom_block_q4_1 *o = out;
     float d = rdh(b), dmin = rdh(b + 2);
     for (int s = 0; s < 8; s++) {
         int a, m;
@@ -214,7 +228,8 @@ static loom_status q4_K_to_q4_1(const uint8_t *b, loom_block_q4_1 *o, int64_t bl
     return LOOM_OK;
 }
 
-static loom_status q5_0_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t blk) {
+static loom_status q5_0_to_q8_0(const uint8_t *b, void *out, int64_t blk) {
+    loom_block_q8_0 *o = out;
     int q[32];
     q5_nibbles(b + 2, b + 6, q);
     o->d = rd16(b);
@@ -233,13 +248,14 @@ static void iq4_to_q8_0(const uint8_t *q, uint16_t h, loom_block_q8_0 *o) {
     }
 }
 
-static loom_status iq4_nl_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t blk) {
+static loom_status iq4_nl_to_q8_0(const uint8_t *b, void *out, int64_t blk) {
     LOOM_RETURN_IF(!isfinite(rdh(b)), LOOM_ERR_FORMAT, "iq4_nl block %lld: scale is not finite", (long long)blk);
-    iq4_to_q8_0(b + 2, rd16(b), o);
+    iq4_to_q8_0(b + 2, rd16(b), out);
     return LOOM_OK;
 }
 
-static loom_status iq4_xs_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t blk) {
+static loom_status iq4_xs_to_q8_0(const uint8_t *b, void *out, int64_t blk) {
+    loom_block_q8_0 *o = out;
     float d = rdh(b);
     for (int s = 0; s < 8; s++) {
         uint16_t h;
@@ -252,32 +268,27 @@ static loom_status iq4_xs_to_q8_0(const uint8_t *b, loom_block_q8_0 *o, int64_t 
     return LOOM_OK;
 }
 
+static direct_fn direct_for(uint32_t t) {
+    switch (t) {
+    case LOOM_GGML_Q4_K: return q4_K_to_q4_1;
+    case LOOM_GGML_Q5_0: return q5_0_to_q8_0;
+    case LOOM_GGML_IQ4_NL: return iq4_nl_to_q8_0;
+    case LOOM_GGML_IQ4_XS: return iq4_xs_to_q8_0;
+    default: return NULL; /* requantized */
+    }
+}
+
 loom_status loom_ggml_convert_row(uint32_t t, const void *src, int64_t n, void *dst) {
-    loom_dtype to;
-    LOOM_RETURN_IF(!loom_ggml_convert_target(t, &to) || !src || !dst, LOOM_ERR_INVALID_ARG,
-                   "ggml_convert_row: type %s is not one loom converts",
-                   loom_ggml_type_name(t) ? loom_ggml_type_name(t) : "(unknown)");
+    LOOM_TRY(check_args("ggml_convert_row", t, src, n, dst));
+    loom_dtype to = LOOM_Q8_0;
+    loom_ggml_convert_target(t, &to); /* checked above */
     const int64_t be = loom_ggml_block_elems(t), nb = n / be;
-    const size_t bb = loom_ggml_block_bytes(t);
-    LOOM_RETURN_IF(n < 0 || n % be != 0, LOOM_ERR_INVALID_ARG,
-                   "ggml_convert_row: %lld elements is not a multiple of the %s block of %lld", (long long)n,
-                   loom_ggml_type_name(t), (long long)be);
+    const size_t bb = loom_ggml_block_bytes(t), ob = (size_t)(be / 32) * loom_dtype_block_bytes(to);
     const uint8_t *s = src;
-    if (t == LOOM_GGML_Q4_K) {
-        for (int64_t i = 0; i < nb; i++) LOOM_TRY(q4_K_to_q4_1(s + (size_t)i * bb, (loom_block_q4_1 *)dst + 8 * i, i));
-        return LOOM_OK;
-    }
-    if (t == LOOM_GGML_Q5_0) {
-        for (int64_t i = 0; i < nb; i++) LOOM_TRY(q5_0_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + i, i));
-        return LOOM_OK;
-    }
-    if (t == LOOM_GGML_IQ4_NL) {
-        for (int64_t i = 0; i < nb; i++) LOOM_TRY(iq4_nl_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + i, i));
-        return LOOM_OK;
-    }
-    if (t == LOOM_GGML_IQ4_XS) {
-        for (int64_t i = 0; i < nb; i++)
-            LOOM_TRY(iq4_xs_to_q8_0(s + (size_t)i * bb, (loom_block_q8_0 *)dst + 8 * i, i));
+    uint8_t *o = dst;
+    direct_fn df = direct_for(t);
+    if (df) {
+        for (int64_t i = 0; i < nb; i++) LOOM_TRY(df(s + (size_t)i * bb, o + (size_t)i * ob, i));
         return LOOM_OK;
     }
     float y[256];
@@ -287,7 +298,7 @@ loom_status loom_ggml_convert_row(uint32_t t, const void *src, int64_t n, void *
         for (int j = 0; j < be; j++)
             LOOM_RETURN_IF(!isfinite(y[j]), LOOM_ERR_FORMAT, "%s block %lld: element %d is not finite",
                            loom_ggml_type_name(t), (long long)i, j);
-        loom_quantize_row(LOOM_Q8_0, y, (loom_block_q8_0 *)dst + i * (be / 32), be);
+        loom_quantize_row(to, y, o + (size_t)i * ob, be);
     }
     return LOOM_OK;
 }

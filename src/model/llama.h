@@ -87,13 +87,11 @@ loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_lla
  * is malloc'd. Everything is validated first: errors name the missing or
  * malformed key (LOOM_ERR_FORMAT), the tensor with the wrong shape
  * (LOOM_ERR_SHAPE) or type (LOOM_ERR_DTYPE / LOOM_ERR_UNSUPPORTED), or the
- * unsupported architecture (LOOM_ERR_UNSUPPORTED). */
-loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
+ * unsupported architecture (LOOM_ERR_UNSUPPORTED). Tensors of the types loom
+ * converts at load (K-quants, q5, iq4) are converted on n_threads threads into
+ * w->owned. */
+loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w);
-/* The same, converting the tensors of the types loom converts at load (K-quants,
- * q5, iq4) on n_threads threads (w->owned holds them). */
-loom_status loom_llama_load_gguf_threads(const char *path, int n_threads, loom_gguf **gguf,
-                                         loom_llama_config *cfg, loom_llama_weights *w);
 
 /* Appends the graph of one forward pass over n tokens at positions pos..pos+n-1:
  * ids is an I32 [n] tensor id, kc/vc are per-layer cache tensor ids

@@ -142,14 +142,12 @@ static void *conv_part_run(void *arg) {
 /* loom_ggml_convert_row of the whole tensor, its blocks split over up to nth
  * threads (the caller's is one). A failure is converted again on this thread,
  * whole, so that the error (thread-local) names the tensor's own block. */
-static loom_status convert_parallel(uint32_t type, const void *src, int64_t n, void *dst, int nth) {
+static loom_status convert_parallel(uint32_t type, loom_dtype to, const void *src, int64_t n, void *dst, int nth) {
     enum { MAX_PARTS = 64 };
-    const int64_t be = loom_ggml_block_elems(type), nb = n / be;
-    loom_dtype to;
-    if (!loom_ggml_convert_target(type, &to) || be <= 0) return loom_ggml_convert_row(type, src, n, dst);
-    const size_t sbb = loom_ggml_block_bytes(type), dbb = (size_t)(be / 32) * loom_dtype_block_bytes(to);
     int parts = nth < MAX_PARTS ? nth : MAX_PARTS;
     if (n < (1 << 17) || parts < 2) return loom_ggml_convert_row(type, src, n, dst); /* small: not worth a thread */
+    const int64_t be = loom_ggml_block_elems(type), nb = n / be;
+    const size_t sbb = loom_ggml_block_bytes(type), dbb = (size_t)(be / 32) * loom_dtype_block_bytes(to);
     conv_part c[MAX_PARTS];
     pthread_t th[MAX_PARTS];
     int started[MAX_PARTS] = {0};
@@ -173,9 +171,7 @@ static loom_status convert_parallel(uint32_t type, const void *src, int64_t n, v
 static size_t conv_bytes(const loom_gguf_tensor_info *info) {
     loom_dtype to;
     if (!loom_ggml_convert_target(info->ggml_type, &to)) return 0;
-    uint64_t n = 1;
-    for (int d = 0; d < info->n_dims; d++) n *= (uint64_t)info->ne[d];
-    return (size_t)(n / 32 * loom_dtype_block_bytes(to) + 63) & ~(size_t)63;
+    return ((size_t)loom_gguf_tensor_nelem(info) / 32 * loom_dtype_block_bytes(to) + 63) & ~(size_t)63;
 }
 
 /* Tensor i as loom_gguf_tensor_at gives it, or, for a type loom converts at
@@ -189,9 +185,8 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
     LOOM_RETURN_IF(!cv->base || cv->used + bytes > cv->cap, LOOM_ERR_INVALID_ARG,
                    "%s: no room to convert tensor '%s'", loom_gguf_path(g), info.name);
     uint8_t *dst = cv->base + cv->used;
-    uint64_t n = 1;
-    for (int d = 0; d < info.n_dims; d++) n *= (uint64_t)info.ne[d];
-    if (convert_parallel(info.ggml_type, info.data, (int64_t)n, dst, cv->n_threads) != LOOM_OK) {
+    if (convert_parallel(info.ggml_type, to, info.data, loom_gguf_tensor_nelem(&info), dst, cv->n_threads) !=
+        LOOM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", loom_last_error());
         return loom_set_error(LOOM_ERR_FORMAT, "%s: tensor '%s' (%s): %s", loom_gguf_path(g), info.name,
@@ -202,7 +197,7 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
     cv->w->converted_bytes += bytes;
     loom_gguf_release_tensor_pages(g, i); /* the converted copy is what stays resident */
     int64_t shape[LOOM_MAX_DIMS];
-    for (int d = 0; d < info.n_dims; d++) shape[d] = info.ne[info.n_dims - 1 - d];
+    loom_gguf_tensor_shape(&info, shape);
     LOOM_TRY(loom_tensor_init(t, to, info.n_dims, shape, dst));
     loom_tensor_set_name(t, "%s", info.name);
     return LOOM_OK;
@@ -294,13 +289,8 @@ int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t 
     return any;
 }
 
-loom_status loom_llama_load_gguf(const char *path, loom_gguf **gguf, loom_llama_config *cfg,
+loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w) {
-    return loom_llama_load_gguf_threads(path, 1, gguf, cfg, w);
-}
-
-loom_status loom_llama_load_gguf_threads(const char *path, int n_threads, loom_gguf **gguf,
-                                         loom_llama_config *cfg, loom_llama_weights *w) {
     LOOM_RETURN_IF(!path || !gguf || !cfg || !w, LOOM_ERR_INVALID_ARG, "llama_load_gguf: NULL argument");
     memset(cfg, 0, sizeof *cfg);
     memset(w, 0, sizeof *w);

@@ -43,7 +43,7 @@ static loom_status load_weights(const char *path, loom_model *m) {
     switch (m->format) {
     case LOOM_MODEL_SAFETENSORS: /* a folder with config.json + weights, the file, or its index */
         return loom_llama_load_safetensors(path, &m->st, &m->st_owned, &m->cfg, &m->w);
-    case LOOM_MODEL_GGUF: return loom_llama_load_gguf_threads(path, m->params.n_threads, &m->gguf, &m->cfg, &m->w);
+    case LOOM_MODEL_GGUF: return loom_llama_load_gguf(path, m->params.n_threads, &m->gguf, &m->cfg, &m->w);
     default: return loom_llama2c_load(path, &m->file, &m->cfg, &m->w);
     }
 }

@@ -60,11 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              * copy, as validated), into an exact-size buffer */
             loom_dtype to;
             if (loom_gguf_tensor_info_at(g, i, &info) == LOOM_OK && loom_ggml_convert_target(info.ggml_type, &to)) {
-                uint64_t n = 1;
-                for (int d = 0; d < info.n_dims; d++) n *= (uint64_t)info.ne[d];
-                if (n <= (1u << 20)) {
+                int64_t n = loom_gguf_tensor_nelem(&info);
+                if (n <= (1 << 20)) {
                     void *out = malloc((size_t)n / 32 * loom_dtype_block_bytes(to) + 1);
-                    if (out) loom_ggml_convert_row(info.ggml_type, info.data, (int64_t)n, out);
+                    if (out) loom_ggml_convert_row(info.ggml_type, info.data, n, out);
                     free(out);
                 }
             }

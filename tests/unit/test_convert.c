@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "check.h"
 #include "llama_test_util.h"
 #include "model/convert.h"
@@ -20,7 +21,7 @@ static double compare(const char *gguf_path, const float *ref, int vocab, int *t
     loom_gguf *g = NULL;
     loom_llama_config c;
     loom_llama_weights w;
-    loom_status s = loom_llama_load_gguf(gguf_path, &g, &c, &w);
+    loom_status s = loom_llama_load_gguf(gguf_path, 1, &g, &c, &w);
     CHECK_MSG(s == LOOM_OK, "%s: %s", gguf_path, loom_last_error());
     if (s != LOOM_OK) return 1e9;
     CHECK(c.vocab_size == vocab && c.rope_mode == LOOM_ROPE_INTERLEAVED);
@@ -41,6 +42,7 @@ static double compare(const char *gguf_path, const float *ref, int vocab, int *t
     }
     free(got);
     free(w.layers);
+    loom_free_aligned(w.owned); /* NULL: these files hold no types converted at load */
     loom_gguf_close(g);
     return maxerr;
 }

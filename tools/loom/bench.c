@@ -23,10 +23,10 @@
 
 #define MAX_LIST 16
 
-/* "1,2,4" -> values; 0 on success. */
 /* The model's tensors converted at load (K-quants), for the header. */
 static char converted[256];
 
+/* "1,2,4" -> values; 0 on success. */
 static int parse_int_list(const char *opt, const char *s, int *v, int *n, int min) {
     *n = 0;
     const char *p = s;

@@ -17,12 +17,12 @@ typedef struct prof_opts {
     loom_dtype kv_dtype;
 } prof_opts;
 
-/* The sampler after the LM head, as `loom run` samples by default
- * (temperature, top-p): median time of 5 draws from logits, which it reads
- * once (softmax, then the nucleus over the sorted candidates). */
 /* The model's tensors converted at load (K-quants), for the header. */
 static char converted[256];
 
+/* The sampler after the LM head, as `loom run` samples by default
+ * (temperature, top-p): median time of 5 draws from logits, which it reads
+ * once (softmax, then the nucleus over the sorted candidates). */
 static loom_status add_sampling(loom_profile *p, const float *logits, int vocab) {
     loom_sampler_params sp = loom_sampler_default_params();
     sp.top_p = 0.9f; /* loom run's default (the library's is 1: no nucleus) */
