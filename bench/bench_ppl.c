@@ -9,9 +9,11 @@
  *   bench_ppl -m MODEL -f TEXT [-z TOKENIZER] [-c CTX=256] [--chunks N=all]
  *             [-t THREADS=1] [--kv-dtype f32|f16|bf16|i8] [--mode step_by_step|fused]
  *
- * Prints the token count, the scored tokens, the perplexity and its standard
- * error (from the per-token negative log-likelihoods). A quality check of
- * weights and conversions (bench/results/e2e.md), not a speed benchmark.
+ * Prints the model's load time (loom_model_load: the conversions of K-quant
+ * files included), the token count, the scored tokens, the perplexity and its
+ * standard error (from the per-token negative log-likelihoods). A quality
+ * check of weights and conversions (bench/results/e2e.md), not a speed
+ * benchmark.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "base/timer.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -66,10 +69,13 @@ int main(int argc, char **argv) {
     }
     loom_tokenizer *tk = NULL;
     loom_model *m = NULL;
-    if (loom_tokenizer_load(tok ? tok : model, &tk) != LOOM_OK || loom_model_load(model, &p, &m) != LOOM_OK) {
+    uint64_t t0 = 0, t1 = 0;
+    if (loom_tokenizer_load(tok ? tok : model, &tk) != LOOM_OK ||
+        (t0 = loom_time_ns(), loom_model_load(model, &p, &m)) != LOOM_OK) {
         fprintf(stderr, "bench_ppl: %s\n", loom_last_error());
         return 1;
     }
+    t1 = loom_time_ns();
     int max = (int)txt_len + 16, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)max);
     if (!ids || loom_tokenizer_encode(tk, txt, 0, 0, ids, max, &n) != LOOM_OK) {
@@ -104,8 +110,9 @@ int main(int argc, char **argv) {
     }
     double mean = sum / (double)cnt, var = sum2 / (double)cnt - mean * mean;
     double se = sqrt(var > 0 ? var / (double)cnt : 0) * exp(mean);
-    printf("model %s\ntext %s: %d tokens, %d chunks of %d, %ld scored\nppl %.4f +/- %.4f\n", model, text, n,
-           chunks, ctx, cnt, exp(mean), se);
+    printf("model %s: loaded in %.3f s on %d thread%s\ntext %s: %d tokens, %d chunks of %d, %ld scored\n"
+           "ppl %.4f +/- %.4f\n", model, (double)(t1 - t0) * 1e-9, threads, threads == 1 ? "" : "s", text, n, chunks,
+           ctx, cnt, exp(mean), se);
     free(lg), free(chunk), free(ids), free(txt);
     loom_model_free(m);
     loom_tokenizer_free(tk);

@@ -80,8 +80,8 @@ loom_status loom_ggml_type_to_dtype(uint32_t ggml_type, loom_dtype *out);
 int loom_ggml_convert_target(uint32_t ggml_type, loom_dtype *to);
 /* n elements (a multiple of the type's block) of a convertible type into
  * dst, in the target's blocks. LOOM_ERR_FORMAT naming the block when a scale
- * or value is not finite (or overflows a half scale); LOOM_ERR_INVALID_ARG for
- * another type or n. */
+ * or value is not finite, or a target scale would overflow its half;
+ * LOOM_ERR_INVALID_ARG for another type or n. */
 loom_status loom_ggml_convert_row(uint32_t ggml_type, const void *src, int64_t n, void *dst);
 /* The f32 values of n elements of a convertible type (ggml's dequantization). */
 loom_status loom_ggml_dequantize(uint32_t ggml_type, const void *src, int64_t n, float *dst);

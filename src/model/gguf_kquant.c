@@ -299,6 +299,12 @@ loom_status loom_ggml_convert_row(uint32_t t, const void *src, int64_t n, void *
             LOOM_RETURN_IF(!isfinite(y[j]), LOOM_ERR_FORMAT, "%s block %lld: element %d is not finite",
                            loom_ggml_type_name(t), (long long)i, j);
         loom_quantize_row(to, y, o + (size_t)i * ob, be);
+        for (int k = 0; k < be / 32; k++) { /* values beyond 127 * 65504 overflow q8_0's half scale */
+            const loom_block_q8_0 *q = (const loom_block_q8_0 *)(o + (size_t)i * ob) + k;
+            LOOM_RETURN_IF(!isfinite(loom_f16_to_f32(q->d)), LOOM_ERR_FORMAT,
+                           "%s block %lld: values too large for q8_0's half scale", loom_ggml_type_name(t),
+                           (long long)i);
+        }
     }
     return LOOM_OK;
 }

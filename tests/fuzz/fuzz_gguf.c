@@ -2,6 +2,7 @@
  * over whatever opens, so that values, arrays and tensor views are touched,
  * and tensors of the types the Llama loader converts (K-quants, q5) are
  * converted. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,15 +58,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             loom_gguf_tensor_at(g, i, &t);
             /* a type the Llama loader converts: the whole tensor (its data lies in the
-             * copy, as validated), into an exact-size buffer */
+             * copy, as validated), into an exact-size buffer. It converts, or fails as a
+             * bad file (LOOM_ERR_FORMAT) with a message; converted, every scale is finite. */
             loom_dtype to;
             if (loom_gguf_tensor_info_at(g, i, &info) == LOOM_OK && loom_ggml_convert_target(info.ggml_type, &to)) {
                 int64_t n = loom_gguf_tensor_nelem(&info);
-                if (n <= (1 << 20)) {
-                    void *out = malloc((size_t)n / 32 * loom_dtype_block_bytes(to) + 1);
-                    if (out) loom_ggml_convert_row(info.ggml_type, info.data, n, out);
-                    free(out);
+                size_t nbl = (size_t)n / 32, bb = loom_dtype_block_bytes(to);
+                uint8_t *out = n <= (1 << 20) ? malloc(nbl * bb + 1) : NULL;
+                if (out) {
+                    loom_status st = loom_ggml_convert_row(info.ggml_type, info.data, n, out);
+                    if (st != LOOM_OK && (st != LOOM_ERR_FORMAT || !loom_last_error()[0])) abort();
+                    for (size_t b = 0; st == LOOM_OK && b < nbl; b++) { /* d (and q4_1's m) lead each block */
+                        uint16_t h[2];
+                        memcpy(h, out + b * bb, sizeof h);
+                        if (!isfinite(loom_f16_to_f32(h[0])) || (to == LOOM_Q4_1 && !isfinite(loom_f16_to_f32(h[1]))))
+                            abort();
+                    }
                 }
+                free(out);
             }
         }
     }

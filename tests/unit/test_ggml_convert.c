@@ -136,6 +136,10 @@ static void test_errors(void) {
     b[4] = 63; /* sub-block 0's scale: 60000 * 63 overflows a half */
     CHECK(loom_ggml_convert_row(LOOM_GGML_Q4_K, b, 256, out) == LOOM_ERR_FORMAT &&
           strstr(loom_last_error(), "not a finite half"));
+    rand_block(LOOM_GGML_Q6_K, b, 60000.0f, 0); /* finite values up to ~2.5e8: no half q8_0 scale holds them */
+    memset(b + 192, 127, 16);
+    CHECK(loom_ggml_convert_row(LOOM_GGML_Q6_K, b, 256, out) == LOOM_ERR_FORMAT &&
+          strstr(loom_last_error(), "too large for q8_0"));
     rand_block(LOOM_GGML_Q6_K, b, 0.01f, 0);
     b[208] = 0x01, b[209] = 0x7E; /* NaN */
     CHECK(loom_ggml_convert_row(LOOM_GGML_Q6_K, b, 256, out) == LOOM_ERR_FORMAT &&
