@@ -83,6 +83,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "graph/ops_init.h"
 #include "base/cpu.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -664,6 +665,7 @@ static int parse_ints(const char *s, int *out, int n) {
 }
 
 int main(int argc, char **argv) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5};
     int seqs[8] = {512, 1024, 2048, 4096}, n_seqs = 4, gqa[4] = {32, 8}, n_gqa = 2;
     int ctx[8] = {512, 1024, 2048, 4096, 8192}, n_ctx = 5, blk[2] = {0, 0}, chunk = 512;

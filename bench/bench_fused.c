@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "graph/ops_init.h"
 #include "base/cpu.h"
 #include "base/rng.h"
 #include "bench_util.h"
@@ -372,6 +373,7 @@ static int parse_dtype(const char *s, loom_dtype *t) {
 }
 
 int main(int argc, char **argv) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     opts o = {.threads = {1, 2}, .n_threads = 2, .reps = 5};
     int ms[8] = {1, 512}, n_ms = 2;
     const char *wtypes = "f32,bf16", *ops = "add_rms_norm,ffn,qkv_rope";

@@ -117,7 +117,7 @@ void loom_tensor_set_name(loom_tensor *t, const char *fmt, ...)
 
 typedef enum loom_exec_mode {
     LOOM_MODE_STEP_BY_STEP = 0,       /* one kernel per primitive op, every intermediate materialised */
-    LOOM_MODE_FUSED,                  /* fusion rules applied (fusion engine; not in this build yet) */
+    LOOM_MODE_FUSED,                  /* fusion rules applied: fused kernels (the default) */
     LOOM_MODE_FUSED_WITH_CHECKPOINTS, /* fused, with unfused re-computation at checkpoints */
     LOOM_MODE_COUNT
 } loom_exec_mode;
@@ -128,11 +128,15 @@ loom_status loom_mode_parse(const char *name, loom_exec_mode *out);
 
 /* ---------------------------------------------------------- models */
 
-typedef struct loom_model loom_model;   /* weights (mmap), KV cache, graph, executor */
+typedef struct loom_model loom_model;   /* weights (mmap), KV cache, forward programs */
+
+#define LOOM_DEFAULT_BATCH 512   /* prompt rows per prefill step by default */
 
 typedef struct loom_model_params {
-    int n_threads;            /* >= 1 */
+    int n_threads;            /* >= 1; default: the CPUs this process may run on */
     int n_ctx;                /* context length; 0 = the model's maximum */
+    int n_batch;              /* prompt tokens per forward step (longer prompts run in chunks);
+                                 0 = LOOM_DEFAULT_BATCH; at most the context */
     int n_ctx_clamp;          /* nonzero: an n_ctx beyond the model's maximum becomes it (else an error) */
     loom_exec_mode mode;
     const char *dump_dir;     /* if set, every intermediate of every forward pass is written here */
@@ -154,6 +158,8 @@ typedef struct loom_model_info {
     int n_ctx;                /* the context this instance was created with */
 } loom_model_info;
 
+/* Defaults: threads = the CPUs this process may run on (sched_getaffinity),
+ * the model's context, mode fused, f32 KV cache, built-in fusion rules. */
 loom_model_params loom_model_default_params(void);
 /* Loads a Llama-architecture model: a GGUF file (by its "GGUF" magic), a
  * Hugging Face folder or .safetensors file (config.json beside it), or a
@@ -164,14 +170,16 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
 void loom_model_free(loom_model *m);
 loom_model_info loom_model_get_info(const loom_model *m);
 /* Sets p->mode from, in order: flag (NULL = not given), $LOOM_MODE, the `mode:`
- * key of the rules file p->rules_path (or of the built-in rules), step_by_step.
+ * key of the rules file p->rules_path (or of the built-in rules), fused.
  * Errors name the bad mode or the rules file position. */
 loom_status loom_model_params_set_mode(loom_model_params *p, const char *flag);
 /* Prints, to stderr, the worst fused-vs-unfused error per checkpoint seen by a
  * model running in fused_with_checkpoints mode (nothing in other modes). */
 void loom_model_report_checkpoints(const loom_model *m);
 /* Runs tokens[0..n) at positions pos..pos+n-1 (the KV cache holds 0..pos-1) and
- * writes the logits of the last token to logits[vocab_size]. */
+ * writes the logits of the last token to logits[vocab_size]. The forward
+ * programs the model compiled at load run it (one step for n = 1, chunks of
+ * up to n_batch rows otherwise); nothing is allocated. */
 loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* ---------------------------------------------------------- sampling */

@@ -3,10 +3,12 @@
  * A feature counts only when the CPU has it and the OS saves the register
  * state it needs (XCR0): a kernel using ZMM registers under an OS that does
  * not preserve them would be corrupted by the first context switch. */
+#define _GNU_SOURCE
 #include "base/cpu.h"
 #include "base/status.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,4 +230,16 @@ loom_status loom_isa_parse(const char *name, loom_isa *out) {
     }
     return loom_set_error(LOOM_ERR_INVALID_ARG,
                           "unknown ISA \"%s\" (expected ref, generic, avx2 or avx512)", name);
+}
+
+int loom_cpu_count(void) {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }

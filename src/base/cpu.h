@@ -52,5 +52,8 @@ loom_status loom_cpu_set_isa(loom_isa isa);
 const char *loom_isa_name(loom_isa isa);
 /* Parses a name; returns LOOM_ERR_INVALID_ARG for an unknown one. */
 loom_status loom_isa_parse(const char *name, loom_isa *out);
+/* CPUs this process may run on (sched_getaffinity: taskset, cgroups' cpusets),
+ * at least 1: the default thread count. */
+int loom_cpu_count(void);
 
 #endif

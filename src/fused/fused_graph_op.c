@@ -34,7 +34,9 @@ void loom_register_custom_slot(loom_op_info *e, int slot) {
     e->decomposition = NULL;
 }
 
-void loom_register_fused_graph_ops(loom_op_info *table) {
+void loom_fused_register_ops(loom_op_info *table) {
+    loom_register_attention_kernels(table);
+    loom_register_attention_primitive_kernels(table);
     loom_register_qkv_rope_op(&table[LOOM_OP_QKV_ROPE]);
     loom_register_add_rms_norm_op(&table[LOOM_OP_ADD_RMS_NORM]);
     loom_register_ffn_op(&table[LOOM_OP_FFN]);

@@ -25,6 +25,14 @@
 #define LOOM_FUSED_SET_LEVELS(e, name) ((e)->opt[LOOM_ISA_GENERIC] = name##_generic)
 #endif
 
+/* Fills the fused layer's entries of the op table: the fused attention ops
+ * (infer, cost, scratch, reference and optimised kernels), the optimised
+ * kernels of the primitive attention op (the FlashAttention driver under the
+ * primitive op's semantics), the fused graph ops qkv_rope, add_rms_norm, ffn
+ * and the empty custom slots. Called once, by loom_ops_init (src/graph). */
+void loom_fused_register_ops(loom_op_info *table);
+void loom_register_attention_kernels(loom_op_info *table);
+void loom_register_attention_primitive_kernels(loom_op_info *table);
 void loom_register_add_rms_norm_op(loom_op_info *e);
 void loom_register_qkv_rope_op(loom_op_info *e);
 void loom_register_ffn_op(loom_op_info *e);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 
 int fr_source(const loom_graph *g, int id) {
@@ -40,10 +41,10 @@ typedef struct fr_state {
 
 typedef struct fr_pending { int last; loom_node node; } fr_pending;
 
-/* Working memory of one rule, carved from the graph's workspace (reused by
- * every pass: a decode step re-fusing a graph of the same size allocates
- * nothing): the consumer index, the match state and the pending fused nodes. */
+/* Working memory of one rule's pass (one block): the consumer index, the
+ * match state and the pending fused nodes. */
 typedef struct fr_mem {
+    void *block;
     int *fill;
     fr_pending *pend;
 } fr_mem;
@@ -56,7 +57,7 @@ static loom_status build_index(fr_state *st, fr_mem *mem) {
     for (int n = 0; n < nn; n++) total += g->nodes[n].n_src;
     size_t ti = up64(((size_t)nt + 1) * sizeof(int)), tc = up64(((size_t)total + 1) * sizeof(int));
     size_t nb = up64((size_t)nn + 1), np = up64(((size_t)nn + 1) * sizeof(fr_pending));
-    unsigned char *w = loom_graph_workspace(g, 3 * ti + tc + 2 * nb + np);
+    unsigned char *w = mem->block = loom_alloc_aligned(3 * ti + tc + 2 * nb + np, 64);
     LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
     st->cons_start = (int *)w, w += ti;
     st->out_src = (int *)w, w += ti;
@@ -284,126 +285,16 @@ static int commit_match(loom_graph *g, fr_state *st, int ri, int last, fr_fused 
     return 1;
 }
 
-/* ------------------------------------------------------------ replay memo
- *
- * A decode step builds the same primitive graph as the step before, up to
- * the attributes and view lengths that carry the position. The memo keeps the
- * structure of the last graph fused and, per rule, the matches that were
- * fused; a graph with the same structure is fused by re-running only the
- * builders on those matches (attributes recomputed from the new graph),
- * the conditions that depend on shapes and the fused op's shape check,
- * skipping the pattern search. The pattern search depends on the structure
- * alone, so it would find the same candidates; a candidate the last pass
- * turned down for its shapes (a rule condition or the fused op's shape
- * check) might hold now, so such a pass is not replayed. Anything that no
- * longer holds makes the replay fail and the caller runs the full pass. */
-typedef struct memo_node {
-    int op, n_src, src[LOOM_MAX_SRC], dst, n_extra, extra[LOOM_MAX_EXTRA_DST], layer;
-} memo_node;
-typedef struct memo_tensor {
-    int kind, dtype, ndim, view_of, is_output, producer;
-    int64_t shape[LOOM_MAX_DIMS];
-} memo_tensor;
-
-struct loom_fusion_memo {
-    const loom_fusion_rules *rules;
-    unsigned rules_version;  /* the rules' settings the memo was made under */
-    int valid;
-    int n_nodes, n_tensors, cap_nodes, cap_tensors;
-    memo_node *nodes;
-    memo_tensor *tensors;
-    fr_match *m;
-    int n_m, cap_m;
-    int shape_rejected; /* the last full pass turned a pattern match down for its shapes */
-    int rule_start[LOOM_FUSION_MAX_RULES + 1];
-    long replays;
-};
-
-loom_status loom_fusion_memo_init(loom_fusion_memo **out) {
-    *out = calloc(1, sizeof **out);
-    LOOM_RETURN_IF(!*out, LOOM_ERR_NOMEM, "fusion: out of memory");
-    return LOOM_OK;
-}
-
-void loom_fusion_memo_free(loom_fusion_memo *m) {
-    if (!m) return;
-    free(m->nodes), free(m->tensors), free(m->m);
-    free(m);
-}
-
-long loom_fusion_memo_replays(const loom_fusion_memo *m) { return m ? m->replays : 0; }
-
-static void memo_sig_node(memo_node *d, const loom_node *n) {
-    memset(d, 0, sizeof *d);
-    d->op = (int)n->op, d->n_src = n->n_src, d->dst = n->dst, d->n_extra = n->n_dst_extra, d->layer = n->layer;
-    for (int i = 0; i < n->n_src; i++) d->src[i] = n->src[i];
-    for (int i = 0; i < n->n_dst_extra; i++) d->extra[i] = n->dst_extra[i];
-}
-
-/* View lengths carry the position (cache rows [0, pos+T)): only their rank counts. */
-static void memo_sig_tensor(memo_tensor *d, const loom_gtensor *t) {
-    memset(d, 0, sizeof *d);
-    d->kind = (int)t->kind, d->dtype = (int)t->t.dtype, d->ndim = t->t.ndim, d->view_of = t->view_of;
-    d->is_output = t->is_output, d->producer = t->producer;
-    if (t->kind != LOOM_TK_VIEW)
-        for (int i = 0; i < t->t.ndim && i < LOOM_MAX_DIMS; i++) d->shape[i] = t->t.shape[i];
-}
-
-static int memo_matches(const loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
-    /* a match turned down for its shapes might hold at the new ones: search again */
-    if (!m->valid || m->shape_rejected || m->rules != r || m->rules_version != r->version ||
-        m->n_nodes != g->n_nodes || m->n_tensors != g->n_tensors)
-        return 0;
-    for (int n = 0; n < g->n_nodes; n++) {
-        memo_node x;
-        memo_sig_node(&x, &g->nodes[n]);
-        if (memcmp(&x, &m->nodes[n], sizeof x)) return 0;
-    }
-    for (int t = 0; t < g->n_tensors; t++) {
-        memo_tensor x;
-        memo_sig_tensor(&x, &g->tensors[t]);
-        if (memcmp(&x, &m->tensors[t], sizeof x)) return 0;
-    }
-    return 1;
-}
-
-static loom_status memo_start(loom_fusion_memo *m, const loom_graph *g, const loom_fusion_rules *r) {
-    m->valid = 0;
-    if (g->n_nodes > m->cap_nodes) {
-        memo_node *p = realloc(m->nodes, (size_t)g->n_nodes * sizeof *p);
-        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
-        m->nodes = p, m->cap_nodes = g->n_nodes;
-    }
-    if (g->n_tensors > m->cap_tensors) {
-        memo_tensor *p = realloc(m->tensors, (size_t)g->n_tensors * sizeof *p);
-        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
-        m->tensors = p, m->cap_tensors = g->n_tensors;
-    }
-    for (int n = 0; n < g->n_nodes; n++) memo_sig_node(&m->nodes[n], &g->nodes[n]);
-    for (int t = 0; t < g->n_tensors; t++) memo_sig_tensor(&m->tensors[t], &g->tensors[t]);
-    m->n_nodes = g->n_nodes, m->n_tensors = g->n_tensors, m->rules = r, m->n_m = 0, m->shape_rejected = 0;
-    m->rules_version = r->version;
-    return LOOM_OK;
-}
-
-static loom_status memo_add(loom_fusion_memo *m, const fr_match *x) {
-    if (m->n_m == m->cap_m) {
-        int cap = m->cap_m ? 2 * m->cap_m : 64;
-        fr_match *p = realloc(m->m, (size_t)cap * sizeof *p);
-        LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "fusion: out of memory");
-        m->m = p, m->cap_m = cap;
-    }
-    m->m[m->n_m++] = *x;
-    return LOOM_OK;
-}
-
 /* One rule over the whole graph: every match that holds becomes a fused node. */
-static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired,
-                              loom_fusion_memo *memo) {
+static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, int *fired) {
     fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
     fr_mem mem = {0};
     *fired = 0;
-    LOOM_TRY(build_index(&st, &mem));
+    loom_status bs = build_index(&st, &mem);
+    if (bs != LOOM_OK) {
+        loom_free_aligned(mem.block);
+        return bs;
+    }
     fr_pending *pend = mem.pend;
     int n_pend = 0;
     loom_status s = LOOM_OK;
@@ -414,15 +305,7 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
     for (int n = 0; n < n0 && s == LOOM_OK; n++) {
         for (int i = 0; i < FR_MAX_VARS; i++) st.m.var[i] = -1;
         if (!try_node(&st, 0, n)) continue;
-        /* the rules' shape ranges and the fused op's shape check look at
-         * shapes that change between decode steps (view lengths): a match they
-         * turn down might hold later, so the memo is not replayed. The other
-         * conditions and escapes are structure; the built-in builders turn
-         * matches down for structure or for attributes that decode steps keep
-         * consistent (positions of RoPE, cache and attention move together). */
-        int ok = dims_hold(&st);
-        int shape_reject = !ok;
-        if (ok) ok = structure_holds(&st);
+        int ok = dims_hold(&st) && structure_holds(&st);
         int last = -1;
         for (int i = 0; i < r->n_nodes; i++)
             if (st.m.node[i] > last) last = st.m.node[i];
@@ -430,62 +313,14 @@ static loom_status apply_rule(loom_graph *g, const loom_fusion_rules *rs, int ri
         memset(&f, 0, sizeof f);
         fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = max_block};
         if (ok) ok = r->builder->build(&ctx, &f);
-        if (ok) {
-            ok = fused_valid(g, &f);
-            shape_reject = !ok;
-        }
-        if (shape_reject && memo) memo->shape_rejected = 1;
+        if (ok) ok = fused_valid(g, &f);
         if (ok) ok = escapes_ok(&st, &f, last);
         if (ok) ok = commit_match(g, &st, ri, last, &f, pend, &n_pend, &s);
-        if (ok) {
-            (*fired)++;
-            if (memo) s = memo_add(memo, &st.m);
-        }
+        if (ok) (*fired)++;
         for (int i = 0; i < r->n_nodes; i++) st.in_match[st.m.node[i]] = 0;
     }
-    if (s == LOOM_OK && n_pend) {
-        s = rewrite(g, st.taken, pend, n_pend);
-    }
-    return s;
-}
-
-/* Rule ri again over the matches the memo recorded for it (same structure:
- * same nodes, same order). *ok = 0 when one of them no longer holds. */
-static loom_status replay_rule(loom_graph *g, const loom_fusion_rules *rs, int ri, const fr_match *ms, int n_ms,
-                               int *ok) {
-    fr_state st = {.g = g, .rs = rs, .rule = &rs->rules[ri]};
-    fr_mem mem = {0};
-    *ok = 1;
-    if (n_ms == 0) return LOOM_OK;
-    /* no consumer index: the structure (hence single_use, dtypes, escapes)
-     * is the one the memo checked; only shape ranges are looked at again */
-    size_t nn = (size_t)g->n_nodes, nb = up64(nn + 1), np = up64((nn + 1) * sizeof(fr_pending));
-    unsigned char *w = loom_graph_workspace(g, nb + np);
-    LOOM_RETURN_IF(!w, LOOM_ERR_NOMEM, "fusion: out of memory");
-    st.taken = w, mem.pend = (fr_pending *)(w + nb);
-    memset(st.taken, 0, nn + 1);
-    const fr_rule *r = st.rule;
-    loom_fusion_hw hw = loom_fusion_rules_hw(rs);
-    int n_pend = 0;
-    loom_status s = LOOM_OK;
-    for (int k = 0; k < n_ms && *ok && s == LOOM_OK; k++) {
-        st.m = ms[k];
-        int last = -1;
-        for (int i = 0; i < r->n_nodes && *ok; i++) {
-            int n = st.m.node[i];
-            *ok = n >= 0 && n < g->n_nodes && !st.taken[n] && (int)g->nodes[n].op == r->nodes[i].op;
-            if (n > last) last = n;
-        }
-        fr_fused f;
-        memset(&f, 0, sizeof f);
-        fr_ctx ctx = {.g = g, .rule = r, .m = &st.m, .hw = hw, .max_block = rs->max_fusion_block_size};
-        if (!*ok) break;
-        *ok = dims_hold(&st) && r->builder->build(&ctx, &f) && fused_valid(g, &f);
-        if (*ok) *ok = commit_match(g, &st, ri, last, &f, mem.pend, &n_pend, &s);
-    }
-    if (s == LOOM_OK && *ok) {
-        s = rewrite(g, st.taken, mem.pend, n_pend);
-    }
+    if (s == LOOM_OK && n_pend) s = rewrite(g, st.taken, pend, n_pend);
+    loom_free_aligned(mem.block);
     return s;
 }
 
@@ -504,17 +339,13 @@ static void report_rule(loom_fusion_report *rep, const loom_fusion_rules *r, int
     rep->rules[i].enabled = r->rules[i].enabled;
 }
 
-static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep,
-                             loom_fusion_memo *memo) {
+static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
     report_begin(rep, g, r);
-    if (memo) LOOM_TRY(memo_start(memo, g, r));
     for (int i = 0; i < r->n_rules; i++) {
         int fired = 0;
-        if (memo) memo->rule_start[i] = memo->n_m;
-        if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired, memo));
+        if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired));
         report_rule(rep, r, i, fired);
     }
-    if (memo) memo->rule_start[r->n_rules] = memo->n_m, memo->valid = 1;
     g->fused = 1;
     if (rep) rep->nodes_after = g->n_nodes;
     return LOOM_OK;
@@ -523,32 +354,7 @@ static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fus
 loom_status loom_fusion_apply(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
     LOOM_RETURN_IF(!g || !r, LOOM_ERR_INVALID_ARG, "fusion_apply: NULL argument");
     LOOM_TRY(loom_graph_status(g));
-    return apply_all(g, r, rep, NULL);
-}
-
-loom_status loom_fusion_apply_memo(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep,
-                                   loom_fusion_memo *memo, int *replayed) {
-    LOOM_RETURN_IF(!g || !r || !memo, LOOM_ERR_INVALID_ARG, "fusion_apply_memo: NULL argument");
-    LOOM_TRY(loom_graph_status(g));
-    *replayed = 0;
-    if (!memo_matches(memo, g, r)) return apply_all(g, r, rep, memo);
-    report_begin(rep, g, r);
-    int ok = 1;
-    for (int i = 0; i < r->n_rules && ok; i++) {
-        int a = memo->rule_start[i], b = memo->rule_start[i + 1];
-        LOOM_TRY(replay_rule(g, r, i, b > a ? memo->m + a : NULL, b - a, &ok));
-        report_rule(rep, r, i, b - a);
-    }
-    if (!ok) { /* g is part way: the caller starts again from the primitive graph */
-        memo->valid = 0;
-        *replayed = -1;
-        return LOOM_OK;
-    }
-    g->fused = 1;
-    if (rep) rep->nodes_after = g->n_nodes;
-    memo->replays++;
-    *replayed = 1;
-    return LOOM_OK;
+    return apply_all(g, r, rep);
 }
 
 void loom_fusion_report_print(FILE *f, const loom_fusion_report *rep) {

@@ -76,23 +76,4 @@ loom_status loom_fusion_apply(loom_graph *g, const loom_fusion_rules *r, loom_fu
 /* Prints the report, one line per rule. */
 void loom_fusion_report_print(FILE *f, const loom_fusion_report *rep);
 
-/* Fusing the graphs of repeated decode steps without searching again: a memo
- * remembers the structure of the last primitive graph fused with it and the
- * matches each rule fused. loom_fusion_apply_memo fuses g like
- * loom_fusion_apply; when g has the structure the memo remembers (the same
- * nodes and tensors; only attributes and view lengths differ, as between
- * decode steps) it re-runs just the builders, the shape conditions and the
- * fused ops' shape checks on the remembered matches (*replayed = 1);
- * otherwise it runs the full pass and remembers it (*replayed = 0). When a
- * remembered match no longer holds, g is left part way, *replayed = -1 and
- * the memo is invalidated: call again on a fresh copy of the primitive
- * graph (or on g with its nodes put back, loom_graph_restore_nodes). The memo belongs to one rules object and its settings: a preset or
- * enable call made afterwards makes the next call search again. */
-typedef struct loom_fusion_memo loom_fusion_memo;
-loom_status loom_fusion_memo_init(loom_fusion_memo **m);
-void loom_fusion_memo_free(loom_fusion_memo *m);
-long loom_fusion_memo_replays(const loom_fusion_memo *m);
-loom_status loom_fusion_apply_memo(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep,
-                                   loom_fusion_memo *memo, int *replayed);
-
 #endif

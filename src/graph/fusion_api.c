@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "graph/ops_init.h"
 #include "fused/fused_graph_ops.h"
 #include "graph/fusion_internal.h"
 #include "ops/ref/ref.h"
@@ -83,6 +84,7 @@ static int take_slot(const char *name, int is_act) {
             memset(&slots[k], 0, sizeof slots[k]);
             slots[k].used = 1, slots[k].is_act = is_act;
             snprintf(slots[k].name, sizeof slots[k].name, "%s", name);
+            loom_ops_init(); /* the fused layer's registration resets the slots: it runs first */
             loom_op_info *e = &loom_op_table_mutable()[LOOM_OP_CUSTOM0 + k];
             e->name = slots[k].name;
             e->infer = slot_fns[k].infer, e->cost = slot_fns[k].cost, e->ref = slot_fns[k].kernel;

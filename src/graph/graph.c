@@ -8,9 +8,11 @@
 
 #include "base/alloc.h"
 #include "base/status.h"
+#include "graph/ops_init.h"
 
 loom_status loom_graph_init(loom_graph **g) {
     LOOM_RETURN_IF(!g, LOOM_ERR_INVALID_ARG, "graph_init: NULL argument");
+    loom_ops_init();
     *g = calloc(1, sizeof **g);
     LOOM_RETURN_IF(!*g, LOOM_ERR_NOMEM, "graph_init: out of memory");
     (*g)->cur_layer = LOOM_LAYER_PRE;
@@ -21,23 +23,12 @@ void loom_graph_free(loom_graph *g) {
     if (!g) return;
     free(g->tensors);
     free(g->nodes);
-    loom_free_aligned(g->ws);
-    loom_free_aligned(g->plan_cache);
     free(g);
 }
 
 int loom_graph_storage(const loom_graph *g, int id) {
     while (id >= 0 && g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
     return id;
-}
-
-void *loom_graph_workspace(loom_graph *g, size_t bytes) {
-    if (bytes <= g->ws_cap && g->ws) return g->ws;
-    size_t cap = g->ws_cap * 2 > bytes ? g->ws_cap * 2 : bytes;
-    loom_free_aligned(g->ws);
-    g->ws = loom_alloc_aligned(cap, 64);
-    g->ws_cap = g->ws ? cap : 0;
-    return g->ws;
 }
 
 void loom_graph_reset(loom_graph *g) {
@@ -97,9 +88,8 @@ int loom_graph_external(loom_graph *g, const loom_tensor *t) {
     return new_tensor(g, t, LOOM_TK_EXTERNAL);
 }
 
-/* loom_graph_op with its name already made (the loom_g_* wrappers pass theirs
- * as is: graphs are rebuilt every token, formatting each name cost a tiny
- * model ~15 % of a step). NULL: no name. */
+/* loom_graph_op with its name already made (the loom_g_* wrappers pass
+ * theirs). NULL: no name. */
 static int graph_op_named(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
                           const char *name) {
     if (g->status != LOOM_OK) return -1;
@@ -328,14 +318,6 @@ void loom_graph_set_producers(loom_graph *g) {
         for (int e = 0; e < g->nodes[n].n_dst_extra; e++) g->tensors[g->nodes[n].dst_extra[e]].producer = n;
     }
     g->planned = 0;
-}
-
-void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors) {
-    if (n_nodes) memcpy(g->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
-    g->n_nodes = n_nodes;
-    g->n_tensors = n_tensors;
-    loom_graph_set_producers(g);
-    g->fused = 0;
 }
 
 void loom_graph_node_args(const loom_graph *g, int n, loom_kernel_args *a) {

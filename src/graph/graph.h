@@ -75,17 +75,6 @@ typedef struct loom_graph {
     size_t shared_bytes;    /* the largest buffer one launch's threads share (op shared_size) */
     int    planned;
     int    fused;           /* 1 after a fusion pass rewrote the graph */
-    /* working memory of the passes over the graph (planner, fusion), kept
-     * across resets: re-planning or re-fusing a graph no larger than before
-     * (every decode step) allocates nothing */
-    unsigned char *ws;
-    size_t         ws_cap;
-    /* the planner's last placement: per intermediate (tensor order) its id,
-     * size, lifetime and offset. A graph whose list is the same (every decode
-     * step of a fused graph) reuses the placement: planned once per shape. */
-    struct loom_plan_entry *plan_cache;
-    int            plan_n, plan_cap;
-    size_t         plan_arena;
 } loom_graph;
 
 loom_status loom_graph_init(loom_graph **g);
@@ -95,16 +84,8 @@ void loom_graph_reset(loom_graph *g);
 /* Recomputes every tensor's producer from the node list (after a rewrite of
  * it); the graph counts as unplanned. */
 void loom_graph_set_producers(loom_graph *g);
-/* Puts back the node list saved before a fusion pass (n_nodes nodes, no more
- * than the graph holds) and drops the tensors appended since (n_tensors were
- * there): producers are recomputed, the graph counts as unplanned, unfused. */
-void loom_graph_restore_nodes(loom_graph *g, const loom_node *nodes, int n_nodes, int n_tensors);
 /* LOOM_OK or the first builder error (also set as the thread's last error). */
 loom_status loom_graph_status(const loom_graph *g);
-/* A block of at least bytes (64-byte aligned, contents undefined) for one
- * pass over g; valid until the next call or loom_graph_free. NULL when out
- * of memory. */
-void *loom_graph_workspace(loom_graph *g, size_t bytes);
 /* The tensor that owns the memory of id (follows view chains; -1 stays -1). */
 int loom_graph_storage(const loom_graph *g, int id);
 void loom_graph_set_layer(loom_graph *g, int layer);

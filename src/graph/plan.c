@@ -16,39 +16,6 @@ static size_t align_up(size_t x) { return (x + LOOM_ALIGN - 1) & ~(size_t)(LOOM_
 
 typedef struct { size_t size; int id; } plan_item;
 
-struct loom_plan_entry { size_t size, offset; int id, first_use, last_use; };
-
-/* Places the intermediates as last time when the list (ids, sizes,
- * lifetimes) is the same. */
-static int plan_from_cache(loom_graph *g, const plan_item *items, int n) {
-    if (!g->plan_cache || g->plan_n != n) return 0;
-    for (int a = 0; a < n; a++) {
-        const struct loom_plan_entry *e = &g->plan_cache[a];
-        const loom_gtensor *t = &g->tensors[items[a].id];
-        if (e->id != items[a].id || e->size != items[a].size || e->first_use != t->first_use ||
-            e->last_use != t->last_use)
-            return 0;
-    }
-    for (int a = 0; a < n; a++) g->tensors[items[a].id].offset = g->plan_cache[a].offset;
-    g->arena_bytes = g->plan_arena;
-    return 1;
-}
-
-static void plan_to_cache(loom_graph *g, const plan_item *items, int n) {
-    if (n > g->plan_cap) {
-        struct loom_plan_entry *c = loom_alloc_aligned((size_t)n * sizeof *c, 64);
-        if (!c) return; /* no cache: the next plan is computed again */
-        loom_free_aligned(g->plan_cache);
-        g->plan_cache = c, g->plan_cap = n;
-    }
-    for (int a = 0; a < n; a++) {
-        const loom_gtensor *t = &g->tensors[items[a].id];
-        g->plan_cache[a] = (struct loom_plan_entry){items[a].size, t->offset, items[a].id, t->first_use,
-                                                    t->last_use};
-    }
-    g->plan_n = n;
-    g->plan_arena = g->arena_bytes;
-}
 static int by_size_desc(const void *a, const void *b) {
     const plan_item *x = a, *y = b;
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
@@ -90,7 +57,7 @@ loom_status loom_graph_plan(loom_graph *g) {
         if (g->tensors[i].is_output) g->tensors[loom_graph_storage(g, i)].last_use = g->n_nodes;
 
     size_t n_alloc = g->n_tensors > 0 ? (size_t)g->n_tensors : 1;
-    plan_item *items = loom_graph_workspace(g, n_alloc * 2 * sizeof(plan_item));
+    plan_item *items = malloc(n_alloc * sizeof(plan_item));
     LOOM_RETURN_IF(!items, LOOM_ERR_NOMEM, "plan: out of memory");
     int n_inter = 0;
     for (int i = 0; i < g->n_tensors; i++)
@@ -101,13 +68,7 @@ loom_status loom_graph_plan(loom_graph *g) {
         }
     g->scratch_bytes = align_up(scratch);
     g->shared_bytes = align_up(shared);
-    if (plan_from_cache(g, items, n_inter)) {
-        g->planned = 1;
-        return LOOM_OK;
-    }
-    /* the list in tensor order is the cache key; placement goes by size */
-    plan_item *sorted = items + n_inter;
-    memcpy(sorted, items, (size_t)n_inter * sizeof *items);
+    plan_item *sorted = items;
     qsort(sorted, (size_t)n_inter, sizeof *sorted, by_size_desc);
 
     size_t total = 0;
@@ -133,6 +94,6 @@ loom_status loom_graph_plan(loom_graph *g) {
     }
     g->arena_bytes = total;
     g->planned = 1;
-    plan_to_cache(g, items, n_inter);
+    free(items);
     return LOOM_OK;
 }

@@ -1,19 +1,16 @@
 /*
  * The Llama forward pass as a graph of primitive ops. Straight-line, one layer
- * at a time, in the order of the reference implementations; fusion (later) is
- * a pass over this graph, never a change here.
+ * at a time, in the order of the reference implementations; fusion is a pass
+ * over this graph, never a change here. A model builds it once per forward
+ * program (graph/program.h), not per token.
  */
 #include <stdio.h>
 
 #include "model/llama.h"
 
-#include <string.h>
-
-/* nm[np..] = s (nm holds the layer prefix), bounded by LOOM_NAME_MAX. */
-static const char *layer_name(char *nm, int np, const char *s) {
-    size_t n = strlen(s), room = LOOM_NAME_MAX - 1 - (size_t)np;
-    memcpy(nm + np, s, n < room ? n : room);
-    nm[np + (n < room ? n : room)] = '\0';
+/* "L<layer>.<s>" in nm (LOOM_NAME_MAX bytes). */
+static const char *layer_name(char *nm, int layer, const char *s) {
+    snprintf(nm, LOOM_NAME_MAX, "L%d.%s", layer, s);
     return nm;
 }
 
@@ -37,10 +34,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
     for (int l = 0; l < c->n_layers; l++) {
         const loom_llama_layer *L = &w->layers[l];
         loom_graph_set_layer(g, l);
-        /* "L<l>.<name>": the prefix once per layer, then a copy per node (graphs are
-         * rebuilt every token; formatting each name cost ~15 % of a tiny model's step) */
-        int np = snprintf(nm, sizeof nm, "L%d.", l);
-#define NAME(s) layer_name(nm, np, s)
+#define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
         /* attention block */
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
         int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));

@@ -1,4 +1,5 @@
-/* A loaded model: weights, KV cache, and one forward pass per call. */
+/* A loaded model: weights, KV cache, and its forward programs (compiled at
+ * load, stepped per call). */
 #include "model/model.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/file.h"
+#include "base/cpu.h"
 #include "base/status.h"
 #include "model/llama_st.h"
 
@@ -49,8 +51,62 @@ static loom_status load_weights(const char *path, loom_model *m) {
 }
 
 loom_model_params loom_model_default_params(void) {
-    loom_model_params p = {.n_threads = 1, .n_ctx = 0, .mode = LOOM_MODE_STEP_BY_STEP, .dump_dir = NULL};
+    loom_model_params p = {.n_threads = loom_cpu_count(), .n_ctx = 0, .mode = LOOM_MODE_FUSED, .dump_dir = NULL};
     return p;
+}
+
+loom_status loom_model_params_set_mode(loom_model_params *p, const char *flag) {
+    LOOM_RETURN_IF(!p, LOOM_ERR_INVALID_ARG, "set_mode: NULL argument");
+    const char *env = getenv("LOOM_MODE");
+    if (flag || (env && *env)) return loom_mode_resolve(flag, NULL, &p->mode);
+    loom_fusion_rules *r = NULL;
+    LOOM_TRY(loom_fusion_rules_load(p->rules_path, &r));
+    loom_status s = loom_mode_resolve(NULL, r, &p->mode);
+    loom_fusion_rules_free(r);
+    return s;
+}
+
+/* The program builder: the forward pass over n rows at pos, over the model's
+ * token buffer and caches. */
+static loom_status build_forward(void *ctx, loom_graph *g, int n, int pos, int *out) {
+    const loom_model_trace *tr = ctx;
+    loom_model *m = tr->m;
+    const loom_llama_config *c = &m->cfg;
+    loom_tensor t;
+    const int64_t ids_shape[1] = {n};
+    LOOM_TRY(loom_tensor_init(&t, LOOM_I32, 1, ids_shape, m->ids));
+    loom_tensor_set_name(&t, "tokens");
+    int ids = loom_graph_external(g, &t);
+    const int64_t cache_shape[3] = {m->n_ctx, c->n_kv_heads, c->head_dim};
+    const loom_dtype ct = m->params.kv_dtype;
+    size_t per_layer = m->cache_bytes / (size_t)c->n_layers;
+    for (int l = 0; l < c->n_layers; l++) {
+        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->k_cache + l * per_layer));
+        loom_tensor_set_name(&t, "L%d.k_cache_store", l);
+        m->kc[l] = loom_graph_external(g, &t);
+        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->v_cache + l * per_layer));
+        loom_tensor_set_name(&t, "L%d.v_cache_store", l);
+        m->vc[l] = loom_graph_external(g, &t);
+        if (!m->k_scale) continue;
+        const int64_t scale_shape[2] = {m->n_ctx, c->n_kv_heads};
+        size_t rows = (size_t)m->n_ctx * (size_t)c->n_kv_heads;
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->k_scale + l * rows));
+        loom_tensor_set_name(&t, "L%d.k_scale_store", l);
+        m->ksc[l] = loom_graph_external(g, &t);
+        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->v_scale + l * rows));
+        loom_tensor_set_name(&t, "L%d.v_scale_store", l);
+        m->vsc[l] = loom_graph_external(g, &t);
+    }
+    *out = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, m->k_scale ? m->ksc : NULL,
+                            m->k_scale ? m->vsc : NULL, n, pos, tr->all_logits);
+    return loom_graph_status(g);
+}
+
+static loom_status compile(loom_model *m, const char *name, int rows, int all, loom_program **out) {
+    m->trace[all] = (loom_model_trace){.m = m, .all_logits = all};
+    loom_program_desc d = {.name = name, .build = build_forward, .ctx = &m->trace[all], .max_rows = rows,
+                           .max_end = m->n_ctx};
+    return loom_program_compile(m->exec, &d, out);
 }
 
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out) {
@@ -90,7 +146,9 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     m->scale_bytes = q8 ? cache / (size_t)c->head_dim * sizeof(float) : 0;
     m->k_scale = q8 ? cache_alloc(m->scale_bytes) : NULL;
     m->v_scale = q8 ? cache_alloc(m->scale_bytes) : NULL;
-    m->ids = malloc((size_t)m->n_ctx * sizeof *m->ids);
+    m->prefill_rows = params.n_batch > 0 ? params.n_batch : LOOM_DEFAULT_BATCH;
+    if (m->prefill_rows > m->n_ctx) m->prefill_rows = m->n_ctx;
+    m->ids = malloc((size_t)m->prefill_rows * sizeof *m->ids);
     m->kc = malloc((size_t)c->n_layers * 4 * sizeof *m->kc);
     m->vc = m->kc ? m->kc + c->n_layers : NULL;
     m->ksc = m->kc ? m->kc + 2 * c->n_layers : NULL;
@@ -108,7 +166,6 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     }
     /* the cache starts as zeros (fresh anonymous pages) so a dump never shows
      * stale memory; pages are touched only as positions fill */
-    if ((s = loom_graph_init(&m->graph)) != LOOM_OK) goto fail;
     if ((s = loom_executor_init(&m->exec, params.n_threads, params.mode)) != LOOM_OK) goto fail;
     if (params.dump_dir && (s = loom_executor_set_dump(m->exec, params.dump_dir)) != LOOM_OK) goto fail;
     /* fusion rules: the file, its preset and the checkpoint action go to the executor */
@@ -116,6 +173,9 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         (s = loom_executor_load_rules(m->exec, params.rules_path, params.fusion_preset)) != LOOM_OK)
         goto fail;
     if (params.checkpoint_action > 0) m->exec->ckpt_action = params.checkpoint_action - 1;
+    /* the programs: a decode step, and prompt chunks (compiled once, here) */
+    if ((s = compile(m, "prefill", m->prefill_rows, 0, &m->prefill)) != LOOM_OK) goto fail;
+    if (m->n_ctx >= 2 && (s = compile(m, "decode", 1, 0, &m->decode)) != LOOM_OK) goto fail;
     *out = m;
     return LOOM_OK;
 fail:
@@ -125,8 +185,10 @@ fail:
 
 void loom_model_free(loom_model *m) {
     if (!m) return;
+    loom_program_free(m->decode);
+    loom_program_free(m->prefill);
+    loom_program_free(m->prefill_all);
     loom_executor_free(m->exec);
-    loom_graph_free(m->graph);
     cache_free(m->k_cache, m->cache_bytes);
     cache_free(m->v_cache, m->cache_bytes);
     cache_free(m->k_scale, m->scale_bytes);
@@ -149,63 +211,33 @@ loom_model_info loom_model_get_info(const loom_model *m) {
     return i;
 }
 
-loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int pos, int *logits_id) {
-    return loom_model_build_ex(m, tokens, n, pos, 0, logits_id);
-}
-
-loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int pos, int all_logits,
-                                int *logits_id) {
-    const loom_llama_config *c = &m->cfg;
-    LOOM_RETURN_IF(n < 1, LOOM_ERR_INVALID_ARG, "forward: need at least one token, got %d", n);
-    LOOM_RETURN_IF(pos < 0 || pos + n > m->n_ctx || pos + n < pos, LOOM_ERR_INVALID_ARG,
-                   "forward: positions %d..%d do not fit the context of %d tokens", pos,
-                   pos + n - 1, m->n_ctx);
-    for (int i = 0; i < n; i++) {
-        LOOM_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->vocab_size, LOOM_ERR_INVALID_ARG,
-                       "forward: token %d at index %d is outside the vocabulary of %d",
-                       tokens[i], i, c->vocab_size);
-        m->ids[i] = tokens[i];
-    }
-    loom_graph *g = m->graph;
-    loom_graph_reset(g);
-    loom_tensor t;
-    const int64_t ids_shape[1] = {n};
-    LOOM_TRY(loom_tensor_init(&t, LOOM_I32, 1, ids_shape, m->ids));
-    loom_tensor_set_name(&t, "tokens");
-    int ids = loom_graph_external(g, &t);
-    const int64_t cache_shape[3] = {m->n_ctx, c->n_kv_heads, c->head_dim};
-    const loom_dtype ct = m->params.kv_dtype;
-    size_t per_layer = m->cache_bytes / (size_t)c->n_layers;
-    for (int l = 0; l < c->n_layers; l++) {
-        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->k_cache + l * per_layer));
-        loom_tensor_set_name(&t, "L%d.k_cache_store", l);
-        m->kc[l] = loom_graph_external(g, &t);
-        LOOM_TRY(loom_tensor_init(&t, ct, 3, cache_shape, (char *)m->v_cache + l * per_layer));
-        loom_tensor_set_name(&t, "L%d.v_cache_store", l);
-        m->vc[l] = loom_graph_external(g, &t);
-        if (!m->k_scale) continue;
-        const int64_t scale_shape[2] = {m->n_ctx, c->n_kv_heads};
-        size_t rows = (size_t)m->n_ctx * (size_t)c->n_kv_heads;
-        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->k_scale + l * rows));
-        loom_tensor_set_name(&t, "L%d.k_scale_store", l);
-        m->ksc[l] = loom_graph_external(g, &t);
-        LOOM_TRY(loom_tensor_init(&t, LOOM_F32, 2, scale_shape, m->v_scale + l * rows));
-        loom_tensor_set_name(&t, "L%d.v_scale_store", l);
-        m->vsc[l] = loom_graph_external(g, &t);
-    }
-    *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, m->k_scale ? m->ksc : NULL,
-                                  m->k_scale ? m->vsc : NULL, n, pos, all_logits);
-    return loom_graph_status(g);
-}
-
-/* Builds and runs the graph; copies the last position's logits, or all n. */
+/* Runs tokens[0..n) at positions pos..: one decode step, or prompt chunks of
+ * up to prefill_rows; copies the last position's logits, or all n. */
 static loom_status forward(loom_model *m, const int32_t *tokens, int n, int pos, int all, float *logits) {
     LOOM_RETURN_IF(!m || !tokens || !logits, LOOM_ERR_INVALID_ARG, "forward: NULL argument");
-    int out;
-    LOOM_TRY(loom_model_build_ex(m, tokens, n, pos, all, &out));
-    LOOM_TRY(loom_executor_run(m->exec, m->graph));
-    const loom_tensor *lt = loom_graph_tensor(m->graph, out);
-    memcpy(logits, lt->data, (size_t)(all ? n : 1) * (size_t)m->cfg.vocab_size * sizeof(float));
+    const loom_llama_config *c = &m->cfg;
+    LOOM_RETURN_IF(n < 1, LOOM_ERR_INVALID_ARG, "forward: need at least one token, got %d", n);
+    LOOM_RETURN_IF(pos < 0 || pos > m->n_ctx - n, LOOM_ERR_INVALID_ARG,
+                   "forward: positions %d..%ld do not fit the context of %d tokens", pos, (long)pos + n - 1,
+                   m->n_ctx);
+    for (int i = 0; i < n; i++)
+        LOOM_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->vocab_size, LOOM_ERR_INVALID_ARG,
+                       "forward: token %d at index %d is outside the vocabulary of %d", tokens[i], i,
+                       c->vocab_size);
+    const size_t V = (size_t)c->vocab_size;
+    if (all && !m->prefill_all) LOOM_TRY(compile(m, "prefill_all", m->prefill_rows, 1, &m->prefill_all));
+    loom_program *p = all ? m->prefill_all : n == 1 && m->decode ? m->decode : m->prefill;
+    for (int done = 0; done < n;) {
+        int rows = n - done < m->prefill_rows ? n - done : m->prefill_rows;
+        if (p == m->decode) rows = 1;
+        memcpy(m->ids, tokens + done, (size_t)rows * sizeof *m->ids);
+        loom_step st = {.n_rows = rows, .pos = pos + done};
+        LOOM_TRY(loom_program_run(p, &st));
+        const loom_tensor *lt = loom_program_output(p);
+        if (all) memcpy(logits + (size_t)done * V, lt->data, (size_t)rows * V * sizeof(float));
+        else if (done + rows == n) memcpy(logits, lt->data, V * sizeof(float));
+        done += rows;
+    }
     return LOOM_OK;
 }
 
@@ -215,6 +247,20 @@ loom_status loom_model_forward(loom_model *m, const int32_t *tokens, int n, int 
 
 loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits) {
     return forward(m, tokens, n, pos, 1, logits);
+}
+
+const loom_graph *loom_model_last_graph(loom_model *m) {
+    const loom_program *last = m->exec->last;
+    if (!last) return NULL;
+    loom_program *p = last == m->decode ? m->decode : last == m->prefill ? m->prefill : m->prefill_all;
+    loom_program_account(p);
+    return loom_program_graph(p);
+}
+
+void loom_model_set_timing(loom_model *m, int on) {
+    if (m->decode) loom_program_set_timing(m->decode, on);
+    if (m->prefill) loom_program_set_timing(m->prefill, on);
+    if (m->prefill_all) loom_program_set_timing(m->prefill_all, on);
 }
 
 void loom_model_report_checkpoints(const loom_model *m) {

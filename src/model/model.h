@@ -1,7 +1,8 @@
-/* Internal view of a loaded model, for tools that inspect its graph (profile). */
+/* Internal view of a loaded model, for tools that inspect its programs (profile, bench). */
 #ifndef LOOM_MODEL_MODEL_H
 #define LOOM_MODEL_MODEL_H
 
+#include "graph/program.h"
 #include "model/llama.h"
 
 typedef enum { LOOM_MODEL_LLAMA2C = 0, LOOM_MODEL_GGUF, LOOM_MODEL_SAFETENSORS } loom_model_format;
@@ -12,6 +13,12 @@ typedef enum { LOOM_MODEL_LLAMA2C = 0, LOOM_MODEL_GGUF, LOOM_MODEL_SAFETENSORS }
 loom_model_format loom_model_detect_format(const char *path);
 
 typedef struct loom_safetensors loom_safetensors;
+
+/* What the program builder of a model needs (one per kind of program). */
+typedef struct loom_model_trace {
+    struct loom_model *m;
+    int all_logits;               /* logits of every row, not only the last */
+} loom_model_trace;
 
 struct loom_model {
     loom_model_format  format;
@@ -29,21 +36,25 @@ struct loom_model {
     float             *k_scale;   /* i8 caches: [n_layers, n_ctx, n_kv_heads], a scale per cache row */
     float             *v_scale;   /* same; both NULL for float caches */
     size_t             scale_bytes;  /* of each of k_scale, v_scale */
-    int32_t           *ids;       /* [n_ctx] token ids of the current call */
-    loom_graph        *graph;     /* the graph of the last forward pass */
+    int32_t           *ids;       /* [prefill_rows] token ids of the step (the programs' input) */
     loom_executor     *exec;
+    /* forward programs (graph/program.h), compiled at load; prefill_all at first use */
+    loom_program      *decode;      /* one row (NULL when the context holds one position) */
+    loom_program      *prefill;     /* chunks of up to prefill_rows rows, logits of the last */
+    loom_program      *prefill_all; /* the same, logits of every row */
+    int                prefill_rows;
+    loom_model_trace   trace[2];    /* builder contexts: last-row and all-row logits */
     int               *kc, *vc;   /* per-layer cache tensor ids while building */
     int               *ksc, *vsc; /* per-layer scale store ids (i8 caches) */
 };
 
-/* Builds (but does not run) the graph for n tokens at pos; returns the logits id. */
-loom_status loom_model_build(loom_model *m, const int32_t *tokens, int n, int pos, int *logits_id);
-
-/* The same, with all_logits: logits of every token ([n, vocab]) instead of the last. */
-loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int pos, int all_logits,
-                                int *logits_id);
-
 /* Like loom_model_forward, writing the logits of all n tokens to logits[n * vocab]. */
 loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
+
+/* The program that ran last, with its node stats filled for that step
+ * (loom_program_account); NULL before the first forward pass. */
+const loom_graph *loom_model_last_graph(loom_model *m);
+/* Per-node wall times in every program of the model (profiles). */
+void loom_model_set_timing(loom_model *m, int on);
 
 #endif

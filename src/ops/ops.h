@@ -10,6 +10,8 @@
 #ifndef LOOM_OPS_OPS_H
 #define LOOM_OPS_OPS_H
 
+#include <stddef.h>
+
 #include "loom.h"
 #include "base/cpu.h"
 
@@ -202,7 +204,14 @@ typedef struct loom_op_info {
      * shared). NULL: none. */
     size_t (*shared_size)(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs);
+    /* Ops whose attributes carry the position of their first row (rope's
+     * pos_offset, kv_append's pos, attention's q_pos_offset, softmax's
+     * pos_offset, qkv_rope's rope.pos_offset): LOOM_POS_ATTR(struct, field),
+     * 0 for none. A forward program writes that int32 from its step block
+     * (graph/program.h). */
+    size_t pos_attr;
 } loom_op_info;
+#define LOOM_POS_ATTR(type, field) (1 + offsetof(type, field))
 
 /* Entry for op; NULL for an out-of-range value. */
 const loom_op_info *loom_op_get(loom_op op);

@@ -8,15 +8,10 @@
 
 void loom_register_matmul_kernels(loom_op_info *table);  /* src/ops/matmul/ */
 void loom_register_vec_kernels(loom_op_info *table);     /* src/ops/vec/ */
-/* Fused attention ops: fills infer, cost, scratch, ref and opt (src/fused/). */
-void loom_register_attention_kernels(loom_op_info *table);
-/* Optimised kernels of the primitive attention op (the FlashAttention driver
- * under the primitive op's semantics; src/fused/attention_primitive.c). */
-void loom_register_attention_primitive_kernels(loom_op_info *table);
-/* Fused graph ops qkv_rope, add_rms_norm, ffn and the empty custom slots
- * (src/fused/..._op.c). */
-void loom_register_fused_graph_ops(loom_op_info *table);
-/* The op table, for run-time registration into the custom slots. */
+/* The op table with the primitive families registered, for the layers above
+ * that fill in their ops (src/fused through loom_ops_init in src/graph) and
+ * for run-time registration into the custom slots. Entries nobody filled in
+ * fail with "not registered" instead of running. */
 loom_op_info *loom_op_table_mutable(void);
 /* Rebuilds the kernel names of op after its entry was renamed (custom slots). */
 void loom_op_refresh_kernel_names(loom_op op);

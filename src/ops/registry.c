@@ -26,17 +26,20 @@ static loom_op_info op_table[] = {
     [LOOM_OP_MUL] = {.name = "mul", .n_src_min = 2, .n_src_max = 2, REF(mul)},
     [LOOM_OP_SILU] = {.name = "silu", .n_src_min = 1, .n_src_max = 1, REF(silu)},
     [LOOM_OP_SOFTMAX] = {.name = "softmax", .n_src_min = 1, .n_src_max = 2,
-                         .attr_size = sizeof(loom_softmax_attrs), REF(softmax)},
+                         .attr_size = sizeof(loom_softmax_attrs), REF(softmax),
+                         .pos_attr = LOOM_POS_ATTR(loom_softmax_attrs, pos_offset)},
     [LOOM_OP_ROPE] = {.name = "rope", .n_src_min = 1, .n_src_max = 1,
-                      .attr_size = sizeof(loom_rope_attrs), REF(rope)},
+                      .attr_size = sizeof(loom_rope_attrs), REF(rope),
+                      .pos_attr = LOOM_POS_ATTR(loom_rope_attrs, pos_offset)},
     [LOOM_OP_ATTENTION] = {.name = "attention", .n_src_min = 3, .n_src_max = 6,
                            .attr_size = sizeof(loom_attention_attrs),
-                           .scratch_size = loom_ref_attention_scratch, REF(attention)},
+                           .scratch_size = loom_ref_attention_scratch, REF(attention),
+                           .pos_attr = LOOM_POS_ATTR(loom_attention_attrs, q_pos_offset)},
     [LOOM_OP_COPY] = {.name = "copy", .n_src_min = 1, .n_src_max = 1,
                       .attr_size = sizeof(loom_copy_attrs), REF(copy)},
     [LOOM_OP_KV_APPEND] = {.name = "kv_append", .n_src_min = 2, .n_src_max = 3,
                            .attr_size = sizeof(loom_kv_append_attrs), REF(kv_append),
-                           .dst_views_src0 = 1},
+                           .dst_views_src0 = 1, .pos_attr = LOOM_POS_ATTR(loom_kv_append_attrs, pos)},
     [LOOM_OP_LAYER_NORM] = {.name = "layer_norm", .n_src_min = 1, .n_src_max = 3,
                             .attr_size = sizeof(loom_layer_norm_attrs), REF(layer_norm)},
     [LOOM_OP_GELU] = {.name = "gelu", .n_src_min = 1, .n_src_max = 1,
@@ -47,15 +50,16 @@ static loom_op_info op_table[] = {
 #endif
                       }},
     [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias)},
-    /* infer, cost, scratch and kernels come from loom_register_attention_kernels */
+    /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},
     [LOOM_OP_INCRE_FLASH_ATTENTION] = {.name = "incre_flash_attention", .n_src_min = 3,
                                        .n_src_max = 6,
                                        .attr_size = sizeof(loom_incre_flash_attention_attrs)},
-    /* fused graph ops: the rest comes from loom_register_fused_graph_ops (src/fused/..._op.c) */
+    /* fused graph ops: the rest comes from src/fused (loom_fused_register_ops) */
     [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 6,
-                          .attr_size = sizeof(loom_qkv_rope_attrs)},
+                          .attr_size = sizeof(loom_qkv_rope_attrs),
+                          .pos_attr = LOOM_POS_ATTR(loom_qkv_rope_attrs, rope.pos_offset)},
     [LOOM_OP_ADD_RMS_NORM] = {.name = "add_rms_norm", .n_src_min = 3, .n_src_max = 3,
                               .attr_size = sizeof(loom_add_rms_norm_attrs)},
     [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 5,
@@ -74,15 +78,35 @@ _Static_assert(sizeof op_table / sizeof op_table[0] == LOOM_OP_COUNT,
 
 static pthread_once_t register_once = PTHREAD_ONCE_INIT;
 
-static void register_optimised(void) {
-    loom_register_matmul_kernels(op_table);
-    loom_register_vec_kernels(op_table);
-    loom_register_attention_kernels(op_table);
-    loom_register_attention_primitive_kernels(op_table);
-    loom_register_fused_graph_ops(op_table);
+/* An entry the layers above have not filled in (loom_ops_init not called). */
+static loom_status unregistered_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                      loom_tensor *dst) {
+    (void)src, (void)n_src, (void)attrs, (void)dst;
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "op not registered (its layer's registration, "
+                                                "loom_ops_init, has not run)");
+}
+static void unregistered_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                              const void *attrs, loom_cost *c) {
+    (void)src, (void)n_src, (void)dst, (void)attrs;
+    c->flops = c->bytes_read = c->bytes_written = 0.0;
+}
+static loom_status unregistered_kernel(const loom_kernel_args *a) {
+    (void)a;
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "op not registered (loom_ops_init has not run)");
 }
 
-/* The table itself, for run-time registration of fused ops (graph/fusion_api.c). */
+/* The primitive families of this layer; the fused layer fills its entries
+ * from above (src/graph/ops_init.c). */
+static void register_optimised(void) {
+    for (int op = 0; op < LOOM_OP_COUNT; op++) {
+        if (!op_table[op].infer) op_table[op].infer = unregistered_infer;
+        if (!op_table[op].cost) op_table[op].cost = unregistered_cost;
+        if (!op_table[op].ref) op_table[op].ref = unregistered_kernel;
+    }
+    loom_register_matmul_kernels(op_table);
+    loom_register_vec_kernels(op_table);
+}
+
 loom_op_info *loom_op_table_mutable(void) {
     pthread_once(&register_once, register_optimised);
     return op_table;

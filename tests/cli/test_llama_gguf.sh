@@ -130,7 +130,7 @@ fi
 expect_error "bench: bad cache type" "--kv-dtype expects f32, f16, bf16 or i8, got 'q8_0'" \
     "$LOOM" bench -m "$M" --kv-dtype f32,q8_0
 # rules and presets reach bench's fused runs: fast_attention over an i8 cache runs; an unknown preset fails
-"$LOOM" bench -m "$M" -p 8 -n 2 -d 8 -r 1 --kv-dtype i8 --mode fused --fusion-preset fast_attention >"$TMP/out" 2>"$TMP/err" \
+"$LOOM" bench -m "$M" -p 8 -n 2 -d 8 -r 1 -t 1 --kv-dtype i8 --mode fused --fusion-preset fast_attention >"$TMP/out" 2>"$TMP/err" \
     && grep -q "| fused | i8 | 1 | pp8 @ d8 |" "$TMP/out" && pass "bench: --fusion-preset" \
     || fail "bench --fusion-preset: $(cat "$TMP/out" "$TMP/err")"
 expect_error "bench: unknown preset" "unknown fusion preset 'nope'" "$LOOM" bench -m "$M" -p 8 -n 0 -r 1 --mode fused \

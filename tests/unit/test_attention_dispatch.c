@@ -3,6 +3,7 @@
  * antiquant scales; fused_infer_attention_score above its decode limit), on
  * the decode tests' cases (test_incre_attention_case.h). */
 #include "test_incre_attention_case.h"
+#include "graph/ops_init.h"
 
 /* fused_infer_attention_score picks the kernel by S_q and forwards parameters. */
 static void test_fused_infer_dispatch(void) {
@@ -167,6 +168,7 @@ static void test_prefill_i8_cache(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_fused_infer_dispatch);
     RUN_TEST(test_prefill_i8_cache);
     return TEST_SUMMARY();

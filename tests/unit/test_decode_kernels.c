@@ -3,6 +3,7 @@
  * the i8 P.V's rounding of P stays within its bound (ATTN_DEC_PQ_ERR). The
  * op-level decode tests are in test_incre_attention.c. */
 #include "test_attention_common.h"
+#include "graph/ops_init.h"
 
 #include "fused/flash_attention_internal.h"
 
@@ -119,6 +120,7 @@ static void test_pv_rounding(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_prepared_q);
     RUN_TEST(test_pv_rounding);
     return TEST_SUMMARY();

@@ -3,6 +3,7 @@
  * thread counts; the reference against the primitive attention op; layouts
  * against each other. Edge cases: test_flash_attention_edges.c. */
 #include "test_flash_attention_case.h"
+#include "graph/ops_init.h"
 
 #include "ops/ops.h"
 #include "ops/ref/ref.h"
@@ -158,6 +159,7 @@ static void test_layouts_agree(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_matches_primitive_attention);
     RUN_TEST(test_layouts_agree);
     RUN_TEST(test_random_cases);

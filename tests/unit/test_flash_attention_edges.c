@@ -2,6 +2,7 @@
  * never be read (NaN there), padding, dropout reproducibility, the pool
  * wrapper, explicit block sizes, parameter errors, and the op-table entry. */
 #include "test_flash_attention_case.h"
+#include "graph/ops_init.h"
 
 #include "ops/ops.h"
 
@@ -497,6 +498,7 @@ static void test_tnd_scratch_fits_longest(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_row_conversion);
     RUN_TEST(test_masked_rows_and_skipped_tiles);
     RUN_TEST(test_nonfinite_inputs);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "graph/ops_init.h"
 #include "base/rng.h"
 #include "check.h"
 #include "fused/fused.h"
@@ -223,6 +224,7 @@ static void test_ffn(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     loom_rng_init(&rng, 7, 0);
     RUN_TEST(test_add_rms_norm);
     RUN_TEST(test_swiglu);

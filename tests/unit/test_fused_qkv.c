@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "graph/ops_init.h"
 #include "base/alloc.h"
 #include "check.h"
 #include "fused/fused.h"
@@ -267,6 +268,7 @@ static void test_qkv_rope(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     loom_rng_init(&rng, 11, 0);
     RUN_TEST(test_reshape_and_cache);
     RUN_TEST(test_qkv_rope);

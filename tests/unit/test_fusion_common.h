@@ -92,7 +92,7 @@ static int tm_build(tmodel *m, loom_graph *g, const int32_t *ids, int n, int pos
 }
 
 /* Kernels, and nodes of op, in layer l of an executed graph. */
-static int tm_layer_kernels(const loom_graph *g, int l) {
+static inline int tm_layer_kernels(const loom_graph *g, int l) {
     int k = 0;
     for (int n = 0; n < g->n_nodes; n++)
         if (g->nodes[n].layer == l) {
@@ -102,14 +102,14 @@ static int tm_layer_kernels(const loom_graph *g, int l) {
     return k;
 }
 
-static int tm_layer_ops(const loom_graph *g, int l, loom_op op) {
+static inline int tm_layer_ops(const loom_graph *g, int l, loom_op op) {
     int k = 0;
     for (int n = 0; n < g->n_nodes; n++) k += g->nodes[n].layer == l && g->nodes[n].op == op;
     return k;
 }
 
 /* Nodes of op in the whole graph. */
-static int tm_ops(const loom_graph *g, loom_op op) {
+static inline int tm_ops(const loom_graph *g, loom_op op) {
     int k = 0;
     for (int n = 0; n < g->n_nodes; n++) k += g->nodes[n].op == op;
     return k;

@@ -154,36 +154,6 @@ static void test_planner_reuse(void) {
     loom_graph_free(g);
 }
 
-/* Planned once per shape: re-planning an identical graph (a decode step)
- * reuses the cached placement, which equals a placement computed afresh;
- * a graph whose sizes or lifetimes differ is placed again. */
-static void test_planner_cache(void) {
-    loom_graph *g;
-    CHECK(loom_graph_init(&g) == LOOM_OK);
-    size_t off[16] = {0}, arena = 0;
-    for (int round = 0; round < 4; round++) {
-        loom_graph_reset(g);
-        int rows = round == 3 ? 6 : 2;  /* round 3: other sizes */
-        int x = ext(g, buf_x, 2, rows, 4, "x");
-        int a = loom_g_silu(g, x, "a"), b = loom_g_silu(g, a, "b");
-        int c = loom_g_add(g, a, b, "c"), d = loom_g_silu(g, c, "d");
-        loom_graph_mark_output(g, loom_g_add(g, d, b, "e"));
-        if (round == 2) g->plan_n = 0;  /* forget the cache: computed afresh */
-        CHECK(loom_graph_plan(g) == LOOM_OK);
-        CHECK(g->plan_n == 5);
-        if (round == 0) {
-            arena = g->arena_bytes;
-            for (int i = 0; i < g->n_tensors && i < 16; i++) off[i] = g->tensors[i].offset;
-        } else if (round < 3) {
-            CHECK(g->arena_bytes == arena);
-            for (int i = 0; i < g->n_tensors && i < 16; i++) CHECK(g->tensors[i].offset == off[i]);
-        } else {
-            CHECK_MSG(g->arena_bytes > arena, "arena %zu after resizing, %zu before", g->arena_bytes, arena);
-        }
-    }
-    loom_graph_free(g);
-}
-
 static void test_views(void) {
     loom_graph *g;
     loom_executor *e;
@@ -229,16 +199,15 @@ static void test_modes(void) {
     /* the fused modes exist (the fusion engine: tests/unit/test_fusion.c) */
     CHECK(loom_executor_init(&e, 1, LOOM_MODE_FUSED) == LOOM_OK);
     loom_executor_free(e);
-    /* mode precedence: flag, LOOM_MODE, rules file, step_by_step */
+    /* mode precedence: flag, LOOM_MODE, rules file, fused (the default) */
     CHECK(loom_mode_resolve("fused", NULL, &m) == LOOM_OK && m == LOOM_MODE_FUSED);
-    if (!getenv("LOOM_MODE")) CHECK(loom_mode_resolve(NULL, NULL, &m) == LOOM_OK && m == LOOM_MODE_STEP_BY_STEP);
+    if (!getenv("LOOM_MODE")) CHECK(loom_mode_resolve(NULL, NULL, &m) == LOOM_OK && m == LOOM_MODE_FUSED);
 }
 
 int main(void) {
     RUN_TEST(test_shape_errors);
     RUN_TEST(test_exec_matches_ops);
     RUN_TEST(test_planner_reuse);
-    RUN_TEST(test_planner_cache);
     RUN_TEST(test_views);
     RUN_TEST(test_modes);
     return TEST_SUMMARY();

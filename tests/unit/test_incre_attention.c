@@ -6,6 +6,7 @@
  * test_decode_kernels.c, fused_infer_attention_score's dispatch and i8 caches
  * in the prefill kernel in test_attention_dispatch.c. */
 #include "test_incre_attention_case.h"
+#include "graph/ops_init.h"
 
 /* Runs at level isa as nth threads: one launch, or split then merge. */
 static loom_status inc_run(const loom_incre_flash_attention_tensors *t,
@@ -637,6 +638,7 @@ static void test_incre_op_table(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_random_decode);
     RUN_TEST(test_lengths_and_pool);
     RUN_TEST(test_peaked_scores);

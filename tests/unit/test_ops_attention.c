@@ -1,5 +1,6 @@
 /* Reference attention: hand cases, invariants, GQA, masks, views. */
 #include "test_ops_common.h"
+#include "graph/ops_init.h"
 
 typedef struct {
     int B, Sq, Skv, Hq, Hkv, D;
@@ -259,6 +260,7 @@ static void test_attention_scratch(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_attention_hand);
     RUN_TEST(test_attention_invariants);
     RUN_TEST(test_attention_random);

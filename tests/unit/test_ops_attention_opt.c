@@ -6,6 +6,7 @@
  * strided k/v view of a longer cache, every ISA level up to the machine's,
  * and bit-identical output for any thread count. Tolerance 2^-11 (f32). */
 #include "base/alloc.h"
+#include "graph/ops_init.h"
 #include "test_ops_common.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -258,6 +259,7 @@ static void test_attention_i8_errors(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     loom_rng rng;
     loom_rng_init(&rng, 2024, 0);
     const acase fixed[] = {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph/ops_init.h"
 #include "ops/ops.h"
 
 static loom_tensor vec(float *d, int ndim, int64_t a, int64_t b) {
@@ -133,6 +134,7 @@ static void test_gelu_fast_vs_ref(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_gelu_fast_vs_ref);
     RUN_TEST(test_layer_norm_hand);
     RUN_TEST(test_layer_norm_errors);

@@ -1,6 +1,7 @@
 /* The op registry, loom_op_run's checks, every infer error path, and costs. */
 #include <math.h>
 #include "test_ops_common.h"
+#include "graph/ops_init.h"
 
 #include "base/cpu.h"
 
@@ -380,6 +381,7 @@ static void test_costs(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_registry_complete);
     RUN_TEST(test_kernel_selection);
     RUN_TEST(test_op_run_checks);

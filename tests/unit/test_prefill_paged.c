@@ -6,6 +6,7 @@
  * block sizes below, at and above the tile, masks and lengths; and agrees with
  * the reference decomposition on the paged inputs. Errors name the parameter. */
 #include "test_incre_attention_case.h"
+#include "graph/ops_init.h"
 
 /* One prefill problem over case d: contiguous (paged 0) or its paged copy. TND views the
  * BSND memory as [B * S, N, D] (the case has whole sequences: lens 0). */
@@ -395,6 +396,7 @@ static void test_fia_paged_choice(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_prefill_paged);
     RUN_TEST(test_chunked_equals_oneshot);
     RUN_TEST(test_prefix_sharing);

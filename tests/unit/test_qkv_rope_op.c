@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "graph/ops_init.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/rng.h"
@@ -208,6 +209,7 @@ static void test_cache_dtype_mismatch(void) {
 }
 
 int main(void) {
+    loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_against_decomposition);
     RUN_TEST(test_cache_dtype_mismatch);
     return TEST_SUMMARY();

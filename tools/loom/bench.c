@@ -92,20 +92,22 @@ static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, in
 
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = "1", *mode_s = NULL, *d_s = "0",
+    const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = NULL, *mode_s = NULL, *d_s = "0",
                *ct_s = "f32", *rules = NULL, *preset = NULL;
     int reps = 5, json = 0;
+    char t_default[16]; /* the CPUs loom may run on */
+    snprintf(t_default, sizeof t_default, "%d", loom_model_default_params().n_threads);
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
          "GGUF model or llama2.c checkpoint (default: SmolLM2-135M-Instruct)"},
         {"-p", "--n-prompt", ARG_STR, &p_s, "N[,N..]", "prompt lengths, 0 = none (default 512)"},
         {"-n", "--n-gen", ARG_STR, &n_s, "N[,N..]", "generated tokens, 0 = none (default 128)"},
-        {"-t", "--threads", ARG_STR, &t_s, "N[,N..]", "thread counts (default 1)"},
+        {"-t", "--threads", ARG_STR, &t_s, "N[,N..]", "thread counts (default: the CPUs loom may run on)"},
         {"-d", "--n-depth", ARG_STR, &d_s, "N[,N..]",
          "tokens already in the KV cache when a test starts (default 0)"},
         {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16, i8 (default f32)"},
         {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
-         "execution modes (default: $LOOM_MODE, the rules', step_by_step)"},
+         "execution modes (default: $LOOM_MODE, the rules', fused)"},
         {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
         {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules (e.g. fast_attention)"},
         {"-r", "--repetitions", ARG_INT, &reps, "N", "timed runs per test after one warm-up (default 5)"},
@@ -117,7 +119,7 @@ int cmd_bench(int argc, char **argv) {
     if (r != 0) return r > 0 ? 0 : 2;
     int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], dv[MAX_LIST], np, nn, nt, nd, nm = 0, nc = 0;
     if (parse_int_list("-p", p_s, pv, &np, 0) || parse_int_list("-n", n_s, nv, &nn, 0) ||
-        parse_int_list("-t", t_s, tv, &nt, 1) || parse_int_list("-d", d_s, dv, &nd, 0))
+        parse_int_list("-t", t_s ? t_s : t_default, tv, &nt, 1) || parse_int_list("-d", d_s, dv, &nd, 0))
         return 1;
     loom_dtype ctv[MAX_LIST];
     char ct_buf[256];
@@ -235,7 +237,7 @@ int cmd_bench(int argc, char **argv) {
                         }
                         summarise(re, tps, reps);
                         re->peak_rss_mib = peak_rss_mib();
-                        re->planned_mib = m->graph->arena_bytes / (1024.0 * 1024.0);
+                        re->planned_mib = loom_model_last_graph(m)->arena_bytes / (1024.0 * 1024.0);
                         n_res++;
                     }
                 }

@@ -172,7 +172,7 @@ static int chat_turn(chat_state *c, const char *user) {
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *system = NULL, *tmpl_name = NULL,
                *mode = NULL, *kv_dtype = NULL;
-    int n_predict = 512, threads = 1, n_ctx = 4096, top_k = 40, verbose = 0;
+    int n_predict = 512, threads = loom_model_default_params().n_threads, n_ctx = 4096, top_k = 40, verbose = 0;
     float temp = 0.7f, top_p = 0.9f;
     uint64_t seed = UINT64_MAX;
     const arg_opt opts[] = {
@@ -187,12 +187,12 @@ int cmd_chat(int argc, char **argv) {
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},
         {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
         {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
-        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
+        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N",
          "context length, 0 = the model's (default 4096, at most the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
-         "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', step_by_step)"},
+         "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', fused)"},
         {"-v", "--verbose", ARG_FLAG, &verbose, NULL, "print speed and context use after each reply"},
     };
     const char *usage = "[-m MODEL] [-s SYSTEM] [--chat-template chatml|llama2] [-n N] [--temp T] "

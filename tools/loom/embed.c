@@ -37,7 +37,7 @@ static int read_lines(FILE *f, char ***out, int *n_out) {
 
 int cmd_embed(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *prompt = NULL, *format = "json";
-    int threads = 1, no_norm = 0;
+    int threads = loom_model_default_params().n_threads, no_norm = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model, "MODEL",
          "model folder (config.json, model.safetensors, tokenizer.json); default: "
@@ -45,7 +45,7 @@ int cmd_embed(int argc, char **argv) {
         {"-f", "--file", ARG_STR, &file, "FILE", "one input per line (default: stdin, or -p)"},
         {"-p", "--prompt", ARG_STR, &prompt, "TEXT", "a single input text"},
         {NULL, "--format", ARG_STR, &format, "json|tsv", "output format (default json)"},
-        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
+        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {NULL, "--no-normalize", ARG_FLAG, &no_norm, NULL, "mean pooling without L2 normalisation"},
     };
     const char *usage = "[-m MODEL] [-f FILE | -p TEXT] [--format json|tsv] [-t N] [--no-normalize]";

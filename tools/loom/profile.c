@@ -65,6 +65,7 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
     if (cli_load("profile", o->model_path, o->tok_path, &mp, &m, &tok)) return 1;
     loom_model_info info = loom_model_get_info(m);
     *info_out = info;
+    loom_model_set_timing(m, 1);
     loom_llama_converted_summary(&m->w, converted, sizeof converted);
     int32_t *ids = NULL;
     int n = 0, rc = 1;
@@ -90,7 +91,7 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
         cli_fail("profile", "prefill failed");
         goto done;
     }
-    if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "prefill", loom_mode_name(mode),
+    if (loom_profile_collect(loom_model_last_graph(m), info.n_layers, "prefill", loom_mode_name(mode),
                              n, pre) != LOOM_OK ||
         add_sampling(pre, logits, info.vocab_size) != LOOM_OK)
         goto done;
@@ -104,7 +105,7 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
         }
     }
     /* the last decode step (the longest cache) */
-    if (loom_profile_collect(loom_executor_last_graph(m->exec), info.n_layers, "decode", loom_mode_name(mode),
+    if (loom_profile_collect(loom_model_last_graph(m), info.n_layers, "decode", loom_mode_name(mode),
                              1, dec) != LOOM_OK ||
         add_sampling(dec, logits, info.vocab_size) != LOOM_OK)
         goto done;
@@ -118,7 +119,7 @@ done:
 }
 
 int cmd_profile(int argc, char **argv) {
-    prof_opts o = {.threads = 1, .decode_steps = 1};
+    prof_opts o = {.threads = loom_model_default_params().n_threads, .decode_steps = 1};
     const char *mode = NULL, *svg = NULL, *kv_dtype = NULL;
     int json = 0;
     const arg_opt opts[] = {
@@ -129,7 +130,7 @@ int cmd_profile(int argc, char **argv) {
          "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
         {NULL, "--decode-steps", ARG_INT, &o.decode_steps, "N",
          "decode steps after the prefill; the last one is profiled (default 1)"},
-        {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default 1)"},
+        {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &o.n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",

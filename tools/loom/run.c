@@ -26,7 +26,7 @@ int cmd_run(int argc, char **argv) {
                *dump = NULL;
     const char *rules = NULL, *preset = NULL, *ckpt_action = NULL;  /* fusion (docs/fusion.md) */
     const char *kv_dtype = NULL;
-    int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
+    int n_new = 256, threads = loom_model_default_params().n_threads, n_ctx = 0, top_k = 0;
     float temp = 1.0f, top_p = 0.9f;
     uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
     const arg_opt opts[] = {
@@ -40,12 +40,12 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 0)"},
         {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
         {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
-        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
+        {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
-         "step_by_step)"},
+         "fused)"},
         {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
         {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules: small, 7b, 13b, 70b"},
         {NULL, "--checkpoint-action", ARG_STR, &ckpt_action, "ACTION",
@@ -144,6 +144,7 @@ int cmd_run(int argc, char **argv) {
     }
     double t2 = loom_time_s();
     printf("\n");
+    fflush(stdout); /* the statistics start on their own line, after the text */
     fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | "
                     "threads %d, mode %s, seed %llu\n",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
