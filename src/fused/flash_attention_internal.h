@@ -325,11 +325,14 @@ extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 
 /* Keys a decode tile of level kn takes for K and V cache dtypes kdt and vdt,
- * head dim d, and rows q rows a unit (see dec_i8_tile). */
+ * head dim d, and rows q rows a unit (see dec_i8_tile). Head dims up to 16
+ * take the longest tile: a tile's fixed work (row addresses, the softmax's
+ * pass, three kernel calls) outweighs its keys' arithmetic there. */
 static inline int attn_dec_tile(const loom_attn_kernels *kn, loom_dtype kdt, loom_dtype vdt, int64_t d,
                                 int64_t rows) {
     int i8 = kdt == LOOM_I8 && vdt == LOOM_I8 && d <= 128 && rows >= 2 && kn->dec_i8_tile > 0;
-    return i8 ? kn->dec_i8_tile : ATTN_DEC_TILE;
+    if (i8) return kn->dec_i8_tile;
+    return d <= 16 ? ATTN_DEC_TILE_MAX : ATTN_DEC_TILE;
 }
 
 /* Decode micro-kernels live in incre_attention_<isa>.c. */

@@ -191,6 +191,73 @@ ATTN_INLINE ATTN_T512 void dot_seq4(int NQ, loom_dtype DT, float *s, int64_t lds
     } while (0)
 
 
+/* Head dims up to 8 (tiny models): two keys per register, key c in lanes
+ * 0..7 and key c + 1 in lanes 8..15, against the q row repeated in both
+ * halves. A block is RB (1, 2 or 4) rows x 16 / RB key pairs (16
+ * accumulators, 32 scores), reduced over each half in three levels instead
+ * of the side-by-side kernel's four levels per 16 scores, of which a d <= 8
+ * row used at most half the lanes. Output vector o of the reduction holds the
+ * block's scores 16 o .. 16 o + 15 in row-major order after one permute. */
+ATTN_INLINE ATTN_T512 void dot_pairs_block(int RB, loom_dtype DT, float *s, int64_t lds, const __m512 *qv,
+                                           const void *const *rows, int c0, int nc, int nrv, int d) {
+    const int KP = 16 / RB, KEYS = 2 * KP;
+    const __mmask16 km = (__mmask16)((1u << d) - 1);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int kp = 0; kp < KP; kp++) {
+        int c = c0 + 2 * kp;
+        __m512 lo = attn_load16(rows[c < nc ? c : nc - 1], 0, DT, km);
+        __m512 hi = attn_load16(rows[c + 1 < nc ? c + 1 : nc - 1], 0, DT, km);
+        __m512 kv = _mm512_shuffle_f32x4(lo, hi, 0x44); /* [lo.L0 lo.L1 hi.L0 hi.L1] */
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) acc[r * KP + kp] = _mm512_mul_ps(qv[r], kv);
+    }
+    /* level 1: a pair of accumulators -> [a.h0 a.h1 b.h0 b.h1], 4 partial sums per 128-bit lane */
+    __m512 l1[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        l1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0x88),
+                              _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0xDD));
+    /* levels 2 and 3: four such vectors -> lane 4 m + p = the sum of quarter m of vector p */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const int ncv = nc - c0 < KEYS ? nc - c0 : KEYS;
+#pragma GCC unroll 2
+    for (int o = 0; o < 2; o++) {
+        const __m512 *v = l1 + 4 * o;
+        __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
+        __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+        __m512 t = _mm512_permutexvar_ps(
+            order, _mm512_add_ps(_mm512_shuffle_ps(u, w, 0x44), _mm512_shuffle_ps(u, w, 0xEE)));
+        if (RB == 1) { /* keys 16 o .. 16 o + 15 of the row */
+            int n = ncv - 16 * o;
+            if (n > 0) _mm512_mask_storeu_ps(s + c0 + 16 * o, (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1), t);
+        } else if (RB == 2) { /* row o */
+            if (o < nrv) _mm512_mask_storeu_ps(s + o * lds + c0, (__mmask16)((1u << ncv) - 1), t);
+        } else { /* RB = 4: rows 2 o and 2 o + 1, eight keys each */
+            __mmask8 k8 = (__mmask8)((1u << ncv) - 1);
+            if (2 * o < nrv) _mm256_mask_storeu_ps(s + 2 * o * lds + c0, k8, _mm512_castps512_ps256(t));
+            if (2 * o + 1 < nrv)
+                _mm256_mask_storeu_ps(s + (2 * o + 1) * lds + c0, k8,
+                                      _mm512_castps512_ps256(_mm512_shuffle_f32x4(t, t, 0xEE)));
+        }
+    }
+}
+
+ATTN_INLINE ATTN_T512 void dot_pairs(int RB, loom_dtype DT, float *s, int64_t lds, const float *q, int64_t ldq,
+                                     int nr, const void *const *rows, int nc, int d) {
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        __m512 qv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) { /* rows are zero padded to 16 floats: lanes 0..7 twice */
+            __m512 z = _mm512_loadu_ps(q + (r0 + r < nr ? r0 + r : nr - 1) * ldq);
+            qv[r] = _mm512_shuffle_f32x4(z, z, 0x44);
+        }
+        int nrv = nr - r0 < RB ? nr - r0 : RB;
+        for (int c0 = 0; c0 < nc; c0 += 32 / RB)
+            dot_pairs_block(RB, DT, s + r0 * lds, lds, qv, rows, c0, nc, nrv, d);
+    }
+}
+
 ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const float *q,
                                     int64_t ldq, int nr, const void *const *rows, int nc, int d,
                                     const attn_dec_pf *pf, int64_t ahead) {
@@ -207,6 +274,12 @@ ATTN_INLINE ATTN_T512 void dot_dt_d(loom_dtype DT, float *s, int64_t lds, const 
 #undef DOT_SEQ1
 #undef DOT_SEQ2
 #undef DOT_SEQ
+        return;
+    }
+    if (d <= 8) {
+        if (nr >= 4) dot_pairs(4, DT, s, lds, q, ldq, nr, rows, nc, d);
+        else if (nr >= 2) dot_pairs(2, DT, s, lds, q, ldq, nr, rows, nc, d);
+        else dot_pairs(1, DT, s, lds, q, ldq, nr, rows, nc, d);
         return;
     }
     if (nr >= 8) dot_all(8, DT, s, lds, q, ldq, nr, rows, nc, d, ahead);
@@ -332,6 +405,51 @@ ATTN_INLINE ATTN_T512 void pv_seq(int RB, int NV, loom_dtype DT, float *acc, int
         for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc + r * lda + 16 * v, ac[r][v]);
 }
 
+/* n <= 8 elements of a row of dtype DT at p, as f32 (the rest zero). */
+ATTN_INLINE ATTN_T512 __m256 load8(const void *p, loom_dtype DT, __mmask8 k) {
+    switch (DT) {
+    case LOOM_F32: return _mm256_maskz_loadu_ps(k, p);
+    case LOOM_F16: return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(k, p));
+    case LOOM_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(k, p)), 16));
+    default: return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, p)));
+    }
+}
+
+/* Head dims up to 8: RB rows of 8 floats, four keys at a time into four
+ * accumulators per row (one FMA chain per key of the group: a single chain
+ * waits out the FMA latency at every key), summed in a fixed order at the end. */
+ATTN_INLINE ATTN_T512 void pv_small(int RB, loom_dtype DT, float *acc, int64_t lda, const float *p, int64_t ldp,
+                                    const void *const *rows, int nc, int d, const float *alpha) {
+    const __mmask8 km = (__mmask8)((1u << d) - 1);
+    __m256 a[4][4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) a[u][r] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 4 <= nc; c += 4) {
+        __m256 v[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) v[u] = load8(rows[c + u], DT, km);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) a[u][r] = _mm256_fmadd_ps(_mm256_set1_ps(p[r * ldp + c + u]), v[u], a[u][r]);
+    }
+    for (; c < nc; c++) { /* the last keys into the first chain */
+        __m256 v = load8(rows[c], DT, km);
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) a[0][r] = _mm256_fmadd_ps(_mm256_set1_ps(p[r * ldp + c]), v, a[0][r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++) {
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(a[0][r], a[1][r]), _mm256_add_ps(a[2][r], a[3][r]));
+        __m256 old = _mm256_mul_ps(_mm256_set1_ps(alpha[r]), _mm256_loadu_ps(acc + r * lda));
+        _mm256_storeu_ps(acc + r * lda, _mm256_add_ps(old, sum)); /* rows are padded to 16 floats */
+    }
+}
+
 ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const float *p,
                                   int64_t ldp, int nr, const void *const *rows, int nc, int d,
                                   const float *alpha, const attn_dec_pf *pf, int64_t ahead) {
@@ -359,6 +477,11 @@ ATTN_INLINE ATTN_T512 void pv_all(loom_dtype DT, float *acc, int64_t lda, const 
 #undef PV_SEQ1
 #undef PV_SEQ2
 #undef PV_SEQ
+        return;
+    }
+    if (d <= 8) {
+        for (; r + 4 <= nr; r += 4) pv_small(4, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
+        for (; r < nr; r++) pv_small(1, DT, acc + r * lda, lda, p + r * ldp, ldp, rows, nc, d, alpha + r);
         return;
     }
     /* an i8 V prefetches the next K tile here (the driver passes pf with two or more

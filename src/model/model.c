@@ -249,12 +249,12 @@ loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, 
     return forward(m, tokens, n, pos, 1, logits);
 }
 
-const loom_graph *loom_model_last_graph(loom_model *m) {
+loom_graph *loom_model_last_graph(loom_model *m) {
     const loom_program *last = m->exec->last;
     if (!last) return NULL;
     loom_program *p = last == m->decode ? m->decode : last == m->prefill ? m->prefill : m->prefill_all;
     loom_program_account(p);
-    return loom_program_graph(p);
+    return (loom_graph *)loom_program_graph(p);
 }
 
 void loom_model_set_timing(loom_model *m, int on) {

@@ -53,7 +53,7 @@ loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, 
 
 /* The program that ran last, with its node stats filled for that step
  * (loom_program_account); NULL before the first forward pass. */
-const loom_graph *loom_model_last_graph(loom_model *m);
+loom_graph *loom_model_last_graph(loom_model *m);
 /* Per-node wall times in every program of the model (profiles). */
 void loom_model_set_timing(loom_model *m, int on);
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Fused execution modes: same greedy text as step_by_step (and llama2.c),
+# Execution modes: the same greedy text as llama2.c in every mode,
 # checkpoints, mode from flag / LOOM_MODE / rules file, rules-file errors.
 source "$(dirname "$0")/lib.sh" "$@"
 require_shared
 M="$S260/stories260K.bin"; Z="$S260/tok512.bin"
 golden="$S260/golden_greedy_256.txt"
 same() { diff <(sed -e 's/[[:space:]]*$//' "$1") <(sed -e 's/[[:space:]]*$//' "$2") >"$TMP/diff"; }
-for mode in fused fused_with_checkpoints; do
+for mode in step_by_step fused fused_with_checkpoints; do
     for t in 1 2 3; do
         name="golden --mode $mode -t $t"
         if "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 256 -t "$t" --mode "$mode" --checkpoint-action fail \

@@ -115,6 +115,29 @@ static void test_random_decode(void) {
     }
 }
 
+/* Head dims up to 16 (tiny models) take their own kernels (two keys per
+ * register for Q.K^T at d <= 8, four FMA chains per row for P.V) and the
+ * longest tile: every small d, 1 to 8 q rows per kv head, key counts around
+ * the tile sizes, every cache dtype, at every level and thread count. */
+static void test_small_head_dims(void) {
+    loom_rng r;
+    loom_rng_init(&r, 19, 5);
+    static const int64_t dims[] = {1, 2, 3, 5, 7, 8, 9, 12, 16};
+    static const int64_t groups[] = {1, 2, 3, 4, 8};
+    static const int64_t lens[] = {1, 7, 31, 32, 33, 127, 128, 129, 300};
+    static const loom_dtype kv[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
+    for (int i = 0; i < 72; i++) {
+        inc_case c = random_case(&r);
+        c.D = dims[i % 9];
+        c.Nkv = irand(&r, 1, 3), c.N = c.Nkv * groups[irand(&r, 0, 4)];
+        c.Smax = lens[irand(&r, 0, 8)];
+        c.kvdt = kv[i % 4];
+        if (c.sparse == 4) c.pre = irand(&r, 0, c.Smax), c.next = irand(&r, -2, 3);
+        if (c.chunk > c.Smax) c.chunk = 0;
+        inc_check_case(&c, &r, i % 3 == 0);
+    }
+}
+
 
 /* Sharp attention: with the default scale and random data the scores are small
  * and nearly flat, which hides score errors (a 0.2 % error in every score
@@ -640,6 +663,7 @@ static void test_incre_op_table(void) {
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_random_decode);
+    RUN_TEST(test_small_head_dims);
     RUN_TEST(test_lengths_and_pool);
     RUN_TEST(test_peaked_scores);
     RUN_TEST(test_rising_scores);

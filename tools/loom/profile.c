@@ -13,7 +13,7 @@
 
 typedef struct prof_opts {
     const char *model_path, *tok_path, *prompt, *rules, *preset;
-    int threads, n_ctx, prompt_len, decode_steps;
+    int threads, n_ctx, prompt_len, decode_steps, reps;
     loom_dtype kv_dtype;
 } prof_opts;
 
@@ -48,6 +48,35 @@ static loom_status add_sampling(loom_profile *p, const float *logits, int vocab)
     loom_profile_section v = {.kernels = 1, .bytes_read = 4.0 * vocab, .bytes_written = 4.0,
                               .flops = 4.0 * vocab, .time_ns = t[2]};
     return loom_profile_add_section(p, "sample", "sample", &v);
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs a step once more to warm up, then reps times (the same tokens at the
+ * same positions rewrite the same cache rows: every run computes the same),
+ * and leaves each node's median time in the last program's stats. */
+static loom_graph *timed_step(loom_model *m, const int32_t *ids, int n, int pos, int reps, float *logits) {
+    loom_graph *g = NULL;
+    double *t = NULL;
+    for (int r = -1; r < reps; r++) {
+        if (loom_model_forward(m, ids, n, pos, logits) != LOOM_OK) {
+            free(t);
+            return NULL;
+        }
+        g = loom_model_last_graph(m);
+        if (r < 0) continue;
+        if (!t && !(t = malloc(sizeof *t * (size_t)reps * (size_t)g->n_nodes))) return NULL;
+        for (int k = 0; k < g->n_nodes; k++) t[(size_t)k * reps + r] = g->nodes[k].stats.time_ns;
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
+        g->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
+    }
+    free(t);
+    return g;
 }
 
 /* Loads the model in mode, runs the prefill and decode steps, collects profiles. */
@@ -87,26 +116,27 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
                           info.n_ctx - o->decode_steps, &ids, &n)) {
         goto done;
     }
-    if (loom_model_forward(m, ids, n, 0, logits) != LOOM_OK) {
+    const loom_graph *g = timed_step(m, ids, n, 0, o->reps, logits);
+    if (!g) {
         cli_fail("profile", "prefill failed");
         goto done;
     }
-    if (loom_profile_collect(loom_model_last_graph(m), info.n_layers, "prefill", loom_mode_name(mode),
-                             n, pre) != LOOM_OK ||
+    if (loom_profile_collect(g, info.n_layers, "prefill", loom_mode_name(mode), n, pre) != LOOM_OK ||
         add_sampling(pre, logits, info.vocab_size) != LOOM_OK)
         goto done;
     for (int s = 0; s < o->decode_steps; s++) {
         int32_t next = 0;
         for (int i = 1; i < info.vocab_size; i++)
             if (logits[i] > logits[next]) next = i;
-        if (loom_model_forward(m, &next, 1, n + s, logits) != LOOM_OK) {
+        /* the last decode step (the longest cache) is the one profiled */
+        g = s + 1 < o->decode_steps ? (loom_model_forward(m, &next, 1, n + s, logits) == LOOM_OK ? g : NULL)
+                                    : timed_step(m, &next, 1, n + s, o->reps, logits);
+        if (!g) {
             cli_fail("profile", "decode step failed");
             goto done;
         }
     }
-    /* the last decode step (the longest cache) */
-    if (loom_profile_collect(loom_model_last_graph(m), info.n_layers, "decode", loom_mode_name(mode),
-                             1, dec) != LOOM_OK ||
+    if (loom_profile_collect(g, info.n_layers, "decode", loom_mode_name(mode), 1, dec) != LOOM_OK ||
         add_sampling(dec, logits, info.vocab_size) != LOOM_OK)
         goto done;
     rc = 0;
@@ -119,7 +149,7 @@ done:
 }
 
 int cmd_profile(int argc, char **argv) {
-    prof_opts o = {.threads = loom_model_default_params().n_threads, .decode_steps = 1};
+    prof_opts o = {.threads = loom_model_default_params().n_threads, .decode_steps = 1, .reps = 5};
     const char *mode = NULL, *svg = NULL, *kv_dtype = NULL;
     int json = 0;
     const arg_opt opts[] = {
@@ -130,6 +160,8 @@ int cmd_profile(int argc, char **argv) {
          "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
         {NULL, "--decode-steps", ARG_INT, &o.decode_steps, "N",
          "decode steps after the prefill; the last one is profiled (default 1)"},
+        {"-r", "--repetitions", ARG_INT, &o.reps, "N",
+         "timed runs of each profiled step after a warm-up run; times are medians (default 5)"},
         {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &o.n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
@@ -140,7 +172,7 @@ int cmd_profile(int argc, char **argv) {
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
         {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
     };
-    const char *usage = "-m MODEL [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-t N] "
+    const char *usage = "-m MODEL [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-r N] [-t N] "
                         "[-c N] [--kv-dtype T] [--mode MODE] [--rules FILE] [--fusion-preset NAME] [--json] "
                         "[--svg FILE]";
     int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
@@ -154,6 +186,10 @@ int cmd_profile(int argc, char **argv) {
         return 1;
     }
     if (cli_kv_dtype("profile", kv_dtype, &o.kv_dtype)) return 1;
+    if (o.reps < 1 || o.reps > 1000) {
+        fprintf(stderr, "loom profile: -r must be in 1..1000, got %d\n", o.reps);
+        return 1;
+    }
     if (o.decode_steps < 1) {
         fprintf(stderr, "loom profile: --decode-steps must be >= 1, got %d\n", o.decode_steps);
         return 1;
