@@ -14,17 +14,19 @@
 #include "base/alloc.h"
 #include "base/status.h"
 
-/* The trace points. A = (R, 0) is the graph that runs; B = (R - 1, 0) gives
- * the slope in rows, C = (rows of B, 1) the slope in the position, and D
- * checks the fit at (R, 1), where the context leaves room for it. With R = 1
- * there is no row slope (every step has one row): C = (1, 1), D = (1, 2).
- * E = (R, end of the context) checks that nothing the rules decide depends
- * on the position (a condition on the KV length would hold for some steps
- * and not others: a compiled program cannot honour it, so it is refused). */
-enum { PA = 0, PB, PC, PD, PE, N_PROBES };
+/* The trace points, (rows, position, output rows). A = (R, 0, O) is the
+ * graph that runs; B = (R - 1, 0, O') gives the slope in rows (O' = O, or
+ * R - 1 when O is larger), C = (R - 1, 1, O') the slope in the position, X =
+ * (R - 1, 0, O' - 1) the slope in output rows, and D checks the fit at
+ * (R, 1, O), where the context leaves room for it. With R = 1 there is no row
+ * slope (every step has one row): C = (1, 1, 1), D = (1, 2, 1). E = (R, end
+ * of the context, O) checks that nothing the rules decide depends on the
+ * position (a condition on the KV length would hold for some steps and not
+ * others: a compiled program cannot honour it, so it is refused). */
+enum { PA = 0, PB, PC, PX, PD, PE, N_PROBES };
 
 typedef struct probe {
-    int rows, pos, used;
+    int rows, pos, outs, used;
     loom_graph *g;      /* fused in fused modes */
     loom_graph *twin;   /* fused_with_checkpoints: the unfused trace */
 } probe;
@@ -39,7 +41,8 @@ static void probes_free(probe *pr) {
 
 static loom_status trace(loom_executor *e, const loom_program_desc *d, probe *pr, int *out) {
     LOOM_TRY(loom_graph_init(&pr->g));
-    loom_status s = d->build(d->ctx, pr->g, pr->rows, pr->pos, out);
+    loom_step st = {.n_rows = pr->rows, .pos = pr->pos, .n_out = pr->outs, .batch = NULL};
+    loom_status s = d->build(d->ctx, pr->g, &st, out);
     if (s == LOOM_OK) s = loom_graph_status(pr->g);
     if (s != LOOM_OK) return s;
     LOOM_RETURN_IF(*out < 0 || *out >= pr->g->n_tensors, LOOM_ERR_INTERNAL,
@@ -123,7 +126,7 @@ static void tensor_vals(const loom_gtensor *t, int64_t v[PV_COUNT]) {
 
 /* The affine descriptors of pg->g (trace A) from the traces in pr (graphs
  * selected by twin), and the position attributes. */
-static loom_status derive(const char *name, prog_graph *pg, const probe *pr, int twin, int R) {
+static loom_status derive(const char *name, prog_graph *pg, const probe *pr, int twin) {
 #define TG(i) (twin ? pr[i].twin : pr[i].g)
     const loom_graph *A = TG(PA);
     char why[256];
@@ -131,9 +134,10 @@ static loom_status derive(const char *name, prog_graph *pg, const probe *pr, int
         if (!pr[i].used) continue;
         if (!same_structure(A, TG(i), why, sizeof why))
             return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                                  "program %s: the graph of %d rows at position %d is not the graph of %d rows "
-                                  "at position %d (%s): the rules fuse sizes of this bucket differently",
-                                  name, pr[i].rows, pr[i].pos, R, 0, why);
+                                  "program %s: the graph of %d rows at position %d (%d output rows) is not the "
+                                  "graph of %d rows at position 0 (%d) (%s): the rules fuse steps of this bucket "
+                                  "differently", name, pr[i].rows, pr[i].pos, pr[i].outs, pr[PA].rows, pr[PA].outs,
+                                  why);
     }
     /* position attributes: C against the trace of its row count at position 0 */
     const int base_c = pr[PB].used ? PB : PA;
@@ -157,23 +161,28 @@ static loom_status derive(const char *name, prog_graph *pg, const probe *pr, int
         prog_dyn dd = {.id = id};
         int any = 0;
         for (int k = 0; k < PV_COUNT; k++) {
-            dd.a[k] = pr[PB].used ? v[PA][k] - v[PB][k] : 0;
+            /* output rows first (X and B differ in them alone), then rows (A and B differ in rows and
+             * perhaps output rows), then the position (C against its row count at position 0) */
+            dd.e[k] = pr[PX].used ? v[base_c][k] - v[PX][k] : 0;
+            dd.a[k] = pr[PB].used ? v[PA][k] - v[PB][k] - dd.e[k] * (pr[PA].outs - pr[PB].outs) : 0;
             dd.b[k] = pr[PC].used ? v[PC][k] - v[base_c][k] : 0;
-            dd.c[k] = v[PA][k] - dd.a[k] * R;
+            dd.c[k] = v[PA][k] - dd.a[k] * pr[PA].rows - dd.e[k] * pr[PA].outs;
             for (int i = PD; i <= PE; i++)
-                if (pr[i].used && dd.a[k] * pr[i].rows + dd.b[k] * pr[i].pos + dd.c[k] != v[i][k])
+                if (pr[i].used &&
+                    dd.a[k] * pr[i].rows + dd.b[k] * pr[i].pos + dd.e[k] * pr[i].outs + dd.c[k] != v[i][k])
                     s = loom_set_error(LOOM_ERR_UNSUPPORTED, "program %s: tensor '%s' does not grow linearly with the "
-                                                         "rows and the position", name, A->tensors[id].t.name);
-            any |= dd.a[k] != 0 || dd.b[k] != 0;
+                                                         "rows, the position and the output rows", name,
+                                       A->tensors[id].t.name);
+            any |= dd.a[k] != 0 || dd.b[k] != 0 || dd.e[k] != 0;
         }
         const loom_gtensor *t = &A->tensors[id];
         if (t->kind == LOOM_TK_INTERMEDIATE && t->producer >= 0)
             for (int k = 0; k < PV_OFFSET && s == LOOM_OK; k++)
-                if (dd.b[k] != 0 || (k < PV_STRIDE && dd.a[k] < 0))
+                if (dd.b[k] != 0 || (k < PV_STRIDE && (dd.a[k] < 0 || dd.e[k] < 0)))
                     s = loom_set_error(LOOM_ERR_UNSUPPORTED,
                                        "program %s: intermediate '%s' grows with the position (or shrinks with "
                                        "the rows), so one plan cannot hold it", name, t->t.name);
-        dd.data = t->kind == LOOM_TK_VIEW && (dd.a[PV_OFFSET] || dd.b[PV_OFFSET] || moves[t->view_of]);
+        dd.data = t->kind == LOOM_TK_VIEW && (dd.a[PV_OFFSET] || dd.b[PV_OFFSET] || dd.e[PV_OFFSET] || moves[t->view_of]);
         moves[id] = dd.data;
         if (any || dd.data) pg->dyn[pg->n_dyn++] = dd;
     }
@@ -239,13 +248,13 @@ static loom_status finish(loom_program *p, prog_graph *pg, unsigned char **arena
     if (p->is_static) {
         buffer_needs(pg, &scratch, &shared);
     } else {
-        const int R = p->max_rows, E = p->max_end;
-        const int corners[4][2] = {{R, 0}, {1, 0}, {R, E - R}, {1, E - 1}};
+        const int R = p->max_rows, E = p->max_end, O = p->max_out ? p->max_out : 1;
+        const loom_step corners[4] = {{R, 0, O, NULL}, {1, 0, 1, NULL}, {R, E - R, O, NULL}, {1, E - 1, 1, NULL}};
         for (int i = 0; i < 4; i++) {
-            prog_apply_step(NULL, pg, NULL, corners[i][0], corners[i][1]);
+            prog_apply_step(NULL, pg, NULL, &corners[i]);
             buffer_needs(pg, &scratch, &shared);
         }
-        prog_apply_step(NULL, pg, NULL, R, 0);
+        prog_apply_step(NULL, pg, NULL, &corners[0]);
     }
     return loom_exec_reserve_scratch(e, align_up(scratch), align_up(shared));
 }
@@ -288,23 +297,26 @@ loom_status loom_program_compile(loom_executor *e, const loom_program_desc *d, l
     LOOM_RETURN_IF(!e || !d || !d->build || !out, LOOM_ERR_INVALID_ARG, "program_compile: NULL argument");
     *out = NULL;
     const char *name = d->name ? d->name : "program";
-    const int R = d->max_rows, E = d->max_end;
+    const int R = d->max_rows, E = d->max_end, O = d->max_out ? d->max_out : 1;
     LOOM_RETURN_IF(R < 1 || E < R, LOOM_ERR_INVALID_ARG,
                    "program %s: a bucket of %d rows does not fit a context of %d", name, R, E);
-    probe pr[N_PROBES] = {{R, 0, 1, NULL, NULL}};
-    if (R > 1) pr[PB] = (probe){R - 1, 0, 1, NULL, NULL};
-    int rows_c = R > 1 ? R - 1 : 1;
-    if (rows_c + 1 <= E) pr[PC] = (probe){rows_c, 1, 1, NULL, NULL};
-    if (R > 1 && R + 1 <= E) pr[PD] = (probe){R, 1, 1, NULL, NULL};
-    if (R == 1 && 3 <= E) pr[PD] = (probe){1, 2, 1, NULL, NULL};
-    if (E - R >= 3) pr[PE] = (probe){R, E - R, 1, NULL, NULL};
+    LOOM_RETURN_IF(d->max_out < 0 || O > R, LOOM_ERR_INVALID_ARG,
+                   "program %s: %d output rows in a bucket of %d rows", name, d->max_out, R);
+    probe pr[N_PROBES] = {{R, 0, O, 1, NULL, NULL}};
+    int rows_c = R > 1 ? R - 1 : 1, outs_c = O < rows_c ? O : rows_c;
+    if (R > 1) pr[PB] = (probe){R - 1, 0, outs_c, 1, NULL, NULL};
+    if (rows_c + 1 <= E) pr[PC] = (probe){rows_c, 1, outs_c, 1, NULL, NULL};
+    if (outs_c > 1) pr[PX] = (probe){rows_c, 0, outs_c - 1, 1, NULL, NULL};
+    if (R > 1 && R + 1 <= E) pr[PD] = (probe){R, 1, O, 1, NULL, NULL};
+    if (R == 1 && 3 <= E) pr[PD] = (probe){1, 2, 1, 1, NULL, NULL};
+    if (E - R >= 3) pr[PE] = (probe){R, E - R, O, 1, NULL, NULL};
     loom_program *p = NULL;
     loom_status s = program_alloc(e, name, &p);
-    int outs[N_PROBES] = {-1, -1, -1, -1, -1};
+    int outs[N_PROBES] = {-1, -1, -1, -1, -1, -1};
     for (int i = 0; i < N_PROBES && s == LOOM_OK; i++)
         if (pr[i].used) s = trace(e, d, &pr[i], &outs[i]);
-    if (s == LOOM_OK) s = derive(name, &p->main, pr, 0, R);
-    if (s == LOOM_OK && pr[PA].twin) s = derive(name, &p->twin, pr, 1, R);
+    if (s == LOOM_OK) s = derive(name, &p->main, pr, 0);
+    if (s == LOOM_OK && pr[PA].twin) s = derive(name, &p->twin, pr, 1);
     for (int i = 1; i < N_PROBES && s == LOOM_OK; i++)
         if (pr[i].used && outs[i] != outs[PA])
             s = loom_set_error(LOOM_ERR_INTERNAL, "program %s: the builder names different outputs", name);
@@ -312,7 +324,7 @@ loom_status loom_program_compile(loom_executor *e, const loom_program_desc *d, l
         /* trace A becomes the program's graph (and its twin) */
         p->main.g = pr[PA].g, p->main.owns = 1, pr[PA].g = NULL;
         p->twin.g = pr[PA].twin, p->twin.owns = 1, pr[PA].twin = NULL;
-        p->max_rows = R, p->max_end = E, p->out_id = outs[PA];
+        p->max_rows = R, p->max_end = E, p->max_out = d->max_out, p->out_id = outs[PA];
         s = complete(p);
     }
     probes_free(pr);

@@ -12,7 +12,7 @@
  * What changes from step to step is found by tracing the builder: it is called
  * at several (rows, position) points, and every extent, stride and view
  * offset that differs is recorded as an affine function of the two
- * (a * rows + b * pos + c), checked on a further point where one fits. This
+ * (a * rows + b * pos + e * outs + c), checked on further points where they fit. This
  * is how torch.compile's "automatic dynamic shapes" marks dims dynamic after
  * seeing two sizes; here the model code stays plain C with concrete shapes.
  * Attributes that carry the position of an op's first row (rope, kv_append,
@@ -31,14 +31,18 @@
 /* The step block: what one run of a program computes. */
 typedef struct loom_step {
     int n_rows;   /* token rows of this step: 1..max_rows */
-    int pos;      /* position of row 0: the KV cache holds 0..pos-1; pos + n_rows <= max_end */
+    int pos;      /* position of row 0: the KV cache holds 0..pos-1; pos + n_rows <= max_end
+                     (programs of one sequence; 0 for a ragged batch) */
+    int n_out;    /* output rows (the rows whose logits are read): 1..max_out; 1 when max_out is 0 */
+    const loom_batch *batch; /* the ragged batch the kernels read (ops.h), or NULL */
 } loom_step;
 
-/* Appends to the empty graph g the forward pass over n_rows rows at position
- * pos and sets *out to the id of the tensor the caller reads (the logits).
- * Must build the same structure for every (n_rows, pos) of the bucket, bind
- * the same external memory each time, and set no graph error. */
-typedef loom_status (*loom_program_build_fn)(void *ctx, loom_graph *g, int n_rows, int pos, int *out);
+/* Appends to the empty graph g the forward pass of step s (its n_rows, pos
+ * and n_out; s->batch is NULL while tracing) and sets *out to the id of the
+ * tensor the caller reads (the logits). Must build the same structure for
+ * every step of the bucket, bind the same external memory each time, and set
+ * no graph error. */
+typedef loom_status (*loom_program_build_fn)(void *ctx, loom_graph *g, const loom_step *s, int *out);
 
 typedef struct loom_program_desc {
     const char *name;             /* "decode", "prefill", ...: messages and profile */
@@ -46,6 +50,7 @@ typedef struct loom_program_desc {
     void *ctx;
     int max_rows;                 /* the bucket: steps run 1..max_rows rows */
     int max_end;                  /* pos + n_rows never exceeds this (the context) */
+    int max_out;                  /* output rows vary 1..max_out (<= max_rows); 0: always 1 */
 } loom_program_desc;
 
 typedef struct loom_program loom_program;

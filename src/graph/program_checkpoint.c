@@ -163,7 +163,7 @@ static double layer_tolerance(const loom_graph *rg, const prog_layer *L, double 
 
 extern int loom_fusion_rules_checkpoints(const loom_fusion_rules *r, int *layers, int *logits);
 
-loom_status prog_checkpoints_run(loom_program *p, int rows, int pos) {
+loom_status prog_checkpoints_run(loom_program *p, const loom_step *st) {
     loom_executor *e = p->e;
     const loom_fusion_rules *rules = e->rules;
     int want_layers = 1, want_logits = 1;
@@ -173,7 +173,7 @@ loom_status prog_checkpoints_run(loom_program *p, int rows, int pos) {
     prog_graph *tw = &p->twin;
     loom_graph *rg = tw->g;
     const loom_graph *fg = p->main.g;
-    prog_apply_step(e, tw, e->ref_arena, rows, pos);
+    prog_apply_step(e, tw, e->ref_arena, st);
     prog_count_phases(tw, e->n_threads);
     for (int li = 0; li < p->n_layers; li++) {
         const prog_layer *L = &p->layers[li];
@@ -186,7 +186,7 @@ loom_status prog_checkpoints_run(loom_program *p, int rows, int pos) {
             if (t->kind == LOOM_TK_VIEW) t->t.data = (char *)rg->tensors[t->view_of].t.data + t->view_offset;
         }
         kv_rows(e, rg, L, 1);
-        loom_status s = prog_exec(p, tw, L->first, L->last, 0);
+        loom_status s = prog_exec(p, tw, L->first, L->last, 0, st->batch);
         kv_rows(e, rg, L, 0);
         LOOM_TRY(s);
         int out = rg->nodes[L->last].dst;

@@ -13,7 +13,7 @@ enum { PV_SHAPE = 0, PV_STRIDE = LOOM_MAX_DIMS, PV_OFFSET = 2 * LOOM_MAX_DIMS, P
 typedef struct prog_dyn {
     int     id;                 /* tensor id */
     int     data;               /* 1: a view whose address moves (its offset, or its base's, changes) */
-    int64_t a[PV_COUNT], b[PV_COUNT], c[PV_COUNT];
+    int64_t a[PV_COUNT], b[PV_COUNT], e[PV_COUNT], c[PV_COUNT]; /* rows, position, output rows, constant */
 } prog_dyn;
 
 /* An attribute written from the step: the int32 at byte off of node's attrs = pos + c. */
@@ -58,7 +58,7 @@ struct loom_program {
     loom_executor *e;
     char           name[32];
     int            is_static;    /* a fixed graph: no step */
-    int            max_rows, max_end;
+    int            max_rows, max_end, max_out;
     int            out_id;
     prog_graph     main;
     prog_graph     twin;         /* g NULL unless fused_with_checkpoints */
@@ -72,18 +72,18 @@ struct loom_program {
 /* Sets every dynamic descriptor of pg for (rows, pos) and writes the position
  * attributes; addresses are bound again first when the executor's buffers
  * moved. */
-void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, int rows, int pos);
+void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, const loom_step *s);
 /* Binds every intermediate to arena + its planned offset and every view to
  * its base + offset. */
 void prog_bind(prog_graph *pg, unsigned char *arena);
 /* Launch counts of the nodes whose count depends on the step. */
 void prog_count_phases(prog_graph *pg, int nth);
 /* Runs nodes [first, last] of pg on the executor's pool. */
-loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump);
+loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump, const loom_batch *batch);
 
 /* fused_with_checkpoints (program_checkpoint.c). */
 loom_status prog_checkpoints_compile(loom_program *p);
-loom_status prog_checkpoints_run(loom_program *p, int rows, int pos);
+loom_status prog_checkpoints_run(loom_program *p, const loom_step *s);
 void prog_layers_free(loom_program *p);
 
 #endif

@@ -23,13 +23,14 @@ void prog_bind(prog_graph *pg, unsigned char *arena) {
     }
 }
 
-void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, int rows, int pos) {
+void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, const loom_step *s) {
     loom_graph *g = pg->g;
+    const int64_t rows = s->n_rows, pos = s->pos, outs = s->n_out;
     for (int k = 0; k < pg->n_dyn; k++) {
         const prog_dyn *dd = &pg->dyn[k];
         loom_gtensor *t = &g->tensors[dd->id];
         int64_t v[PV_COUNT];
-        for (int j = 0; j < PV_COUNT; j++) v[j] = dd->a[j] * rows + dd->b[j] * pos + dd->c[j];
+        for (int j = 0; j < PV_COUNT; j++) v[j] = dd->a[j] * rows + dd->b[j] * pos + dd->e[j] * outs + dd->c[j];
         for (int d = 0; d < t->t.ndim; d++) t->t.shape[d] = v[PV_SHAPE + d], t->t.stride[d] = v[PV_STRIDE + d];
         if (t->kind == LOOM_TK_VIEW) {
             t->view_offset = (size_t)v[PV_OFFSET];
@@ -37,7 +38,7 @@ void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, int
         }
     }
     for (int k = 0; k < pg->n_pos; k++) {
-        int32_t v = pos + pg->pos[k].c;
+        int32_t v = (int32_t)pos + pg->pos[k].c;
         memcpy(g->nodes[pg->pos[k].node].attrs + pg->pos[k].off, &v, sizeof v);
     }
     if (e && arena && (!pg->bound || pg->bound_gen != e->buffers_gen)) {
@@ -99,6 +100,7 @@ static loom_status dump_node(loom_executor *e, const loom_graph *g, int n) {
 typedef struct run_ctx {
     loom_program *p;
     prog_graph   *pg;
+    const loom_batch *batch;
     int           first, last, dump;
     atomic_int    failed;
     loom_status   status;
@@ -127,6 +129,7 @@ static void run_worker(int ith, int nth, void *arg) {
         a.ith = ith, a.nth = nth;
         a.scratch = scratch;
         a.shared = e->shared;
+        a.batch = rc->batch;
         uint64_t t0 = timing && ith == 0 ? loom_time_ns() : 0;
         for (int ph = 0; ph < pn->cur; ph++) {
             a.phase = ph;
@@ -149,8 +152,8 @@ static void run_worker(int ith, int nth, void *arg) {
     }
 }
 
-loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump) {
-    run_ctx rc = {.p = p, .pg = pg, .first = first, .last = last, .dump = dump, .status = LOOM_OK};
+loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump, const loom_batch *batch) {
+    run_ctx rc = {.p = p, .pg = pg, .batch = batch, .first = first, .last = last, .dump = dump, .status = LOOM_OK};
     atomic_init(&rc.failed, 0);
     loom_pool_run(p->e->pool, run_worker, &rc);
     if (atomic_load(&rc.failed)) return loom_set_error(rc.status, "%s", rc.error);
@@ -160,23 +163,28 @@ loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int 
 loom_status loom_program_run(loom_program *p, const loom_step *s) {
     LOOM_RETURN_IF(!p, LOOM_ERR_INVALID_ARG, "program_run: NULL program");
     loom_executor *e = p->e;
-    int rows = 0, pos = 0;
+    loom_step st = {0, 0, 1, NULL};
     if (!p->is_static) {
         LOOM_RETURN_IF(!s, LOOM_ERR_INVALID_ARG, "program %s: a step is required", p->name);
-        rows = s->n_rows, pos = s->pos;
-        LOOM_RETURN_IF(rows < 1 || rows > p->max_rows || pos < 0 || pos > p->max_end - rows, LOOM_ERR_INVALID_ARG,
-                       "program %s: a step of %d rows at position %d does not fit its bucket (1..%d rows, "
-                       "positions within %d)", p->name, rows, pos, p->max_rows, p->max_end);
-        p->last = *s;
+        st = *s;
+        int outs_max = p->max_out ? p->max_out : 1;
+        if (!p->max_out) st.n_out = 1;
+        LOOM_RETURN_IF(st.n_rows < 1 || st.n_rows > p->max_rows || st.pos < 0 || st.pos > p->max_end - st.n_rows ||
+                           st.n_out < 1 || st.n_out > outs_max || st.n_out > st.n_rows,
+                       LOOM_ERR_INVALID_ARG,
+                       "program %s: a step of %d rows at position %d with %d output rows does not fit its bucket "
+                       "(1..%d rows, positions within %d, 1..%d output rows)", p->name, st.n_rows, st.pos,
+                       st.n_out, p->max_rows, p->max_end, outs_max);
+        p->last = st;
     }
-    prog_apply_step(e, &p->main, e->arena, rows, pos);
+    prog_apply_step(e, &p->main, e->arena, &st);
     prog_count_phases(&p->main, e->n_threads);
     const loom_graph *g = p->main.g;
-    loom_status st = g->n_nodes ? prog_exec(p, &p->main, 0, g->n_nodes - 1, e->dump_dir != NULL) : LOOM_OK;
+    loom_status rs = g->n_nodes ? prog_exec(p, &p->main, 0, g->n_nodes - 1, e->dump_dir != NULL, st.batch) : LOOM_OK;
     if (e->dump_dir) e->dump_seq++;
     e->last = p;
-    LOOM_TRY(st);
-    if (p->twin.g) LOOM_TRY(prog_checkpoints_run(p, rows, pos));
+    LOOM_TRY(rs);
+    if (p->twin.g) LOOM_TRY(prog_checkpoints_run(p, &st));
     return LOOM_OK;
 }
 
@@ -186,7 +194,7 @@ void loom_program_account(loom_program *p) {
         loom_node *node = &g->nodes[n];
         const prog_node *pn = &p->main.nodes[n];
         loom_cost c = {0};
-        pn->info->cost(pn->args.src, pn->args.n_src, pn->args.dst, pn->args.attrs, &c);
+        pn->info->cost(pn->args.src, pn->args.n_src, pn->args.dst, pn->args.attrs, &c); /* at the last step's shapes */
         node->stats.kernel = loom_op_kernel_name(node->op, p->e->isa);
         node->stats.kernels = pn->cur;
         node->stats.flops = c.flops;

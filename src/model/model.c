@@ -68,8 +68,9 @@ loom_status loom_model_params_set_mode(loom_model_params *p, const char *flag) {
 
 /* The program builder: the forward pass over n rows at pos, over the model's
  * token buffer and caches. */
-static loom_status build_forward(void *ctx, loom_graph *g, int n, int pos, int *out) {
+static loom_status build_forward(void *ctx, loom_graph *g, const loom_step *s, int *out) {
     const loom_model_trace *tr = ctx;
+    const int n = s->n_rows, pos = s->pos;
     loom_model *m = tr->m;
     const loom_llama_config *c = &m->cfg;
     loom_tensor t;
@@ -231,7 +232,7 @@ static loom_status forward(loom_model *m, const int32_t *tokens, int n, int pos,
         int rows = n - done < m->prefill_rows ? n - done : m->prefill_rows;
         if (p == m->decode) rows = 1;
         memcpy(m->ids, tokens + done, (size_t)rows * sizeof *m->ids);
-        loom_step st = {.n_rows = rows, .pos = pos + done};
+        loom_step st = {.n_rows = rows, .pos = pos + done, .n_out = 1};
         LOOM_TRY(loom_program_run(p, &st));
         const loom_tensor *lt = loom_program_output(p);
         if (all) memcpy(logits + (size_t)done * V, lt->data, (size_t)rows * V * sizeof(float));

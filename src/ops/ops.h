@@ -148,6 +148,22 @@ typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row writt
 
 #define LOOM_MAX_SRC 6   /* attention over an i8 cache with a mask, qkv_rope with i8 caches */
 
+/* The ragged batch of one step of a forward program (graph/program.h), for the
+ * kernels whose work depends on which sequence each row belongs to (the batch
+ * engine's paged attention, cache writes and per-row positions). Rows are
+ * grouped by sequence: sequence s owns rows [row_start[s], row_start[s + 1]).
+ * NULL for programs of one sequence (their positions are attributes). */
+typedef struct loom_batch {
+    int            n_seqs;
+    const int64_t *row_start;    /* [n_seqs + 1] cumulative row ends, from 0 */
+    const int64_t *positions;    /* [n_rows] position of each row in its sequence */
+    const int64_t *seq_of_row;   /* [n_rows] the sequence of each row */
+    const int64_t *kv_len;       /* [n_seqs] keys each sequence's attention reads (its last row's position + 1) */
+    const loom_tensor *block_table; /* i32 [n_seqs, max_blocks]: the paged cache blocks of each sequence */
+    int            n_decode;     /* sequences 0..n_decode-1 have one row each (rows 0..n_decode-1) */
+    const int32_t *out_rows;     /* [n_out] rows whose output the caller reads (logits) */
+} loom_batch;
+
 typedef struct loom_kernel_args {
     const loom_tensor *src[LOOM_MAX_SRC]; /* unused entries NULL */
     int                n_src;
@@ -160,6 +176,7 @@ typedef struct loom_kernel_args {
     int                phase;             /* 0..n_phases-1; the executor meets at a barrier between phases */
     void              *shared;            /* shared_size bytes every thread of the launch sees, kept
                                              across its phases (LOOM_ALIGN-aligned; NULL if none) */
+    const loom_batch  *batch;             /* the step's ragged batch, or NULL */
 } loom_kernel_args;
 
 /* Kernels split their own work by (ith, nth), write only their share of dst,

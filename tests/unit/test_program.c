@@ -77,9 +77,9 @@ typedef struct tctx {
     int all_logits;
 } tctx;
 
-static loom_status tbuild(void *ctx, loom_graph *g, int n, int pos, int *out) {
+static loom_status tbuild(void *ctx, loom_graph *g, const loom_step *s, int *out) {
     tctx *t = ctx;
-    *out = tm_build(t->m, g, t->ids, n, pos, t->all_logits);
+    *out = tm_build(t->m, g, t->ids, s->n_rows, s->pos, t->all_logits);
     return loom_graph_status(g);
 }
 
@@ -91,7 +91,7 @@ static loom_status compile(loom_executor *e, tctx *t, const char *name, int rows
 /* Runs rows tokens of ids at pos through p; copies the output's V logits of the last row. */
 static int step(loom_program *p, tctx *t, const int32_t *ids, int rows, int pos, float *logits) {
     memcpy(t->ids, ids, (size_t)rows * sizeof *ids);
-    loom_step s = {.n_rows = rows, .pos = pos};
+    loom_step s = {.n_rows = rows, .pos = pos, .n_out = 1};
     loom_status st = loom_program_run(p, &s);
     if (st != LOOM_OK) {
         fprintf(stderr, "step %d rows at %d: %s\n", rows, pos, loom_last_error());
@@ -234,11 +234,66 @@ static void test_threads(void) {
 }
 
 /* A builder whose graph changes structure with the row count. */
-static loom_status odd_build(void *ctx, loom_graph *g, int n, int pos, int *out) {
+static loom_status odd_build(void *ctx, loom_graph *g, const loom_step *s, int *out) {
     tctx *t = ctx;
-    *out = tm_build(t->m, g, t->ids, n, pos, 0);
-    if (n % 2) *out = loom_g_silu(g, *out, "odd");
+    *out = tm_build(t->m, g, t->ids, s->n_rows, s->pos, 0);
+    if (s->n_rows % 2) *out = loom_g_silu(g, *out, "odd");
     return loom_graph_status(g);
+}
+
+/* Output rows as a third dimension: the logits of the last n_out rows (a view
+ * whose offset moves with the rows and the output rows, and whose extent
+ * follows the output rows). */
+static loom_status outs_build(void *ctx, loom_graph *g, const loom_step *s, int *out) {
+    tctx *t = ctx;
+    int all = tm_build(t->m, g, t->ids, s->n_rows, s->pos, 1);
+    *out = loom_graph_view_rows(g, all, s->n_rows - s->n_out, s->n_out);
+    loom_graph_mark_output(g, *out);
+    return loom_graph_status(g);
+}
+
+static void test_output_rows(void) {
+    const int32_t *ids = test_ids();
+    tmodel m;
+    tm_init(&m, 48, 4, 2, 100, 2, 37, 64, 8);
+    tctx t = {.m = &m};
+    loom_executor *e;
+    CHECK(loom_executor_init(&e, 2, LOOM_MODE_FUSED) == LOOM_OK);
+    loom_program_desc d = {.name = "outs", .build = outs_build, .ctx = &t, .max_rows = 12, .max_end = 64,
+                           .max_out = 6};
+    loom_program *p;
+    CHECK_MSG(loom_program_compile(e, &d, &p) == LOOM_OK, "%s", loom_last_error());
+    const int V = m.c.vocab_size;
+    const int steps[][3] = {{12, 0, 6}, {5, 12, 1}, {9, 17, 4}, {1, 26, 1}};
+    float want[12 * 64];
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        int rows = steps[k][0], pos = steps[k][1], outs = steps[k][2];
+        /* the exact graph's logits of every row first, then the program's last n_out from the same caches */
+        size_t kvb = tm_kv_bytes(&m);
+        float *kc0 = malloc(kvb), *vc0 = malloc(kvb);
+        memcpy(kc0, m.kc, kvb), memcpy(vc0, m.vc, kvb);
+        loom_graph *g;
+        loom_graph_init(&g);
+        int lg = tm_build(&m, g, ids + pos, rows, pos, 1);
+        CHECK(loom_executor_run(e, g) == LOOM_OK);
+        memcpy(want, loom_graph_tensor(g, lg)->data, (size_t)rows * V * sizeof(float));
+        loom_graph_free(g);
+        memcpy(m.kc, kc0, kvb), memcpy(m.vc, vc0, kvb);
+        free(kc0), free(vc0);
+        memcpy(t.ids, ids + pos, (size_t)rows * sizeof *ids);
+        loom_step st = {.n_rows = rows, .pos = pos, .n_out = outs};
+        CHECK_MSG(loom_program_run(p, &st) == LOOM_OK, "%s", loom_last_error());
+        const loom_tensor *o = loom_program_output(p);
+        CHECK(o->shape[0] == outs && o->shape[1] == V);
+        const float *got = o->data;
+        for (int r = 0; r < outs; r++)
+            for (int i = 0; i < V; i++) CHECK_CLOSE(got[r * V + i], want[(rows - outs + r) * V + i], 1.0 / 2048);
+    }
+    loom_step bad = {.n_rows = 3, .pos = 0, .n_out = 4};
+    CHECK(loom_program_run(p, &bad) == LOOM_ERR_INVALID_ARG);
+    loom_program_free(p);
+    loom_executor_free(e);
+    tm_free(&m);
 }
 
 static void test_errors(void) {
@@ -250,7 +305,7 @@ static void test_errors(void) {
     loom_program *p;
     CHECK(compile(e, &t, "prefill", 8, &p) == LOOM_OK);
     tm_clear_kv(&m);
-    const loom_step bad[] = {{0, 0}, {9, 0}, {8, 57}, {1, -1}, {1, 64}};
+    const loom_step bad[] = {{0, 0, 1, NULL}, {9, 0, 1, NULL}, {8, 57, 1, NULL}, {1, -1, 1, NULL}, {1, 64, 1, NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(loom_program_run(p, &bad[i]) == LOOM_ERR_INVALID_ARG);
         CHECK(strstr(loom_last_error(), "does not fit its bucket") != NULL);
@@ -320,6 +375,7 @@ int main(void) {
     RUN_TEST(test_reuse_equals_fresh);
     RUN_TEST(test_no_alloc);
     RUN_TEST(test_threads);
+    RUN_TEST(test_output_rows);
     RUN_TEST(test_errors);
     RUN_TEST(test_graph_of_step);
     return TEST_SUMMARY();
