@@ -224,6 +224,11 @@ loom_status loom_register_fused_op(const loom_fused_op_desc *d);
  * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue). */
 loom_status loom_register_activation(const char *name, float (*fn)(float x, void *user), void *user);
 
+/* ---------------------------------------------------------- version */
+
+/* loom's version, "MAJOR.MINOR.PATCH" (CMake's project version). Never NULL. */
+const char *loom_version(void);
+
 #ifdef __cplusplus
 }
 #endif
