@@ -40,11 +40,17 @@ static int parse_value(const char *cmd, const arg_opt *o, const char *name, cons
         *(float *)o->dst = x;
         return 0;
     }
-    case ARG_U64: {
-        if (*v == '-') break;
+    case ARG_U64:
+    case ARG_U64_SET: {
+        if (*v == '-' || *v == '+') break;
         unsigned long long x = strtoull(v, &end, 10);
         if (*v == '\0' || *end != '\0' || errno) break;
-        *(uint64_t *)o->dst = (uint64_t)x;
+        if (o->type == ARG_U64) {
+            *(uint64_t *)o->dst = (uint64_t)x;
+        } else {
+            ((arg_u64 *)o->dst)->value = (uint64_t)x;
+            ((arg_u64 *)o->dst)->set = 1;
+        }
         return 0;
     }
     case ARG_STR_LIST: {
@@ -59,8 +65,9 @@ static int parse_value(const char *cmd, const arg_opt *o, const char *name, cons
     case ARG_FLAG:
         return 0;
     }
-    const char *what = o->type == ARG_INT ? "an integer" : o->type == ARG_U64 ? "a non-negative integer"
-                                                                             : "a number";
+    const char *what = o->type == ARG_INT                              ? "an integer"
+                       : o->type == ARG_U64 || o->type == ARG_U64_SET ? "a non-negative integer"
+                                                                      : "a number";
     fprintf(stderr, "loom %s: option '%s' expects %s, got '%s'\n", cmd, name, what, v);
     return -1;
 }

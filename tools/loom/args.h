@@ -4,7 +4,14 @@
 
 #include <stdint.h>
 
-typedef enum { ARG_STR, ARG_INT, ARG_FLOAT, ARG_U64, ARG_FLAG, ARG_STR_LIST } arg_type;
+typedef enum { ARG_STR, ARG_INT, ARG_FLOAT, ARG_U64, ARG_FLAG, ARG_STR_LIST, ARG_U64_SET } arg_type;
+
+/* A non-negative integer option whose every value is meaningful (a seed), so
+ * "not given" cannot be a value (ARG_U64_SET). */
+typedef struct arg_u64 {
+    uint64_t value;
+    int set;      /* 1 when the option was given */
+} arg_u64;
 
 /* The values of a repeatable option (ARG_STR_LIST), in command-line order. */
 #define ARG_LIST_MAX 16
@@ -17,7 +24,7 @@ typedef struct arg_opt {
     const char *short_name;  /* "-m" or NULL */
     const char *long_name;   /* "--model" */
     arg_type    type;
-    void       *dst;         /* const char**, int*, float*, uint64_t*, int* (flag), arg_list* */
+    void       *dst;         /* const char**, int*, float*, uint64_t*, int* (flag), arg_list*, arg_u64* */
     const char *metavar;
     const char *help;
 } arg_opt;

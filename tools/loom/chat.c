@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -174,7 +173,7 @@ int cmd_chat(int argc, char **argv) {
                *mode = NULL, *kv_dtype = NULL;
     int n_predict = 512, threads = 1, n_ctx = 4096, top_k = 40, verbose = 0;
     float temp = 0.7f, top_p = 0.9f;
-    uint64_t seed = UINT64_MAX;
+    arg_u64 seed = {0};  /* not given: taken from the clock */
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
          "GGUF chat model (default: SmolLM2-135M-Instruct from scripts/fetch-models.sh)"},
@@ -186,7 +185,7 @@ int cmd_chat(int argc, char **argv) {
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 0.7)"},
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},
         {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
-        {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
+        {NULL, "--seed", ARG_U64_SET, &seed, "S", "random seed (default: from the clock)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N",
          "context length, 0 = the model's (default 4096, at most the model's)"},
@@ -199,7 +198,7 @@ int cmd_chat(int argc, char **argv) {
                         "[--top-k K] [--top-p P] [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [-v]";
     int r = args_parse("chat", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
+    if (!seed.set) seed.value = cli_clock_seed();
     if (threads <= 0 || n_predict <= 0 || n_ctx < 0) {
         fprintf(stderr, "loom chat: -t and -n must be >= 1 and -c >= 0 (got %d, %d, %d)\n", threads,
                 n_predict, n_ctx);
@@ -212,7 +211,7 @@ int cmd_chat(int argc, char **argv) {
     mp.n_threads = threads;
     if (cli_kv_dtype("chat", kv_dtype, &mp.kv_dtype)) return 1;
     if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("chat", "--mode");
-    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed.value};
     if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
     loom_sampler_free(c.sampler);
     c.sampler = NULL;
@@ -253,6 +252,7 @@ int cmd_chat(int argc, char **argv) {
     if (tty)
         fprintf(stderr, "loom chat: %s, template %s, context %d. Type a message; Ctrl-D ends.\n",
                 model_path, loom_chat_format_name(c.tmpl.format), c.n_ctx);
+    if (verbose) fprintf(stderr, "loom chat: seed %llu\n", (unsigned long long)seed.value);
     for (;;) {
         if (tty) fprintf(stderr, "> ");
         char *msg = read_message(stdin);

@@ -40,6 +40,10 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out);
 #define CLI_KV_DTYPE_HELP "KV cache element type: f32, f16, bf16 or i8 (default f32)"
 
+/* A seed from the clock for runs given none: nanoseconds of the real-time
+ * clock, so two runs in one second differ. */
+uint64_t cli_clock_seed(void);
+
 /* Encodes text with BOS into a malloc'd array (*ids); checks it fits n_ctx. */
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,
                int32_t **ids, int *n_ids);

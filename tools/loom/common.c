@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
 #include "model/model.h"
@@ -97,6 +98,12 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         return 1;
     }
     return 0;
+}
+
+uint64_t cli_clock_seed(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (uint64_t)time(NULL);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "args.h"
 #include "base/timer.h"
@@ -28,7 +27,7 @@ int cmd_run(int argc, char **argv) {
     const char *kv_dtype = NULL;
     int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
     float temp = 1.0f, top_p = 0.9f;
-    uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
+    arg_u64 seed = {0};  /* not given: taken from the clock */
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
          "GGUF model or llama2.c checkpoint (default: SmolLM2-135M-Instruct from scripts/fetch-models.sh)"},
@@ -39,7 +38,7 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 1.0)"},
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 0)"},
         {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
-        {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
+        {NULL, "--seed", ARG_U64_SET, &seed, "S", "random seed (default: from the clock)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
@@ -57,7 +56,7 @@ int cmd_run(int argc, char **argv) {
                         "[--rules FILE] [--fusion-preset NAME] [--checkpoint-action warn|fail]";
     int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
+    if (!seed.set) seed.value = cli_clock_seed();
     if (threads <= 0) {
         fprintf(stderr, "loom run: -t must be >= 1, got %d\n", threads);
         return 1;
@@ -85,7 +84,7 @@ int cmd_run(int argc, char **argv) {
         mp.checkpoint_action = strcmp(ckpt_action, "warn") ? 2 : 1;
     }
     if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("run", "--mode");
-    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed.value};
     loom_sampler *sampler = NULL;
     if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
     loom_sampler_free(sampler);
@@ -148,7 +147,7 @@ int cmd_run(int argc, char **argv) {
                     "threads %d, mode %s, seed %llu\n",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
             n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
-            loom_mode_name(mp.mode), (unsigned long long)seed);
+            loom_mode_name(mp.mode), (unsigned long long)seed.value);
     if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
 done:
