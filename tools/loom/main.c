@@ -10,7 +10,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
-    {"chat", cmd_chat, "talk with a chat model (interactive; Ctrl-D ends)"},
+    {"chat", cmd_chat, "talk with a chat model (interactive; Ctrl-C stops a reply, Ctrl-D ends)"},
     {"bench", cmd_bench, "prompt and generation speed (llama-bench semantics)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"profile", cmd_profile, "per-layer kernels, memory traffic and time of a forward pass"},
