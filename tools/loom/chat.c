@@ -177,12 +177,12 @@ static int chat_reply(chat_state *c, const char *user) {
     c->pos += n;
     c->first = 0;
     double t1 = loom_time_s();
-    int prev = -1, n_gen = 0, cut = 0, stopped = 0;
+    int prev = -1, n_gen = 0, cut = 0;
     int eos = loom_tokenizer_eos(c->tok);
     loom_stop_strings stop;
     if (loom_stop_strings_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
         return cli_fail("chat", "-r"), -1;
-    while (!stopped) {
+    for (;;) {
         if (g_stop_reply) {
             fprintf(stderr, "%sloom chat: reply stopped (Ctrl-C at the prompt quits)\n", n_gen ? "\n" : "");
             break;
@@ -199,7 +199,7 @@ static int chat_reply(chat_state *c, const char *user) {
         size_t len = 0, n_out = 0;
         const char *p = loom_tokenizer_decode(c->tok, prev, next, &len), *out = "";
         /* a reverse prompt ends the reply and is not printed */
-        if (p && len) stopped = loom_stop_strings_push(&stop, p, len, &out, &n_out);
+        int stopped = p && len && loom_stop_strings_push(&stop, p, len, &out, &n_out);
         fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         prev = next;
