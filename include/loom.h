@@ -191,14 +191,32 @@ typedef struct loom_sampler_params {
     int      top_k;           /* 0 = off */
     float    top_p;           /* 1 = off; in (0, 1] */
     uint64_t seed;            /* Philox key: same seed, same choices */
+    /* ---- min-p and repetition penalty (0 in every field: off) */
+    float    min_p;           /* 0 = off; in [0, 1]: keeps tokens with p >= min_p * p_max, p after
+                                 temperature as for top-p */
+    float    repeat_penalty;  /* 0 or 1 = off; > 0: the logit of a token among the last
+                                 repeat_last_n accepted ones is divided by it when positive,
+                                 multiplied by it when negative (llama.cpp's rule) */
+    int      repeat_last_n;   /* tokens of history the penalty looks at; 0 = off */
 } loom_sampler_params;
 
+/* temperature 1, top-k off, top-p 1, seed 0, min-p off, repeat_penalty 1
+ * (off) over repeat_last_n 64. */
 loom_sampler_params loom_sampler_default_params(void);
 /* Errors for a vocabulary < 1 or parameters out of range. */
 loom_status loom_sampler_init(loom_sampler **s, int vocab_size, const loom_sampler_params *p);
 void loom_sampler_free(loom_sampler *s);
-/* Picks the next token from logits[vocab_size] (not modified). */
+/* Picks the next token from logits[vocab_size] (not modified): the repetition
+ * penalty over the accepted tokens, then temperature, top-k, top-p and min-p. */
 loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *token);
+
+/* ---- sampler history (the repetition penalty's window) */
+/* Appends token to the sampler's history: the prompt's tokens and each token
+ * chosen, in order, as the model sees them. Only the last repeat_last_n are
+ * kept. Error for a token outside [0, vocab_size). */
+loom_status loom_sampler_accept(loom_sampler *s, int32_t token);
+/* Forgets the history (a new sequence); the random stream goes on. */
+void loom_sampler_reset(loom_sampler *s);
 
 /* ---------------------------------------------------------- fusion extensions */
 /* Adding a fused op or an activation from user code (docs/fusion.md). Both take
@@ -231,6 +249,11 @@ loom_status loom_register_fused_op(const loom_fused_op_desc *d);
  * graphs and rule patterns, `op: NAME`) and an activation of the FFN fusion
  * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue). */
 loom_status loom_register_activation(const char *name, float (*fn)(float x, void *user), void *user);
+
+/* ---------------------------------------------------------- version */
+
+/* loom's version, "MAJOR.MINOR.PATCH" (CMake's project version). Never NULL. */
+const char *loom_version(void);
 
 #ifdef __cplusplus
 }

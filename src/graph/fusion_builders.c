@@ -174,17 +174,137 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     return 1;
 }
 
+/* ------------------------------------------------------------ roles */
+
+/* Pattern node index of name in r, or -1. */
+static int node_index(const fr_rule *r, const char *name) {
+    for (int i = 0; i < r->n_nodes; i++)
+        if (!strcmp(r->nodes[i].name, name)) return i;
+    return -1;
+}
+
+/* How pattern input ref reads: "$var" or the node's name. */
+static void ref_text(const fr_rule *r, int ref, char *buf, size_t n) {
+    if (ref >= FR_VAR_REF) snprintf(buf, n, "$%s", r->vars[ref - FR_VAR_REF]);
+    else snprintf(buf, n, "%s", ref >= 0 && ref < r->n_nodes ? r->nodes[ref].name : "?");
+}
+
+/* 1 when pattern input ref is what role input want ("$var", a node, "_") names. */
+static int ref_is(const fr_rule *r, int ref, const char *want) {
+    if (!strcmp(want, "_")) return 1;
+    char have[FR_NAME + 1];
+    ref_text(r, ref, have, sizeof have);
+    return !strcmp(have, want);
+}
+
+/* One role entry "node=op(a,b|c)" parsed into its parts (NULL-terminated arrays of
+ * pointers into buf). */
+typedef struct role {
+    char buf[160];
+    const char *node, *op;
+    const char *in[FR_MAX_IN + 1];
+    int n_in, n_required;
+} role;
+
+static int parse_role(const char *s, size_t len, role *ro) {
+    if (len >= sizeof ro->buf) return -1;
+    memcpy(ro->buf, s, len);
+    ro->buf[len] = '\0';
+    char *eq = strchr(ro->buf, '='), *lp = eq ? strchr(eq, '(') : NULL, *rp = lp ? strchr(lp, ')') : NULL;
+    if (!eq || !lp || !rp) return -1;
+    *eq = *lp = *rp = '\0';
+    ro->node = ro->buf, ro->op = eq + 1;
+    ro->n_in = 0, ro->n_required = -1;
+    for (char *t = lp + 1; *t && ro->n_in < FR_MAX_IN;) {
+        size_t k = strcspn(t, ",|");
+        char sep = t[k];
+        t[k] = '\0';
+        ro->in[ro->n_in++] = t;
+        if (sep == '|') ro->n_required = ro->n_in;
+        if (!sep) break;
+        t += k + 1;
+    }
+    if (ro->n_required < 0) ro->n_required = ro->n_in;
+    return 0;
+}
+
+/* "gate = matmul($x, $w_gate)" for messages. */
+static void role_text(const role *ro, char *buf, size_t n) {
+    int o = snprintf(buf, n, "%s = %s(", ro->node, ro->op);
+    for (int i = 0; i < ro->n_in && o > 0 && (size_t)o < n; i++)
+        o += snprintf(buf + o, n - (size_t)o, "%s%s%s", i ? ", " : "", i == ro->n_required ? "[" : "", ro->in[i]);
+    if (o > 0 && (size_t)o < n) snprintf(buf + o, n - (size_t)o, "%s)", ro->n_required < ro->n_in ? "]" : "");
+}
+
+int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
+    const char *s = r->builder->roles;
+    while (s && *s) {
+        size_t len = strcspn(s, " ");
+        role ro;
+        if (parse_role(s, len, &ro) != 0) {  /* a bug in the table above */
+            snprintf(msg, n, "fused op %s: malformed role '%.*s'", r->builder->name, (int)len, s);
+            *bad_node = 0;
+            return -1;
+        }
+        s += len;
+        while (*s == ' ') s++;
+        int i = node_index(r, ro.node);
+        if (i < 0) continue;  /* an optional node (ffn's residual) */
+        const fr_pnode *pn = &r->nodes[i];
+        char want[160];
+        role_text(&ro, want, sizeof want);
+        *bad_node = i;
+        if (strcmp(ro.op, "*") != 0 && strcmp(loom_op_get((loom_op)pn->op)->name, ro.op) != 0) {
+            snprintf(msg, n, "fused op %s takes %s; pattern node '%s' is op %s", r->builder->name, want,
+                     pn->name, loom_op_get((loom_op)pn->op)->name);
+            return -1;
+        }
+        if (pn->n_in < ro.n_required || pn->n_in > ro.n_in) {
+            snprintf(msg, n, "fused op %s takes %s; pattern node '%s' has %d inputs", r->builder->name, want,
+                     pn->name, pn->n_in);
+            return -1;
+        }
+        /* add and mul: the matcher takes the two inputs in either order (a
+         * mismatch either way is reported in the order written) */
+        int commutes = (!strcmp(ro.op, "add") || !strcmp(ro.op, "mul")) && pn->n_in == 2;
+        int swapped = commutes && !(ref_is(r, pn->in[0], ro.in[0]) && ref_is(r, pn->in[1], ro.in[1])) &&
+                      ref_is(r, pn->in[0], ro.in[1]) && ref_is(r, pn->in[1], ro.in[0]);
+        for (int k = 0; k < pn->n_in; k++) {
+            const char *w = ro.in[swapped ? 1 - k : k];
+            if (ref_is(r, pn->in[k], w)) continue;
+            char have[FR_NAME + 1];
+            ref_text(r, pn->in[k], have, sizeof have);
+            snprintf(msg, n, "fused op %s takes %s; pattern node '%s' binds %s as input %d where %s belongs",
+                     r->builder->name, want, pn->name, have, k + 1, w);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ table */
 
 #define MAX_BUILDERS 24
+/* The roles (fusion_internal.h): which matmul's weight each $w is, which node
+ * feeds which; a rule that swaps $w_gate and $w_up, or $wk and $wv, matches
+ * the graph as well but computes garbage, so it is refused. */
+#define QKV_ROLES                                                                                \
+    "q=matmul($x,$wq) k=matmul($x,$wk) v=matmul($x,$wv) q_rope=rope(q) k_rope=rope(k) "          \
+    "k_cache=kv_append(_,k_rope|$k_scale) v_cache=kv_append(_,v|$v_scale)"
+#define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
+#define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
+#define FFN_ROLES                                                                                \
+    "gate=matmul($x,$w_gate) up=matmul($x,$w_up) act=*(gate) mul=mul(act,up) "                  \
+    "down=matmul(mul,$w_down) residual=add(_,down)"
+
 static fr_builder builders[MAX_BUILDERS] = {
-    {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv},
+    {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv, QKV_ROLES},
     {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv inner_precise",
-     build_attention},
-    {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention},
-    {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention},
-    {"add_rms_norm", "add norm", "", "", build_add_rms_norm},
-    {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn},
+     build_attention, ATTN_ROLES},
+    {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention, ATTN_ROLES},
+    {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
+    {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
+    {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn, FFN_ROLES},
 };
 static int n_builders = 6;
 

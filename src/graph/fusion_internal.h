@@ -89,6 +89,15 @@ typedef struct fr_builder {
     const char *options;       /* option keys it accepts (besides max_fusion_block_size) */
     /* 1 and *out filled when the match can become the fused op, 0 to skip it */
     int (*build)(const fr_ctx *c, fr_fused *out);
+    /* The roles build() takes its nodes and variables in, as the pattern must
+     * give them (NULL: none checked); a rule that gives them otherwise binds
+     * the wrong tensors and is refused when the rules are read. Entries
+     * "node=op(in,...|optional,...)" separated by spaces: op is an op name or
+     * '*' (the builder checks it); an input is "$var", a pattern node, or '_'
+     * (anything); inputs after '|' may be left out; add and mul take theirs in
+     * either order (as the matcher does); an entry whose node the pattern does
+     * not name is skipped (an optional node). */
+    const char *roles;
 } fr_builder;
 
 const fr_builder *fr_builder_find(const char *name);
@@ -96,6 +105,10 @@ const fr_builder *fr_builder_find(const char *name);
 void fr_builder_names(char *buf, size_t n);
 /* Registers a builder (extension API); error when full or the name exists. */
 loom_status fr_builder_register(const fr_builder *b);
+
+/* Checks rule r's pattern against its builder's roles; 0 when they hold,
+ * else -1 with the pattern node at fault in *bad_node and why in msg. */
+int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n);
 
 /* Helpers for builders. */
 int fr_node(const fr_ctx *c, const char *name);      /* graph node of a pattern name, or -1 */

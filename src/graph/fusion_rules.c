@@ -284,6 +284,17 @@ static loom_status check_builder_names(pctx *p, fr_rule *r, yaml_node_t *at) {
     return LOOM_OK;
 }
 
+/* The pattern gives the builder's nodes and variables the roles it uses them
+ * in (fr_builder.roles): else the fused op would read the wrong tensors. */
+static loom_status check_roles(pctx *p, const fr_rule *r, yaml_node_t *pattern) {
+    int bad = 0;
+    char why[320];
+    if (fr_check_roles(r, &bad, why, sizeof why) == 0) return LOOM_OK;
+    yaml_node_item_t *it = pattern->data.sequence.items.start + bad;
+    yaml_node_t *at = it < pattern->data.sequence.items.top ? node(p, *it) : pattern;
+    return perr(p, at, "rule '%s': %s", r->name, why);
+}
+
 static loom_status parse_rule(pctx *p, yaml_node_t *m) {
     LOOM_TRY(want(p, m, YAML_MAPPING_NODE, "rule"));
     loom_fusion_rules *rs = p->r;
@@ -318,6 +329,7 @@ static loom_status parse_rule(pctx *p, yaml_node_t *m) {
     if (!pattern) return perr(p, m, "rule '%s': 'pattern' is required", r->name);
     LOOM_TRY(parse_pattern(p, r, pattern));
     LOOM_TRY(check_builder_names(p, r, pattern));
+    LOOM_TRY(check_roles(p, r, pattern));
     if (conds) LOOM_TRY(parse_conditions(p, r, conds));
     if (opts) {
         LOOM_TRY(want(p, opts, YAML_MAPPING_NODE, "options"));

@@ -31,9 +31,19 @@ static int is_auto(const yaml_node_t *n) {
     return n->type == YAML_SCALAR_NODE && strcmp((const char *)n->data.scalar.value, "auto") == 0;
 }
 
+/* What a value may be: a given value lies in [lo, hi] (0 too when zero_ok);
+ * the ranges hold anything from a microcontroller to a rack and reject what
+ * would make the roofline divide by almost nothing (1e-300 B/s) or overflow. */
+typedef struct range { double lo, hi; int zero_ok; const char *unit; } range;
+static const range R_FLOPS = {1e6, 1e19, 1, "FLOP/s"};      /* 0 = not given */
+static const range R_BANDWIDTH = {1e6, 1e16, 0, "bytes/s"};
+static const range R_CACHE = {256, 1099511627776.0, 1, "bytes"};  /* 0 = none / unknown */
+static const range R_CORES = {1, 1e6, 0, "cores"};
+
 /* A number with an optional suffix: k M G T P (powers of 1000) or Ki Mi Gi Ti
- * (powers of 1024), e.g. 4.8e12, 4.8T, 50Mi. auto gives 0 and sets auto_seen. */
-static loom_status number(parse_ctx *c, const yaml_node_t *n, const char *key, double *out) {
+ * (powers of 1024), e.g. 4.8e12, 4.8T, 50Mi, within r. auto gives 0 and sets
+ * auto_seen. */
+static loom_status number(parse_ctx *c, const yaml_node_t *n, const char *key, const range *r, double *out) {
     const char *file = c->file;
     if (n->type != YAML_SCALAR_NODE)
         return loom_set_error(LOOM_ERR_FORMAT, "%s:%d:%d: %s: expected a number or auto", AT(n), key);
@@ -54,6 +64,10 @@ static loom_status number(parse_ctx *c, const yaml_node_t *n, const char *key, d
         if (strcmp(end, units[i].sfx) == 0) {
             v *= units[i].mul;
             if (!isfinite(v) || v < 0.0) goto bad;
+            if (!(v == 0.0 && r->zero_ok) && (v < r->lo || v > r->hi))
+                return loom_set_error(LOOM_ERR_FORMAT, "%s:%d:%d: %s: %s = %g %s is out of range: expected "
+                                      "%g..%g%s or auto", AT(n), key, s, v, r->unit, r->lo, r->hi,
+                                      r->zero_ok ? " (0: not given)" : "");
             *out = v;
             return LOOM_OK;
         }
@@ -73,8 +87,8 @@ static loom_status string(parse_ctx *c, const yaml_node_t *n, const char *key, c
     return LOOM_OK;
 }
 
-/* Fields of a mapping given as a table: key, the double it fills. */
-typedef struct field { const char *key; double *dst; } field;
+/* Fields of a mapping given as a table: key, the double it fills, its range. */
+typedef struct field { const char *key; double *dst; const range *r; } field;
 
 static loom_status sub_mapping(parse_ctx *c, const yaml_node_t *n, const char *what,
                                const field *fields, int n_fields) {
@@ -102,7 +116,7 @@ static loom_status sub_mapping(parse_ctx *c, const yaml_node_t *n, const char *w
             return loom_set_error(LOOM_ERR_FORMAT, "%s:%d:%d: %s: unknown key '%s' (expected %s)",
                                   AT(k), what, key, list);
         }
-        LOOM_TRY(number(c, v, key, fields[i].dst));
+        LOOM_TRY(number(c, v, key, fields[i].r, fields[i].dst));
     }
     return LOOM_OK;
 }
@@ -112,8 +126,8 @@ static loom_status top_level(parse_ctx *c, const yaml_node_t *root, loom_hw_prof
     if (root->type != YAML_MAPPING_NODE)
         return loom_set_error(LOOM_ERR_FORMAT, "%s:%d:%d: expected a mapping of profile keys", AT(root));
     field peaks[LOOM_HW_PREC_COUNT];
-    for (int i = 0; i < LOOM_HW_PREC_COUNT; i++) peaks[i] = (field){prec_names[i], &o->peak_flops[i]};
-    field caches[3] = {{"l1", &o->l1_bytes}, {"l2", &o->l2_bytes}, {"l3", &o->l3_bytes}};
+    for (int i = 0; i < LOOM_HW_PREC_COUNT; i++) peaks[i] = (field){prec_names[i], &o->peak_flops[i], &R_FLOPS};
+    field caches[3] = {{"l1", &o->l1_bytes, &R_CACHE}, {"l2", &o->l2_bytes, &R_CACHE}, {"l3", &o->l3_bytes, &R_CACHE}};
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(c->doc, p->value);
@@ -129,13 +143,13 @@ static loom_status top_level(parse_ctx *c, const yaml_node_t *root, loom_hw_prof
         } else if (strcmp(key, "cache") == 0) {
             LOOM_TRY(sub_mapping(c, v, "cache", caches, 3));
         } else if (strcmp(key, "vector_flops") == 0) {
-            LOOM_TRY(number(c, v, key, &o->vector_flops));
+            LOOM_TRY(number(c, v, key, &R_FLOPS, &o->vector_flops));
         } else if (strcmp(key, "bandwidth") == 0) {
-            LOOM_TRY(number(c, v, key, &o->bandwidth));
+            LOOM_TRY(number(c, v, key, &R_BANDWIDTH, &o->bandwidth));
         } else if (strcmp(key, "cores") == 0) {
             double d;
-            LOOM_TRY(number(c, v, key, &d));
-            if (d != floor(d) || d > 1e6)
+            LOOM_TRY(number(c, v, key, &R_CORES, &d));
+            if (d != floor(d))
                 return loom_set_error(LOOM_ERR_FORMAT, "%s:%d:%d: cores: bad value '%s': expected an "
                                       "integer or auto", AT(v), (const char *)v->data.scalar.value);
             o->cores = (int)d;

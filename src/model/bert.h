@@ -76,7 +76,9 @@ int loom_bert_dim(const loom_bert *m);
 
 /* Embeddings of n token sequences (ids[i][0..lens[i]), [CLS]/[SEP] included)
  * into out[n * dim]: mean over each sequence's tokens of the last hidden
- * state, L2-normalised when normalize. Sequences run in padded batches. */
+ * state, L2-normalised when normalize. Sequences run in padded batches. An
+ * embedding that is not finite (a NaN weight) is LOOM_ERR_FORMAT naming the
+ * input (from 1). */
 loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, const int *lens, int n,
                                    int normalize, float *out);
 /* Tokenizes (with [CLS] ... [SEP], truncated to the model's maximum) and embeds n texts. */

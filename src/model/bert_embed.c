@@ -91,7 +91,8 @@ loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
 
 /* One batch: sequences 0..nb of ids/lens packed one after another (T tokens, no
  * padding), attention per sequence through the TND flash attention. */
-static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, int nb,
+/* Inputs first .. first + nb - 1 (0-based; messages count from 1). */
+static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int *lens, int nb, int first,
                              int normalize, float *out) {
     int64_t T = 0, D = m->cfg.dim;
     for (int b = 0; b < nb; b++) T += lens[b];
@@ -137,6 +138,12 @@ static loom_status run_batch(loom_bert *m, const int32_t *const *ids, const int 
                 double inv = 1.0 / fmax(sqrt(ss), 1e-12);  /* torch F.normalize's eps */
                 for (int64_t d = 0; d < D; d++) o[d] = (float)(o[d] * inv);
             }
+            /* a NaN or infinite weight (or an overflow) must not come out as a vector */
+            for (int64_t d = 0; d < D && s == LOOM_OK; d++)
+                if (!isfinite(o[d]))
+                    s = loom_set_error(LOOM_ERR_FORMAT, "bert: the embedding of input %d is %s at dimension %lld "
+                                       "(a NaN or infinite weight, or an overflow, in the model)", first + b + 1,
+                                       isnan(o[d]) ? "NaN" : "infinite", (long long)d);
         }
     }
     free(tok);
@@ -166,7 +173,7 @@ loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, cons
             tokens += lens[i + nb];
             nb++;
         }
-        s = run_batch(m, ids + i, lens + i, nb, normalize, out + (size_t)i * (size_t)m->cfg.dim);
+        s = run_batch(m, ids + i, lens + i, nb, i, normalize, out + (size_t)i * (size_t)m->cfg.dim);
         i += nb;
     }
     return s;

@@ -40,7 +40,7 @@ const loom_named_config *loom_named_config_find(const char *name) {
         size_t len = strlen(known);
         snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", table[i].name);
     }
-    loom_set_error(LOOM_ERR_INVALID_ARG, "unknown model config '%s' (known: %s)",
-                   name ? name : "(null)", known);
+    loom_set_error(LOOM_ERR_INVALID_ARG, "unknown model config '%s' (known: %s; or the path of a "
+                   "config.json, a folder holding one, or a GGUF file)", name ? name : "(null)", known);
     return NULL;
 }

@@ -20,4 +20,18 @@ const loom_named_config *loom_named_config_find(const char *name);
 int loom_named_config_count(void);
 const loom_named_config *loom_named_config_at(int i);
 
+/* A configuration read from a file (`loom plan --config FILE`); nc's name and
+ * source point into the buffers. */
+typedef struct loom_file_config {
+    loom_named_config nc;
+    char name[256];    /* the path */
+    char source[96];   /* "GGUF metadata", "Hugging Face config.json, model_type 'llama'" */
+} loom_file_config;
+
+/* Reads a Llama GGUF's metadata (a file starting with "GGUF") or a Hugging
+ * Face config.json (a file or a folder holding one; Llama or BERT). Errors
+ * name the file and the missing or impossible field, or the unsupported
+ * architecture. */
+loom_status loom_config_from_file(const char *path, loom_file_config *out);
+
 #endif

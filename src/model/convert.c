@@ -3,10 +3,12 @@
 #include "model/convert.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "model/gguf.h"
@@ -107,10 +109,13 @@ static loom_status fill(void *ctx, const char *name, void *dst, size_t nbytes) {
     return LOOM_OK;
 }
 
-/* The type a tensor is written as: 1-D tensors stay f32 (as llama.cpp keeps
- * norms), matrices take the requested type, f16 where rows are not whole blocks. */
+/* The type a tensor is written as: vectors stay f32 (as llama.cpp keeps norms,
+ * and as loom's loaders want them), matrices take the requested type, f16
+ * where rows are not whole blocks. A vector is one row, whatever its unit
+ * dims: a norm stored as [1, 1, 1, 576] (ggml's [576, 1, 1, 1]) is one. */
 static loom_dtype target(const loom_tensor *t, const loom_convert_params *p) {
-    if (t->ndim < 2) return t->dtype == LOOM_F32 || !loom_dtype_is_quantized(t->dtype) ? LOOM_F32 : t->dtype;
+    if (t->ndim < 2 || loom_tensor_nelem(t) == t->shape[t->ndim - 1])
+        return t->dtype == LOOM_F32 || !loom_dtype_is_quantized(t->dtype) ? LOOM_F32 : t->dtype;
     if (!p->type_set) return t->dtype;
     if (loom_dtype_is_quantized(p->type) && t->shape[t->ndim - 1] % LOOM_QBLOCK != 0) return LOOM_F16;
     return p->type;
@@ -286,6 +291,59 @@ static loom_status requant(const char *in, loom_gguf_writer *w, conv_list *L, co
     return LOOM_OK;
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* The file the output replaces: out, or the file out links to. Only regular
+ * files are written: a device or a directory there is refused (as root a
+ * rename would have replaced /dev/full with a regular file). */
+static loom_status output_path(const char *out, char *real, size_t n) {
+    struct stat sb, lb;
+    if (stat(out, &sb) != 0) {
+        LOOM_RETURN_IF(errno != ENOENT, LOOM_ERR_IO, "convert: cannot write '%s': %s", out, strerror(errno));
+        snprintf(real, n, "%s", out);  /* a new file */
+        return LOOM_OK;
+    }
+    LOOM_RETURN_IF(!S_ISREG(sb.st_mode), LOOM_ERR_IO, "convert: '%s' is %s; loom convert writes only regular files",
+                   out, file_kind(sb.st_mode));
+    if (lstat(out, &lb) == 0 && S_ISLNK(lb.st_mode)) {  /* replace the file, keep the link */
+        char *r = realpath(out, NULL);
+        LOOM_RETURN_IF(!r, LOOM_ERR_IO, "convert: cannot resolve '%s': %s", out, strerror(errno));
+        int fits = strlen(r) < n;
+        if (fits) snprintf(real, n, "%s", r);
+        free(r);
+        LOOM_RETURN_IF(!fits, LOOM_ERR_IO, "convert: the path '%s' links to is too long", out);
+    } else {
+        snprintf(real, n, "%s", out);
+    }
+    return LOOM_OK;
+}
+
+/* Writes the GGUF to a new file beside out (created, never opened through an
+ * existing name), then renames it over out, so out is whole or untouched. */
+static loom_status write_output(loom_gguf_writer *w, const char *out) {
+    char real[4096], tmp[4200];
+    LOOM_TRY(output_path(out, real, sizeof real));
+    snprintf(tmp, sizeof tmp, "%s.part.%ld", real, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    LOOM_RETURN_IF(fd < 0, LOOM_ERR_IO, "convert: cannot create '%s': %s", tmp, strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return loom_set_error(LOOM_ERR_IO, "convert: cannot write '%s': %s", tmp, strerror(errno));
+    }
+    loom_status s = loom_gguf_writer_write_stream(w, f, tmp);
+    if (fclose(f) != 0 && s == LOOM_OK)
+        s = loom_set_error(LOOM_ERR_IO, "convert: cannot write '%s': %s", tmp, strerror(errno));
+    if (s == LOOM_OK && rename(tmp, real) != 0)
+        s = loom_set_error(LOOM_ERR_IO, "convert: cannot rename '%s' to '%s': %s", tmp, real, strerror(errno));
+    if (s != LOOM_OK) unlink(tmp);
+    return s;
+}
+
 loom_status loom_convert(const char *in, const char *out, const loom_convert_params *p) {
     LOOM_RETURN_IF(!in || !out || !p, LOOM_ERR_INVALID_ARG, "convert: NULL argument");
     LOOM_RETURN_IF(p->type_set && !(p->type == LOOM_F32 || p->type == LOOM_F16 || p->type == LOOM_BF16 ||
@@ -293,6 +351,8 @@ loom_status loom_convert(const char *in, const char *out, const loom_convert_par
                    "convert: target type %s is not supported", loom_dtype_name(p->type));
     struct stat sb;
     LOOM_RETURN_IF(stat(in, &sb) != 0, LOOM_ERR_IO, "convert: cannot open '%s': %s", in, strerror(errno));
+    char real_out[4096];  /* refused now, not after the conversion */
+    LOOM_TRY(output_path(out, real_out, sizeof real_out));
     loom_gguf_writer *w;
     LOOM_TRY(loom_gguf_writer_init(&w));
     conv_list L = {0};
@@ -328,14 +388,7 @@ loom_status loom_convert(const char *in, const char *out, const loom_convert_par
         if (s == LOOM_OK) s = llama2c_vocab(w, p->tokenizer, c.vocab_size);
         if (s == LOOM_OK) s = llama_tensors(w, &L, &c, &lw, 0, p);
     }
-    if (s == LOOM_OK) {
-        char tmp[1100];
-        snprintf(tmp, sizeof tmp, "%s.part", out);
-        s = loom_gguf_writer_write_file(w, tmp);
-        if (s == LOOM_OK && rename(tmp, out) != 0)
-            s = loom_set_error(LOOM_ERR_IO, "convert: cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
-        if (s != LOOM_OK) remove(tmp);
-    }
+    if (s == LOOM_OK) s = write_output(w, out);
     loom_gguf_writer_free(w);
     free(L.jobs);
     free(lw.layers);

@@ -16,6 +16,7 @@
 #define LOOM_MODEL_GGUF_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include "loom.h"
 
@@ -241,6 +242,8 @@ loom_status loom_gguf_writer_add_tensor_fn(loom_gguf_writer *w, const char *name
 
 /* Writes the file (LOOM_ERR_IO naming path on failure). */
 loom_status loom_gguf_writer_write_file(loom_gguf_writer *w, const char *path);
+/* Writes to an open stream (not closed); name is used in messages. */
+loom_status loom_gguf_writer_write_stream(loom_gguf_writer *w, FILE *f, const char *name);
 /* Writes into a malloc'd buffer (*data, *size); the caller frees it. */
 loom_status loom_gguf_writer_write_memory(loom_gguf_writer *w, void **data, size_t *size);
 

@@ -453,6 +453,12 @@ loom_status loom_gguf_writer_write_memory(loom_gguf_writer *w, void **data, size
     return LOOM_OK;
 }
 
+loom_status loom_gguf_writer_write_stream(loom_gguf_writer *w, FILE *f, const char *name) {
+    LOOM_RETURN_IF(!f || !name, LOOM_ERR_INVALID_ARG, "gguf writer: NULL stream or name");
+    sink s = {.f = f, .path = name};
+    return write_all(w, &s);
+}
+
 loom_status loom_gguf_writer_write_file(loom_gguf_writer *w, const char *path) {
     LOOM_RETURN_IF(!path, LOOM_ERR_INVALID_ARG, "gguf writer: NULL path");
     sink s = {.path = path};

@@ -92,6 +92,10 @@ loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_lla
  * w->owned. */
 loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w);
+/* The configuration of an open Llama GGUF, from its metadata (the vocabulary
+ * size, else token_embd's rows; tied when output.weight is absent), checked
+ * as loom_llama_load_gguf checks it; no tensor data is read. */
+loom_status loom_llama_config_from_gguf(const loom_gguf *g, loom_llama_config *cfg);
 
 /* Appends the graph of one forward pass over n tokens at positions pos..pos+n-1:
  * ids is an I32 [n] tensor id, kc/vc are per-layer cache tensor ids

@@ -116,6 +116,37 @@ static loom_status load_weights(cursor *c, const loom_llama_config *p, loom_llam
     return LOOM_OK;
 }
 
+/* What a file that is no checkpoint seems to be, from its first bytes, for
+ * the error ("" when nothing is recognised). */
+static void looks_like(const unsigned char *d, size_t n, char *buf, size_t cap) {
+    buf[0] = '\0';
+    uint64_t hl = 0;
+    if (n >= 8) memcpy(&hl, d, 8);
+    if (n >= 4 && (!memcmp(d, "lmgg", 4) || !memcmp(d, "fmgg", 4) || !memcmp(d, "tjgg", 4) ||
+                   !memcmp(d, "ggml", 4) || !memcmp(d, "ggmf", 4) || !memcmp(d, "ggjt", 4))) {
+        snprintf(buf, cap, "; it is a GGML/GGMF/GGJT file, llama.cpp's format before GGUF: convert it to GGUF");
+    } else if (n >= 4 && !memcmp(d, "PK\x03\x04", 4)) {
+        snprintf(buf, cap, "; it is a zip archive (a PyTorch checkpoint? convert it to GGUF or safetensors)");
+    } else if (n >= 4 && !memcmp(d, "\x7f" "ELF", 4)) {
+        snprintf(buf, cap, "; it is an executable (ELF)");
+    } else if (n >= 2 && d[0] == 0x1f && d[1] == 0x8b) {
+        snprintf(buf, cap, "; it is gzip-compressed: decompress it first");
+    } else if (n >= 10 && hl >= 2 && hl <= n - 8 && d[8] == '{') {
+        snprintf(buf, cap, "; it looks like safetensors: name it *.safetensors or give its folder");
+    } else {
+        size_t k = n < 64 ? n : 64, text = k > 0;
+        for (size_t i = 0; i < k && text; i++)
+            text = d[i] >= 0x20 || d[i] == '\n' || d[i] == '\r' || d[i] == '\t';
+        if (text) {
+            char head[28];
+            size_t m = 0;
+            for (size_t i = 0; i < k && m < 24; i++) head[m++] = d[i] < 0x20 || d[i] >= 0x7f ? '.' : (char)d[i];
+            head[m] = '\0';
+            snprintf(buf, cap, "; it starts with text: \"%s\"", head);
+        }
+    }
+}
+
 loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_llama_config *cfg,
                               loom_llama_weights *w) {
     memset(cfg, 0, sizeof *cfg);
@@ -168,6 +199,16 @@ loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_lla
     cfg->rms_eps = 1e-5f;
     cfg->rope_mode = LOOM_ROPE_INTERLEAVED;
     cfg->shared_classifier = shared;
+    if (version == 0 && loom_llama_config_check(cfg, "header") != LOOM_OK) {
+        /* no magic and an impossible header: most likely not a checkpoint at all */
+        char why[256], seems[160];
+        const char *e = loom_last_error();
+        snprintf(why, sizeof why, "%s", strncmp(e, "header: ", 8) == 0 ? e + 8 : e);
+        looks_like(file->data, file->size, seems, sizeof seems);
+        s = loom_set_error(LOOM_ERR_FORMAT, "%s: neither a GGUF file (no \"GGUF\" magic) nor a llama2.c checkpoint "
+                           "(its header says: %s)%s", path, why, seems);
+        goto fail;
+    }
     if ((s = loom_llama_config_check(cfg, path)) != LOOM_OK) goto fail;
 
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);

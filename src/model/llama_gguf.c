@@ -289,6 +289,22 @@ int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t 
     return any;
 }
 
+loom_status loom_llama_config_from_gguf(const loom_gguf *g, loom_llama_config *cfg) {
+    LOOM_RETURN_IF(!g || !cfg, LOOM_ERR_INVALID_ARG, "llama_config_from_gguf: NULL argument");
+    memset(cfg, 0, sizeof *cfg);
+    const char *path = loom_gguf_path(g);
+    LOOM_TRY(read_config(g, cfg));
+    /* vocabulary: the metadata count when present, else the embedding's rows */
+    int64_t ti = loom_gguf_find_tensor(g, "token_embd.weight");
+    LOOM_RETURN_IF(ti < 0, LOOM_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
+    loom_gguf_tensor_info info;
+    LOOM_TRY(loom_gguf_tensor_info_at(g, ti, &info));
+    int64_t rows = info.n_dims >= 2 ? info.ne[1] : 0;
+    LOOM_TRY(get_int(g, "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1, &cfg->vocab_size));
+    cfg->shared_classifier = loom_gguf_find_tensor(g, "output.weight") < 0;
+    return loom_llama_config_check(cfg, path);
+}
+
 loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w) {
     LOOM_RETURN_IF(!path || !gguf || !cfg || !w, LOOM_ERR_INVALID_ARG, "llama_load_gguf: NULL argument");
@@ -297,22 +313,8 @@ loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gg
     *gguf = NULL;
     loom_gguf *g;
     LOOM_TRY(loom_gguf_open(path, &g));
-    loom_status s = read_config(g, cfg);
+    loom_status s = loom_llama_config_from_gguf(g, cfg);
     if (s != LOOM_OK) goto fail;
-    /* vocabulary: the metadata count when present, else the embedding's rows */
-    int64_t ti = loom_gguf_find_tensor(g, "token_embd.weight");
-    if (ti < 0) {
-        s = loom_set_error(LOOM_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
-        goto fail;
-    }
-    loom_gguf_tensor_info info;
-    if ((s = loom_gguf_tensor_info_at(g, ti, &info)) != LOOM_OK) goto fail;
-    int64_t rows = info.n_dims >= 2 ? info.ne[1] : 0;
-    if ((s = get_int(g, "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1,
-                     &cfg->vocab_size)) != LOOM_OK)
-        goto fail;
-    cfg->shared_classifier = loom_gguf_find_tensor(g, "output.weight") < 0;
-    if ((s = loom_llama_config_check(cfg, path)) != LOOM_OK) goto fail;
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
     if (!w->layers) {
         s = loom_set_error(LOOM_ERR_NOMEM, "out of memory");

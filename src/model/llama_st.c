@@ -66,6 +66,11 @@ static loom_status vec(const loom_safetensors *st, const char *name, int64_t d0,
 static loom_status config(const char *cfg_path, loom_llama_config *c) {
     loom_hf_config h;
     LOOM_TRY(loom_hf_config_load(cfg_path, &h));
+    return loom_llama_config_from_hf(&h, cfg_path, c);
+}
+
+loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_path, loom_llama_config *c) {
+    const loom_hf_config h = *hc;
     LOOM_RETURN_IF(!is_llama(&h), LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
                    "(model_type '%s'); only Llama-architecture models load from safetensors", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");

@@ -2,6 +2,7 @@
 #ifndef LOOM_MODEL_LLAMA_ST_H
 #define LOOM_MODEL_LLAMA_ST_H
 
+#include "model/hf_config.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
 
@@ -16,6 +17,11 @@
  * the missing tensor or the one with the wrong shape (LOOM_ERR_SHAPE). */
 loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st, float **owned,
                                         loom_llama_config *cfg, loom_llama_weights *w);
+
+/* The Llama configuration a parsed config.json describes (named cfg_path in
+ * errors): the checks and defaults loom_llama_load_safetensors applies, without
+ * the weights. */
+loom_status loom_llama_config_from_hf(const loom_hf_config *h, const char *cfg_path, loom_llama_config *cfg);
 
 /* Row permutation between HF's half-split rotary layout and the interleaved
  * one of llama2.c / Meta / GGUF, for a [n_head * head_dim, cols] projection

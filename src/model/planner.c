@@ -152,6 +152,9 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
         LOOM_TRY(loom_llama_config_check(p->custom, "plan"));
         custom = (loom_named_config){.name = "custom", .arch = LOOM_ARCH_LLAMA, .source = "custom",
                                      .cfg = *p->custom};
+    } else if (p->named) {
+        nc = p->named;
+        if (nc->arch == LOOM_ARCH_LLAMA) LOOM_TRY(loom_llama_config_check(&nc->cfg, nc->name));
     } else {
         nc = loom_named_config_find(p->config);
         if (!nc) return LOOM_ERR_INVALID_ARG;

@@ -25,6 +25,7 @@
 
 typedef struct loom_plan_params {
     const char *config;     /* named configuration (model/configs.h) */
+    const loom_named_config *named;   /* when set: this configuration instead (one read from a file) */
     const loom_llama_config *custom;  /* when set: this Llama config instead (tests) */
     int batch;              /* sequences, >= 1 */
     int seq;                /* prefill: tokens per sequence; decode: tokens already cached */

@@ -1,10 +1,11 @@
 /*
- * Sampler: greedy, temperature, top-k, top-p. Random choices come from a
- * Philox stream keyed by the seed, one draw per sampled token, so a seed
- * reproduces a run exactly regardless of thread count.
+ * Sampler: repetition penalty, greedy, temperature, top-k, top-p, min-p.
+ * Random choices come from a Philox stream keyed by the seed, one draw per
+ * sampled token, so a seed reproduces a run exactly regardless of thread count.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu.h"
 #include "base/rng.h"
@@ -18,11 +19,21 @@ struct loom_sampler {
     int     *idx;     /* [vocab] candidate ids */
     int     *tmp;     /* [vocab] merge sort's second buffer */
     float   *prob;    /* [vocab] probabilities by id (the vector softmax's; sums in double) */
+    /* repetition penalty (NULL when off) */
+    float   *work;    /* [vocab] the penalized logits */
+    int32_t *hist;    /* [repeat_last_n] ring of the last accepted tokens */
+    int32_t *uniq;    /* [repeat_last_n] the history sorted, to penalize each token once */
+    int      hist_n, hist_next;
 };
 
 loom_sampler_params loom_sampler_default_params(void) {
-    loom_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    loom_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0,
+                             .min_p = 0.0f, .repeat_penalty = 1.0f, .repeat_last_n = 64};
     return p;
+}
+
+static int penalty_on(const loom_sampler_params *p) {
+    return p->repeat_last_n > 0 && p->repeat_penalty != 0.0f && p->repeat_penalty != 1.0f;
 }
 
 loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sampler_params *p) {
@@ -34,6 +45,12 @@ loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sam
     LOOM_RETURN_IF(p->top_k < 0, LOOM_ERR_INVALID_ARG, "--top-k must be >= 0, got %d", p->top_k);
     LOOM_RETURN_IF(!(p->top_p > 0.0f && p->top_p <= 1.0f), LOOM_ERR_INVALID_ARG,
                    "--top-p must be in (0, 1], got %g", (double)p->top_p);
+    LOOM_RETURN_IF(!(p->min_p >= 0.0f && p->min_p <= 1.0f), LOOM_ERR_INVALID_ARG,
+                   "--min-p must be in [0, 1], got %g", (double)p->min_p);
+    LOOM_RETURN_IF(!(p->repeat_penalty >= 0.0f) || isinf(p->repeat_penalty), LOOM_ERR_INVALID_ARG,
+                   "--repeat-penalty must be a finite number > 0 (1 = off), got %g", (double)p->repeat_penalty);
+    LOOM_RETURN_IF(p->repeat_last_n < 0 || p->repeat_last_n > (1 << 24), LOOM_ERR_INVALID_ARG,
+                   "--repeat-last-n must be in 0..%d, got %d", 1 << 24, p->repeat_last_n);
     loom_sampler *s = calloc(1, sizeof *s);
     LOOM_RETURN_IF(!s, LOOM_ERR_NOMEM, "out of memory");
     s->p = *p;
@@ -41,7 +58,13 @@ loom_status loom_sampler_init(loom_sampler **out, int vocab_size, const loom_sam
     s->idx = malloc((size_t)vocab_size * sizeof *s->idx);
     s->tmp = malloc((size_t)vocab_size * sizeof *s->tmp);
     s->prob = malloc((size_t)vocab_size * sizeof *s->prob);
-    if (!s->idx || !s->tmp || !s->prob) {
+    int pen = penalty_on(p);
+    if (pen) {
+        s->work = malloc((size_t)vocab_size * sizeof *s->work);
+        s->hist = malloc((size_t)p->repeat_last_n * sizeof *s->hist);
+        s->uniq = malloc((size_t)p->repeat_last_n * sizeof *s->uniq);
+    }
+    if (!s->idx || !s->tmp || !s->prob || (pen && (!s->work || !s->hist || !s->uniq))) {
         loom_sampler_free(s);
         return loom_set_error(LOOM_ERR_NOMEM, "out of memory");
     }
@@ -55,7 +78,44 @@ void loom_sampler_free(loom_sampler *s) {
     free(s->idx);
     free(s->tmp);
     free(s->prob);
+    free(s->work);
+    free(s->hist);
+    free(s->uniq);
     free(s);
+}
+
+loom_status loom_sampler_accept(loom_sampler *s, int32_t token) {
+    LOOM_RETURN_IF(!s, LOOM_ERR_INVALID_ARG, "sampler_accept: NULL sampler");
+    LOOM_RETURN_IF(token < 0 || token >= s->vocab, LOOM_ERR_INVALID_ARG,
+                   "sampler_accept: token %d outside the vocabulary of %d", (int)token, s->vocab);
+    if (!s->hist) return LOOM_OK;  /* no penalty: nothing to remember */
+    s->hist[s->hist_next] = token;
+    s->hist_next = (s->hist_next + 1) % s->p.repeat_last_n;
+    if (s->hist_n < s->p.repeat_last_n) s->hist_n++;
+    return LOOM_OK;
+}
+
+void loom_sampler_reset(loom_sampler *s) {
+    if (s) s->hist_n = s->hist_next = 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* work = logits with each distinct token of the history penalized once. */
+static const float *apply_penalty(loom_sampler *s, const float *logits) {
+    memcpy(s->work, logits, (size_t)s->vocab * sizeof *s->work);
+    memcpy(s->uniq, s->hist, (size_t)s->hist_n * sizeof *s->uniq);
+    qsort(s->uniq, (size_t)s->hist_n, sizeof *s->uniq, cmp_i32);
+    const float pen = s->p.repeat_penalty;
+    for (int i = 0; i < s->hist_n; i++) {
+        if (i > 0 && s->uniq[i] == s->uniq[i - 1]) continue;
+        float *l = &s->work[s->uniq[i]];
+        *l = *l > 0.0f ? *l / pen : *l * pen;
+    }
+    return s->work;
 }
 
 /* Candidate order: higher probability first; ties: lower id first, so the
@@ -118,6 +178,12 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
      * must not turn into a token; every sampling mode refuses it */
     LOOM_RETURN_IF(nan_at >= 0, LOOM_ERR_INVALID_ARG, "sample: logits contain NaN (first at token %d of %d)",
                    nan_at, V);
+    if (s->hist && s->hist_n > 0) {  /* the penalty comes first, greedy included (llama.cpp's order) */
+        logits = apply_penalty(s, logits);
+        best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+    }
     /* greedy: T = 0, a T so small that 1/T overflows, or a +inf logit (the first) */
     float inv_t = s->p.temperature > 0.0f ? 1.0f / s->p.temperature : INFINITY;
     if (isinf(inv_t) || isinf(logits[best])) {
@@ -171,6 +237,15 @@ loom_status loom_sampler_sample(loom_sampler *s, const float *logits, int32_t *t
         }
     } else {
         for (int i = 0; i < V; i++) s->idx[i] = i;
+    }
+    if (s->p.min_p > 0.0f) {
+        /* p >= min_p * p_max: of idx[0..n) (sorted by probability, or every id
+         * in order) keep those; the most likely token always stays */
+        const float floor_p = s->p.min_p * s->prob[best];
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (s->prob[s->idx[i]] >= floor_p || s->idx[i] == best) s->idx[kept++] = s->idx[i];
+        n = kept;
     }
     double mass = 0.0;
     for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];

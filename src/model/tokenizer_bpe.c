@@ -183,7 +183,7 @@ static size_t llama3_next(const uint32_t *cp, const uint8_t *cl, size_t i, size_
 
 /* Ends (codepoint indices) of the pre-tokens of cp[0..m); returns their count. */
 static size_t pre_split(tok_pre pre, const uint32_t *cp, const uint8_t *cl, size_t m, size_t *ends) {
-    size_t n = 0;
+    size_t n = 0, seg = 0;  /* SmolLM: the first digit at or after i (m if none) */
     for (size_t i = 0; i < m;) {
         size_t e;
         if (pre == TOK_PRE_LLAMA3) {
@@ -191,7 +191,8 @@ static size_t pre_split(tok_pre pre, const uint32_t *cp, const uint8_t *cl, size
         } else if (pre == TOK_PRE_SMOLLM && cl[i] == CL_NUMBER) {
             e = i + 1;  /* every digit stands alone; the regex runs between them */
         } else if (pre == TOK_PRE_SMOLLM) {
-            size_t seg = i;
+            /* found once per digit-free segment, not once per pre-token: linear */
+            if (seg < i) seg = i;
             while (seg < m && cl[seg] != CL_NUMBER) seg++;
             e = gpt2_next(cp, cl, i, seg);
         } else {

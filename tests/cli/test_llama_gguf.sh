@@ -107,6 +107,9 @@ expect_error "chat: llama2.c model needs a template" "chat template" \
 "$LOOM" bench -m "$M" -p 16 -n 4 -t 1 -r 2 --mode step_by_step >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 0 ] && grep -q "| step_by_step | f32 | 1 | pp16 |" "$TMP/out" && grep -q "| tg4 |" "$TMP/out" \
     && pass "bench: table" || fail "bench: $(cat "$TMP/out" "$TMP/err")"
+# SmolLM2-135M has 134 515 008 parameters (its model card), tied embeddings counted once
+grep -q "^| llama 135M q4_1 | [0-9.]* MiB | 134.52 M | CPU (" "$TMP/out" && pass "bench: model, size, params, backend" \
+    || fail "bench row: $(grep pp16 "$TMP/out")"
 "$LOOM" bench -m "$M" -p 8 -n 2 -t 1,2 -r 1 --mode fused --json >"$TMP/out" 2>"$TMP/err"
 if [ $? -eq 0 ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['results'])==4 and all(r['tps_median']>0 and r['peak_rss_mib']>0 for r in d['results'])" "$TMP/out"; then
     pass "bench: json"

@@ -117,6 +117,14 @@ expect_error "hw value error has file:line:column" "bad.yaml:4:8: f16: bad value
 printf 'name: bad\nbandwith: 1e12\n' >"$TMP/bad2.yaml"
 expect_error "hw unknown key has file:line:column" "bad2.yaml:2:1: unknown key 'bandwith'" \
     "$LOOM" plan --config tinyllama --seq 8 --hw "$TMP/bad2.yaml"
+# absurd values are refused by field and position (they printed inf / nan with exit 0)
+printf 'name: absurd\nbandwidth: 1e-300\npeak_flops:\n  f16: 1e12\n' >"$TMP/absurd.yaml"
+expect_error "hw bandwidth 1e-300 out of range" "--hw: .*absurd.yaml:2:12: bandwidth: 1e-300 .* out of range" \
+    "$LOOM" plan --config tinyllama --seq 8 --hw "$TMP/absurd.yaml"
+[ ! -s "$TMP/out" ] && pass "no table after a refused profile" || fail "absurd hw printed: $(head -3 "$TMP/out")"
+printf 'name: absurd\nbandwidth: 1e12\npeak_flops:\n  f16: 1e-300\n' >"$TMP/absurd2.yaml"
+expect_error "hw peak 1e-300 out of range" "absurd2.yaml:4:8: f16: 1e-300 .* out of range" \
+    "$LOOM" plan --config tinyllama --seq 8 --hw "$TMP/absurd2.yaml"
 expect_error "bad kv dtype" "kv-dtype 'q4_0'" "$LOOM" plan --config tinyllama --seq 8 --kv-dtype q4_0 --hw h200
 expect_error "bad phase" "phase 'both'" "$LOOM" plan --config tinyllama --seq 8 --phase both --hw h200
 finish

@@ -2,7 +2,8 @@
  * arbitrary bytes; `auto` values are not measured (measure = 0). A profile
  * that parses must be sane (non-negative finite numbers, a name, nothing
  * measured), parse the same again, and give roofline times that are not NaN,
- * non-negative and grow with the work (tiny peaks may give +inf). */
+ * non-negative and grow with the work; the values given are in range, so a
+ * given bandwidth gives finite memory-bound times (an `auto` one is 0). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -30,5 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     double tv = loom_hw_time(&hw, 0, LOOM_HW_F32, 1e9, 1e6);
     if (isnan(tv) || tv < 0) __builtin_trap();
+    if (hw.bandwidth > 0 && (hw.bandwidth < 1e6 || !isfinite(loom_hw_time(&hw, 0, LOOM_HW_F32, 0, 1e12))))
+        __builtin_trap();
     return 0;
 }

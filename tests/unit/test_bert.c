@@ -37,6 +37,8 @@ typedef struct { float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *g1, *b1, *wu, *b
 static float *tok, *pos, *typ, *eg, *eb;
 static layer L[NL];
 
+static void make_model_files(const char *dir);
+
 static void make_model(const char *dir) {
     tok = mk("embeddings.word_embeddings.weight", V, D, 1, 0);
     pos = mk("embeddings.position_embeddings.weight", P, D, 0.5f, 0);
@@ -56,6 +58,11 @@ static void make_model(const char *dir) {
         M(g2, "output.LayerNorm.weight", D, 0, 0.2f, 1); M(b2, "output.LayerNorm.bias", D, 0, 0.2f, 0);
 #undef M
     }
+    make_model_files(dir);
+}
+
+/* Writes the folder from the parameters (again after a change). */
+static void make_model_files(const char *dir) {
     st_out *o = calloc(1, sizeof *o);
     o->hn = (size_t)snprintf(o->hdr, sizeof o->hdr, "{");
     for (int i = 0; i < n_params; i++)
@@ -199,6 +206,22 @@ static void test_tiny_bert(void) {
         CHECK(loom_bert_embed_tokens(m, bi, bl, 1, 1, out) == LOOM_ERR_INVALID_ARG);
         loom_bert_free(m);
     }
+    /* a NaN weight: the inputs that meet it are errors by number, not NaN vectors */
+    tok[7 * D + 3] = NAN;  /* token 7's embedding */
+    make_model_files(dir);
+    m = NULL;
+    CHECK_MSG(loom_bert_load(dir, 1, &m) == LOOM_OK, "%s", loom_last_error());
+    if (m) {
+        int32_t a[3] = {2, 5, 3}, b[4] = {2, 6, 7, 3};
+        const int32_t *ids[3] = {a, a, b};
+        int lens[3] = {3, 3, 4};
+        float out[3 * D];
+        CHECK(loom_bert_embed_tokens(m, ids, lens, 2, 0, out) == LOOM_OK);  /* without token 7 */
+        CHECK(loom_bert_embed_tokens(m, ids, lens, 3, 0, out) == LOOM_ERR_FORMAT);
+        CHECK_MSG(strstr(loom_last_error(), "embedding of input 3 is NaN") != NULL, "%s", loom_last_error());
+        loom_bert_free(m);
+    }
+    tok[7 * D + 3] = 0.25f;
     /* missing tensor: named */
     char path[256];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -14,6 +14,34 @@
 #include "ops/quant.h"
 
 static char shared[4096], dir[64];
+
+loom_status loom_convert_copy_kv(const loom_gguf *g, int64_t i, loom_gguf_writer *w);  /* convert_meta.c */
+
+/* src again with every norm stored as [1, 1, 1, n] (ggml's ne [n, 1, 1, 1]),
+ * which loom loads as the vector it is. */
+static void write_4d_norms(const char *src, const char *dst) {
+    loom_gguf *g = NULL;
+    loom_gguf_writer *w = NULL;
+    CHECK(loom_gguf_open(src, &g) == LOOM_OK && loom_gguf_writer_init(&w) == LOOM_OK);
+    if (!g || !w) return;
+    for (int64_t i = 0; i < loom_gguf_n_kv(g); i++)
+        if (strcmp(loom_gguf_kv_key(g, i), "general.alignment") != 0) CHECK(loom_convert_copy_kv(g, i, w) == LOOM_OK);
+    for (int64_t i = 0; i < loom_gguf_n_tensors(g); i++) {
+        loom_gguf_tensor_info ti;
+        CHECK(loom_gguf_tensor_info_at(g, i, &ti) == LOOM_OK);
+        int64_t shape[LOOM_MAX_DIMS];
+        loom_gguf_tensor_shape(&ti, shape);
+        int nd = (int)ti.n_dims;
+        if (strstr(ti.name, "norm")) {
+            int64_t n = loom_gguf_tensor_nelem(&ti);
+            shape[0] = shape[1] = shape[2] = 1, shape[3] = n, nd = 4;
+        }
+        CHECK(loom_gguf_writer_add_tensor(w, ti.name, ti.ggml_type, nd, shape, ti.data, ti.nbytes) == LOOM_OK);
+    }
+    CHECK_MSG(loom_gguf_writer_write_file(w, dst) == LOOM_OK, "%s", loom_last_error());
+    loom_gguf_writer_free(w);
+    loom_gguf_close(g);
+}
 static const int32_t TOK[6] = {1, 403, 407, 261, 378, 290};
 
 /* Max relative logit error of a GGUF model against ref, and top-1 agreements. */
@@ -128,6 +156,57 @@ static void test_roundtrips(void) {
         loom_gguf_close(g);
         unlink(out2);
     }
+
+    /* norms with unit dims ([1, 1, 1, 64]) are vectors: kept f32 when the matrices are
+     * quantized (they were quantized, and loom refused the file it wrote) */
+    char n4[256], n4q[256];
+    snprintf(n4, sizeof n4, "%s/norm4d.gguf", dir);
+    snprintf(n4q, sizeof n4q, "%s/norm4d_q8.gguf", dir);
+    write_4d_norms(out, n4);
+    e = compare(n4, ref, V, &same);
+    CHECK_MSG(e == 0.0 && same == 6, "4-D norms load as vectors: error %g", e);
+    loom_convert_params q8 = {.type_set = 1, .type = LOOM_Q8_0};
+    CHECK_MSG(loom_convert(n4, n4q, &q8) == LOOM_OK, "%s", loom_last_error());
+    e = compare(n4q, ref, V, &same);
+    CHECK_MSG(e <= 0.6 && same >= 5, "4-D norms -> q8_0: error %g, top-1 %d/6 (%s)", e, same, loom_last_error());
+    loom_gguf *gq;
+    CHECK(loom_gguf_open(n4q, &gq) == LOOM_OK);
+    int norms = 0, f32_norms = 0;
+    for (int64_t i = 0; i < loom_gguf_n_tensors(gq); i++) {
+        loom_gguf_tensor_info ti;
+        loom_gguf_tensor_info_at(gq, i, &ti);
+        if (!strstr(ti.name, "norm")) continue;
+        norms++;
+        f32_norms += ti.ggml_type == 0;  /* GGML_TYPE_F32 */
+    }
+    CHECK_MSG(norms == 11 && f32_norms == norms, "%d of %d norms f32", f32_norms, norms);
+    loom_gguf_close(gq);
+    unlink(n4);
+    unlink(n4q);
+
+    /* only regular files are written: devices, directories and FIFOs are refused
+     * before any work (as root, /dev/full was replaced by a regular file); a link
+     * to a file is followed, the link kept */
+    loom_convert_params q4 = {.type_set = 1, .type = LOOM_Q4_0};
+    CHECK(loom_convert(out, "/dev/null", &q4) == LOOM_ERR_IO && strstr(loom_last_error(), "character device"));
+    struct stat dn;
+    CHECK(stat("/dev/null", &dn) == 0 && S_ISCHR(dn.st_mode));
+    CHECK(loom_convert(out, dir, &q4) == LOOM_ERR_IO && strstr(loom_last_error(), "is a directory"));
+    char fifo[256], link[256], target[256];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(loom_convert(out, fifo, &q4) == LOOM_ERR_IO && strstr(loom_last_error(), "FIFO"));
+    unlink(fifo);
+    snprintf(target, sizeof target, "%s/target.gguf", dir);
+    snprintf(link, sizeof link, "%s/link.gguf", dir);
+    FILE *tf = fopen(target, "w");
+    if (tf) fclose(tf);
+    CHECK(symlink(target, link) == 0);
+    CHECK_MSG(loom_convert(out, link, &q4) == LOOM_OK, "%s", loom_last_error());
+    struct stat ls, ts;
+    CHECK(lstat(link, &ls) == 0 && S_ISLNK(ls.st_mode) && stat(target, &ts) == 0 && ts.st_size > 1000);
+    unlink(link);
+    unlink(target);
 
     /* Hugging Face folder (half-split q/k rows) -> GGUF: rows permuted back, same logits */
     char hf[128];

@@ -230,6 +230,83 @@ static void test_rules_errors(void) {
                  "      - {name: add, op: add, inputs: [$a, $b]}\n"
                  "      - {name: norm, op: rms_norm, inputs: [$c, $g]}\n",
                  "not connected");
+    /* roles: a pattern that binds a builder's inputs to the wrong nodes matches
+     * the graph as well and computed garbage; it is refused by node and binding */
+    const char *ffn_head = "rules:\n  - name: f\n    fused_op: ffn\n    pattern:\n";
+    snprintf(buf, sizeof buf, "%s%s", ffn_head,
+             "      - {name: gate, op: matmul, inputs: [$x, $w_up]}\n"
+             "      - {name: up, op: matmul, inputs: [$x, $w_gate]}\n"
+             "      - {name: act, op: silu, inputs: [gate]}\n"
+             "      - {name: mul, op: mul, inputs: [act, up]}\n"
+             "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n");
+    expect_error(buf, "bad.yaml:5:9: rule 'f': fused op ffn takes gate = matmul($x, $w_gate); pattern node 'gate' "
+                      "binds $w_up as input 2 where $w_gate belongs");
+    snprintf(buf, sizeof buf, "%s%s", ffn_head,  /* the activation on up */
+             "      - {name: gate, op: matmul, inputs: [$x, $w_gate]}\n"
+             "      - {name: up, op: matmul, inputs: [$x, $w_up]}\n"
+             "      - {name: act, op: silu, inputs: [up]}\n"
+             "      - {name: mul, op: mul, inputs: [act, gate]}\n"
+             "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n");
+    expect_error(buf, "bad.yaml:7:9: rule 'f': fused op ffn takes act = *(gate); pattern node 'act' binds up");
+    snprintf(buf, sizeof buf, "%s%s", ffn_head,  /* the residual on the wrong node */
+             "      - {name: gate, op: matmul, inputs: [$x, $w_gate]}\n"
+             "      - {name: up, op: matmul, inputs: [$x, $w_up]}\n"
+             "      - {name: act, op: silu, inputs: [gate]}\n"
+             "      - {name: mul, op: mul, inputs: [act, up]}\n"
+             "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n"
+             "      - {name: residual, op: add, inputs: [$r, mul]}\n");
+    expect_error(buf, "pattern node 'residual' binds mul as input 2 where down belongs");
+    const char *qkv_head = "rules:\n  - name: q\n    fused_op: qkv_rope\n    pattern:\n"
+                           "      - {name: q, op: matmul, inputs: [$x, $wq]}\n";
+    snprintf(buf, sizeof buf, "%s%s", qkv_head,
+             "      - {name: k, op: matmul, inputs: [$x, $wv]}\n"
+             "      - {name: v, op: matmul, inputs: [$x, $wk]}\n"
+             "      - {name: q_rope, op: rope, inputs: [q]}\n"
+             "      - {name: k_rope, op: rope, inputs: [k]}\n"
+             "      - {name: k_cache, op: kv_append, inputs: [$ks, k_rope]}\n"
+             "      - {name: v_cache, op: kv_append, inputs: [$vs, v]}\n");
+    expect_error(buf, "bad.yaml:6:9: rule 'q': fused op qkv_rope takes k = matmul($x, $wk); pattern node 'k' binds "
+                      "$wv as input 2 where $wk belongs");
+    snprintf(buf, sizeof buf, "%s%s", qkv_head,  /* V written to the K cache */
+             "      - {name: k, op: matmul, inputs: [$x, $wk]}\n"
+             "      - {name: v, op: matmul, inputs: [$x, $wv]}\n"
+             "      - {name: q_rope, op: rope, inputs: [q]}\n"
+             "      - {name: k_rope, op: rope, inputs: [k]}\n"
+             "      - {name: k_cache, op: kv_append, inputs: [$ks, v]}\n"
+             "      - {name: v_cache, op: kv_append, inputs: [$vs, k_rope]}\n");
+    expect_error(buf, "bad.yaml:10:9: rule 'q': fused op qkv_rope takes k_cache = kv_append(_, k_rope, [$k_scale]); "
+                      "pattern node 'k_cache' binds v as input 2 where k_rope belongs");
+    snprintf(buf, sizeof buf, "%s%s", qkv_head,  /* an op in the wrong role */
+             "      - {name: k, op: matmul, inputs: [$x, $wk]}\n"
+             "      - {name: v, op: matmul, inputs: [$x, $wv]}\n"
+             "      - {name: q_rope, op: silu, inputs: [q]}\n"
+             "      - {name: k_rope, op: rope, inputs: [k]}\n"
+             "      - {name: k_cache, op: kv_append, inputs: [$ks, k_rope]}\n"
+             "      - {name: v_cache, op: kv_append, inputs: [$vs, v]}\n");
+    expect_error(buf, "bad.yaml:8:9: rule 'q': fused op qkv_rope takes q_rope = rope(q); pattern node 'q_rope' is op silu");
+    snprintf(buf, sizeof buf, "%s%s", qkv_head,  /* a scale store where the i8 scale belongs */
+             "      - {name: k, op: matmul, inputs: [$x, $wk]}\n"
+             "      - {name: v, op: matmul, inputs: [$x, $wv]}\n"
+             "      - {name: q_rope, op: rope, inputs: [q]}\n"
+             "      - {name: k_rope, op: rope, inputs: [k]}\n"
+             "      - {name: k_cache, op: kv_append, inputs: [$ks, k_rope, $v_scale]}\n"
+             "      - {name: v_cache, op: kv_append, inputs: [$vs, v, $k_scale]}\n");
+    expect_error(buf, "pattern node 'k_cache' binds $v_scale as input 3 where $k_scale belongs");
+    expect_error("rules:\n  - name: a\n    fused_op: fused_infer_attention\n    pattern:\n"
+                 "      - {name: attn, op: attention, inputs: [$q, $v, $k]}\n",
+                 "bad.yaml:5:9: rule 'a': fused op fused_infer_attention takes attn = attention($q, $k, $v, "
+                 "[$k_scale, $v_scale]); pattern node 'attn' binds $v as input 2 where $k belongs");
+    /* the same roles written otherwise are fine: mul and add in either order, no residual node */
+    const char *fine = "rules:\n  - name: f\n    fused_op: ffn\n    pattern:\n"
+                       "      - {name: up, op: matmul, inputs: [$x, $w_up]}\n"
+                       "      - {name: gate, op: matmul, inputs: [$x, $w_gate]}\n"
+                       "      - {name: act, op: silu, inputs: [gate]}\n"
+                       "      - {name: mul, op: mul, inputs: [up, act]}\n"
+                       "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n"
+                       "      - {name: residual, op: add, inputs: [down, $r]}\n";
+    loom_fusion_rules *ok_rules = NULL;
+    CHECK_MSG(loom_fusion_rules_parse(fine, strlen(fine), "fine.yaml", &ok_rules) == LOOM_OK, "%s", loom_last_error());
+    loom_fusion_rules_free(ok_rules);
     expect_error("", "bad.yaml:1:1");
     expect_error("rules: 3\n", "bad.yaml:1:8: rules: expected a list");
     expect_error("rulez: []\n", "unknown key 'rulez'");

@@ -228,6 +228,23 @@ static void test_hw_profiles(void) {
     expect_hw_error("name: x\nbandwidth: 1e12\n", "no peak given");
     expect_hw_error("- 1\n- 2\n", "t.yaml:1:1: expected a mapping");
     expect_hw_error("cores: 1.5\n", "t.yaml:1:8: cores: bad value");
+    /* absurd values: out of range, naming the file, position and field (they printed inf / nan) */
+    expect_hw_error("name: x\nbandwidth: 1e-300\npeak_flops: {f16: 1e12}\n",
+                    "t.yaml:2:12: bandwidth: 1e-300 = 1e-300 bytes/s is out of range: expected 1e+06..1e+16");
+    expect_hw_error("name: x\nbandwidth: 0\npeak_flops: {f16: 1e12}\n", "t.yaml:2:12: bandwidth: 0 = 0 bytes/s is out of range");
+    expect_hw_error("bandwidth: 1e12\npeak_flops:\n  f16: 1e-300\n", "t.yaml:3:8: f16: 1e-300 = 1e-300 FLOP/s is out of range");
+    expect_hw_error("bandwidth: 1e12\npeak_flops:\n  int8: 1e300\n", "t.yaml:3:9: int8: 1e300");
+    expect_hw_error("bandwidth: 1e12\nvector_flops: 3\n", "t.yaml:2:15: vector_flops: 3 = 3 FLOP/s is out of range");
+    expect_hw_error("bandwidth: 1e12\nvector_flops: 1e12\ncache: {l2: 5}\n", "t.yaml:3:13: l2: 5 = 5 bytes is out of range");
+    expect_hw_error("bandwidth: 1e12\nvector_flops: 1e12\ncache: {l3: 2Ti}\n", "l3: 2Ti");
+    expect_hw_error("bandwidth: 1e12\nvector_flops: 1e12\ncores: 0\n", "t.yaml:3:8: cores: 0 = 0 cores is out of range");
+    expect_hw_error("bandwidth: 1e12\nvector_flops: 1e12\ncores: 2e6\n", "cores: 2e6");
+    expect_hw_error("bandwidth: nan\nvector_flops: 1e12\n", "t.yaml:1:12: bandwidth: bad value 'nan'");
+    /* the edges of the ranges are accepted; 0 means "not given" for peaks and caches */
+    const char *edges = "bandwidth: 1M\nvector_flops: 1e19\npeak_flops: {f32: 0, f16: 1e6}\ncache: {l1: 256, l2: 0, l3: 1Ti}\n"
+                        "cores: 1000000\n";
+    CHECK_MSG(loom_hw_parse(edges, strlen(edges), "t.yaml", 0, &hw) == LOOM_OK, "%s", loom_last_error());
+    CHECK(isfinite(loom_hw_time(&hw, 1, LOOM_HW_F32, 1e30, 1e30)));
 }
 
 /* Counts occurrences of needle in hay. */

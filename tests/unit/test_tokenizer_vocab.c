@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "base/file.h"
+#include "base/timer.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
@@ -380,10 +381,98 @@ static void test_pretokenizers(void) {
     loom_gguf_writer_free(w);
 }
 
+/* Ids of text[0..len) (no BOS/EOS) into a malloc'd array; NULL on error. */
+static int32_t *ids_of(const loom_tokenizer *t, const char *text, size_t len, int *n) {
+    int32_t *ids = malloc(sizeof *ids * (len + 4));
+    if (ids && loom_tokenizer_encode_ex(t, text, len, 0, ids, (int)len + 4, n) == LOOM_OK) return ids;
+    free(ids);
+    return NULL;
+}
+
+/* Random text over pieces that exercise every pre-token class (letters,
+ * spaces and newlines of several lengths, contractions, punctuation,
+ * multibyte letters); digits only when digits is set. */
+static size_t random_text(char *buf, size_t cap, unsigned *seed, int digits) {
+    static const char *const alpha[] = {"a", "bc", " ", "  ", "\n", "\n\n", "\t", "'s", "'re", "!", "?!",
+                                        "\xc3\xa9", " x", "\r\n", "...", "Hi", " yo", "\xe6\x97\xa5", "'"};
+    static const char *const digit[] = {"1", "23", " 4", "5x"};
+    size_t n = 0;
+    for (;;) {
+        *seed = *seed * 1103515245u + 12345u;
+        unsigned r = *seed >> 8;
+        const char *p = digits && r % 5 == 0 ? digit[(r / 5) % 4] : alpha[(r / 5) % (sizeof alpha / sizeof *alpha)];
+        size_t l = strlen(p);
+        if (n + l >= cap) break;
+        memcpy(buf + n, p, l);
+        n += l;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+/* SmolLM's pre-tokenizer is GPT-2's regex between digits, each digit alone:
+ * its ids are GPT-2's ids of the digit-free segments and of each digit. The
+ * reference below tokenizes each segment on its own; and a large digit-free
+ * text (which once took minutes: the next digit was searched again for every
+ * pre-token) takes linear time. */
+static void test_smollm_pretokenizer(void) {
+    static const char *const merges[] = {"b c", "_ x", "' s", "2 3", "H i", "_ y", "y o"};
+    loom_tokenizer *smol = tiny_bpe("smollm", merges, 7), *gpt2 = tiny_bpe("gpt-2", merges, 7);
+    if (!smol || !gpt2) {
+        loom_tokenizer_free(smol);
+        loom_tokenizer_free(gpt2);
+        return;
+    }
+    unsigned seed = 1;
+    char text[512];
+    int bad = 0;
+    for (int c = 0; c < 300 && !bad; c++) {
+        size_t len = random_text(text, 1 + (size_t)(c % 300) + 40, &seed, 1);
+        int n = 0, k = 0;
+        int32_t *got = ids_of(smol, text, len, &n), *want = malloc(sizeof *want * (len + 4));
+        for (size_t i = 0; got && want && i < len;) {
+            size_t e = i;
+            if (text[i] >= '0' && text[i] <= '9') e = i + 1;
+            else
+                while (e < len && !(text[e] >= '0' && text[e] <= '9')) e++;
+            int m = 0;
+            int32_t *seg = ids_of(gpt2, text + i, e - i, &m);
+            if (seg) memcpy(want + k, seg, sizeof *seg * (size_t)m);
+            k += m;
+            free(seg);
+            i = e;
+        }
+        bad = !got || !want || n != k || memcmp(got, want, sizeof *got * (size_t)n) != 0;
+        CHECK_MSG(!bad, "smollm vs per-segment gpt-2 on '%s': %d vs %d ids", text, n, k);
+        free(got);
+        free(want);
+    }
+    size_t big = (size_t)1 << 20;
+    char *huge = malloc(big + 1);
+    if (huge) {
+        size_t len = random_text(huge, big + 1, &seed, 0);
+        int n = 0, m = 0;
+        double t0 = loom_time_s();
+        int32_t *a = ids_of(smol, huge, len, &n);
+        double dt = loom_time_s() - t0;
+        int32_t *b = ids_of(gpt2, huge, len, &m);
+        CHECK_MSG(a && b && n == m && memcmp(a, b, sizeof *a * (size_t)n) == 0,
+                  "1 MiB without digits: smollm %d ids, gpt-2 %d ids", n, m);
+        /* linear: ~0.1 s (1 s under the sanitizers); the quadratic search took over a minute */
+        CHECK_MSG(dt < 15.0, "1 MiB without digits took %.1f s", dt);
+        free(a);
+        free(b);
+        free(huge);
+    }
+    loom_tokenizer_free(smol);
+    loom_tokenizer_free(gpt2);
+}
+
 int main(void) {
     const char *dir = getenv("LOOM_SHARED_DIR");
     snprintf(vocab_dir, sizeof vocab_dir, "%s/vocab", dir && *dir ? dir : "../shared");
     RUN_TEST(test_pretokenizers);  /* needs no shared files */
+    RUN_TEST(test_smollm_pretokenizer);
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/ggml-vocab-gpt-2.gguf", vocab_dir);
     CHECK_NEED_FILE(probe, "set LOOM_SHARED_DIR to the shared folder");

@@ -9,7 +9,9 @@
  * generation with 2048 to 2175 tokens of context.
  * One warm-up run per test, then -r repetitions: median, min, max, stdev.
  * Also peak RSS of the process so far and the planned intermediate memory
- * (the arena the planner assigned to the graph). */
+ * (the arena the planner assigned to the graph). Rows name the model as
+ * llama-bench's do: type, size and parameter count of its weights as loaded,
+ * and the backend (CPU, with the kernels' instruction set). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/resource.h>
 
 #include "args.h"
+#include "base/cpu.h"
 #include "base/timer.h"
 #include "cli.h"
 #include "model/model.h"
@@ -25,6 +28,55 @@
 
 /* The model's tensors converted at load (K-quants), for the header. */
 static char converted[256];
+
+/* What llama-bench's model, size and params columns say about a model. */
+typedef struct model_desc {
+    char   type[64];    /* "llama 135M q4_1": architecture, parameters, the type of most weight bytes */
+    double bytes;       /* of the weights as loaded (converted K-quants included) */
+    double params;      /* weight elements; a tied output matrix counts once */
+    char   backend[32]; /* "CPU (avx512)" */
+} model_desc;
+
+static void add_weight(const loom_tensor *t, double *bytes, double *params, double *by_type) {
+    if (!t->data) return;
+    double b = (double)loom_tensor_nbytes(t);
+    *bytes += b;
+    *params += (double)loom_tensor_nelem(t);
+    if ((unsigned)t->dtype < LOOM_DTYPE_COUNT) by_type[t->dtype] += b;
+}
+
+static void describe_model(const loom_model *m, model_desc *d) {
+    double by_type[LOOM_DTYPE_COUNT] = {0};
+    d->bytes = d->params = 0;
+    const loom_llama_weights *w = &m->w;
+    add_weight(&w->tok_embd, &d->bytes, &d->params, by_type);
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++)
+            add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), &d->bytes, &d->params,
+                       by_type);
+    add_weight(&w->out_norm, &d->bytes, &d->params, by_type);
+    if (w->output.data != w->tok_embd.data) add_weight(&w->output, &d->bytes, &d->params, by_type);
+    int main_type = 0;
+    for (int t = 1; t < LOOM_DTYPE_COUNT; t++)
+        if (by_type[t] > by_type[main_type]) main_type = t;
+    double p = d->params;
+    char count[16];
+    if (p >= 1e9) snprintf(count, sizeof count, "%.1fB", p / 1e9);
+    else if (p >= 1e6) snprintf(count, sizeof count, "%.0fM", p / 1e6);
+    else snprintf(count, sizeof count, "%.0fK", p / 1e3);
+    snprintf(d->type, sizeof d->type, "llama %s %s", count, loom_dtype_name((loom_dtype)main_type));
+    snprintf(d->backend, sizeof d->backend, "CPU (%s)", loom_isa_name(loom_cpu_isa()));
+}
+
+/* "85.82 MiB" / "1.23 GiB" as llama-bench prints sizes; "134.52 M" / "6.74 B" for parameters. */
+static void human_bytes(double b, char *buf, size_t n) {
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else snprintf(buf, n, "%.2f MiB", b / (1024.0 * 1024));
+}
+static void human_params(double p, char *buf, size_t n) {
+    if (p >= 1e9) snprintf(buf, n, "%.2f B", p / 1e9);
+    else snprintf(buf, n, "%.2f M", p / 1e6);
+}
 
 /* "1,2,4" -> values; 0 on success. */
 static int parse_int_list(const char *opt, const char *s, int *v, int *n, int min) {
@@ -161,6 +213,7 @@ int cmd_bench(int argc, char **argv) {
     }
     char def[1024];
     if (cli_resolve_model("bench", &model_path, def, sizeof def)) return 1;
+    if (cli_check_rules("bench", rules, preset)) return 1;
     int max_test = 1, max_depth = 0;
     for (int i = 0; i < np; i++) max_test = pv[i] > max_test ? pv[i] : max_test;
     for (int i = 0; i < nn; i++) max_test = nv[i] > max_test ? nv[i] : max_test;
@@ -173,6 +226,7 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int n_res = 0, failed = 0, rc = 1;
     loom_model_info info = {0};
+    model_desc desc = {0};
     if (!res || !tps || !toks) goto done;
     for (int mi = 0; mi < nm; mi++) {
         for (int ci = 0; ci < nc; ci++) {
@@ -185,13 +239,19 @@ int cmd_bench(int argc, char **argv) {
                 mp.rules_path = rules;
                 mp.fusion_preset = preset;
                 loom_model *m = NULL;
-                if (loom_model_load(model_path, &mp, &m) != LOOM_OK) {
+                loom_status ls = loom_model_load(model_path, &mp, &m);
+                if (ls == LOOM_ERR_IO || ls == LOOM_ERR_FORMAT) {  /* the file itself: no configuration loads it */
+                    cli_fail("bench", "cannot load model");
+                    goto done;
+                }
+                if (ls != LOOM_OK) {
                     fprintf(stderr, "loom bench: mode %s, cache %s, %d threads: cannot load model: %s\n",
                             loom_mode_name(modes[mi]), loom_dtype_name(ctv[ci]), tv[ti], loom_last_error());
                     failed++;
                     continue;
                 }
                 info = loom_model_get_info(m);
+                describe_model(m, &desc);
                 loom_llama_converted_summary(&m->w, converted, sizeof converted);
                 if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
                 if (!logits) {
@@ -245,14 +305,19 @@ int cmd_bench(int argc, char **argv) {
             }
         }
     }
+    if (n_res == 0) goto done;  /* the errors are above: no empty table */
+    char size_s[32], params_s[32];
+    human_bytes(desc.bytes, size_s, sizeof size_s);
+    human_params(desc.params, params_s, sizeof params_s);
     if (json) {
         printf("{\"model\": \"");
         for (const char *c = model_path; *c; c++) {  /* a JSON string */
             if (*c == '"' || *c == '\\') putchar('\\');
             if ((unsigned char)*c >= 0x20) putchar(*c);
         }
-        printf("\", \"n_layers\": %d, \"dim\": %d, \"vocab\": %d, \"repetitions\": %d, \"results\": [",
-               info.n_layers, info.dim, info.vocab_size, reps);
+        printf("\", \"model_type\": \"%s\", \"model_size\": %.0f, \"model_n_params\": %.0f, \"backend\": \"%s\", "
+               "\"n_layers\": %d, \"dim\": %d, \"vocab\": %d, \"repetitions\": %d, \"results\": [",
+               desc.type, desc.bytes, desc.params, desc.backend, info.n_layers, info.dim, info.vocab_size, reps);
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
             printf("%s\n  {\"mode\": \"%s\", \"kv_dtype\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
@@ -269,16 +334,17 @@ int cmd_bench(int argc, char **argv) {
                info.n_layers, info.dim, info.vocab_size, reps);
         if (converted[0]) printf("weights converted at load: %s\n", converted);
         printf("\n");
-        printf("| mode | kv | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | "
-               "planned MiB |\n");
-        printf("|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+        printf("| model | size | params | backend | mode | kv | threads | test | t/s (median) | min .. max | "
+               "stdev | peak RSS MiB | planned MiB |\n");
+        printf("|---|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
             char test[64];
             if (re->depth) snprintf(test, sizeof test, "%s @ d%d", re->test, re->depth);
             else snprintf(test, sizeof test, "%s", re->test);
-            printf("| %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", re->mode, re->kv_dtype,
-                   re->threads, test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+            printf("| %s | %s | %s | %s | %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", desc.type,
+                   size_s, params_s, desc.backend, re->mode, re->kv_dtype, re->threads, test, re->median, re->min,
+                   re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
         }
     }
     rc = n_res > 0 ? 0 : 1;

@@ -1,7 +1,9 @@
 /* loom chat: an interactive conversation with a chat model. One line of
  * stdin is one user message (a line ending in '\' continues on the next);
- * the reply streams to stdout token by token; Ctrl-D (end of input) ends.
+ * the reply streams to stdout token by token; Ctrl-D (end of input) ends,
+ * Ctrl-C stops the reply (at the prompt, or twice within a second, it quits).
  * The KV cache is kept across turns: each turn runs only its own tokens. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "cli.h"
 #include "model/chat.h"
 #include "model/model.h"
+#include "model/stop_strings.h"
 
 typedef struct chat_state {
     loom_model *model;
@@ -28,7 +31,39 @@ typedef struct chat_state {
     int first;          /* next turn starts the conversation */
     int n_predict;      /* reply limit in tokens */
     int verbose;
+    const arg_list *stops;  /* -r: reverse prompts, which end a reply */
 } chat_state;
+
+/* Ctrl-C. During a reply (its prefill included) it asks the reply to stop;
+ * at the prompt, or a second time within a second while the first has not
+ * been acted on (a long forward pass), it ends the program at once, as
+ * llama.cpp does: nothing is left to save. Only async-signal-safe calls. */
+static volatile sig_atomic_t g_replying, g_stop_reply;
+static struct timespec g_last_sigint;  /* touched by the handler only */
+
+static void on_sigint(int sig) {
+    (void)sig;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double gap = (double)(now.tv_sec - g_last_sigint.tv_sec) + (now.tv_nsec - g_last_sigint.tv_nsec) * 1e-9;
+    g_last_sigint = now;
+    if (!g_replying || (g_stop_reply && gap < 1.0)) {
+        static const char nl = '\n';
+        ssize_t w = write(STDERR_FILENO, &nl, 1);
+        (void)w;
+        _exit(130);
+    }
+    g_stop_reply = 1;
+}
+
+static int catch_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  /* reads and writes go on after a reply is stopped */
+    return sigaction(SIGINT, &sa, NULL);
+}
 
 /* Reads one message (joining lines that end in '\'); NULL at end of input. */
 static char *read_message(FILE *in) {
@@ -100,7 +135,16 @@ static int encode_turn(chat_state *c, const char *text, int *n) {
 
 /* One turn: render, run, stream the reply. 0 ok, 1 on a message that was
  * refused (the conversation goes on), -1 on a fatal error. */
+static int chat_reply(chat_state *c, const char *user);
 static int chat_turn(chat_state *c, const char *user) {
+    g_stop_reply = 0;
+    g_replying = 1;
+    int rc = chat_reply(c, user);
+    g_replying = 0;
+    return rc;
+}
+
+static int chat_reply(chat_state *c, const char *user) {
     char *text = NULL;
     int n = 0;
     if (loom_chat_render_turn(&c->tmpl, c->first, c->system, user, &text) != LOOM_OK)
@@ -113,6 +157,7 @@ static int chat_turn(chat_state *c, const char *user) {
                         "conversation (raise -c for longer ones)\n", c->pos, c->n_ctx);
         c->first = 1;
         c->pos = 0;
+        loom_sampler_reset(c->sampler);
         if (loom_chat_render_turn(&c->tmpl, 1, c->system, user, &text) != LOOM_OK)
             return cli_fail("chat", "cannot render the chat template"), -1;
         rc = encode_turn(c, text, &n);
@@ -127,37 +172,63 @@ static int chat_turn(chat_state *c, const char *user) {
     double t0 = loom_time_s();
     if (loom_model_forward(c->model, c->ids, n, c->pos, c->logits) != LOOM_OK)
         return cli_fail("chat", "forward pass failed"), -1;
+    for (int i = 0; i < n; i++)
+        if (loom_sampler_accept(c->sampler, c->ids[i]) != LOOM_OK) return cli_fail("chat", "sampling failed"), -1;
     c->pos += n;
     c->first = 0;
     double t1 = loom_time_s();
     int prev = -1, n_gen = 0, cut = 0;
     int eos = loom_tokenizer_eos(c->tok);
+    loom_stop_strings stop;
+    if (loom_stop_strings_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
+        return cli_fail("chat", "-r"), -1;
     for (;;) {
+        if (g_stop_reply) {
+            fprintf(stderr, "%sloom chat: reply stopped (Ctrl-C at the prompt quits)\n", n_gen ? "\n" : "");
+            break;
+        }
         int32_t next;
-        if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK)
+        if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK ||
+            loom_sampler_accept(c->sampler, next) != LOOM_OK) {
+            loom_stop_strings_free(&stop);
             return cli_fail("chat", "sampling failed"), -1;
+        }
         /* the end of the reply: EOS or any control token (<|im_end|>, ...);
          * it is not run: the next turn's text starts with the template's close */
         if (next == eos || loom_tokenizer_is_control(c->tok, next)) break;
-        size_t len = 0;
-        const char *p = loom_tokenizer_decode(c->tok, prev, next, &len);
-        if (p && len) fwrite(p, 1, len, stdout);
+        size_t len = 0, n_out = 0;
+        const char *p = loom_tokenizer_decode(c->tok, prev, next, &len), *out = "";
+        /* a reverse prompt ends the reply and is not printed */
+        int stopped = p && len && loom_stop_strings_push(&stop, p, len, &out, &n_out);
+        fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         prev = next;
         n_gen++;
+        if (stopped) break;
         if (n_gen >= c->n_predict) {
             cut = 1;
             break;
         }
         if (c->pos + 2 > c->n_ctx) {  /* keep one position for the close */
+            const char *held;
+            size_t n_held;
+            loom_stop_strings_flush(&stop, &held, &n_held);
+            fwrite(held, 1, n_held, stdout);
             fprintf(stdout, "\n");
             fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
             break;
         }
-        if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK)
+        if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK) {
+            loom_stop_strings_free(&stop);
             return cli_fail("chat", "forward pass failed"), -1;
+        }
         c->pos++;
     }
+    const char *rest;
+    size_t n_rest;
+    loom_stop_strings_flush(&stop, &rest, &n_rest);
+    fwrite(rest, 1, n_rest, stdout);
+    loom_stop_strings_free(&stop);
     double t2 = loom_time_s();
     printf("\n");
     fflush(stdout);
@@ -170,23 +241,32 @@ static int chat_turn(chat_state *c, const char *user) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *system = NULL, *tmpl_name = NULL,
+    const char *model_path = NULL, *tok_path = NULL, *system = NULL, *system_file = NULL, *tmpl_name = NULL,
                *mode = NULL, *kv_dtype = NULL;
-    int n_predict = 512, threads = loom_model_default_params().n_threads, n_ctx = 4096, top_k = 40, verbose = 0;
-    float temp = 0.7f, top_p = 0.9f;
-    uint64_t seed = UINT64_MAX;
+    int n_predict = 512, threads = loom_model_default_params().n_threads, n_ctx = 4096, top_k = 40, verbose = 0,
+        last_n = 64;
+    float temp = 0.7f, top_p = 0.9f, min_p = 0.0f, penalty = 1.0f;
+    arg_u64 seed = {0};  /* not given: taken from the clock */
+    arg_list stops = {0};
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL",
          "GGUF chat model (default: SmolLM2-135M-Instruct from scripts/fetch-models.sh)"},
         {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "tokenizer (default: the model's own)"},
         {"-s", "--system", ARG_STR, &system, "TEXT", "system message (default: the template's)"},
+        {"-sysf", "--system-prompt-file", ARG_STR, &system_file, "FILE", "the system message from FILE"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
          "chatml or llama2 (default: from the model's tokenizer.chat_template)"},
         {"-n", "--n-predict", ARG_INT, &n_predict, "N", "longest reply in tokens (default 512)"},
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 0.7)"},
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},
         {NULL, "--top-p", ARG_FLOAT, &top_p, "P", "nucleus sampling mass in (0,1] (default 0.9)"},
-        {NULL, "--seed", ARG_U64, &seed, "S", "random seed (default: from the clock)"},
+        {NULL, "--min-p", ARG_FLOAT, &min_p, "P", "keep tokens with p >= P * p_max, 0 = off (default 0)"},
+        {NULL, "--repeat-penalty", ARG_FLOAT, &penalty, "X",
+         "penalize the tokens of the last --repeat-last-n, 1 = off (default 1.0)"},
+        {NULL, "--repeat-last-n", ARG_INT, &last_n, "N", "tokens the penalty looks back at, -1 = the context (default 64)"},
+        {"-r", "--reverse-prompt", ARG_STR_LIST, &stops, "TEXT",
+         "end the reply when it contains TEXT, which is not printed (repeatable)"},
+        {NULL, "--seed", ARG_U64_SET, &seed, "S", "random seed (default: from the clock)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N",
          "context length, 0 = the model's (default 4096, at most the model's)"},
@@ -195,14 +275,28 @@ int cmd_chat(int argc, char **argv) {
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', fused)"},
         {"-v", "--verbose", ARG_FLAG, &verbose, NULL, "print speed and context use after each reply"},
     };
-    const char *usage = "[-m MODEL] [-s SYSTEM] [--chat-template chatml|llama2] [-n N] [--temp T] "
-                        "[--top-k K] [--top-p P] [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [-v]";
+    const char *usage = "[-m MODEL] [-s SYSTEM | -sysf FILE] [--chat-template chatml|llama2] [-n N] [--temp T] "
+                        "[--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--repeat-last-n N] "
+                        "[-r TEXT].. [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [-v]";
     int r = args_parse("chat", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (seed == UINT64_MAX) seed = (uint64_t)time(NULL);
+    if (!seed.set) seed.value = cli_clock_seed();
     if (threads <= 0 || n_predict <= 0 || n_ctx < 0) {
         fprintf(stderr, "loom chat: -t and -n must be >= 1 and -c >= 0 (got %d, %d, %d)\n", threads,
                 n_predict, n_ctx);
+        return 1;
+    }
+    if (!(penalty > 0.0f) || last_n < -1) {
+        fprintf(stderr, "loom chat: %s\n", last_n < -1 ? "--repeat-last-n must be >= -1"
+                                                       : "--repeat-penalty must be > 0 (1 = off)");
+        return 1;
+    }
+    if (system && system_file) {
+        fprintf(stderr, "loom chat: -s and --system-prompt-file both give the system message; use one\n");
+        return 1;
+    }
+    if (system_file && strcmp(system_file, "-") == 0) {
+        fprintf(stderr, "loom chat: --system-prompt-file -: stdin holds the conversation; give a file\n");
         return 1;
     }
     chat_state c = {0};
@@ -212,18 +306,28 @@ int cmd_chat(int argc, char **argv) {
     mp.n_threads = threads;
     if (cli_kv_dtype("chat", kv_dtype, &mp.kv_dtype)) return 1;
     if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("chat", "--mode");
-    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    /* --repeat-last-n -1 (the context) is set once the context is known */
+    loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed.value,
+                              .min_p = min_p, .repeat_penalty = penalty, .repeat_last_n = last_n < 0 ? 1 : last_n};
     if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
     loom_sampler_free(c.sampler);
     c.sampler = NULL;
+    loom_stop_strings probe;  /* -r's errors before the model loads */
+    if (loom_stop_strings_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
+    loom_stop_strings_free(&probe);
 
     /* the model's trained context caps -c */
     char def[1024];
     if (cli_resolve_model("chat", &model_path, def, sizeof def)) return 1;
+    char *system_text = NULL;
+    if (system_file) {
+        if (cli_read_text("chat", "--system-prompt-file", system_file, &system_text)) return 1;
+        system = system_text;
+    }
     mp.n_ctx = n_ctx;
     mp.n_ctx_clamp = 1;
-    if (cli_load("chat", model_path, tok_path, &mp, &c.model, &c.tok)) return 1;
     int rc = 1;
+    if (cli_load("chat", model_path, tok_path, &mp, &c.model, &c.tok)) goto done;
     if (!tmpl_name) {
         if (c.model->format != LOOM_MODEL_GGUF) {
             fprintf(stderr, "loom chat: %s has no chat template; choose one with --chat-template\n",
@@ -242,6 +346,8 @@ int cmd_chat(int argc, char **argv) {
     c.first = 1;
     c.n_predict = n_predict;
     c.verbose = verbose;
+    c.stops = &stops;
+    sp.repeat_last_n = last_n < 0 ? c.n_ctx : last_n;
     c.logits = malloc((size_t)c.vocab * sizeof *c.logits);
     c.ids_cap = (size_t)c.n_ctx + 4;
     c.ids = malloc(c.ids_cap * sizeof *c.ids);
@@ -249,10 +355,15 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("chat", "cannot set up sampling");
         goto done;
     }
+    if (catch_sigint() != 0) {
+        fprintf(stderr, "loom chat: cannot catch Ctrl-C (sigaction failed)\n");
+        goto done;
+    }
     int tty = isatty(0);
     if (tty)
-        fprintf(stderr, "loom chat: %s, template %s, context %d. Type a message; Ctrl-D ends.\n",
-                model_path, loom_chat_format_name(c.tmpl.format), c.n_ctx);
+        fprintf(stderr, "loom chat: %s, template %s, context %d. Type a message; Ctrl-C stops a reply, "
+                        "Ctrl-D ends.\n", model_path, loom_chat_format_name(c.tmpl.format), c.n_ctx);
+    if (verbose) fprintf(stderr, "loom chat: seed %llu\n", (unsigned long long)seed.value);
     for (;;) {
         if (tty) fprintf(stderr, "> ");
         char *msg = read_message(stdin);
@@ -264,6 +375,7 @@ int cmd_chat(int argc, char **argv) {
     if (tty) fprintf(stderr, "\n");
     rc = 0;
 done:
+    free(system_text);
     free(c.logits);
     free(c.ids);
     loom_sampler_free(c.sampler);

@@ -40,6 +40,22 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out);
 #define CLI_KV_DTYPE_HELP "KV cache element type: f32, f16, bf16 or i8 (default f32)"
 
+/* A seed from the clock for runs given none: nanoseconds of the real-time
+ * clock, so two runs in one second differ. */
+uint64_t cli_clock_seed(void);
+
+/* Reads the text of option opt's file (path "-": stdin) into a malloc'd,
+ * NUL-terminated *text, without one final newline (as llama.cpp's -f). Prints
+ * an error naming the option and the file and returns 1 when it cannot be
+ * read (missing, a directory, a read error) or holds a NUL byte. */
+int cli_read_text(const char *cmd, const char *opt, const char *path, char **text);
+
+/* Loads the fusion rules file (NULL: nothing to check) and applies the preset
+ * (NULL: none), so that their errors are reported as theirs ("--rules: FILE:
+ * LINE:COL: ...", "--fusion-preset: ...") before a model is loaded. Returns 1
+ * after printing the error. */
+int cli_check_rules(const char *cmd, const char *rules, const char *preset);
+
 /* Encodes text with BOS into a malloc'd array (*ids); checks it fits n_ctx. */
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,
                int32_t **ids, int *n_ids);

@@ -1,9 +1,12 @@
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cli.h"
+#include "graph/fusion.h"
 #include "model/model.h"
 
 int cli_fail(const char *cmd, const char *what) {
@@ -97,6 +100,81 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
         return 1;
     }
     return 0;
+}
+
+int cli_read_text(const char *cmd, const char *opt, const char *path, char **text) {
+    *text = NULL;
+    int is_stdin = strcmp(path, "-") == 0;
+    const char *name = is_stdin ? "stdin" : path;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "loom %s: %s %s: cannot open: %s\n", cmd, opt, path, strerror(errno));
+        return 1;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "loom %s: %s %s: is a directory, not a text file\n", cmd, opt, path);
+        if (!is_stdin) fclose(f);
+        return 1;
+    }
+    /* read as a stream: pipes and terminals have no size */
+    const size_t max = (size_t)1 << 28;
+    size_t len = 0, cap = 0;
+    char *buf = NULL;
+    int err = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *p = cap < max ? realloc(buf, cap = cap ? 2 * cap : 65536) : NULL;
+            if (!p) {
+                err = cap >= max ? E2BIG : ENOMEM;
+                break;
+            }
+            buf = p;
+        }
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) err = errno ? errno : EIO;
+            break;
+        }
+    }
+    if (!is_stdin) fclose(f);
+    if (err) {
+        fprintf(stderr, "loom %s: %s %s: %s\n", cmd, opt, name,
+                err == E2BIG ? "larger than 256 MiB" : err == ENOMEM ? "out of memory" : strerror(err));
+        free(buf);
+        return 1;
+    }
+    if (!buf && !(buf = malloc(1))) {
+        fprintf(stderr, "loom %s: out of memory\n", cmd);
+        return 1;
+    }
+    buf[len] = '\0';
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        fprintf(stderr, "loom %s: %s %s: a NUL byte at offset %zu; expected text\n", cmd, opt, name,
+                (size_t)(nul - buf));
+        free(buf);
+        return 1;
+    }
+    if (len > 0 && buf[len - 1] == '\n') buf[--len] = '\0';
+    *text = buf;
+    return 0;
+}
+
+int cli_check_rules(const char *cmd, const char *rules, const char *preset) {
+    if (!rules && !preset) return 0;
+    loom_fusion_rules *r = NULL;
+    if (loom_fusion_rules_load(rules, &r) != LOOM_OK) return cli_fail(cmd, "--rules");
+    int rc = preset && loom_fusion_rules_preset(r, preset) != LOOM_OK ? cli_fail(cmd, "--fusion-preset") : 0;
+    loom_fusion_rules_free(r);
+    return rc;
+}
+
+uint64_t cli_clock_seed(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (uint64_t)time(NULL);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,

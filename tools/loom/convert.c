@@ -18,10 +18,9 @@ int cmd_convert(int argc, char **argv) {
                         "  IN: a Hugging Face Llama folder (config.json, model.safetensors, tokenizer.json),\n"
                         "      a llama2.c checkpoint (with -z), or a GGUF file (requantization)";
     /* positional IN OUT first, options after them */
-    if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        args_print_help("convert", usage, opts, (int)(sizeof opts / sizeof opts[0]));
-        return 0;
-    }
+    if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0 ||
+                      strcmp(argv[2], "--version") == 0))
+        return args_parse("convert", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2) < 0 ? 2 : 0;
     if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
         fprintf(stderr, "loom convert: expected IN and OUT (usage: loom convert %s)\n", usage);
         return 2;

@@ -1,5 +1,6 @@
 /* loom embed: sentence embeddings with a BERT encoder (safetensors folder),
  * one vector per input line, as JSON (an array of arrays) or TSV. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,28 +12,49 @@
 
 #define EMBED_DEFAULT_MODEL "all-MiniLM-L6-v2"
 
-/* Reads lines from f (without their newline; a final line without one counts). */
-static int read_lines(FILE *f, char ***out, int *n_out) {
+/* Reads the lines of f (name: for messages) without their newline (a final
+ * line without one counts). Returns 1 after printing an error: a read error
+ * (a directory, an I/O error), a NUL byte (it would cut the line short), or
+ * out of memory. */
+static int read_lines(FILE *f, const char *name, char ***out, int *n_out) {
     char **v = NULL, *line = NULL;
     size_t cap = 0;
-    int n = 0, vcap = 0;
+    int n = 0, vcap = 0, rc = 0;
     ssize_t len;
     while ((len = getline(&line, &cap, f)) >= 0) {
+        const char *nul = memchr(line, '\0', (size_t)len);
+        if (nul) {
+            fprintf(stderr, "loom embed: %s:%d: a NUL byte at column %zu; expected text\n", name, n + 1,
+                    (size_t)(nul - line) + 1);
+            rc = 1;
+            break;
+        }
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
         if (n == vcap) {
             vcap = vcap ? vcap * 2 : 64;
             char **nv = realloc(v, sizeof *v * (size_t)vcap);
-            if (!nv) break;
+            if (!nv) {
+                rc = 1;
+                fprintf(stderr, "loom embed: %s: out of memory at line %d\n", name, n + 1);
+                break;
+            }
             v = nv;
         }
-        v[n] = strdup(line);
-        if (!v[n]) break;
+        if (!(v[n] = strdup(line))) {
+            rc = 1;
+            fprintf(stderr, "loom embed: %s: out of memory at line %d\n", name, n + 1);
+            break;
+        }
         n++;
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "loom embed: %s: cannot read: %s\n", name, strerror(errno));
+        rc = 1;
     }
     free(line);
     *out = v;
     *n_out = n;
-    return 0;
+    return rc;
 }
 
 int cmd_embed(int argc, char **argv) {
@@ -42,7 +64,7 @@ int cmd_embed(int argc, char **argv) {
         {"-m", "--model", ARG_STR, &model, "MODEL",
          "model folder (config.json, model.safetensors, tokenizer.json); default: "
          EMBED_DEFAULT_MODEL " in the models folder"},
-        {"-f", "--file", ARG_STR, &file, "FILE", "one input per line (default: stdin, or -p)"},
+        {"-f", "--file", ARG_STR, &file, "FILE", "one input per line, '-' = stdin (default: stdin, or -p)"},
         {"-p", "--prompt", ARG_STR, &prompt, "TEXT", "a single input text"},
         {NULL, "--format", ARG_STR, &format, "json|tsv", "output format (default json)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
@@ -60,6 +82,10 @@ int cmd_embed(int argc, char **argv) {
         fprintf(stderr, "loom embed: -t %d: expected 1..1024 threads\n", threads);
         return 2;
     }
+    if (prompt && file) {
+        fprintf(stderr, "loom embed: -p and -f both give the input; use one\n");
+        return 1;
+    }
     char buf[1024];
     if (!model) {
         char dir[768];
@@ -73,22 +99,34 @@ int cmd_embed(int argc, char **argv) {
         model = buf;
     }
     char **lines = NULL;
-    int n = 0;
+    int n = 0, rc = 0;
+    float *out = NULL;
+    loom_bert *m = NULL;
     if (prompt) {
         lines = malloc(sizeof *lines);
-        if (lines) lines[n++] = strdup(prompt);
-    } else {
-        FILE *f = file ? fopen(file, "r") : stdin;
-        if (!f) {
-            fprintf(stderr, "loom embed: cannot open '%s'\n", file);
+        if (!lines || !(lines[0] = strdup(prompt))) {
+            fprintf(stderr, "loom embed: out of memory\n");
+            free(lines);
             return 1;
         }
-        read_lines(f, &lines, &n);
-        if (file) fclose(f);
+        n = 1;
+    } else {
+        int use_stdin = !file || strcmp(file, "-") == 0;
+        FILE *f = use_stdin ? stdin : fopen(file, "r");
+        struct stat sb;
+        if (!f) {
+            fprintf(stderr, "loom embed: -f %s: cannot open: %s\n", file, strerror(errno));
+            return 1;
+        }
+        if (!use_stdin && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "loom embed: -f %s: is a directory, not a text file\n", file);
+            fclose(f);
+            return 1;
+        }
+        rc = read_lines(f, use_stdin ? "stdin" : file, &lines, &n);
+        if (!use_stdin) fclose(f);
+        if (rc) goto done;
     }
-    loom_bert *m = NULL;
-    int rc = 0;
-    float *out = NULL;
     if (loom_bert_load(model, threads, &m) != LOOM_OK) {
         rc = cli_fail("embed", "cannot load the model");
         goto done;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "cli.h"
@@ -200,8 +201,9 @@ int cmd_plan(int argc, char **argv) {
     int batch = 1, seq = 0, json = 0;
     const arg_opt opts[] = {
         {NULL, "--arch", ARG_STR, &arch, "ARCH", "llama or bert (default: the config's)"},
-        {NULL, "--config", ARG_STR, &config, "NAME",
-         "llama2-7b, llama2-13b, llama2-70b, tinyllama, smollm2-135m or bert-base"},
+        {NULL, "--config", ARG_STR, &config, "NAME|FILE",
+         "llama2-7b, llama2-13b, llama2-70b, tinyllama, smollm2-135m, bert-base, or a Hugging Face "
+         "config.json (or its folder) or GGUF file, whose shapes are read"},
         {"-b", "--batch", ARG_INT, &batch, "B", "sequences (default 1)"},
         {"-s", "--seq", ARG_INT, &seq, "S",
          "prefill: tokens per sequence; decode: tokens already in the cache"},
@@ -218,19 +220,27 @@ int cmd_plan(int argc, char **argv) {
         {NULL, "--svg", ARG_STR, &svg, "FILE",
          "also write a bar chart of traffic and time per op kind (whole pass) to FILE"},
     };
-    const char *usage = "--config NAME --seq S [--batch B] [--phase prefill|decode] "
+    const char *usage = "--config NAME|FILE --seq S [--batch B] [--phase prefill|decode] "
                         "[--kv-dtype T] [--wtype T] [--hw HW] [--mode MODE] [--rules FILE] "
                         "[--fusion-preset NAME] [--json] [--svg FILE]";
     int r = args_parse("plan", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!config || seq <= 0) {
-        fprintf(stderr, "loom plan: --config NAME and --seq S (>= 1) are required\n");
+        fprintf(stderr, "loom plan: --config NAME|FILE and --seq S (>= 1) are required\n");
         return 2;
     }
     loom_plan_params p = {.config = config, .batch = batch, .seq = seq, .rules_path = rules,
                           .preset = preset};
+    /* a built-in name, else a file: config.json (or its folder) or a GGUF */
     const loom_named_config *nc = loom_named_config_find(config);
+    loom_file_config fc;
+    struct stat sb;
+    if (!nc && stat(config, &sb) == 0) {
+        if (loom_config_from_file(config, &fc) != LOOM_OK) return cli_fail("plan", "--config");
+        nc = p.named = &fc.nc;
+    }
     if (!nc) return cli_fail("plan", "--config");
+    if (cli_check_rules("plan", rules, preset)) return 1;
     if (!arch) arch = nc->arch == LOOM_ARCH_BERT ? "bert" : "llama";
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "bert") != 0) {
         fprintf(stderr, "loom plan: --arch '%s': expected llama or bert\n", arch);

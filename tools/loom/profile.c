@@ -172,11 +172,14 @@ int cmd_profile(int argc, char **argv) {
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
         {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
     };
-    const char *usage = "-m MODEL [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-r N] [-t N] "
+    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-r N] [-t N] "
                         "[-c N] [--kv-dtype T] [--mode MODE] [--rules FILE] [--fusion-preset NAME] [--json] "
                         "[--svg FILE]";
     int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
+    char def[1024];  /* the default model, named in the header */
+    if (cli_resolve_model("profile", &o.model_path, def, sizeof def) || cli_check_rules("profile", o.rules, o.preset))
+        return 1;
     if (o.threads <= 0) {
         fprintf(stderr, "loom profile: -t must be >= 1, got %d\n", o.threads);
         return 1;
