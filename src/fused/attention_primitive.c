@@ -129,6 +129,40 @@ static loom_status kv_append_rows(const loom_kernel_args *a, loom_isa isa) {
     return LOOM_OK;
 }
 
+/* kv_write: rows to their slots, converted with the level's row functions (or
+ * quantized with their scales). */
+static loom_status kv_write_rows(const loom_kernel_args *a, loom_isa isa) {
+    const loom_tensor *x = a->src[1], *slots = a->src[2], *y = a->dst;
+    int q8 = y->dtype == LOOM_I8 && a->n_src == 4 && rows_contiguous(a->src[3]);
+    if ((y->dtype != LOOM_F32 && y->dtype != LOOM_F16 && y->dtype != LOOM_BF16 && !q8) || !rows_contiguous(x) ||
+        !rows_contiguous(y))
+        return loom_ref_kv_write(a);
+    int64_t T = x->shape[0], width = loom_tensor_nelem(x) / (T ? T : 1), D = x->shape[x->ndim - 1];
+    int64_t lo = T * a->ith / a->nth, hi = T * (a->ith + 1) / a->nth;
+    const loom_vec_fns *vec = loom_vec_fns_for(isa);
+    size_t es = loom_dtype_size(y->dtype);
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t slot = -1;
+        LOOM_TRY(loom_kv_write_slot(slots, y, t, &slot));
+        if (slot < 0) continue;
+        const float *xr = (const float *)x->data + t * x->stride[0];
+        if (q8) {
+            int8_t *yr = (int8_t *)y->data + slot * y->stride[0];
+            float *sr = (float *)a->src[3]->data + slot * a->src[3]->stride[0];
+            for (int64_t h = 0; h < width / D; h++) sr[h] = loom_quantize_row_i8(xr + h * D, D, yr + h * D);
+        } else {
+            loom_vec_convert(vec, LOOM_F32, xr, y->dtype, (char *)y->data + (size_t)(slot * y->stride[0]) * es, width);
+        }
+    }
+    return LOOM_OK;
+}
+
+static loom_status kv_write_generic(const loom_kernel_args *a) { return kv_write_rows(a, LOOM_ISA_GENERIC); }
+#if defined(__x86_64__)
+static loom_status kv_write_avx2(const loom_kernel_args *a) { return kv_write_rows(a, LOOM_ISA_AVX2); }
+static loom_status kv_write_avx512(const loom_kernel_args *a) { return kv_write_rows(a, LOOM_ISA_AVX512); }
+#endif
+
 static loom_status kv_append_generic(const loom_kernel_args *a) { return kv_append_rows(a, LOOM_ISA_GENERIC); }
 #if defined(__x86_64__)
 static loom_status kv_append_avx2(const loom_kernel_args *a) { return kv_append_rows(a, LOOM_ISA_AVX2); }
@@ -141,6 +175,12 @@ void loom_register_attention_primitive_kernels(loom_op_info *table) {
 #if defined(__x86_64__)
     kv->opt[LOOM_ISA_AVX2] = kv_append_avx2;
     kv->opt[LOOM_ISA_AVX512] = kv_append_avx512;
+#endif
+    loom_op_info *kw = &table[LOOM_OP_KV_WRITE];
+    kw->opt[LOOM_ISA_GENERIC] = kv_write_generic;
+#if defined(__x86_64__)
+    kw->opt[LOOM_ISA_AVX2] = kv_write_avx2;
+    kw->opt[LOOM_ISA_AVX512] = kv_write_avx512;
 #endif
     loom_op_info *at = &table[LOOM_OP_ATTENTION];
     at->scratch_size = prim_scratch;

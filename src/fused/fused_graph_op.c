@@ -39,6 +39,7 @@ void loom_fused_register_ops(loom_op_info *table) {
     loom_register_attention_primitive_kernels(table);
     loom_register_qkv_rope_op(&table[LOOM_OP_QKV_ROPE]);
     loom_register_add_rms_norm_op(&table[LOOM_OP_ADD_RMS_NORM]);
+    loom_register_paged_attention_op(&table[LOOM_OP_PAGED_ATTENTION]);
     loom_register_ffn_op(&table[LOOM_OP_FFN]);
     for (int op = LOOM_OP_CUSTOM0; op <= LOOM_OP_CUSTOM_LAST; op++)
         loom_register_custom_slot(&table[op], op - LOOM_OP_CUSTOM0);

@@ -34,6 +34,7 @@ void loom_fused_register_ops(loom_op_info *table);
 void loom_register_attention_kernels(loom_op_info *table);
 void loom_register_attention_primitive_kernels(loom_op_info *table);
 void loom_register_add_rms_norm_op(loom_op_info *e);
+void loom_register_paged_attention_op(loom_op_info *e);
 void loom_register_qkv_rope_op(loom_op_info *e);
 void loom_register_ffn_op(loom_op_info *e);
 void loom_register_custom_slot(loom_op_info *e, int slot);

@@ -251,6 +251,16 @@ int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name
     return graph_op_named(g, LOOM_OP_ROPE, &x, 1, a, name);
 }
 
+int loom_g_rope_at(loom_graph *g, int x, int positions, const loom_rope_attrs *a, const char *name) {
+    int src[2] = {x, positions};
+    return graph_op_named(g, LOOM_OP_ROPE, src, 2, a, name);
+}
+
+int loom_g_kv_write(loom_graph *g, int cache, int x, int slots, int scale, const char *name) {
+    int src[4] = {cache, x, slots, scale};
+    return graph_op_named(g, LOOM_OP_KV_WRITE, src, scale >= 0 ? 4 : 3, NULL, name);
+}
+
 int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
                      const loom_attention_attrs *a, const char *name) {
     return loom_g_attention_i8(g, q, k, v, -1, -1, mask, a, name);

@@ -121,6 +121,12 @@ int loom_g_add(loom_graph *g, int a, int b, const char *name);
 int loom_g_mul(loom_graph *g, int a, int b, const char *name);
 int loom_g_silu(loom_graph *g, int x, const char *name);
 int loom_g_rope(loom_graph *g, int x, const loom_rope_attrs *a, const char *name);
+/* RoPE with a position per row s of x (positions: i32 [S]) instead of pos_offset + s. */
+int loom_g_rope_at(loom_graph *g, int x, int positions, const loom_rope_attrs *a, const char *name);
+/* Rows of x to the cache slots slots names (i32 [T], < 0 skips a row); an i8
+ * cache's scale store (< 0: a float cache) gets each row's scales. Returns the
+ * view of the whole cache, for the readers that must come after the write. */
+int loom_g_kv_write(loom_graph *g, int cache, int x, int slots, int scale, const char *name);
 int loom_g_attention(loom_graph *g, int q, int k, int v, int mask,
                      const loom_attention_attrs *a, const char *name);
 int loom_g_kv_append(loom_graph *g, int cache, int x, int pos, const char *name);

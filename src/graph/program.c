@@ -250,7 +250,7 @@ static loom_status finish(loom_program *p, prog_graph *pg, unsigned char **arena
     } else {
         const int R = p->max_rows, E = p->max_end, O = p->max_out ? p->max_out : 1;
         const loom_step corners[4] = {{R, 0, O, NULL}, {1, 0, 1, NULL}, {R, E - R, O, NULL}, {1, E - 1, 1, NULL}};
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < (E ? 4 : 2); i++) {
             prog_apply_step(NULL, pg, NULL, &corners[i]);
             buffer_needs(pg, &scratch, &shared);
         }
@@ -298,18 +298,18 @@ loom_status loom_program_compile(loom_executor *e, const loom_program_desc *d, l
     *out = NULL;
     const char *name = d->name ? d->name : "program";
     const int R = d->max_rows, E = d->max_end, O = d->max_out ? d->max_out : 1;
-    LOOM_RETURN_IF(R < 1 || E < R, LOOM_ERR_INVALID_ARG,
+    LOOM_RETURN_IF(R < 1 || (E != 0 && E < R), LOOM_ERR_INVALID_ARG,
                    "program %s: a bucket of %d rows does not fit a context of %d", name, R, E);
     LOOM_RETURN_IF(d->max_out < 0 || O > R, LOOM_ERR_INVALID_ARG,
                    "program %s: %d output rows in a bucket of %d rows", name, d->max_out, R);
     probe pr[N_PROBES] = {{R, 0, O, 1, NULL, NULL}};
     int rows_c = R > 1 ? R - 1 : 1, outs_c = O < rows_c ? O : rows_c;
     if (R > 1) pr[PB] = (probe){R - 1, 0, outs_c, 1, NULL, NULL};
-    if (rows_c + 1 <= E) pr[PC] = (probe){rows_c, 1, outs_c, 1, NULL, NULL};
+    if (E && rows_c + 1 <= E) pr[PC] = (probe){rows_c, 1, outs_c, 1, NULL, NULL};
     if (outs_c > 1) pr[PX] = (probe){rows_c, 0, outs_c - 1, 1, NULL, NULL};
     if (R > 1 && R + 1 <= E) pr[PD] = (probe){R, 1, O, 1, NULL, NULL};
     if (R == 1 && 3 <= E) pr[PD] = (probe){1, 2, 1, 1, NULL, NULL};
-    if (E - R >= 3) pr[PE] = (probe){R, E - R, O, 1, NULL, NULL};
+    if (E && E - R >= 3) pr[PE] = (probe){R, E - R, O, 1, NULL, NULL};
     loom_program *p = NULL;
     loom_status s = program_alloc(e, name, &p);
     int outs[N_PROBES] = {-1, -1, -1, -1, -1, -1};

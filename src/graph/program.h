@@ -49,7 +49,8 @@ typedef struct loom_program_desc {
     loom_program_build_fn build;
     void *ctx;
     int max_rows;                 /* the bucket: steps run 1..max_rows rows */
-    int max_end;                  /* pos + n_rows never exceeds this (the context) */
+    int max_end;                  /* pos + n_rows never exceeds this (the context); 0: no position
+                                     dimension (steps at pos 0: a ragged batch's rows carry their own) */
     int max_out;                  /* output rows vary 1..max_out (<= max_rows); 0: always 1 */
 } loom_program_desc;
 

@@ -129,6 +129,7 @@ static void run_worker(int ith, int nth, void *arg) {
         a.ith = ith, a.nth = nth;
         a.scratch = scratch;
         a.shared = e->shared;
+        a.scratch_bytes = e->scratch_cap, a.shared_bytes = e->shared_cap;
         a.batch = rc->batch;
         uint64_t t0 = timing && ith == 0 ? loom_time_ns() : 0;
         for (int ph = 0; ph < pn->cur; ph++) {
@@ -169,7 +170,8 @@ loom_status loom_program_run(loom_program *p, const loom_step *s) {
         st = *s;
         int outs_max = p->max_out ? p->max_out : 1;
         if (!p->max_out) st.n_out = 1;
-        LOOM_RETURN_IF(st.n_rows < 1 || st.n_rows > p->max_rows || st.pos < 0 || st.pos > p->max_end - st.n_rows ||
+        LOOM_RETURN_IF(st.n_rows < 1 || st.n_rows > p->max_rows || st.pos < 0 ||
+                           (p->max_end ? st.pos > p->max_end - st.n_rows : st.pos != 0) ||
                            st.n_out < 1 || st.n_out > outs_max || st.n_out > st.n_rows,
                        LOOM_ERR_INVALID_ARG,
                        "program %s: a step of %d rows at position %d with %d output rows does not fit its bucket "

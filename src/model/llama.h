@@ -106,4 +106,24 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
                      int ids, const int *kc, const int *vc, const int *ksc, const int *vsc, int n,
                      int pos, int all_logits);
 
+/* The tensors of the batch engine's forward pass (ids in the graph): the step's
+ * rows and where they go, and the paged KV cache. */
+typedef struct loom_llama_paged_io {
+    int ids;                 /* i32 [T] tokens */
+    int positions;           /* i32 [T] each row's position in its sequence */
+    int slots;               /* i32 [T] each row's cache slot (block * block_size + offset) */
+    int out_rows;            /* i32 [n_out] the rows whose logits are computed */
+    const int *k_cache, *v_cache; /* per layer [n_blocks * block_size, n_kv_heads, head_dim] */
+    const int *k_scale, *v_scale; /* i8 caches: per layer f32 [n_blocks * block_size, n_kv_heads]; else NULL */
+    int64_t n_blocks, block_size;
+    int max_seqs, max_kv;    /* bounds of a step: sequences, and keys of one sequence */
+} loom_llama_paged_io;
+
+/* Appends the forward pass of a ragged batch of n rows: RoPE at each row's
+ * position, K/V written to each row's slot (kv_write), attention per sequence
+ * over its blocks (paged_attention, reading the step's batch), and the logits
+ * of the n_out rows out_rows names. Returns the logits id [n_out, vocab]. */
+int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
+                           const loom_llama_paged_io *io, int n, int n_out);
+
 #endif

@@ -14,6 +14,30 @@ static const char *layer_name(char *nm, int layer, const char *s) {
     return nm;
 }
 
+/* The feed-forward block of layer l after the attention: x + down(silu(gate(n)) * up(n)),
+ * n = rms_norm(x). */
+static int ffn_block(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int x) {
+    char nm[LOOM_NAME_MAX];
+#define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
+    int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->ffn_norm), c->rms_eps, NAME("ffn_norm"));
+    int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
+    int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
+    int act = loom_g_silu(g, gate, NAME("ffn_silu"));
+    int h = loom_g_mul(g, act, up, NAME("ffn_swiglu"));
+    int d = loom_g_matmul(g, h, loom_graph_external(g, &L->w2), NAME("ffn_down"));
+    return loom_g_add(g, x, d, NAME("ffn_residual"));
+#undef NAME
+}
+
+/* The final norm and the classifier over the rows of x. */
+static int head(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w, int x) {
+    loom_graph_set_layer(g, LOOM_LAYER_POST);
+    int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &w->out_norm), c->rms_eps, "output_norm");
+    int logits = loom_g_matmul(g, xn, loom_graph_external(g, &w->output), "logits");
+    loom_graph_mark_output(g, logits);
+    return logits;
+}
+
 int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
                      int ids, const int *kc, const int *vc, const int *ksc, const int *vsc, int n,
                      int pos, int all_logits) {
@@ -35,7 +59,6 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         const loom_llama_layer *L = &w->layers[l];
         loom_graph_set_layer(g, l);
 #define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
-        /* attention block */
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
         int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));
         int k = loom_g_matmul(g, xn, loom_graph_external(g, &L->wk), NAME("k"));
@@ -57,21 +80,49 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo),
                               NAME("attn_out"));
         x = loom_g_add(g, x, o, NAME("attn_residual"));
-        /* feed-forward block: down(silu(gate(x)) * up(x)) */
-        xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->ffn_norm), c->rms_eps, NAME("ffn_norm"));
-        int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
-        int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
-        int act = loom_g_silu(g, gate, NAME("ffn_silu")); /* own statement: NAME shares nm */
-        int h = loom_g_mul(g, act, up, NAME("ffn_swiglu"));
-        int d = loom_g_matmul(g, h, loom_graph_external(g, &L->w2), NAME("ffn_down"));
-        x = loom_g_add(g, x, d, NAME("ffn_residual"));
 #undef NAME
+        x = ffn_block(g, c, L, l, x);
     }
-
-    loom_graph_set_layer(g, LOOM_LAYER_POST);
     if (!all_logits) x = loom_graph_view_rows(g, x, n - 1, 1);
-    int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &w->out_norm), c->rms_eps, "output_norm");
-    int logits = loom_g_matmul(g, xn, loom_graph_external(g, &w->output), "logits");
-    loom_graph_mark_output(g, logits);
-    return logits;
+    return head(g, c, w, x);
+}
+
+int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
+                           const loom_llama_paged_io *io, int n, int n_out) {
+    const int H = c->n_heads, HKV = c->n_kv_heads, HD = c->head_dim;
+    const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
+    const int64_t paged[4] = {io->n_blocks, io->block_size, HKV, HD}, paged_sc[3] = {io->n_blocks, io->block_size, HKV};
+    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD, .theta = c->rope_theta,
+                            .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f};
+    loom_paged_attention_attrs att = {.max_seqs = io->max_seqs, .max_kv = io->max_kv};
+    char nm[LOOM_NAME_MAX];
+    loom_graph_set_layer(g, LOOM_LAYER_PRE);
+    int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), io->ids, "embd");
+    for (int l = 0; l < c->n_layers; l++) {
+        const loom_llama_layer *L = &w->layers[l];
+        loom_graph_set_layer(g, l);
+#define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
+        int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
+        int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));
+        int k = loom_g_matmul(g, xn, loom_graph_external(g, &L->wk), NAME("k"));
+        int v = loom_g_matmul(g, xn, loom_graph_external(g, &L->wv), NAME("v"));
+        q = loom_g_rope_at(g, loom_graph_reshape(g, q, 3, q_shape), io->positions, &rope, NAME("q_rope"));
+        k = loom_g_rope_at(g, loom_graph_reshape(g, k, 3, kv_shape), io->positions, &rope, NAME("k_rope"));
+        v = loom_graph_reshape(g, v, 3, kv_shape);
+        int i8 = io->k_scale != NULL;
+        int kc = loom_g_kv_write(g, io->k_cache[l], k, io->slots, i8 ? io->k_scale[l] : -1, NAME("k_cache"));
+        int vc = loom_g_kv_write(g, io->v_cache[l], v, io->slots, i8 ? io->v_scale[l] : -1, NAME("v_cache"));
+        int src[5] = {q, loom_graph_reshape(g, kc, 4, paged), loom_graph_reshape(g, vc, 4, paged), -1, -1};
+        if (i8) {
+            src[3] = loom_graph_reshape(g, io->k_scale[l], 3, paged_sc);
+            src[4] = loom_graph_reshape(g, io->v_scale[l], 3, paged_sc);
+        }
+        int a = loom_graph_op(g, LOOM_OP_PAGED_ATTENTION, src, i8 ? 5 : 3, &att, "L%d.attn", l);
+        int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo), NAME("attn_out"));
+        x = loom_g_add(g, x, o, NAME("attn_residual"));
+#undef NAME
+        x = ffn_block(g, c, L, l, x);
+    }
+    (void)n_out; /* the out_rows tensor has n_out rows */
+    return head(g, c, w, loom_g_get_rows(g, x, io->out_rows, "out_rows"));
 }

@@ -24,7 +24,9 @@ typedef enum loom_op {
     LOOM_OP_SILU,       /* y = x * sigmoid(x)                      src: x              */
     LOOM_OP_SOFTMAX,    /* softmax over last dim of x*scale + mask, causal optional
                                                                    src: x[..., R, C], mask f32[R, C] (optional) */
-    LOOM_OP_ROPE,       /* rotary embedding, per head              src: x[S, H, D] or [B, S, H, D] */
+    LOOM_OP_ROPE,       /* rotary embedding, per head              src: x[S, H, D] or [B, S, H, D],
+                                                                        positions i32 [S] (optional: the
+                                                                        position of each s, else pos_offset + s) */
     LOOM_OP_ATTENTION,  /* softmax(q.k^T*scale + mask).v with GQA  src: q[B,Sq,Hq,D], k[B,Skv,Hkv,D],
                                                                         v[B,Skv,Hkv,D], mask f32[Sq,Skv] (optional);
                            i8 k and v: q, k, v, k_scale, v_scale f32 [B,Skv,Hkv] (one per row, x ~ q*scale),
@@ -41,6 +43,11 @@ typedef enum loom_op {
                                                                    src: x              */
     LOOM_OP_ADD_BIAS,   /* y[..., N] = x[..., N] + b[N] (b broadcast over rows)
                                                                    src: x, b[N]        */
+    LOOM_OP_KV_WRITE,   /* cache[slots[t], ...] = x[t, ...]: rows to the slots of a paged cache; the
+                           output is the whole cache (a view)  src: cache[n_slots, ...], x[T, ...],
+                                                                    slots i32 [T] (< 0: row skipped);
+                           an i8 cache also takes scale f32 [n_slots, ...] (the cache's dims but the
+                           last) and writes each last-dim row quantized with its scale */
     /* fused (src/fused/attention.h; kernels registered by loom_register_attention_kernels) */
     LOOM_OP_FLASH_ATTENTION,       /* prefill FlashAttention      src: q, k, v, atten_mask (optional)
                                       in input_layout; dst: like q */
@@ -54,6 +61,10 @@ typedef enum loom_op {
                              i8 caches: src 4, 5 are their scale stores [S_max, Hkv], written in place */
     LOOM_OP_ADD_RMS_NORM, /* r = a + b; y = rms_norm(r) * gamma     src: a, b, gamma;
                              dst: y; extra dst: r */
+    LOOM_OP_PAGED_ATTENTION, /* attention of a ragged batch over a paged KV cache (src/fused/
+                             paged_attention_op.c): src q [T, H, D], k, v [blocks, block_size, H_kv, D]
+                             (i8: k_scale, v_scale [blocks, block_size, H_kv]); each row's sequence,
+                             keys and block table come from the step's batch (kernel args) */
     LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
                              src: x[M, D], w_gate[H, D], w_up[H, D], w_down[D, H] (+ residual);
                              dst: y; extra dst: h [M, H] (the phase-0 buffer) */
@@ -133,6 +144,14 @@ typedef struct {
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
+#define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */
+typedef struct {
+    float   scale;          /* 0: 1/sqrt(D) */
+    int32_t kv_chunk;       /* decode split-KV chunk, 0: 512 */
+    int32_t inner_precise;  /* as the fused attention ops' */
+    int32_t max_seqs;       /* sequences of a step, at most (scratch bounds) */
+    int32_t max_kv;         /* keys of a sequence, at most (scratch bounds) */
+} loom_paged_attention_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
@@ -177,6 +196,8 @@ typedef struct loom_kernel_args {
     void              *shared;            /* shared_size bytes every thread of the launch sees, kept
                                              across its phases (LOOM_ALIGN-aligned; NULL if none) */
     const loom_batch  *batch;             /* the step's ragged batch, or NULL */
+    size_t             scratch_bytes;     /* the bytes of scratch and of shared (what was planned) */
+    size_t             shared_bytes;
 } loom_kernel_args;
 
 /* Kernels split their own work by (ith, nth), write only their share of dst,

@@ -28,7 +28,7 @@ static loom_op_info op_table[] = {
     [LOOM_OP_SOFTMAX] = {.name = "softmax", .n_src_min = 1, .n_src_max = 2,
                          .attr_size = sizeof(loom_softmax_attrs), REF(softmax),
                          .pos_attr = LOOM_POS_ATTR(loom_softmax_attrs, pos_offset)},
-    [LOOM_OP_ROPE] = {.name = "rope", .n_src_min = 1, .n_src_max = 1,
+    [LOOM_OP_ROPE] = {.name = "rope", .n_src_min = 1, .n_src_max = 2,
                       .attr_size = sizeof(loom_rope_attrs), REF(rope),
                       .pos_attr = LOOM_POS_ATTR(loom_rope_attrs, pos_offset)},
     [LOOM_OP_ATTENTION] = {.name = "attention", .n_src_min = 3, .n_src_max = 6,
@@ -50,6 +50,7 @@ static loom_op_info op_table[] = {
 #endif
                       }},
     [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias)},
+    [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},
@@ -60,6 +61,8 @@ static loom_op_info op_table[] = {
     [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 6,
                           .attr_size = sizeof(loom_qkv_rope_attrs),
                           .pos_attr = LOOM_POS_ATTR(loom_qkv_rope_attrs, rope.pos_offset)},
+    [LOOM_OP_PAGED_ATTENTION] = {.name = "paged_attention", .n_src_min = 3, .n_src_max = 5,
+                                 .attr_size = sizeof(loom_paged_attention_attrs)},
     [LOOM_OP_ADD_RMS_NORM] = {.name = "add_rms_norm", .n_src_min = 3, .n_src_max = 3,
                               .attr_size = sizeof(loom_add_rms_norm_attrs)},
     [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 5,
@@ -215,7 +218,8 @@ loom_status loom_op_run(loom_op op, const loom_tensor *const *src, int n_src,
         return loom_set_error(LOOM_ERR_NOMEM, "%s: cannot allocate %zu shared bytes", info->name, shared_bytes);
     }
     loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs, .ith = 0, .nth = 1,
-                          .scratch = scratch, .shared = shared};
+                          .scratch = scratch, .shared = shared, .scratch_bytes = scratch_bytes,
+                          .shared_bytes = shared_bytes};
     for (int i = 0; i < n_src; i++) a.src[i] = src[i];
     loom_kernel_fn fn = loom_op_kernel(op, isa);
     loom_status s = LOOM_OK;

@@ -71,6 +71,13 @@ loom_status loom_ref_kv_append_infer(const loom_tensor *const *src, int n_src, c
 void loom_ref_kv_append_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                              const void *attrs, loom_cost *c);
 loom_status loom_ref_kv_append(const loom_kernel_args *a);
+loom_status loom_ref_kv_write_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                    loom_tensor *dst);
+void loom_ref_kv_write_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                            const void *attrs, loom_cost *c);
+loom_status loom_ref_kv_write(const loom_kernel_args *a);
+/* The cache slot of kv_write's row t (-1: skipped); an error for a slot beyond the cache. */
+loom_status loom_kv_write_slot(const loom_tensor *slots, const loom_tensor *cache, int64_t t, int64_t *slot);
 
 /* ---------------------------------------------------------- elementwise.c */
 

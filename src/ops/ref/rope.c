@@ -30,7 +30,7 @@ loom_status loom_rope_attrs_check(const char *op, const loom_rope_attrs *at, int
 
 loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                                 loom_tensor *dst) {
-    LOOM_TRY(loom_ref_check_arity("rope", src, n_src, 1, 1));
+    LOOM_TRY(loom_ref_check_arity("rope", src, n_src, 1, 2));
     const loom_tensor *x = src[0];
     LOOM_TRY(loom_ref_check_dtype("rope", 0, "x", x, LOOM_REF_DT(LOOM_F32)));
     char xs[LOOM_REF_SHAPE_BUF];
@@ -40,6 +40,13 @@ loom_status loom_ref_rope_infer(const loom_tensor *const *src, int n_src, const 
     const loom_rope_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "rope: attributes missing");
     LOOM_TRY(loom_rope_attrs_check("rope", at, x->shape[x->ndim - 1]));
+    if (n_src == 2) { /* a position per row s (a ragged batch's rows) */
+        const loom_tensor *p = src[1];
+        LOOM_TRY(loom_ref_check_dtype("rope", 1, "positions", p, LOOM_REF_DT(LOOM_I32)));
+        LOOM_RETURN_IF(p->ndim != 1 || p->shape[0] != x->shape[x->ndim - 3], LOOM_ERR_SHAPE,
+                       "rope: input 1 (positions) must be i32 [%lld], one per row of x",
+                       (long long)x->shape[x->ndim - 3]);
+    }
     loom_ref_set_dst(dst, LOOM_F32, x->ndim, x->shape);
     return LOOM_OK;
 }
@@ -69,9 +76,13 @@ loom_status loom_ref_rope(const loom_kernel_args *a) {
     int64_t lo, hi;
     /* a row is one head vector: (b, s, h) */
     loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
+    const loom_tensor *pt = a->n_src > 1 ? a->src[1] : NULL;
     for (int64_t r = lo; r < hi; r++) {
         int64_t s = (r / H) % S;
-        float p = (float)(at->pos_offset + s) * fscale;
+        int64_t pos = pt ? ((const int32_t *)pt->data)[s * pt->stride[0]] : at->pos_offset + s;
+        LOOM_RETURN_IF(pos < 0, LOOM_ERR_INVALID_ARG, "rope: row %lld has position %lld", (long long)s,
+                       (long long)pos);
+        float p = (float)pos * fscale;
         int64_t xo = loom_ref_row_offset(x, last, r), yo = loom_ref_row_offset(y, last, r);
         for (int64_t i = 0; i < half; i++) {
             float freq = 1.0f / powf(at->theta, (float)(2 * i) / (float)n_rot);

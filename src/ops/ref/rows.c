@@ -216,3 +216,90 @@ loom_status loom_ref_kv_append(const loom_kernel_args *a) {
                      loom_ref_get(x, loom_ref_row_offset(x, x->ndim, e)));
     return LOOM_OK;
 }
+
+/* ---------------------------------------------------------- kv_write */
+
+loom_status loom_ref_kv_write_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                    loom_tensor *dst) {
+    (void)attrs;
+    LOOM_TRY(loom_ref_check_arity("kv_write", src, n_src, 3, 4));
+    const loom_tensor *cache = src[0], *x = src[1], *slots = src[2];
+    LOOM_TRY(loom_ref_check_dtype("kv_write", 0, "cache", cache, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
+    LOOM_TRY(loom_ref_check_dtype("kv_write", 1, "x", x, LOOM_REF_DT(LOOM_F32)));
+    LOOM_TRY(loom_ref_check_dtype("kv_write", 2, "slots", slots, LOOM_REF_DT(LOOM_I32)));
+    char cs[LOOM_REF_SHAPE_BUF], xs[LOOM_REF_SHAPE_BUF];
+    int ok = cache->ndim == x->ndim && slots->ndim == 1 && slots->shape[0] == x->shape[0];
+    for (int d = 1; ok && d < x->ndim; d++) ok = cache->shape[d] == x->shape[d];
+    LOOM_RETURN_IF(!ok, LOOM_ERR_SHAPE, "kv_write: cache %s and x %s with %lld slots: expected [n_slots, ...] "
+                   "and [T, ...] alike but for the first dim, and one slot per row of x",
+                   loom_ref_shape_str(cache, cs, sizeof cs), loom_ref_shape_str(x, xs, sizeof xs),
+                   (long long)slots->shape[0]);
+    LOOM_RETURN_IF((cache->dtype == LOOM_I8) != (n_src == 4), LOOM_ERR_INVALID_ARG,
+                   "kv_write: %s cache with %d inputs: an i8 cache takes a fourth input (its scales), "
+                   "other caches none", loom_dtype_name(cache->dtype), n_src);
+    if (n_src == 4) {
+        const loom_tensor *sc = src[3];
+        LOOM_TRY(loom_ref_check_dtype("kv_write", 3, "scale", sc, LOOM_REF_DT(LOOM_F32)));
+        ok = sc->ndim == cache->ndim - 1;
+        for (int d = 0; ok && d < sc->ndim; d++) ok = sc->shape[d] == cache->shape[d];
+        LOOM_RETURN_IF(!ok, LOOM_ERR_SHAPE, "kv_write: input 3 (scale) must have the cache's dims but the last");
+    }
+    loom_ref_set_dst(dst, cache->dtype, cache->ndim, cache->shape);
+    return LOOM_OK;
+}
+
+void loom_ref_kv_write_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
+                            loom_cost *c) {
+    (void)dst, (void)attrs;
+    const loom_tensor *x = src[1];
+    double n = (double)loom_tensor_nelem(x), T = (double)x->shape[0];
+    c->flops = 0.0;
+    c->bytes_read = 4.0 * n + 4.0 * T;
+    c->bytes_written = (double)loom_dtype_size(src[0]->dtype) * n;
+    if (n_src == 4) c->bytes_written += 4.0 * n / (double)x->shape[x->ndim - 1];
+}
+
+/* The slot of row t, checked against the cache: -1 skips the row. */
+loom_status loom_kv_write_slot(const loom_tensor *slots, const loom_tensor *cache, int64_t t, int64_t *slot) {
+    int64_t s = ((const int32_t *)slots->data)[t * slots->stride[0]];
+    LOOM_RETURN_IF(s >= cache->shape[0], LOOM_ERR_INVALID_ARG, "kv_write: row %lld goes to slot %lld of a cache "
+                   "of %lld", (long long)t, (long long)s, (long long)cache->shape[0]);
+    *slot = s < 0 ? -1 : s;
+    return LOOM_OK;
+}
+
+loom_status loom_ref_kv_write(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[1], *slots = a->src[2], *y = a->dst; /* y aliases the cache */
+    const int nd = x->ndim;
+    const int64_t T = x->shape[0], D = x->shape[nd - 1], per_row = loom_tensor_nelem(x) / (T ? T : 1);
+    int64_t lo, hi;
+    loom_ref_split(T, a->ith, a->nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t slot = -1;
+        LOOM_TRY(loom_kv_write_slot(slots, y, t, &slot));
+        if (slot < 0) continue;
+        loom_tensor xr, yr;
+        LOOM_TRY(loom_tensor_view_rows(x, t, 1, &xr));
+        LOOM_TRY(loom_tensor_view_rows(y, slot, 1, &yr));
+        if (y->dtype != LOOM_I8) {
+            for (int64_t e = 0; e < per_row; e++)
+                loom_ref_put(&yr, loom_ref_row_offset(&yr, nd, e), loom_ref_get(&xr, loom_ref_row_offset(&xr, nd, e)));
+            continue;
+        }
+        loom_tensor sr; /* the scales of this slot: one per last-dim row */
+        LOOM_TRY(loom_tensor_view_rows(a->src[3], slot, 1, &sr));
+        for (int64_t r = 0; r < per_row / D; r++) {
+            int64_t xo = loom_ref_row_offset(&xr, nd - 1, r), yo = loom_ref_row_offset(&yr, nd - 1, r);
+            int64_t xd = xr.stride[nd - 1], yd = yr.stride[nd - 1];
+            float amax = 0.0f;
+            for (int64_t d = 0; d < D; d++) {
+                float v = fabsf(loom_ref_get(&xr, xo + d * xd));
+                amax = v > amax ? v : amax;
+            }
+            float sc = loom_i8_row_scale(amax);
+            for (int64_t d = 0; d < D; d++) ((int8_t *)yr.data)[yo + d * yd] = loom_i8_quant(loom_ref_get(&xr, xo + d * xd), sc);
+            ((float *)sr.data)[loom_ref_row_offset(&sr, sr.ndim, r)] = sc;
+        }
+    }
+    return LOOM_OK;
+}

@@ -230,13 +230,24 @@ loom_status loom_vec_rope(const loom_kernel_args *a, const loom_vec_fns *f) {
     int64_t lo, hi, cur_s = -1;
     loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
     if (hi <= lo) return LOOM_OK;
+    /* positions per row (input 1): the table of position p is that of row p at offset 0 */
+    const loom_tensor *pt = a->n_src > 1 ? a->src[1] : NULL;
+    loom_rope_attrs at0 = *at;
+    at0.pos_offset = 0;
     row_iter ix, iy;
     row_iter_init(&ix, x, last, lo);
     row_iter_init(&iy, y, last, lo);
     for (int64_t r = lo; r < hi; r++, row_iter_next(&ix), row_iter_next(&iy)) {
         int64_t s = ix.idx[nd - 3];
         if (s != cur_s) { /* rows run over heads first: one table per position */
-            loom_vec_rope_table(at, n_rot, freq, s, cs, sn);
+            if (pt) {
+                int64_t p = ((const int32_t *)pt->data)[s * pt->stride[0]];
+                LOOM_RETURN_IF(p < 0, LOOM_ERR_INVALID_ARG, "rope: row %lld has position %lld", (long long)s,
+                               (long long)p);
+                loom_vec_rope_table(&at0, n_rot, freq, p, cs, sn);
+            } else {
+                loom_vec_rope_table(at, n_rot, freq, s, cs, sn);
+            }
             cur_s = s;
         }
         const float *xr = xd + ix.off;
