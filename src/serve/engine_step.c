@@ -49,7 +49,9 @@ static void drain(loom_engine *e) {
 /* ------------------------------------------------------------ blocks */
 
 /* Blocks for positions [0, upto) and a private block at the first position
- * the step writes (n_comp): 0 when the pool has none left. */
+ * the step writes (n_comp): a block that other sequences share, or that the
+ * prefix cache holds (its contents must not change), is copied first. 0 when
+ * the pool has no block left. */
 static int ensure_blocks(loom_engine *e, eng_req *r, int upto) {
     int need = (upto + e->bs - 1) / e->bs;
     while (r->n_blk < need) {
@@ -58,7 +60,7 @@ static int ensure_blocks(loom_engine *e, eng_req *r, int upto) {
         r->blk[r->n_blk++] = id;
     }
     int bi = r->n_comp / e->bs;
-    if (bi < r->n_blk && loom_kv_blocks_refs(e->blocks, r->blk[bi]) > 1) { /* shared: copy before writing */
+    if (bi < r->n_blk && (loom_kv_blocks_refs(e->blocks, r->blk[bi]) > 1 || loom_kv_blocks_committed(e->blocks, r->blk[bi]))) {
         int id = loom_kv_blocks_alloc(e->blocks);
         if (id < 0) return 0;
         eng_copy_block(e, id, r->blk[bi]);

@@ -120,6 +120,7 @@ void loom_kv_blocks_free(loom_kv_blocks *b) {
 int loom_kv_blocks_block_size(const loom_kv_blocks *b) { return b->bs; }
 int loom_kv_blocks_available(const loom_kv_blocks *b) { return b->n_free + b->n_cached; }
 int loom_kv_blocks_refs(const loom_kv_blocks *b, int id) { return id >= 0 && id < b->n ? b->refs[id] : 0; }
+int loom_kv_blocks_committed(const loom_kv_blocks *b, int id) { return id >= 0 && id < b->n && b->committed[id]; }
 
 int loom_kv_blocks_alloc(loom_kv_blocks *b) {
     int id = b->free_head;

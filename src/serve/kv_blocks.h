@@ -45,6 +45,8 @@ void loom_kv_blocks_ref(loom_kv_blocks *b, int id);
  * used cached block, another one free. */
 void loom_kv_blocks_unref(loom_kv_blocks *b, int id);
 int loom_kv_blocks_refs(const loom_kv_blocks *b, int id);
+/* 1 when block id is in the prefix cache (its contents must not change). */
+int loom_kv_blocks_committed(const loom_kv_blocks *b, int id);
 
 /* The hash of a full block of tokens after the block whose hash is parent
  * (0 for the first block). */
