@@ -160,6 +160,10 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
         loom_program_desc d = {.name = "batch", .build = build, .ctx = e, .max_rows = p.n_batch, .max_end = 0,
                                .max_out = p.n_seq_max};
         s = loom_program_compile(m->exec, &d, &e->prog);
+        /* a bucket of its own for steps that only decode: tiles chosen for their few rows */
+        loom_program_desc dd = {.name = "batch_decode", .build = build, .ctx = e, .max_rows = p.n_seq_max,
+                                .max_end = 0, .max_out = p.n_seq_max};
+        if (s == LOOM_OK && p.n_seq_max < p.n_batch) s = loom_program_compile(m->exec, &dd, &e->decode);
     }
     if (s != LOOM_OK) {
         loom_engine_free(e);
@@ -180,6 +184,7 @@ void eng_req_free(eng_req *r) {
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
     loom_program_free(e->prog);
+    loom_program_free(e->decode);
     loom_kv_blocks_free(e->blocks);
     if (e->kv_mem) munmap(e->kv_mem, e->kv_bytes);
     for (int i = 0; i < e->n_reqs; i++) eng_req_free(e->reqs[i]);
@@ -199,7 +204,7 @@ static loom_status req_create(loom_engine *e, int64_t id, const int32_t *prompt,
                               eng_req **out) {
     loom_request_params p = pp ? *pp : loom_request_default_params();
     LOOM_RETURN_IF(!prompt || n < 1, LOOM_ERR_INVALID_ARG, "request %lld: an empty prompt", (long long)id);
-    LOOM_RETURN_IF(n >= e->p.seq_len, LOOM_ERR_INVALID_ARG,
+    LOOM_RETURN_IF(n > e->p.seq_len, LOOM_ERR_INVALID_ARG,
                    "request %lld: a prompt of %d tokens does not fit the sequence context of %d", (long long)id, n,
                    e->p.seq_len);
     for (int i = 0; i < n; i++)

@@ -45,7 +45,10 @@ struct loom_engine {
     unsigned char *kv_mem;
     size_t kv_bytes, layer_bytes, scale_layer_bytes;
     loom_kv_blocks *blocks;
-    loom_program *prog;
+    loom_program *prog;          /* steps of up to n_batch rows */
+    loom_program *decode;        /* steps where every sequence decodes (up to n_seq_max rows); NULL when
+                                    n_batch is no larger */
+    loom_program *last;          /* the program of the last step */
     /* the program's inputs (bound into its graph as external tensors) and the step's batch */
     int32_t *ids, *pos32, *slots, *out_rows, *bt;
     int64_t *positions, *row_start, *seq_of_row, *kv_len;

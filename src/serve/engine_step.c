@@ -193,7 +193,8 @@ static loom_status run_batch(loom_engine *e, int *n_rows, int *n_out) {
     e->batch.n_seqs = e->n_sched, e->batch.n_decode = nd;
     loom_step st = {.n_rows = row, .pos = 0, .n_out = outs, .batch = &e->batch};
     *n_rows = row, *n_out = real_out;
-    return loom_program_run(e->prog, &st);
+    e->last = nd == e->n_sched && e->decode ? e->decode : e->prog;
+    return loom_program_run(e->last, &st);
 }
 
 /* ------------------------------------------------------------ sampling and events */
@@ -262,7 +263,8 @@ static loom_status sample(loom_engine *e, eng_req *r, const float *lg) {
         finish(e, r, LOOM_FINISH_ERROR, loom_last_error());
         return LOOM_OK;
     }
-    int eos = t == loom_tokenizer_eos(e->tok) || loom_tokenizer_is_control(e->tok, t);
+    /* EOS or any control token (end of turn) ends the text; BOS too (llama2.c: it delimits sequences) */
+    int eos = t == loom_tokenizer_eos(e->tok) || t == loom_tokenizer_bos(e->tok) || loom_tokenizer_is_control(e->tok, t);
     if (eos && !r->p.ignore_eos) {
         finish(e, r, LOOM_FINISH_STOP, NULL);
         return LOOM_OK;
@@ -282,8 +284,8 @@ static loom_status sample(loom_engine *e, eng_req *r, const float *lg) {
     LOOM_RETURN_IF(!v, LOOM_ERR_NOMEM, "engine: out of memory");
     if (r->p.logprobs > 0) logprobs(e, lg, t, v, r->p.logprobs);
     if (stopped) finish(e, r, LOOM_FINISH_STOP, NULL);
-    else if ((r->p.max_tokens && r->n_gen >= r->p.max_tokens) || r->n_tok >= e->p.seq_len)
-        finish(e, r, LOOM_FINISH_LENGTH, NULL);
+    else if ((r->p.max_tokens && r->n_gen >= r->p.max_tokens) || r->n_tok > e->p.seq_len)
+        finish(e, r, LOOM_FINISH_LENGTH, NULL); /* max_tokens, or no position left for the token just sampled */
     return LOOM_OK;
 }
 
@@ -316,7 +318,7 @@ loom_status eng_step(loom_engine *e) {
             for (int i = 0; i < e->n_sched; i++) finish(e, e->sched[i], LOOM_FINISH_ERROR, msg);
         } else {
             e->st.steps++, e->st.rows += rows;
-            const float *logits = loom_program_output(e->prog)->data;
+            const float *logits = loom_program_output(e->last)->data;
             for (int i = 0; i < e->n_sched && s == LOOM_OK; i++) {
                 eng_req *r = e->sched[i];
                 if (r->n_comp < r->n_prompt) e->st.prompt_tokens += (r->n_comp + r->rows < r->n_prompt ? r->n_comp + r->rows : r->n_prompt) - r->n_comp;
