@@ -9,6 +9,12 @@
  * are the fused attention ops of flash_attention_op.c on views of the node's
  * tensors: nothing is copied.
  *
+ * Batch-invariant kernels (kernel args' invariant): every sequence, one-row
+ * ones included, runs through the prefill kernel with key tiles of a fixed
+ * size from position 0, so a row's result depends on its own keys alone, not
+ * on the rows it shares a step or a chunk with (a fully masked tile adds
+ * exactly nothing: the running max stays, its scale is 1).
+ *
  * src: q [T, H, D] f32; k, v paged caches [n_blocks, block_size, H_kv, D]
  * (f32, f16, bf16 or i8); an i8 cache adds k_scale, v_scale f32
  * [n_blocks, block_size, H_kv] (one per cache row, as kv_write writes them).
@@ -24,6 +30,9 @@
 #include "ops/ref/ref.h"
 
 static char placeholder;
+
+/* The key tile of the batch-invariant path (the prefill kernel's default at D <= 128). */
+#define LOOM_PAGED_ATTENTION_INVARIANT_KV 64
 
 static loom_status pa_infer(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *dst) {
     const char *op = "paged_attention";
@@ -111,6 +120,7 @@ static loom_status pa_prefill_problem(const loom_kernel_args *a, const pa_views 
     p.scale_value = at->scale;
     p.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
     p.inner_precise = at->inner_precise;
+    if (a->invariant) p.block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV; /* tiles from the position alone */
     p.actual_seq_qlen = cu_q, p.actual_seq_kvlen = cu_kv, p.num_seqs = ns;
     loom_flash_attention_tensors t = {.query = &v->q, .key = &v->k, .value = &v->v, .block_table = &v->bt,
                                       .attention_out = (loom_tensor *)&v->out};
@@ -140,7 +150,9 @@ static void pa_bounds(const loom_tensor *const *src, int n_src, const void *attr
     a.dst = &dst;
     int64_t T = src[0]->shape[0], B = at->max_seqs < T ? at->max_seqs : T;
     int64_t lens[2] = {at->max_kv, at->max_kv};
-    for (int decode = 1; decode >= 0; decode--) {
+    for (int pass = 0; pass < 3; pass++) { /* decode, prefill, the invariant prefill's tiles */
+        int decode = pass == 0;
+        a.invariant = pass == 2;
         pa_views v;
         pa_setup(&a, 0, decode ? B : T, 0, 1, decode, &v);
         const int64_t bt_shape[2] = {decode ? B : 1, nb};
@@ -198,7 +210,7 @@ static loom_status pa_kernel(const loom_kernel_args *a, loom_isa isa) {
     LOOM_RETURN_IF(!b || !b->block_table || !b->row_start || !b->kv_len, LOOM_ERR_INVALID_ARG,
                    "paged_attention: runs only in a step of the batch engine (no batch given)");
     const loom_paged_attention_attrs *at = a->attrs;
-    int nd = b->n_decode, ns = b->n_seqs;
+    int nd = a->invariant ? 0 : b->n_decode, ns = b->n_seqs;
     LOOM_RETURN_IF(ns > at->max_seqs || nd > ns || ns > LOOM_PAGED_ATTENTION_MAX_SEQS, LOOM_ERR_INVALID_ARG,
                    "paged_attention: %d sequences (%d decoding) beyond the bucket's %d", ns, nd, at->max_seqs);
     const loom_attn_kernels *kern = isa == LOOM_ISA_REF ? NULL : loom_attn_kernels_for(isa);
@@ -244,6 +256,7 @@ static loom_status pa_kernel(const loom_kernel_args *a, loom_isa isa) {
     if (!kern) {
         loom_flash_attention_params p = loom_flash_attention_default_params();
         p.input_layout = LOOM_ATTN_TND, p.scale_value = at->scale, p.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
+        if (a->invariant) p.block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV;
         p.actual_seq_qlen = cu_q, p.actual_seq_kvlen = cu_kv, p.num_seqs = ns - nd;
         loom_flash_attention_tensors t = {.query = &v.q, .key = &v.k, .value = &v.v, .block_table = &v.bt,
                                           .attention_out = &v.out};

@@ -43,6 +43,7 @@ typedef struct loom_executor {
     size_t          kv_save_cap;
     unsigned        buffers_gen; /* bumped when a buffer moves: programs bind again before running */
     int             n_allocs;   /* buffer (re)allocations, for tests of "no allocation" */
+    int             invariant;  /* batch-invariant kernels (kernel args' invariant) */
     char           *dump_dir;   /* when set, every executed node's output is written there */
     int             dump_seq;   /* steps dumped so far */
     /* fused modes */

@@ -47,9 +47,10 @@ static size_t kv_rows_bytes(const loom_graph *g, int first, int last, int64_t ro
     size_t total = 0;
     for (int k = first; k <= last; k++) {
         const loom_node *node = &g->nodes[k];
-        if (node->op != LOOM_OP_KV_APPEND) continue;
+        if (node->op != LOOM_OP_KV_APPEND && node->op != LOOM_OP_KV_WRITE) continue;
         int64_t n = rows >= 0 ? rows : g->tensors[node->src[1]].t.shape[0];
-        for (int i = 0; i < node->n_src; i += 2) { /* src 0: the cache, src 2: its scales */
+        int scale = node->op == LOOM_OP_KV_WRITE ? 3 : 2;
+        for (int i = 0; i < node->n_src; i = i ? node->n_src : scale) { /* the cache, then its scales */
             const loom_tensor *store = &g->tensors[node->src[i]].t;
             total += (size_t)store->stride[0] * loom_dtype_size(store->dtype) * (size_t)n;
         }
@@ -105,21 +106,31 @@ void prog_layers_free(loom_program *p) {
     p->n_layers = 0;
 }
 
-/* Saves (save = 1) or restores the cache rows the kv_append nodes of a layer write. */
+/* Saves (save = 1) or restores the cache rows the kv_append and kv_write
+ * nodes of a layer write (kv_append: rows pos.. of the cache; kv_write: the
+ * slots its third input names), with their i8 scales. */
 static void kv_rows(loom_executor *e, const loom_graph *rg, const prog_layer *L, int save) {
     size_t off = 0;
     for (int k = L->first; k <= L->last; k++) {
         const loom_node *node = &rg->nodes[k];
-        if (node->op != LOOM_OP_KV_APPEND) continue;
-        int pos = ((const loom_kv_append_attrs *)(const void *)node->attrs)->pos;
+        int append = node->op == LOOM_OP_KV_APPEND;
+        if (!append && node->op != LOOM_OP_KV_WRITE) continue;
         size_t rows = (size_t)rg->tensors[node->src[1]].t.shape[0];
-        for (int i = 0; i < node->n_src; i += 2) {
+        const loom_tensor *slots = append ? NULL : &rg->tensors[node->src[2]].t;
+        int pos = append ? ((const loom_kv_append_attrs *)(const void *)node->attrs)->pos : 0;
+        int scale = append ? 2 : 3;
+        for (int i = 0; i < node->n_src; i = i ? node->n_src : scale) {
             const loom_tensor *store = &rg->tensors[node->src[i]].t;
-            size_t row = (size_t)store->stride[0] * loom_dtype_size(store->dtype), bytes = row * rows;
-            char *base = (char *)store->data + row * (size_t)pos;
-            if (save) memcpy(e->kv_save + off, base, bytes);
-            else memcpy(base, e->kv_save + off, bytes);
-            off += bytes;
+            size_t row = (size_t)store->stride[0] * loom_dtype_size(store->dtype);
+            for (size_t t = 0; t < rows; t++) {
+                int64_t at = append ? pos + (int64_t)t : ((const int32_t *)slots->data)[t * (size_t)slots->stride[0]];
+                if (at >= 0 && at < store->shape[0]) {
+                    char *base = (char *)store->data + row * (size_t)at;
+                    if (save) memcpy(e->kv_save + off, base, row);
+                    else memcpy(base, e->kv_save + off, row);
+                }
+                off += row;
+            }
         }
     }
 }

@@ -131,6 +131,7 @@ static void run_worker(int ith, int nth, void *arg) {
         a.shared = e->shared;
         a.scratch_bytes = e->scratch_cap, a.shared_bytes = e->shared_cap;
         a.batch = rc->batch;
+        a.invariant = e->invariant;
         uint64_t t0 = timing && ith == 0 ? loom_time_ns() : 0;
         for (int ph = 0; ph < pn->cur; ph++) {
             a.phase = ph;

@@ -196,6 +196,9 @@ typedef struct loom_kernel_args {
     void              *shared;            /* shared_size bytes every thread of the launch sees, kept
                                              across its phases (LOOM_ALIGN-aligned; NULL if none) */
     const loom_batch  *batch;             /* the step's ragged batch, or NULL */
+    int                invariant;         /* 1: batch-invariant kernels: a row's result does not depend
+                                             on the other rows of the launch (matmul: the GEMM for every
+                                             row count; paged_attention: one kernel for every row) */
     size_t             scratch_bytes;     /* the bytes of scratch and of shared (what was planned) */
     size_t             shared_bytes;
 } loom_kernel_args;
