@@ -63,6 +63,11 @@ typedef enum loom_op {
 
 /* ---------------------------------------------------------- attributes */
 
+/* Optional (NULL = all fields zero): act_precision is a loom_act_precision;
+ * LOOM_ACT_PREC_FULL multiplies block-quantized W by f32 x, anything else
+ * quantizes x to q8 (src/ops/matmul/matmul.h). Float W ignore it. */
+typedef struct { int32_t act_precision; } loom_matmul_attrs;
+
 typedef struct { float eps; } loom_rms_norm_attrs;                 /* eps > 0 */
 
 typedef struct {
