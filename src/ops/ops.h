@@ -134,11 +134,13 @@ typedef struct {
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
+    int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
+    int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
 
