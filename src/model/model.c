@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "graph/act_precision.h"
 #include "model/llama_st.h"
 
 /* KV caches come from anonymous mappings: zero-filled by the kernel and only
@@ -65,6 +66,8 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
                        params.kv_dtype != LOOM_BF16 && params.kv_dtype != LOOM_I8,
                    LOOM_ERR_INVALID_ARG, "KV cache dtype %s: expected f32, f16, bf16 or i8",
                    loom_dtype_name(params.kv_dtype));
+    /* activations against quantized weights: the caller's, the rules file's, loom's default */
+    LOOM_TRY(loom_act_precision_resolve(params.act_precision, params.rules_path, &params.act_precision));
     loom_model *m = calloc(1, sizeof *m);
     LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
     m->params = params;
@@ -195,6 +198,7 @@ loom_status loom_model_build_ex(loom_model *m, const int32_t *tokens, int n, int
     }
     *logits_id = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, m->k_scale ? m->ksc : NULL,
                                   m->k_scale ? m->vsc : NULL, n, pos, all_logits);
+    loom_graph_set_act_precision(g, m->params.act_precision); /* into the matmul nodes' attributes */
     return loom_graph_status(g);
 }
 

@@ -8,6 +8,7 @@
 #include "args.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "model/model.h"
 
 /* Prints the text of token after prev. Like run.c, skips pieces that are a
  * single unprintable, non-space byte. */
@@ -25,7 +26,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "", *mode = NULL,
                *dump = NULL;
     const char *rules = NULL, *preset = NULL, *ckpt_action = NULL;  /* fusion (docs/fusion.md) */
-    const char *kv_dtype = NULL;
+    const char *kv_dtype = NULL, *act = NULL;
     int n_new = 256, threads = 1, n_ctx = 0, top_k = 0;
     float temp = 1.0f, top_p = 0.9f;
     uint64_t seed = UINT64_MAX;  /* not given: taken from the clock */
@@ -43,6 +44,7 @@ int cmd_run(int argc, char **argv) {
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default 1)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
+        {NULL, "--act-precision", ARG_STR, &act, "q8|full", CLI_ACT_PRECISION_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
          "step_by_step)"},
@@ -53,7 +55,8 @@ int cmd_run(int argc, char **argv) {
         {NULL, "--dump", ARG_STR, &dump, "DIR", "write every intermediate tensor to DIR"},
     };
     const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT] [-n N] [--temp T] [--top-k K] "
-                        "[--top-p P] [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [--dump DIR] "
+                        "[--top-p P] [--seed S] [-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] "
+                        "[--mode MODE] [--dump DIR] "
                         "[--rules FILE] [--fusion-preset NAME] [--checkpoint-action warn|fail]";
     int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -74,6 +77,7 @@ int cmd_run(int argc, char **argv) {
     mp.n_threads = threads;
     mp.n_ctx = n_ctx;
     if (cli_kv_dtype("run", kv_dtype, &mp.kv_dtype)) return 1;
+    if (cli_act_precision("run", act, &mp.act_precision)) return 1;
     mp.dump_dir = dump;
     mp.rules_path = rules;
     mp.fusion_preset = preset;
@@ -145,10 +149,11 @@ int cmd_run(int argc, char **argv) {
     double t2 = loom_time_s();
     printf("\n");
     fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | "
-                    "threads %d, mode %s, seed %llu\n",
+                    "threads %d, mode %s, activations %s, seed %llu\n",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
             n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
-            loom_mode_name(mp.mode), (unsigned long long)seed);
+            loom_mode_name(mp.mode), loom_act_precision_name(model->params.act_precision),
+            (unsigned long long)seed);
     if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
 done:
