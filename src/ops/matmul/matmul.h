@@ -7,6 +7,9 @@
  *   - GEMM (prefill, M >= LOOM_GEMM_MIN_M): BLIS-style blocking with packed
  *     panels and register-blocked micro-kernels per ISA.
  *   - GEMV (decode, M small): streams W exactly once at memory bandwidth.
+ * Quantized W meets x quantized to q8 per block of 32 (int8 products) or, with
+ * full activations (act = LOOM_ACT_PREC_FULL), x in f32 against blocks
+ * dequantized in the kernel.
  * Both split work by (ith, nth) without any synchronisation: each thread owns
  * a disjoint set of output columns (or rows) and packs what it needs into its
  * own scratch. Every output element is accumulated in the same order whatever
