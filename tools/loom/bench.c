@@ -289,16 +289,17 @@ int cmd_bench(int argc, char **argv) {
                info.n_layers, info.dim, info.vocab_size, reps);
         if (converted[0]) printf("weights converted at load: %s\n", converted);
         printf("\n");
-        printf("| mode | kv | act | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | "
-               "planned MiB |\n");
-        printf("|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+        printf("| mode | kv | threads | test | t/s (median) | min .. max | stdev | peak RSS MiB | "
+               "planned MiB | act |\n");
+        printf("|---|---|---:|---|---:|---:|---:|---:|---:|---|\n");
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
             char test[64];
             if (re->depth) snprintf(test, sizeof test, "%s @ d%d", re->test, re->depth);
             else snprintf(test, sizeof test, "%s", re->test);
-            printf("| %s | %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", re->mode, re->kv_dtype,
-                   re->act, re->threads, test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+            printf("| %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f | %s |\n", re->mode, re->kv_dtype,
+                   re->threads, test, re->median, re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib,
+                   re->act);
         }
     }
     rc = n_res > 0 ? 0 : 1;
