@@ -9,7 +9,8 @@
  * and without the matmul attribute, guards around y and byte-identical
  * results for 1, 2, 3 and 5 threads. Also: on activations with an outlier
  * per block, the q8 path's error is far above the f32 rule and full's within
- * it (what the option is for).
+ * it (what the option is for). The M = 1 q4 cases run both GEMV kernels of
+ * the AVX-512 level: bf16 products (AVX512_BF16 CPUs) and f32.
  */
 #include "test_matmul_q_common.h"
 
@@ -28,20 +29,27 @@ static void check_full(int64_t M, int64_t N, int64_t K, int pad, loom_dtype wt, 
     mq_free(&p);
 }
 
-/* GEMV rows (M 1..7) and GEMM rows (8..67): N, K and the strides random. */
+/* GEMV rows (M 1..7) and GEMM rows (8..67): N, K and the strides random;
+ * at M = 1 with q4 weights both the bf16-product kernel (AVX512_BF16 CPUs)
+ * and the f32 one. */
 static void test_random_shapes(void) {
     loom_rng rng;
     loom_rng_init(&rng, 61, 0);
-    for (int l = 0; l < n_levels; l++)
-        for (int d = 0; d < 3; d++)
-            for (int i = 0; i < 16; i++) {
-                int64_t M = i < 8 ? 1 + i % 7 : 8 + (int64_t)(loom_rng_u32(&rng) % 60);
-                int64_t N = 1 + (int64_t)(loom_rng_u32(&rng) % 100);
-                int64_t K = 32 * (1 + (int64_t)(loom_rng_u32(&rng) % 13));
-                int ep = i % 2 ? (int)(loom_rng_u32(&rng) % 128) & ~(EP_MUL_ALIAS | EP_RES_ALIAS) : 0;
-                loom_act act = i % 3 == 1 ? (loom_act)(1 + loom_rng_u32(&rng) % (LOOM_ACT_COUNT - 1)) : LOOM_ACT_NONE;
-                check_full(M, N, K, (int)(loom_rng_u32(&rng) % 4), qtypes[d], ep, act, levels[l], &rng);
-            }
+    for (int bf16 = 1; bf16 >= 0; bf16--) {
+        loom_gemv_full_set_bf16(bf16);
+        for (int l = 0; l < n_levels; l++)
+            for (int d = 0; d < 3; d++)
+                for (int i = 0; i < 16; i++) {
+                    int64_t M = i < 8 ? 1 + i % 7 : 8 + (int64_t)(loom_rng_u32(&rng) % 60);
+                    int64_t N = 1 + (int64_t)(loom_rng_u32(&rng) % 100);
+                    int64_t K = 32 * (1 + (int64_t)(loom_rng_u32(&rng) % 13));
+                    int ep = i % 2 ? (int)(loom_rng_u32(&rng) % 128) & ~(EP_MUL_ALIAS | EP_RES_ALIAS) : 0;
+                    loom_act act =
+                        i % 3 == 1 ? (loom_act)(1 + loom_rng_u32(&rng) % (LOOM_ACT_COUNT - 1)) : LOOM_ACT_NONE;
+                    check_full(M, N, K, (int)(loom_rng_u32(&rng) % 4), qtypes[d], ep, act, levels[l], &rng);
+                }
+    }
+    loom_gemv_full_set_bf16(1);
 }
 
 /* Rows longer than the GEMV's chunks of 64 scales (K = 2080, 4128: 65 and
@@ -54,11 +62,15 @@ static void test_long_shapes(void) {
     int n = SANITIZED ? 3 : 6;
     loom_rng rng;
     loom_rng_init(&rng, 62, 0);
-    for (int l = 0; l < n_levels; l++)
-        for (int d = 0; d < 3; d++)
-            for (int i = 0; i < n; i++)
-                check_full(shapes[i][0], shapes[i][1], shapes[i][2], i % 2 ? 3 : 0, qtypes[d], eps[i],
-                           i == 4 ? LOOM_ACT_SILU : LOOM_ACT_NONE, levels[l], &rng);
+    for (int bf16 = 1; bf16 >= 0; bf16--) {
+        loom_gemv_full_set_bf16(bf16);
+        for (int l = 0; l < n_levels; l++)
+            for (int d = 0; d < 3; d++)
+                for (int i = 0; i < n; i++)
+                    check_full(shapes[i][0], shapes[i][1], shapes[i][2], i % 2 ? 3 : 0, qtypes[d], eps[i],
+                               i == 4 ? LOOM_ACT_SILU : LOOM_ACT_NONE, levels[l], &rng);
+    }
+    loom_gemv_full_set_bf16(1);
 }
 
 /* Forced GEMM blocks: kc 40 (rounded up to whole blocks: 64), several row
@@ -78,15 +90,20 @@ static void test_forced_blocks(void) {
 static void test_nan_rows(void) {
     loom_rng rng;
     loom_rng_init(&rng, 64, 0);
-    for (int l = 0; l < n_levels; l++)
-        for (int d = 0; d < 3; d++)
-            for (int M = 3; M <= 19; M += 16) {
-                mq p;
-                mq_init(&p, M, 45, 96, 1, qtypes[d], &rng);
-                p.act = LOOM_ACT_PREC_FULL;
-                mq_check_nan_row(&p, levels[l]);
-                mq_free(&p);
-            }
+    static const int64_t Ms[3] = {1, 3, 19};
+    for (int bf16 = 1; bf16 >= 0; bf16--) {
+        loom_gemv_full_set_bf16(bf16);
+        for (int l = 0; l < n_levels; l++)
+            for (int d = 0; d < 3; d++)
+                for (int i = 0; i < 3; i++) {
+                    mq p;
+                    mq_init(&p, Ms[i], 45, 96, 1, qtypes[d], &rng);
+                    p.act = LOOM_ACT_PREC_FULL;
+                    mq_check_nan_row(&p, levels[l]);
+                    mq_free(&p);
+                }
+    }
+    loom_gemv_full_set_bf16(1);
 }
 
 /* The op table: no attributes (or q8) is the q8 path, the attribute full
@@ -141,6 +158,7 @@ static void test_outliers(void) {
     enum { K = 512, N = 24 };
     loom_rng rng;
     loom_rng_init(&rng, 66, 0);
+    for (int bf16 = 1; bf16 >= 0; bf16--)
     for (int l = 0; l < n_levels; l++)
         for (int d = 0; d < 3; d++)
             for (int64_t M = 1; M <= 9; M += 8) {
@@ -157,6 +175,7 @@ static void test_outliers(void) {
                     loom_row_to_f32(p.wt, dst, p.wf + n * K, K);
                 }
                 mq_reference(&p);
+                loom_gemv_full_set_bf16(bf16);
                 double worst[2];
                 for (int f = 0; f < 2; f++) {
                     p.act = f ? LOOM_ACT_PREC_FULL : LOOM_ACT_PREC_Q8;
@@ -172,6 +191,7 @@ static void test_outliers(void) {
                           loom_isa_name(levels[l]), loom_dtype_name(p.wt), (long long)M, worst[0], worst[1]);
                 mq_free(&p);
             }
+    loom_gemv_full_set_bf16(1);
 }
 
 int main(void) {

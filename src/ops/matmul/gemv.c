@@ -19,9 +19,32 @@
 /* Rows per kernel call: the epilogue then runs on a tile that is still in L1. */
 #define GEMV_CHUNK 64
 
-/* Bytes of the x block sums of full activations (a multiple of 64). */
+/* Bytes of what full activations prepare from x (a multiple of 64): the
+ * block sums, or at M = 1 with q4 weights x in bf16 halves (AVX512_BF16). */
 static size_t sxo_bytes(const loom_matmul_args *a) {
-    return ((size_t)a->M * (size_t)(a->K / 32) * sizeof(float) + 63) & ~(size_t)63;
+    size_t s = ((size_t)a->M * (size_t)(a->K / 32) * sizeof(float) + 63) & ~(size_t)63;
+#if defined(__x86_64__)
+    if (a->M == 1 && a->wtype != LOOM_Q8_0) {
+        size_t b = (loom_gemv_bf16_x_bytes(a->K) + 63) & ~(size_t)63;
+        s = b > s ? b : s;
+    }
+#endif
+    return s;
+}
+
+static int bf16_allowed = 1;
+
+void loom_gemv_full_set_bf16(int allowed) { bf16_allowed = allowed != 0; }
+
+/* The bf16-product kernel applies (gemv_full_bf16.c). */
+static int use_bf16(const loom_matmul_args *a, loom_isa isa) {
+#if defined(__x86_64__)
+    return bf16_allowed && isa >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && a->M == 1 &&
+           a->wtype != LOOM_Q8_0;
+#else
+    (void)a, (void)isa;
+    return 0;
+#endif
 }
 
 /* Scratch: the quantized x rows (q weights) or, with full activations, x's
@@ -183,10 +206,13 @@ void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo) {
 
 /* The chunks of rows [lo, hi) with full activations (as loom_gemv_run). */
 static loom_status gemv_full_run(const loom_matmul_args *a, loom_isa isa, int64_t lo, int64_t hi, void *scratch) {
-    int needs_sums;
+    int needs_sums, bf16 = use_bf16(a, isa);
     loom_gemv_full_kernel kernel = pick_full_kernel(isa, &needs_sums);
     float *sxo = NULL, *tile = (float *)((char *)scratch + sxo_bytes(a));
-    if (needs_sums && a->wtype != LOOM_Q8_0) {
+#if defined(__x86_64__)
+    if (bf16) loom_gemv_bf16_prepare_x(a->x, a->K, scratch);
+#endif
+    if (!bf16 && needs_sums && a->wtype != LOOM_Q8_0) {
         sxo = scratch;
         loom_gemv_x_block_sums(a, sxo);
     }
@@ -198,7 +224,11 @@ static loom_status gemv_full_run(const loom_matmul_args *a, loom_isa isa, int64_
         c.N = nr;
         c.y = a->ep ? tile : a->y + n0;
         if (a->ep) c.ldy = GEMV_CHUNK;
-        kernel(&c, sxo, 0, nr);
+#if defined(__x86_64__)
+        if (bf16) loom_gemv_full_bf16(&c, scratch, 0, nr);
+        else
+#endif
+            kernel(&c, sxo, 0, nr);
         if (a->ep) loom_matmul_finish_tile(a, isa, tile, GEMV_CHUNK, 0, n0, a->M, nr);
     }
     return LOOM_OK;

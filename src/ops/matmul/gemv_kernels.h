@@ -42,6 +42,12 @@ void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo);
 #if defined(__x86_64__)
 void loom_gemv_full_avx2(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
 void loom_gemv_full_avx512(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
+/* M = 1, q4_0 / q4_1, AVX512_BF16 (gemv_full_bf16.c): bf16 products with x
+ * split in two bf16 halves, prepared once per call by loom_gemv_bf16_prepare_x
+ * into loom_gemv_bf16_x_bytes(K) bytes (64-byte aligned). */
+size_t loom_gemv_bf16_x_bytes(int64_t K);
+void loom_gemv_bf16_prepare_x(const float *x, int64_t K, void *buf);
+void loom_gemv_full_bf16(const loom_matmul_args *a, const void *xp, int64_t n0, int64_t n1);
 void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
 /* Quantized weights need AVX512-VNNI here; without it the driver uses the AVX2 kernel. */
 void loom_gemv_avx512(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
