@@ -8,7 +8,10 @@
  * and >= 1 GiB, so it comes from DRAM). Output is a Markdown table.
  *
  *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode,small]
- *                [--reps N] [--isa LEVEL] [--quick] [--hot]
+ *                [--act q8,full] [--reps N] [--isa LEVEL] [--quick] [--hot]
+ *
+ * --act: activation precisions of the quantized dtypes (q8: x quantized to
+ * 8 bits, int8 products; full: f32 x, blocks dequantized in the kernel).
  *
  * --hot: M = 1 rows read one copy of W, from the caches when it fits (the
  * kernel's compute ceiling rather than DRAM's).
@@ -36,7 +39,7 @@ static const shape all_shapes[] = {
     {"decode", 1, 4096, 4096},      {"decode", 1, 11008, 4096},    {"decode", 1, 4096, 11008},
     /* a small model's decode (SmolLM2-135M: hidden 576, FFN 1536), and 4 rows at once */
     {"small", 1, 576, 576},         {"small", 1, 1536, 576},       {"small", 1, 576, 1536},
-    {"small", 4, 1536, 576},
+    {"small", 4, 1536, 576},        {"small", 512, 1536, 576},     {"small", 512, 576, 1536},
 };
 
 /* Decode rows cycle through enough copies of W (at least 8x the L3 size and 1 GiB in
@@ -111,6 +114,7 @@ static void *make_weights(loom_dtype t, const float *w32, int64_t N, int64_t K) 
 int main(int argc, char **argv) {
     int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0, hot = 0;
     const char *dtypes = "f32,f16,bf16,q8_0,q4_0,q4_1", *sets = "square,prefill,decode", *isa_name = NULL;
+    const char *acts = "q8";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) { quick = 1; continue; }
@@ -121,6 +125,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--sets") == 0) sets = v;
         else if (strcmp(a, "--reps") == 0) reps = atoi(v);
         else if (strcmp(a, "--isa") == 0) isa_name = v;
+        else if (strcmp(a, "--act") == 0) acts = v;
         else { fprintf(stderr, "bench_matmul: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -145,8 +150,17 @@ int main(int argc, char **argv) {
         loom_pool_free(pool);
         printf("read bandwidth, %d thread%s: %.1f GB/s\n", threads[t], threads[t] > 1 ? "s" : "", read_bw[t]);
     }
-    printf("\n| set | M | N | K | dtype | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    loom_act_precision act_list[2];
+    int n_acts = 0;
+    char alist[64];
+    snprintf(alist, sizeof alist, "%s", acts);
+    for (char *tok = strtok(alist, ","); tok && n_acts < 2; tok = strtok(NULL, ","))
+        if (loom_act_precision_parse(tok, &act_list[n_acts++]) != LOOM_OK) {
+            fprintf(stderr, "bench_matmul: %s\n", loom_last_error());
+            return 2;
+        }
+    printf("\n| set | M | N | K | dtype | act | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
     for (size_t s = 0; s < sizeof all_shapes / sizeof all_shapes[0]; s++) {
         const shape *sh = &all_shapes[s];
@@ -180,10 +194,13 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "bench_matmul: out of memory\n");
                     return 1;
                 }
+            int na = loom_dtype_is_quantized(t) ? n_acts : 1;
+            for (int ai = 0; ai < na; ai++)
             for (int ti = 0; ti < n_threads; ti++) {
                 int nt = threads[ti];
+                loom_act_precision act = loom_dtype_is_quantized(t) ? act_list[ai] : LOOM_ACT_PREC_DEFAULT;
                 run_ctx c = {.a = {.x = x, .ldx = K, .w = copies[0], .ldw = K, .wtype = t, .y = y,
-                                   .ldy = N, .M = M, .N = N, .K = K},
+                                   .ldy = N, .M = M, .N = N, .K = K, .act = act},
                              .n_copies = n_copies, .isa = isa};
                 memcpy(c.copies, copies, sizeof(void *) * (size_t)n_copies);
                 if (loom_pool_init(&c.pool, nt) != LOOM_OK) return 1;
@@ -205,9 +222,10 @@ int main(int argc, char **argv) {
                 }
 #endif
                 if (M == 1 && !hot) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / read_bw[ti]);
-                printf("| %s | %lld | %lld | %lld | %s | %d | %.4f | %.1f | %.1f | %s | %s | %s |\n", sh->set,
-                       (long long)M, (long long)N, (long long)K, tok, nt, sec * 1e3, gflops, gbs, blas,
-                       ratio, frac);
+                printf("| %s | %lld | %lld | %lld | %s | %s | %d | %.4f | %.1f | %.1f | %s | %s | %s |\n", sh->set,
+                       (long long)M, (long long)N, (long long)K, tok,
+                       act == LOOM_ACT_PREC_DEFAULT ? "-" : loom_act_precision_name(act), nt, sec * 1e3, gflops,
+                       gbs, blas, ratio, frac);
                 fflush(stdout);
                 loom_free_aligned(c.scratch);
                 loom_pool_free(c.pool);

@@ -8,6 +8,7 @@
  *
  *   bench_ppl -m MODEL -f TEXT [-z TOKENIZER] [-c CTX=256] [--chunks N=all]
  *             [-t THREADS=1] [--kv-dtype f32|f16|bf16|i8] [--mode step_by_step|fused]
+ *             [--act-precision q8|full]
  *
  * Prints the model's load time (loom_model_load: the conversions of K-quant
  * files included), the token count, the scored tokens, the perplexity and its
@@ -28,12 +29,12 @@
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_ppl -m MODEL -f TEXT [-z TOKENIZER] [-c CTX] [--chunks N] [-t THREADS] "
-                    "[--kv-dtype f32|f16|bf16|i8] [--mode step_by_step|fused]\n");
+                    "[--kv-dtype f32|f16|bf16|i8] [--mode step_by_step|fused] [--act-precision q8|full]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *text = NULL, *tok = NULL, *kv = "f32", *mode = "fused";
+    const char *model = NULL, *text = NULL, *tok = NULL, *kv = "f32", *mode = "fused", *act = NULL;
     int ctx = 256, chunks = 0, threads = 1;
     for (int i = 1; i < argc; i += 2) { /* options and their values in pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "-t") == 0) threads = atoi(v);
         else if (strcmp(a, "--kv-dtype") == 0) kv = v;
         else if (strcmp(a, "--mode") == 0) mode = v;
+        else if (strcmp(a, "--act-precision") == 0) act = v;
         else return usage();
     }
     if (!model || !text || ctx < 4 || threads < 1 || chunks < 0) return usage();
@@ -61,6 +63,10 @@ int main(int argc, char **argv) {
     p.mode = strcmp(mode, "fused") == 0 ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP;
     p.kv_dtype = strcmp(kv, "i8") == 0 ? LOOM_I8 : strcmp(kv, "f16") == 0 ? LOOM_F16
                : strcmp(kv, "bf16") == 0 ? LOOM_BF16 : LOOM_F32;
+    if (act && loom_act_precision_parse(act, &p.act_precision) != LOOM_OK) {
+        fprintf(stderr, "bench_ppl: %s\n", loom_last_error());
+        return 2;
+    }
     char *txt = NULL;
     size_t txt_len = 0;
     if (loom_read_file(text, (size_t)256 << 20, &txt, &txt_len) != LOOM_OK) {

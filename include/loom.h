@@ -126,6 +126,24 @@ typedef enum loom_exec_mode {
 const char *loom_mode_name(loom_exec_mode m);
 loom_status loom_mode_parse(const char *name, loom_exec_mode *out);
 
+/* How the activations x meet block-quantized weights (q8_0, q4_0, q4_1) in the
+ * matmuls (docs/models.md, "Activation precision"). Float weights ignore it. */
+typedef enum loom_act_precision {
+    LOOM_ACT_PREC_DEFAULT = 0, /* model params: the rules file's act_precision:, else
+                                  LOOM_ACT_PREC_BUILTIN; matmul arguments: q8 */
+    LOOM_ACT_PREC_Q8,          /* x quantized to 8 bits per block of 32, int8 dot products */
+    LOOM_ACT_PREC_FULL,        /* x kept in f32, weight blocks dequantized in the kernel */
+    LOOM_ACT_PREC_COUNT
+} loom_act_precision;
+
+/* The precision a model gets when neither params nor the rules file choose one. */
+#define LOOM_ACT_PREC_BUILTIN LOOM_ACT_PREC_Q8
+
+/* "default", "q8", "full". */
+const char *loom_act_precision_name(loom_act_precision p);
+/* "q8" or "full" (errors name the value and the choices). */
+loom_status loom_act_precision_parse(const char *name, loom_act_precision *out);
+
 /* ---------------------------------------------------------- models */
 
 typedef struct loom_model loom_model;   /* weights (mmap), KV cache, forward programs */
@@ -150,6 +168,10 @@ typedef struct loom_model_params {
      * (a quarter, plus one f32 scale per (position, kv head) row: each row is
      * quantized symmetrically, scale = max|x| / 127) */
     loom_dtype kv_dtype;
+    /* activations against quantized weights: LOOM_ACT_PREC_Q8 or _FULL; DEFAULT
+     * (0) takes the rules file's `act_precision:` key (rules_path, or the built-in
+     * rules), else LOOM_ACT_PREC_BUILTIN */
+    loom_act_precision act_precision;
 } loom_model_params;
 
 typedef struct loom_model_info {

@@ -75,7 +75,7 @@ static loom_matmul_args sub_gemm(const loom_ffn_args *a, const void *w, int64_t 
     size_t row = loom_dtype_row_bytes(a->wtype, a->ldw);
     loom_matmul_args g = {.x = a->x, .ldx = a->ldx, .w = (const char *)w + row * (size_t)n0,
                           .ldw = a->ldw, .wtype = a->wtype, .y = y, .ldy = ldy,
-                          .M = a->M, .N = bn, .K = a->D};
+                          .M = a->M, .N = bn, .K = a->D, .act = a->p.act_precision};
     return g;
 }
 
@@ -181,6 +181,8 @@ static loom_status ffn_prepare(const loom_tensor *x, const loom_tensor *w_gate, 
     LOOM_RETURN_IF(!prm.custom_act && (unsigned)prm.act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG,
                    "ffn: unknown act %d", (int)prm.act);
     LOOM_RETURN_IF(prm.block_n < 0, LOOM_ERR_INVALID_ARG, "ffn: block_n must be >= 0");
+    LOOM_RETURN_IF((unsigned)prm.act_precision >= LOOM_ACT_PREC_COUNT, LOOM_ERR_INVALID_ARG,
+                   "ffn: unknown act_precision %d", (int)prm.act_precision);
     int64_t M = x->shape[0], D = x->shape[1], H = w_down->shape[1];
     LOOM_TRY(loom_fused_check_2d("ffn", "x", x, M, D));
     if (y) LOOM_TRY(loom_fused_check_2d("ffn", "y", y, M, D));
@@ -207,7 +209,7 @@ static loom_status ffn_prepare(const loom_tensor *x, const loom_tensor *w_gate, 
     f->down = (loom_matmul_args){.x = NULL, .ldx = H, .w = w_down->data, .ldw = w_down->stride[0],
                                  .wtype = w_down->dtype, .y = y ? y->data : NULL,
                                  .ldy = y ? y->stride[0] : D, .M = M, .N = D, .K = H,
-                                 .ep = residual ? &f->down_ep : NULL};
+                                 .ep = residual ? &f->down_ep : NULL, .act = prm.act_precision};
     /* the checks read no data: x stands in for h (not allocated yet) and for y
      * in a size query */
     loom_matmul_args dcheck = f->down;

@@ -94,14 +94,15 @@ static float custom_act(float v, void *user) {
 }
 
 static loom_matmul_args down_args(const loom_tensor *const *src, int n_src, const loom_tensor *h,
-                                  loom_tensor *y, loom_epilogue *ep) {
+                                  loom_tensor *y, loom_epilogue *ep, int32_t act) {
     const loom_tensor *wd = src[3];
     memset(ep, 0, sizeof *ep);
     if (n_src == 5) ep->residual = src[4]->data, ep->ld_res = src[4]->stride[0];
     loom_matmul_args g = {.x = h ? h->data : NULL, .ldx = h ? h->stride[0] : wd->shape[1],
                           .w = wd->data, .ldw = wd->stride[0], .wtype = wd->dtype,
                           .y = y->data, .ldy = y->stride[0], .M = src[0]->shape[0],
-                          .N = wd->shape[0], .K = wd->shape[1], .ep = n_src == 5 ? ep : NULL};
+                          .N = wd->shape[0], .K = wd->shape[1], .ep = n_src == 5 ? ep : NULL,
+                          .act = (loom_act_precision)act};
     return g;
 }
 
@@ -111,26 +112,27 @@ static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
     return bn < H ? bn : (H > 0 ? H : 1);
 }
 
-static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn) {
-    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn);
+static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act) {
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, act);
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 
 /* Phase 0 scratch: the sub-GEMM's, the up tile, then x quantized once for
- * all column blocks (quantized weights: each sub-GEMM would otherwise
- * quantize all of x again). */
-static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn) {
-    return gate_up_mm_bytes(src, bn) + (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
+ * all column blocks (quantized weights with q8 activations: each sub-GEMM
+ * would otherwise quantize all of x again). */
+static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, int32_t act) {
+    return gate_up_mm_bytes(src, bn, act) + (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
 }
 
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
-    int64_t M = src[0]->shape[0], bn = block_cols(attrs, M, src[1]->shape[0]);
+    const loom_ffn_attrs *at = attrs;
+    int64_t M = src[0]->shape[0], bn = block_cols(at, M, src[1]->shape[0]);
     loom_epilogue ep;
     loom_tensor y = *dst;
-    loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep);
-    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn);
-    size_t a = xq_offset(src, M, bn) + loom_matmul_xq_bytes(&g) + 64;
+    loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep, at->act_precision);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, at->act_precision);
+    size_t a = xq_offset(src, M, bn, at->act_precision) + loom_matmul_xq_bytes(&g) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     return a > b ? a : b;
 }
@@ -145,20 +147,21 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     int64_t M = x->shape[0], H = a->src[1]->shape[0], bn = block_cols(at, M, H), b0, b1;
     loom_ref_split((H + bn - 1) / bn, a->ith, a->nth, &b0, &b1);
     if (b0 >= b1) return LOOM_OK;
-    float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn));
+    const int32_t act = at->act_precision;
+    float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn, act));
     void *xq = NULL;
-    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn);
+    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn, act);
     if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = (char *)a->scratch + xq_offset(a->src, M, bn);
+        xq = (char *)a->scratch + xq_offset(a->src, M, bn, act);
         loom_matmul_quantize_x(&probe, isa, 0, M, xq);
     }
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
         float *hb = (float *)h->data + n0;
-        loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb);
+        loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
         u.xq = xq;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
-        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0]);
+        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0], act);
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         loom_tensor th, tu;
@@ -189,7 +192,8 @@ static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_tensor *h = a->dst_extra[0];
     if (a->phase == 0) return gate_up(a, isa);
     loom_epilogue ep;
-    loom_matmul_args d = down_args(a->src, a->n_src, h, a->dst, &ep);
+    const loom_ffn_attrs *at = a->attrs;
+    loom_matmul_args d = down_args(a->src, a->n_src, h, a->dst, &ep, at->act_precision);
     return loom_matmul_run(&d, isa, a->ith, a->nth, a->scratch);
 }
 

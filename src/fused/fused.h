@@ -49,6 +49,7 @@ typedef struct loom_ffn_params {
     loom_act_fn custom_act;   /* a user activation, or NULL */
     void       *custom_user;
     int64_t     block_n;      /* hidden columns per work item (0 = auto); up tile stays in cache */
+    loom_act_precision act_precision; /* quantized weights: LOOM_ACT_PREC_FULL (f32 x) or q8 (default) */
 } loom_ffn_params;
 
 loom_ffn_params loom_ffn_default_params(void);
@@ -129,6 +130,7 @@ typedef struct loom_qkv_rope_params {
     float          theta;           /* default 10000 */
     float          freq_scale;      /* positions multiplied by this; 0 = 1 */
     loom_kv_write_params cache;     /* positions also give the RoPE angle */
+    loom_act_precision act_precision; /* quantized weights: LOOM_ACT_PREC_FULL (f32 x) or q8 (default) */
 } loom_qkv_rope_params;
 
 loom_qkv_rope_params loom_qkv_rope_default_params(void);

@@ -46,11 +46,11 @@ void loom_fused_register_ops(loom_op_info *table) {
 }
 
 loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
-                                       float *y, int64_t ldy) {
+                                       float *y, int64_t ldy, int32_t act) {
     size_t row = loom_dtype_row_bytes(w->dtype, w->stride[0]);
     loom_matmul_args g = {.x = x->data, .ldx = x->stride[0],
                           .w = w->data ? (const char *)w->data + row * (size_t)n0 : NULL,
                           .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
-                          .M = x->shape[0], .N = nn, .K = x->shape[1]};
+                          .M = x->shape[0], .N = nn, .K = x->shape[1], .act = (loom_act_precision)act};
     return g;
 }

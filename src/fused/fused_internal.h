@@ -45,9 +45,10 @@ int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int6
                                      int64_t l3_bytes);
 
 /* The GEMM of x [M, K] against rows n0 .. n0+nn of the weight tensor w
- * (graph-op tensors; w->data may be NULL while sizing scratch). */
+ * (graph-op tensors; w->data may be NULL while sizing scratch), with the
+ * fused op's activation precision act (a loom_act_precision). */
 loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
-                                       float *y, int64_t ldy);
+                                       float *y, int64_t ldy, int32_t act);
 
 /* qkv_rope.c: RoPE in place on a tile of T rows of nh heads of D floats (row
  * stride ldy); row t's cos/sin at cs/sn + t * ld_tab, laid out as

@@ -94,7 +94,8 @@ static void qkv_worker(int ith, int nth, void *arg) {
     if (lo < hi && c->xq_bytes > 0) {
         xq = s + c->xq_off;
         loom_matmul_args g = {.x = c->x->data, .ldx = c->x->stride[0], .w = c->w[0], .ldw = c->ldw,
-                              .wtype = c->wtype, .M = c->T, .N = c->hb * c->D, .K = c->hidden};
+                              .wtype = c->wtype, .M = c->T, .N = c->hb * c->D, .K = c->hidden,
+                              .act = c->p->act_precision};
         loom_matmul_quantize_x(&g, c->isa, 0, c->T, xq);
     }
     for (int64_t it = lo; it < hi; it++) {
@@ -107,7 +108,7 @@ static void qkv_worker(int ith, int nth, void *arg) {
         loom_matmul_args g = {.x = c->x->data, .ldx = c->x->stride[0],
                               .w = (const char *)c->w[part] + wrow * (size_t)(h0 * c->D), .ldw = c->ldw,
                               .wtype = c->wtype, .y = y, .ldy = ldy, .M = c->T, .N = nh * c->D,
-                              .K = c->hidden, .xq = xq};
+                              .K = c->hidden, .xq = xq, .act = c->p->act_precision};
         loom_status st = loom_matmul_run(&g, c->isa, 0, 1, s);
         if (st == LOOM_OK && part < 2) {
             int inter = c->p->rope_mode == LOOM_ROPE_INTERLEAVED;
@@ -170,6 +171,8 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
                           .freq_scale = p->freq_scale};
     LOOM_TRY(loom_rope_attrs_check("qkv_rope", &ra, D)); /* the rope op's checks */
     LOOM_RETURN_IF(!query && !p->cache.positions, LOOM_ERR_INVALID_ARG, "qkv_rope: cache.positions are required");
+    LOOM_RETURN_IF((unsigned)p->act_precision >= LOOM_ACT_PREC_COUNT, LOOM_ERR_INVALID_ARG,
+                   "qkv_rope: unknown act_precision %d", (int)p->act_precision);
     LOOM_TRY(loom_fused_check_2d("qkv_rope", "x", x, T, hid));
     if (!query) LOOM_TRY(loom_fused_check_2d("qkv_rope", "q_out", q_out, T, N * D));
     if (k_out) LOOM_TRY(loom_fused_check_2d("qkv_rope", "k_out", k_out, T, NKV * D));
@@ -205,7 +208,7 @@ static loom_status qkv_prepare(const loom_tensor *x, const loom_tensor *w_q, con
     /* the check reads no data: a size query has no q_out, x stands in */
     loom_matmul_args probe = {.x = x->data, .ldx = x->stride[0], .w = c->w[0], .ldw = c->ldw, .wtype = c->wtype,
                               .y = query ? x->data : q_out->data, .ldy = c->hb * D, .M = T,
-                              .N = c->hb * D, .K = hid};
+                              .N = c->hb * D, .K = hid, .act = p->act_precision};
     LOOM_TRY(loom_matmul_check(&probe));
     c->mm_bytes = (loom_matmul_scratch_size(&probe) + 63) & ~(size_t)63;
     int64_t aw = p->rope_mode == LOOM_ROPE_INTERLEAVED ? n_rot : n_rot / 2;

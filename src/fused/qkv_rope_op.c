@@ -90,7 +90,8 @@ static int64_t heads_per_block(const loom_qkv_rope_attrs *at, int64_t T) {
 static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
     size_t mm = 0;
     for (int i = 1; i <= 3; i++) {
-        loom_matmul_args g = loom_fused_block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+        loom_matmul_args g = loom_fused_block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim,
+                                                   at->act_precision);
         size_t s = loom_matmul_scratch_size(&g);
         if (s > mm) mm = s;
     }
@@ -120,7 +121,8 @@ static size_t rope_table_bytes(const loom_qkv_rope_attrs *at, int64_t T) {
 }
 
 static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs *at, int64_t hb) {
-    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, hb * at->head_dim, NULL, hb * at->head_dim,
+                                               at->act_precision);
     return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
 }
 
@@ -181,7 +183,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
      * positions). */
     unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
     void *xq = NULL;
-    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D);
+    loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D, at->act_precision);
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = front;
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
@@ -218,7 +220,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
             const loom_tensor *cache = a->dst_extra[part - 1];
             y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
         }
-        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy);
+        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy, at->act_precision);
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, y, ldy, T, nh, a->scratch));

@@ -64,6 +64,8 @@ int loom_fusion_rules_count(const loom_fusion_rules *r);
 loom_fusion_hw loom_fusion_rules_hw(const loom_fusion_rules *r);
 /* The mode named by the file's `mode:` key, or -1 when it has none. */
 int loom_fusion_rules_mode(const loom_fusion_rules *r);
+/* The file's `act_precision:` key (q8 or full), or LOOM_ACT_PREC_DEFAULT when it has none. */
+loom_act_precision loom_fusion_rules_act_precision(const loom_fusion_rules *r);
 /* Checkpoint settings: tolerance and action (defaults 2^-11 relative, warn). */
 double loom_fusion_rules_checkpoint_tol(const loom_fusion_rules *r);
 loom_checkpoint_action loom_fusion_rules_checkpoint_action(const loom_fusion_rules *r);

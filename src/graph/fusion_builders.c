@@ -37,6 +37,28 @@ int64_t fr_opt(const fr_ctx *c, const char *key, int64_t auto_value) {
 static const loom_node *gnode(const fr_ctx *c, const char *name) { return &c->g->nodes[fr_node(c, name)]; }
 static const loom_tensor *gt(const fr_ctx *c, int id) { return &c->g->tensors[id].t; }
 
+/* 1 when the matmul pattern node name multiplies by f32 activations (its
+ * optional loom_matmul_attrs say LOOM_ACT_PREC_FULL). */
+static int mm_full(const fr_ctx *c, const char *name) {
+    const loom_node *n = gnode(c, name);
+    return n->has_attrs && ((const loom_matmul_attrs *)(const void *)n->attrs)->act_precision == LOOM_ACT_PREC_FULL;
+}
+
+/* The activation precision the fused op takes from the matmul nodes names
+ * (space-separated), or -1 when they differ (the match is then refused: a
+ * fused op runs all its matmuls one way). */
+static int32_t fused_act(const fr_ctx *c, const char *names) {
+    int full = -1;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", names);
+    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        int f = mm_full(c, tok);
+        if (full >= 0 && f != full) return -1;
+        full = f;
+    }
+    return full ? LOOM_ACT_PREC_FULL : LOOM_ACT_PREC_Q8;
+}
+
 /* ------------------------------------------------------------ qkv_rope */
 
 static int build_qkv(const fr_ctx *c, fr_fused *f) {
@@ -57,9 +79,11 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
     /* i8 caches: the kv_append nodes' scale stores (the rule names them $k_scale, $v_scale) */
     int kscale = fr_var(c, "k_scale"), vscale = fr_var(c, "v_scale");
     if ((ks->dtype == LOOM_I8) != (kscale >= 0 && vscale >= 0)) return 0;
+    int32_t act = fused_act(c, "q k v");
+    if (act < 0) return 0;
     loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1],
                              .n_kv_heads = (int32_t)k->shape[1], .head_dim = (int32_t)q->shape[2],
-                             .block_heads = 0, .cache_dtype = ks->dtype};
+                             .block_heads = 0, .cache_dtype = ks->dtype, .act_precision = act};
     /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
     a.block_heads = (int32_t)fr_opt(c, "block_heads",
                                     loom_qkv_heads_per_block_for(x->shape[0], a.head_dim, a.n_heads,
@@ -150,11 +174,12 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     int res = fr_node(c, "residual");
     const loom_tensor *x = gt(c, fr_var(c, "x"));
     int a = act_of(act);
-    if (a < 0 || x->ndim != 2 || x->stride[1] != 1 || act->n_src != 1) return 0;
+    int32_t prec = fused_act(c, "gate up down");
+    if (a < 0 || prec < 0 || x->ndim != 2 || x->stride[1] != 1 || act->n_src != 1) return 0;
     const loom_tensor *wg = gt(c, fr_var(c, "w_gate"));
     /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
     int64_t bn_auto = loom_ffn_block_cols_for(x->shape[0], wg->shape[0], c->hw.l3_bytes);
-    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto)};
+    loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto), .act_precision = prec};
     f->op = LOOM_OP_FFN;
     f->n_src = 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");

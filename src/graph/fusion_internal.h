@@ -56,6 +56,7 @@ struct loom_fusion_rules {
     loom_checkpoint_action ckpt_action;
     int     ckpt_layers, ckpt_logits;   /* checkpoint sets */
     int64_t max_fusion_block_size;      /* 0 = none */
+    loom_act_precision act_precision;   /* the `act_precision:` key; LOOM_ACT_PREC_DEFAULT = none */
 };
 
 /* One match: graph node per pattern node, tensor id per variable. */

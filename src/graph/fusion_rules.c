@@ -454,6 +454,9 @@ static loom_status parse_root(pctx *p) {
             if (!scalar(v) || loom_mode_parse(scalar(v), &md) != LOOM_OK)
                 return perr(p, v, "mode: expected step_by_step, fused or fused_with_checkpoints");
             p->r->mode = (int)md;
+        } else if (!strcmp(key, "act_precision")) {
+            if (!scalar(v) || loom_act_precision_parse(scalar(v), &p->r->act_precision) != LOOM_OK)
+                return perr(p, v, "act_precision: expected q8 or full, found '%s'", scalar(v) ? scalar(v) : "?");
         } else if (!strcmp(key, "hardware")) {
             LOOM_TRY(parse_hw(p, v));
         } else if (!strcmp(key, "checkpoints")) {
@@ -469,8 +472,8 @@ static loom_status parse_root(pctx *p) {
         } else if (!strcmp(key, "presets")) {
             presets = v;  /* after the rules, which presets name */
         } else {
-            return perr(p, k, "unknown key '%s' (expected version, mode, hardware, checkpoints, "
-                              "max_fusion_block_size, rules, presets)", key);
+            return perr(p, k, "unknown key '%s' (expected version, mode, act_precision, hardware, "
+                              "checkpoints, max_fusion_block_size, rules, presets)", key);
         }
     }
     if (!have_rules) return perr(p, root, "expected a 'rules' list");
@@ -588,6 +591,9 @@ loom_fusion_hw loom_fusion_rules_hw(const loom_fusion_rules *r) {
 }
 
 int loom_fusion_rules_mode(const loom_fusion_rules *r) { return r ? r->mode : -1; }
+loom_act_precision loom_fusion_rules_act_precision(const loom_fusion_rules *r) {
+    return r ? r->act_precision : LOOM_ACT_PREC_DEFAULT;
+}
 double loom_fusion_rules_checkpoint_tol(const loom_fusion_rules *r) { return r ? r->ckpt_tol : 1.0 / 2048.0; }
 loom_checkpoint_action loom_fusion_rules_checkpoint_action(const loom_fusion_rules *r) {
     return r ? r->ckpt_action : LOOM_CHECKPOINT_WARN;

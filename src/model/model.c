@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/cpu.h"
 #include "base/status.h"
+#include "graph/act_precision.h"
 #include "model/llama_st.h"
 
 /* KV caches come from anonymous mappings: zero-filled by the kernel and only
@@ -100,6 +101,7 @@ static loom_status build_forward(void *ctx, loom_graph *g, const loom_step *s, i
     }
     *out = loom_llama_build(g, c, &m->w, ids, m->kc, m->vc, m->k_scale ? m->ksc : NULL,
                             m->k_scale ? m->vsc : NULL, n, pos, tr->all_logits);
+    loom_graph_set_act_precision(g, m->params.act_precision); /* into the matmul nodes' attributes */
     return loom_graph_status(g);
 }
 
@@ -122,6 +124,8 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
                        params.kv_dtype != LOOM_BF16 && params.kv_dtype != LOOM_I8,
                    LOOM_ERR_INVALID_ARG, "KV cache dtype %s: expected f32, f16, bf16 or i8",
                    loom_dtype_name(params.kv_dtype));
+    /* activations against quantized weights: the caller's, the rules file's, loom's default */
+    LOOM_TRY(loom_act_precision_resolve(params.act_precision, params.rules_path, &params.act_precision));
     loom_model *m = calloc(1, sizeof *m);
     LOOM_RETURN_IF(!m, LOOM_ERR_NOMEM, "out of memory");
     m->params = params;

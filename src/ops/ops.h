@@ -76,6 +76,11 @@ typedef enum loom_op {
 
 /* ---------------------------------------------------------- attributes */
 
+/* Optional (NULL = all fields zero): act_precision is a loom_act_precision;
+ * LOOM_ACT_PREC_FULL multiplies block-quantized W by f32 x, anything else
+ * quantizes x to q8 (src/ops/matmul/matmul.h). Float W ignore it. */
+typedef struct { int32_t act_precision; } loom_matmul_attrs;
+
 typedef struct { float eps; } loom_rms_norm_attrs;                 /* eps > 0 */
 
 typedef struct {
@@ -142,6 +147,7 @@ typedef struct {
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
+    int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 #define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */
@@ -155,6 +161,7 @@ typedef struct {
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
+    int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
 

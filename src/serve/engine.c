@@ -9,6 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/status.h"
+#include "graph/act_precision.h"
 
 static const char *const finish_names[] = {"", "stop", "length", "cancelled", "error"};
 
@@ -76,6 +77,7 @@ static loom_status build(void *ctx, loom_graph *g, const loom_step *s, int *out)
                               .v_scale = i8 ? e->vs_id : NULL, .n_blocks = e->n_blocks, .block_size = e->bs,
                               .max_seqs = e->p.n_seq_max, .max_kv = e->p.seq_len};
     *out = loom_llama_build_paged(g, c, &e->m->w, &io, n, n_out);
+    loom_graph_set_act_precision(g, e->m->params.act_precision); /* the model's, as its own programs */
     return loom_graph_status(g);
 }
 

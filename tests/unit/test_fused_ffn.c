@@ -138,7 +138,8 @@ static void test_swiglu(void) {
 
 static float leaky(float x, void *user) { return x > 0 ? x : x * *(const float *)user; }
 
-static double tol_for(loom_dtype dt, int64_t K) {
+static double tol_for(loom_dtype dt, int64_t K, loom_act_precision act) {
+    if (act == LOOM_ACT_PREC_FULL) return 1.0 / 2048;  /* quantized W against f32 x */
     switch (dt) {
     case LOOM_F32: return 1.0 / 2048;
     case LOOM_F16: return 1.0 / 256;
@@ -168,6 +169,7 @@ static void test_ffn(void) {
         p.act = (loom_act)(LOOM_ACT_SILU + it % 4);
         if (custom) { p.custom_act = leaky; p.custom_user = &slope; }
         if (it % 5 == 1) p.block_n = 1 + it % 40;
+        if (quant && it % 12 >= 6) p.act_precision = LOOM_ACT_PREC_FULL;
         loom_tensor yr = mat(M, D, D, 0), y1 = mat(M, D, D, 0);
         loom_status rs = loom_ffn_ref(&x, &wgu, merged ? NULL : &wu, &wd, with_res ? &res : NULL, &p, &yr);
         CHECK_MSG(rs == LOOM_OK, "reference ffn (%s): %s", loom_dtype_name(dt), loom_last_error());
@@ -176,9 +178,9 @@ static void test_ffn(void) {
             loom_status s = loom_ffn(&x, &wgu, merged ? NULL : &wu, &wd, with_res ? &res : NULL, &p, &y, pools[t]);
             CHECK_MSG(s == LOOM_OK, "ffn %s: %s", loom_dtype_name(dt), loom_last_error());
             char what[96];
-            snprintf(what, sizeof what, "ffn %s M=%lld D=%lld H=%lld t=%d", loom_dtype_name(dt), (long long)M,
-                     (long long)D, (long long)H, t);
-            close_all(&y, &yr, tol_for(dt, D > H ? D : H), what);
+            snprintf(what, sizeof what, "ffn %s act %s M=%lld D=%lld H=%lld t=%d", loom_dtype_name(dt),
+                     loom_act_precision_name(p.act_precision), (long long)M, (long long)D, (long long)H, t);
+            close_all(&y, &yr, tol_for(dt, D > H ? D : H, p.act_precision), what);
             if (t == 0) memcpy(y1.data, y.data, (size_t)(M * D) * sizeof(float));
             else CHECK_MSG(same_bits(&y, &y1), "%s: differs from 1 thread", what);
             /* the same call in a caller's workspace (garbage in it) gives the same bits */
@@ -202,6 +204,10 @@ static void test_ffn(void) {
                 y = mat(2, 8, 8, 0);
     CHECK(loom_ffn(&x, &wg, &wg, &wd, NULL, NULL, &y, NULL) == LOOM_ERR_SHAPE);
     CHECK(strstr(loom_last_error(), "w_gate") != NULL);
+    loom_ffn_params bad = loom_ffn_default_params();
+    bad.act_precision = LOOM_ACT_PREC_COUNT;
+    CHECK(loom_ffn(&x, &wg, &wg, &wd, NULL, &bad, &y, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "act_precision") != NULL);
     /* workspace: too small, misaligned, bad thread count */
     loom_tensor wg2 = weights(LOOM_F32, 5, 8, 1);
     size_t need = 0;

@@ -17,6 +17,8 @@
  *       |y - ref| <= E * Q * (1 + 2^-10) + 2^-11 * max(1, |ref|),
  *     the last term covering f32 rounding of the sums. Q is not loose:
  *     test_matmul_q.c builds inputs whose error is 31/32 of it.
+ *   quantized weights with full activations (act = LOOM_ACT_PREC_FULL): x is
+ *     not quantized, so the f32 rule, 2^-11 * max(1, |ref|).
  */
 #ifndef LOOM_TEST_MATMUL_Q_COMMON_H
 #define LOOM_TEST_MATMUL_Q_COMMON_H
@@ -59,6 +61,7 @@ static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 typedef struct mq {
     int64_t M, N, K, ldx, ldw, ldy;
     loom_dtype wt;
+    loom_act_precision act; /* LOOM_ACT_PREC_FULL: f32 x, the f32 tolerance */
     float *x;            /* [M, ldx] */
     void *w;             /* N rows of ldw elements of wt */
     float *wf;           /* W as f32, [N, K] */
@@ -152,7 +155,7 @@ static int mq_reads_y(const mq *p) {
 static loom_matmul_args mq_args(const mq *p, float *y, int64_t ldy) {
     loom_matmul_args a = {.x = p->x, .ldx = p->ldx, .w = p->w, .ldw = p->ldw, .wtype = p->wt,
                           .y = y, .ldy = ldy, .M = p->M, .N = p->N, .K = p->K,
-                          .ep = p->has_ep ? &p->ep : NULL};
+                          .ep = p->has_ep ? &p->ep : NULL, .act = p->act};
     return a;
 }
 
@@ -221,14 +224,14 @@ static int max_report = 12;
 
 /* Compares y with ref; returns the largest |y - ref| / allowed seen (<= 1 passes). */
 static double mq_compare(const mq *p, const char *what) {
-    int quant = loom_dtype_is_quantized(p->wt);
+    int quant = loom_dtype_is_quantized(p->wt) && p->act != LOOM_ACT_PREC_FULL;
     double worst = 0.0;
     for (int64_t m = 0; m < p->M; m++)
         for (int64_t n = 0; n < p->N; n++) {
             double o = p->y[m * p->ldy + n], r = p->ref[m * p->N + n];
             double rel = fabs(r) > 1.0 ? fabs(r) : 1.0;
             double allowed = quant ? p->amp * mq_qbound(p, m, n) * (1.0 + 1.0 / 1024) + rel / 2048
-                                   : float_tol(p->wt, p->K) * rel;
+                                   : float_tol(loom_dtype_is_quantized(p->wt) ? LOOM_F32 : p->wt, p->K) * rel;
             double e = isnan(o) && isnan(r) ? 0.0 : fabs(o - r) / allowed;
             if (!(e <= 1.0)) {
                 if (max_report-- > 0)
@@ -246,7 +249,8 @@ static double mq_compare(const mq *p, const char *what) {
  * bit-identical bytes for nth = 2, 3, 5. Returns the worst error ratio. */
 static double mq_check(mq *p, loom_isa isa) {
     char what[64];
-    snprintf(what, sizeof what, "%s %s", loom_isa_name(isa), loom_dtype_name(p->wt));
+    snprintf(what, sizeof what, "%s %s%s", loom_isa_name(isa), loom_dtype_name(p->wt),
+             p->act == LOOM_ACT_PREC_FULL ? " full" : "");
     loom_status s = mq_run(p, isa, 1);
     CHECK_MSG(s == LOOM_OK, "%s: %s", what, loom_last_error());
     double worst = mq_compare(p, what);

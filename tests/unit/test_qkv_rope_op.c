@@ -3,7 +3,8 @@
  * the primitive kernels of the same level: bit-identical Q and cache rows, at
  * every level, for both RoPE pairings, partial rotation (n_rot < D), GQA,
  * decode (T < 8: GEMV, one head per item) and prefill (T >= 8), f32 and q8_0
- * weights (x quantized once per kernel), 1 and 3 threads, explicit and
+ * weights (x quantized once per kernel), q8_0, q4_0 and q4_1 weights with
+ * full activations (the matmuls' attribute; f32 x), 1 and 3 threads, explicit and
  * automatic heads per item, f32, f16, bf16 and i8 caches (K and V rounded or
  * quantized into the cache as kv_append does, i8 with the same scales); rows
  * of the caches (and scale stores) outside [pos, pos + T) stay untouched. */
@@ -21,6 +22,7 @@ typedef struct qcase {
     int64_t T, hid, H, HKV, D, n_rot, S_max;
     int pos, mode, block_heads, nth;
     loom_dtype wt;
+    loom_act_precision act;   /* of the three matmuls and the fused op */
 } qcase;
 
 static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
@@ -98,9 +100,10 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
         loom_tensor_init(&mk, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yk);
         loom_tensor_init(&mv, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yv);
         loom_tensor *outs[3] = {&mq, &mk, &mv};
+        const loom_matmul_attrs ma = {.act_precision = c->act};
         for (int i = 0; i < 3; i++) {
             const loom_tensor *s[2] = {&tx, &tw[i]};
-            CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, NULL, outs[i], c->nth) == LOOM_OK);
+            CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, &ma, outs[i], c->nth) == LOOM_OK);
         }
         loom_tensor rq, rk, rqo, cK, cV, sk, sv;
         loom_tensor_init(&rq, LOOM_F32, 3, (const int64_t[3]){T, H, D}, yq);
@@ -125,7 +128,7 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     }
     /* the fused op */
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
-                              .block_heads = c->block_heads, .cache_dtype = ct};
+                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act};
     loom_tensor to, cK, cV;
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
     loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
@@ -143,10 +146,10 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
-    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d cache %s: "
+    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s act %s block_heads=%d nth=%d cache %s: "
               "fused qkv_rope differs from matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
               (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
-              loom_dtype_name(c->wt), c->block_heads, c->nth, loom_dtype_name(ct));
+              loom_dtype_name(c->wt), loom_act_precision_name(c->act), c->block_heads, c->nth, loom_dtype_name(ct));
     for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
     free(x);
@@ -154,14 +157,19 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
 
 static void test_against_decomposition(void) {
     const qcase cases[] = {
-        /* T, hid, H, HKV, D, n_rot, S_max, pos, mode, block_heads, nth, wt */
-        {1, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32},
-        {3, 96, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32},
-        {19, 64, 4, 4, 16, 16, 40, 7, LOOM_ROPE_HALF, 0, 3, LOOM_F32},
-        {37, 96, 9, 3, 32, 32, 64, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32},
-        {37, 96, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32},
-        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0},
-        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0},
+        /* T, hid, H, HKV, D, n_rot, S_max, pos, mode, block_heads, nth, wt, act */
+        {1, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {3, 96, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {19, 64, 4, 4, 16, 16, 40, 7, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {37, 96, 9, 3, 32, 32, 64, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {37, 96, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
+        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_FULL},
+        {1, 96, 6, 3, 32, 32, 16, 2, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
+        {19, 96, 6, 3, 32, 16, 40, 7, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
+        {3, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_Q4_0, LOOM_ACT_PREC_FULL},
+        {9, 64, 4, 2, 16, 16, 16, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_0, LOOM_ACT_PREC_FULL},
     };
     const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)

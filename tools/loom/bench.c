@@ -1,5 +1,6 @@
 /* loom bench: prompt processing and generation speed with llama-bench's
- * semantics. For every mode x KV cache type x thread count x depth x test:
+ * semantics. For every mode x KV cache type x activation precision x thread
+ * count x depth x test:
  *   ppN  N prompt tokens (BOS then pseudo-random ids) in one forward pass;
  *        tokens/s = N / time.
  *   tgN  N tokens generated one at a time; tokens/s = N / time.
@@ -101,7 +102,7 @@ static int parse_int_list(const char *opt, const char *s, int *v, int *n, int mi
 }
 
 typedef struct result {
-    const char *mode, *kv_dtype;
+    const char *mode, *kv_dtype, *act;
     int threads, depth;
     char test[32];
     int n_tokens;
@@ -145,7 +146,7 @@ static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, in
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *p_s = "512", *n_s = "128", *t_s = NULL, *mode_s = NULL, *d_s = "0",
-               *ct_s = "f32", *rules = NULL, *preset = NULL;
+               *ct_s = "f32", *rules = NULL, *preset = NULL, *act_s = NULL;
     int reps = 5, json = 0;
     char t_default[16]; /* the CPUs loom may run on */
     snprintf(t_default, sizeof t_default, "%d", loom_model_default_params().n_threads);
@@ -158,6 +159,8 @@ int cmd_bench(int argc, char **argv) {
         {"-d", "--n-depth", ARG_STR, &d_s, "N[,N..]",
          "tokens already in the KV cache when a test starts (default 0)"},
         {NULL, "--kv-dtype", ARG_STR, &ct_s, "T[,T..]", "KV cache dtypes: f32, f16, bf16, i8 (default f32)"},
+        {NULL, "--act-precision", ARG_STR, &act_s, "A[,A..]",
+         "activations against quantized weights: q8, full (default: the rules', else loom's)"},
         {NULL, "--mode", ARG_STR, &mode_s, "M[,M..]",
          "execution modes (default: $LOOM_MODE, the rules', fused)"},
         {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
@@ -166,7 +169,8 @@ int cmd_bench(int argc, char **argv) {
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of a table"},
     };
     const char *usage = "[-m MODEL] [-p 512] [-n 128] [-t 1,2] [-d 0,2048] [--kv-dtype f32,bf16] "
-                        "[--mode fused,step_by_step] [--rules FILE] [--fusion-preset NAME] [-r 5] [--json]";
+                        "[--act-precision q8,full] [--mode fused,step_by_step] [--rules FILE] "
+                        "[--fusion-preset NAME] [-r 5] [--json]";
     int r = args_parse("bench", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
     int pv[MAX_LIST], nv[MAX_LIST], tv[MAX_LIST], dv[MAX_LIST], np, nn, nt, nd, nm = 0, nc = 0;
@@ -183,6 +187,21 @@ int cmd_bench(int argc, char **argv) {
     if (nc == 0) {
         fprintf(stderr, "loom bench: --kv-dtype is empty\n");
         return 1;
+    }
+    loom_act_precision av[MAX_LIST] = {LOOM_ACT_PREC_DEFAULT};
+    int na = 1;
+    if (act_s) {
+        char act_buf[256];
+        snprintf(act_buf, sizeof act_buf, "%s", act_s);
+        na = 0;
+        for (char *save = NULL, *tok = strtok_r(act_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (na >= MAX_LIST || cli_act_precision("bench", tok, &av[na])) return 1;
+            na++;
+        }
+        if (na == 0) {
+            fprintf(stderr, "loom bench: --act-precision is empty\n");
+            return 1;
+        }
     }
     if (reps < 1 || reps > 1000) {
         fprintf(stderr, "loom bench: -r must be in 1..1000, got %d\n", reps);
@@ -220,7 +239,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < nd; i++) max_depth = dv[i] > max_depth ? dv[i] : max_depth;
     int max_tokens = max_depth + max_test;
 
-    result *res = calloc((size_t)nm * nc * nt * nd * (np + nn), sizeof *res);
+    result *res = calloc((size_t)nm * nc * na * nt * nd * (np + nn), sizeof *res);
     double *tps = malloc((size_t)reps * sizeof *tps);
     int32_t *toks = malloc((size_t)max_tokens * sizeof *toks);
     float *logits = NULL;
@@ -230,8 +249,10 @@ int cmd_bench(int argc, char **argv) {
     if (!res || !tps || !toks) goto done;
     for (int mi = 0; mi < nm; mi++) {
         for (int ci = 0; ci < nc; ci++) {
-            for (int ti = 0; ti < nt; ti++) {
+            for (int ai = 0; ai < na * nt; ai++) {
+                int ti = ai % nt;
                 loom_model_params mp = loom_model_default_params();
+                mp.act_precision = av[ai / nt];
                 mp.n_threads = tv[ti];
                 mp.n_ctx = max_tokens;
                 mp.mode = modes[mi];
@@ -279,6 +300,7 @@ int cmd_bench(int argc, char **argv) {
                         result *re = &res[n_res];
                         re->mode = loom_mode_name(modes[mi]);
                         re->kv_dtype = loom_dtype_name(ctv[ci]);
+                        re->act = loom_act_precision_name(m->params.act_precision); /* as resolved */
                         re->threads = tv[ti];
                         re->depth = depth;
                         re->n_tokens = pp ? pp : tg;
@@ -320,11 +342,11 @@ int cmd_bench(int argc, char **argv) {
                desc.type, desc.bytes, desc.params, desc.backend, info.n_layers, info.dim, info.vocab_size, reps);
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
-            printf("%s\n  {\"mode\": \"%s\", \"kv_dtype\": \"%s\", \"threads\": %d, \"test\": \"%s\", "
-                   "\"n_tokens\": %d, \"n_depth\": %d, "
+            printf("%s\n  {\"mode\": \"%s\", \"kv_dtype\": \"%s\", \"act_precision\": \"%s\", \"threads\": %d, "
+                   "\"test\": \"%s\", \"n_tokens\": %d, \"n_depth\": %d, "
                    "\"tps_median\": %.3f, \"tps_min\": %.3f, \"tps_max\": %.3f, \"tps_stdev\": %.3f, "
                    "\"peak_rss_mib\": %.1f, \"planned_intermediate_mib\": %.3f}",
-                   i ? "," : "", re->mode, re->kv_dtype, re->threads, re->test, re->n_tokens, re->depth,
+                   i ? "," : "", re->mode, re->kv_dtype, re->act, re->threads, re->test, re->n_tokens, re->depth,
                    re->median, re->min,
                    re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
         }
@@ -335,16 +357,16 @@ int cmd_bench(int argc, char **argv) {
         if (converted[0]) printf("weights converted at load: %s\n", converted);
         printf("\n");
         printf("| model | size | params | backend | mode | kv | threads | test | t/s (median) | min .. max | "
-               "stdev | peak RSS MiB | planned MiB |\n");
-        printf("|---|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|\n");
+               "stdev | peak RSS MiB | planned MiB | act |\n");
+        printf("|---|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|---:|---|\n");
         for (int i = 0; i < n_res; i++) {
             const result *re = &res[i];
             char test[64];
             if (re->depth) snprintf(test, sizeof test, "%s @ d%d", re->test, re->depth);
             else snprintf(test, sizeof test, "%s", re->test);
-            printf("| %s | %s | %s | %s | %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f |\n", desc.type,
-                   size_s, params_s, desc.backend, re->mode, re->kv_dtype, re->threads, test, re->median, re->min,
-                   re->max, re->stdev, re->peak_rss_mib, re->planned_mib);
+            printf("| %s | %s | %s | %s | %s | %s | %d | %s | %.2f | %.2f .. %.2f | %.2f | %.1f | %.2f | %s |\n",
+                   desc.type, size_s, params_s, desc.backend, re->mode, re->kv_dtype, re->threads, test, re->median,
+                   re->min, re->max, re->stdev, re->peak_rss_mib, re->planned_mib, re->act);
         }
     }
     rc = n_res > 0 ? 0 : 1;

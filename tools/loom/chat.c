@@ -242,7 +242,7 @@ static int chat_reply(chat_state *c, const char *user) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *system = NULL, *system_file = NULL, *tmpl_name = NULL,
-               *mode = NULL, *kv_dtype = NULL;
+               *mode = NULL, *kv_dtype = NULL, *act = NULL;
     int n_predict = 512, threads = loom_model_default_params().n_threads, n_ctx = 4096, top_k = 40, verbose = 0,
         last_n = 64;
     float temp = 0.7f, top_p = 0.9f, min_p = 0.0f, penalty = 1.0f;
@@ -271,13 +271,14 @@ int cmd_chat(int argc, char **argv) {
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N",
          "context length, 0 = the model's (default 4096, at most the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
+        {NULL, "--act-precision", ARG_STR, &act, "q8|full", CLI_ACT_PRECISION_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', fused)"},
         {"-v", "--verbose", ARG_FLAG, &verbose, NULL, "print speed and context use after each reply"},
     };
     const char *usage = "[-m MODEL] [-s SYSTEM | -sysf FILE] [--chat-template chatml|llama2] [-n N] [--temp T] "
                         "[--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--repeat-last-n N] "
-                        "[-r TEXT].. [--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [-v]";
+                        "[-r TEXT].. [--seed S] [-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [-v]";
     int r = args_parse("chat", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!seed.set) seed.value = cli_clock_seed();
@@ -305,6 +306,7 @@ int cmd_chat(int argc, char **argv) {
     loom_model_params mp = loom_model_default_params();
     mp.n_threads = threads;
     if (cli_kv_dtype("chat", kv_dtype, &mp.kv_dtype)) return 1;
+    if (cli_act_precision("chat", act, &mp.act_precision)) return 1;
     if (loom_model_params_set_mode(&mp, mode) != LOOM_OK) return cli_fail("chat", "--mode");
     /* --repeat-last-n -1 (the context) is set once the context is known */
     loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed.value,

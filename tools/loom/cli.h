@@ -57,6 +57,14 @@ int cli_read_text(const char *cmd, const char *opt, const char *path, char **tex
  * after printing the error. */
 int cli_check_rules(const char *cmd, const char *rules, const char *preset);
 
+/* The activation precision of --act-precision: "q8" or "full"; NULL gives
+ * LOOM_ACT_PREC_DEFAULT (the rules file's, else loom's default). Prints an
+ * error naming the value and returns 1 otherwise. */
+int cli_act_precision(const char *cmd, const char *name, loom_act_precision *out);
+#define CLI_ACT_PRECISION_HELP \
+    "activations against quantized weights: q8 (8-bit, int8 products) or full (f32) " \
+    "(default: the rules' act_precision:, else loom's; docs/models.md)"
+
 /* Encodes text with BOS into a malloc'd array (*ids); checks it fits n_ctx. */
 int cli_encode(const char *cmd, const loom_tokenizer *tok, const char *text, int n_ctx,
                int32_t **ids, int *n_ids);

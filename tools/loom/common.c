@@ -42,6 +42,16 @@ int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out) {
     return 1;
 }
 
+int cli_act_precision(const char *cmd, const char *name, loom_act_precision *out) {
+    if (!name) {
+        *out = LOOM_ACT_PREC_DEFAULT;
+        return 0;
+    }
+    if (loom_act_precision_parse(name, out) == LOOM_OK) return 0;
+    fprintf(stderr, "loom %s: --act-precision expects q8 or full, got '%s'\n", cmd, name);
+    return 1;
+}
+
 int cli_resolve_model(const char *cmd, const char **model_path, char *buf, size_t n) {
     if (*model_path) return 0;
     cli_default_model(buf, n);

@@ -15,6 +15,7 @@ typedef struct prof_opts {
     const char *model_path, *tok_path, *prompt, *rules, *preset;
     int threads, n_ctx, prompt_len, decode_steps, reps;
     loom_dtype kv_dtype;
+    loom_act_precision act;
 } prof_opts;
 
 /* The model's tensors converted at load (K-quants), for the header. */
@@ -86,6 +87,7 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
     mp.n_threads = o->threads;
     mp.n_ctx = o->n_ctx;
     mp.kv_dtype = o->kv_dtype;
+    mp.act_precision = o->act;
     mp.mode = mode;
     mp.rules_path = o->rules;
     mp.fusion_preset = o->preset;
@@ -150,7 +152,7 @@ done:
 
 int cmd_profile(int argc, char **argv) {
     prof_opts o = {.threads = loom_model_default_params().n_threads, .decode_steps = 1, .reps = 5};
-    const char *mode = NULL, *svg = NULL, *kv_dtype = NULL;
+    const char *mode = NULL, *svg = NULL, *kv_dtype = NULL, *act = NULL;
     int json = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &o.model_path, "MODEL", "GGUF model or llama2.c checkpoint"},
@@ -165,6 +167,7 @@ int cmd_profile(int argc, char **argv) {
         {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &o.n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
+        {NULL, "--act-precision", ARG_STR, &act, "q8|full", CLI_ACT_PRECISION_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "profile only this mode (default: step_by_step and fused side by side)"},
         {NULL, "--rules", ARG_STR, &o.rules, "FILE", "fusion rules YAML (default: built in)"},
@@ -173,7 +176,8 @@ int cmd_profile(int argc, char **argv) {
         {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
     };
     const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-r N] [-t N] "
-                        "[-c N] [--kv-dtype T] [--mode MODE] [--rules FILE] [--fusion-preset NAME] [--json] "
+                        "[-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [--rules FILE] "
+                        "[--fusion-preset NAME] [--json] "
                         "[--svg FILE]";
     int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -188,7 +192,7 @@ int cmd_profile(int argc, char **argv) {
         fprintf(stderr, "loom profile: give either -p or a --prompt-len >= 1\n");
         return 1;
     }
-    if (cli_kv_dtype("profile", kv_dtype, &o.kv_dtype)) return 1;
+    if (cli_kv_dtype("profile", kv_dtype, &o.kv_dtype) || cli_act_precision("profile", act, &o.act)) return 1;
     if (o.reps < 1 || o.reps > 1000) {
         fprintf(stderr, "loom profile: -r must be in 1..1000, got %d\n", o.reps);
         return 1;

@@ -8,6 +8,7 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "model/stop_strings.h"
+#include "model/model.h"
 
 /* The text of token after prev (NULL when nothing is to be printed). Like
  * run.c, skips pieces that are a single unprintable, non-space byte. */
@@ -24,7 +25,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = NULL, *prompt_file = NULL, *mode = NULL,
                *dump = NULL;
     const char *rules = NULL, *preset = NULL, *ckpt_action = NULL;  /* fusion (docs/fusion.md) */
-    const char *kv_dtype = NULL;
+    const char *kv_dtype = NULL, *act = NULL;
     int n_new = 256, threads = loom_model_default_params().n_threads, n_ctx = 0, top_k = 0, last_n = 64;
     float temp = 1.0f, top_p = 0.9f, min_p = 0.0f, penalty = 1.0f;
     arg_u64 seed = {0};  /* not given: taken from the clock */
@@ -50,6 +51,7 @@ int cmd_run(int argc, char **argv) {
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "context length (default: the model's)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
+        {NULL, "--act-precision", ARG_STR, &act, "q8|full", CLI_ACT_PRECISION_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
          "fused)"},
@@ -61,7 +63,7 @@ int cmd_run(int argc, char **argv) {
     };
     const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | -f FILE] [-n N] [--temp T] [--top-k K] "
                         "[--top-p P] [--min-p P] [--repeat-penalty X] [--repeat-last-n N] [--stop TEXT].. "
-                        "[--seed S] [-t N] [-c N] [--kv-dtype T] [--mode MODE] [--dump DIR] "
+                        "[--seed S] [-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [--dump DIR] "
                         "[--rules FILE] [--fusion-preset NAME] [--checkpoint-action warn|fail]";
     int r = args_parse("run", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -91,6 +93,7 @@ int cmd_run(int argc, char **argv) {
     mp.n_threads = threads;
     mp.n_ctx = n_ctx;
     if (cli_kv_dtype("run", kv_dtype, &mp.kv_dtype)) return 1;
+    if (cli_act_precision("run", act, &mp.act_precision)) return 1;
     mp.dump_dir = dump;
     mp.rules_path = rules;
     mp.fusion_preset = preset;
@@ -187,10 +190,11 @@ int cmd_run(int argc, char **argv) {
     printf("\n");
     fflush(stdout); /* the statistics start on their own line, after the text */
     fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | "
-                    "threads %d, mode %s, seed %llu\n",
+                    "threads %d, mode %s, activations %s, seed %llu\n",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
             n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
-            loom_mode_name(mp.mode), (unsigned long long)seed.value);
+            loom_mode_name(mp.mode), loom_act_precision_name(model->params.act_precision),
+            (unsigned long long)seed.value);
     if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
 done:

@@ -1,5 +1,7 @@
 /*
- * GEMM path of the matmul family (M >= LOOM_GEMM_MIN_M, float weights).
+ * GEMM path of the matmul family (M >= LOOM_GEMM_MIN_M): float weights, and
+ * block-quantized weights with full activations (their blocks dequantized to
+ * f32 while packing B, loom_matmul_full_act).
  *
  * BLIS-style loops over one thread's rectangle of y:
  *   jc (nc columns) -> pc (kc of K) -> ic (mc rows): pack the A block (mc x kc)
@@ -91,20 +93,22 @@ void loom_gemm_set_blocks(int64_t kc, int64_t mc, int64_t nc) {
  * smaller blocks measured slower on one thread (x packed again for more
  * column blocks), larger ones slower on two (L3 overflows). Only kc changes
  * the order of the sums, and it depends on K alone. */
-static void make_plan(const loom_gemm_kset *ks, int64_t K, int nth, gemm_plan *p) {
+static void make_plan(const loom_gemm_kset *ks, loom_dtype wt, int64_t K, int nth, gemm_plan *p) {
     const loom_cpu_features *f = loom_cpu_get();
+    /* quantized W is packed whole blocks at a time */
+    const int64_t kq = loom_dtype_is_quantized(wt) ? LOOM_QBLOCK : 16;
     int64_t l2 = clamp64(f->l2_bytes, 256 << 10, 8 << 20);
     int64_t l3 = clamp64(f->l3_bytes, 2 << 20, 64 << 20);
     p->ks = ks;
     int64_t kc_max = clamp64(l2 / 4 / (ks->nr * ks->elem) / 16 * 16, 256, 4096);
     /* equal blocks, so a K just above kc_max does not leave a sliver */
-    p->kc = round_up(ceil_div(K, ceil_div(K, kc_max)), 16);
+    p->kc = round_up(ceil_div(K, ceil_div(K, kc_max)), kq);
     int64_t kbytes = p->kc * ks->elem;
     p->mc_one = round_up(clamp64(l3 / 8 / kbytes, 1, 1 << 16), ks->mr);
     p->mc_multi = round_up(clamp64(l3 / 16 / kbytes, 1, 1 << 16), ks->mr);
     p->nc_max = clamp64(l3 / 4 / nth / kbytes / ks->nr, 1, 1 << 16) * ks->nr;
     p->nc_alias = round_up(256, ks->nr);
-    if (forced.kc > 0) p->kc = round_up(ceil_div(K, ceil_div(K, forced.kc)), 16);
+    if (forced.kc > 0) p->kc = round_up(ceil_div(K, ceil_div(K, forced.kc)), kq);
     if (forced.mc > 0) p->mc_one = p->mc_multi = round_up(forced.mc, ks->mr);
     if (forced.nc > 0) p->nc_max = round_up(forced.nc, ks->nr);
 }
@@ -150,7 +154,7 @@ typedef struct gemm_ctx {
     const loom_matmul_args *a;
     const loom_gemm_kset *ks;
     const gemm_plan *p;
-    size_t wsize;                  /* bytes per W element */
+    size_t wrow;                   /* bytes per W row */
     size_t a_panel, b_panel;       /* bytes per packed micro-panel at full kc */
     char *pa, *pb;                 /* packed A block, packed B block */
     float *save;                   /* old y of the chunk when mul/residual alias y */
@@ -183,7 +187,6 @@ static void gemm_rect(const gemm_ctx *g, int64_t m0, int64_t m1, int64_t n0, int
     const int one_block = mc >= m1 - m0;
     const int64_t nc = one_block ? n1 - n0 : block_len(n1 - n0, g->p->nc_max, nr);
     const int64_t save_ld = n1 - n0;
-    const size_t wrow = (size_t)a->ldw * g->wsize;
     for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t ncur = n1 - jc < nc ? n1 - jc : nc;
         for (int64_t pc = 0; pc < K; pc += kc_full) {
@@ -200,8 +203,8 @@ static void gemm_rect(const gemm_ctx *g, int64_t m0, int64_t m1, int64_t n0, int
                     int cols = (int)(ncur - jr < nr ? ncur - jr : nr);
                     char *bp = g->pb + (one_block ? 0 : (jr / nr) * g->b_panel);
                     if (ic == m0) {
-                        const char *w =
-                            (const char *)a->w + (size_t)(jc + jr) * wrow + (size_t)pc * g->wsize;
+                        const char *w = (const char *)a->w + (size_t)(jc + jr) * g->wrow +
+                                        loom_dtype_row_bytes(a->wtype, pc);
                         ks->pack_b(w, a->ldw, cols, kc, bp);
                     }
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
@@ -233,7 +236,7 @@ size_t loom_gemm_scratch_size(const loom_matmul_args *a) {
     for (int i = 0; i < 4; i++) {
         if (!sets[i]) continue;
         gemm_plan p;
-        make_plan(sets[i], a->K, 1, &p);  /* one thread: the largest blocks */
+        make_plan(sets[i], a->wtype, a->K, 1, &p);  /* one thread: the largest blocks */
         size_t t = plan_scratch(&p, a);
         if (t > s) s = t;
     }
@@ -242,7 +245,7 @@ size_t loom_gemm_scratch_size(const loom_matmul_args *a) {
 
 loom_status loom_gemm_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
     gemm_plan p;
-    make_plan(pick_kset(isa, a->wtype), a->K, nth, &p);
+    make_plan(pick_kset(isa, a->wtype), a->wtype, a->K, nth, &p);
     const loom_gemm_kset *ks = p.ks;
 
     /* Split N in nr-multiples unless splitting M in mr-multiples gives the
@@ -260,7 +263,7 @@ loom_status loom_gemm_run(const loom_matmul_args *a, loom_isa isa, int ith, int 
     int64_t kg = round_up(p.kc, ks->kstep);
     size_t ab, bb;
     plan_bytes(&p, m1 - m0, n1 - n0, &ab, &bb);
-    gemm_ctx g = {.a = a, .ks = ks, .p = &p, .wsize = loom_dtype_size(a->wtype)};
+    gemm_ctx g = {.a = a, .ks = ks, .p = &p, .wrow = loom_dtype_row_bytes(a->wtype, a->ldw)};
     g.a_panel = (size_t)ks->mr * (size_t)kg * (size_t)ks->elem;
     g.b_panel = (size_t)ks->nr * (size_t)kg * (size_t)ks->elem;
     g.pa = align64(scratch);

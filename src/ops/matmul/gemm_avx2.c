@@ -2,8 +2,9 @@
  * AVX2 + FMA GEMM kernel set (CPUs without AVX-512): a 6 x 16 tile (12 ymm
  * accumulators, two B vectors, one broadcast), W transposed into 16-wide
  * k-major panels with 8 x 8 register transposes (f16 widened with F16C, bf16
- * by a 16-bit shift), and a vectorised epilogue with the same formulas and
- * NaN/Inf behaviour as the AVX-512 one (gemm_avx512_ep.c).
+ * by a 16-bit shift, quantized blocks dequantized for full activations), and
+ * a vectorised epilogue with the same formulas and NaN/Inf behaviour as the
+ * AVX-512 one (gemm_avx512_ep.c).
  */
 #include "ops/matmul/gemm_kernels.h"
 
@@ -71,6 +72,72 @@ LOOM_TARGET_AVX2 static void pack_b_f16(const void *w, int64_t ldw, int cols, in
 }
 LOOM_TARGET_AVX2 static void pack_b_bf16(const void *w, int64_t ldw, int cols, int64_t kc, void *d) {
     pack_b_any(w, ldw, cols, kc, d, LOOM_BF16);
+}
+
+/* Quantized W (full activations): block blk as four vectors of 8 f32,
+ * elements 8j .. 8j+7 in v[j], rounded as the reference dequantization
+ * (loom_row_to_f32) rounds them: d * q, d * (q - 8), d * q + m. */
+LOOM_TARGET_AVX2 static inline void deq_block(loom_dtype wt, const uint8_t *blk, __m256 v[4]) {
+    uint16_t h[2];
+    memcpy(h, blk, sizeof h);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(h[0]));
+    __m256i q[4];
+    if (wt == LOOM_Q8_0) {
+        for (int j = 0; j < 4; j++) q[j] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * j)));
+    } else {
+        __m128i b = _mm_loadu_si128((const __m128i *)(blk + (wt == LOOM_Q4_1 ? 4 : 2)));
+        __m256i v0 = _mm256_cvtepu8_epi32(b), v1 = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(b, b));
+        const __m256i low4 = _mm256_set1_epi32(0x0F);
+        q[0] = _mm256_and_si256(v0, low4), q[1] = _mm256_and_si256(v1, low4);
+        q[2] = _mm256_srli_epi32(v0, 4), q[3] = _mm256_srli_epi32(v1, 4);
+        if (wt == LOOM_Q4_0)
+            for (int j = 0; j < 4; j++) q[j] = _mm256_sub_epi32(q[j], _mm256_set1_epi32(8));
+    }
+    for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q[j]));
+    if (wt == LOOM_Q4_1) {
+        const __m256 m = _mm256_set1_ps(_cvtsh_ss(h[1]));
+        for (int j = 0; j < 4; j++) v[j] = _mm256_add_ps(v[j], m);
+    }
+}
+
+/* 8 rows at a time, one block (32 k) of each dequantized into registers and
+ * transposed as four 8 x 8 pieces. */
+LOOM_TARGET_AVX2 static inline void pack_b_q(loom_dtype wt, const void *w, int64_t ldw, int cols, int64_t kc,
+                                             float *d) {
+    const size_t rb = loom_dtype_row_bytes(wt, ldw), bs = loom_dtype_block_bytes(wt);
+    const size_t span = (size_t)(kc / LOOM_QBLOCK) * bs; /* bytes of a row this panel reads */
+    for (int g = 0; g < NR / 8; g++) {
+        for (int64_t k = 0; k < kc; k += LOOM_QBLOCK) {
+            size_t off = (size_t)(k / LOOM_QBLOCK) * bs;
+            __m256 r[4][8];
+            for (int i = 0; i < 8; i++) {
+                int n = g * 8 + i;
+                __m256 v[4];
+                if (n < cols) {
+                    const uint8_t *blk = (const uint8_t *)w + (size_t)n * rb + off;
+                    if (off + 512 < span) _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+                    deq_block(wt, blk, v);
+                } else {
+                    v[0] = v[1] = v[2] = v[3] = _mm256_setzero_ps();
+                }
+                for (int j = 0; j < 4; j++) r[j][i] = v[j];
+            }
+            for (int j = 0; j < 4; j++) {
+                loom_tr8x8(r[j]);
+                for (int i = 0; i < 8; i++) _mm256_store_ps(d + (k + 8 * j + i) * NR + g * 8, r[j][i]);
+            }
+        }
+    }
+}
+
+LOOM_TARGET_AVX2 static void pack_b_q8_0(const void *w, int64_t ldw, int cols, int64_t kc, void *d) {
+    pack_b_q(LOOM_Q8_0, w, ldw, cols, kc, d);
+}
+LOOM_TARGET_AVX2 static void pack_b_q4_0(const void *w, int64_t ldw, int cols, int64_t kc, void *d) {
+    pack_b_q(LOOM_Q4_0, w, ldw, cols, kc, d);
+}
+LOOM_TARGET_AVX2 static void pack_b_q4_1(const void *w, int64_t ldw, int cols, int64_t kc, void *d) {
+    pack_b_q(LOOM_Q4_1, w, ldw, cols, kc, d);
 }
 
 LOOM_TARGET_AVX2 static void pack_a(const float *x, int64_t ldx, int rows, int64_t kc, void *dst) {
@@ -225,9 +292,19 @@ LOOM_TARGET_AVX2 static void epilogue(const loom_gemm_tile_ep *t) {
 static const loom_gemm_kset kset_f32 = KSET("avx2.f32", pack_b_f32);
 static const loom_gemm_kset kset_f16 = KSET("avx2.f16", pack_b_f16);
 static const loom_gemm_kset kset_bf16 = KSET("avx2.bf16_as_f32", pack_b_bf16);
+static const loom_gemm_kset kset_q8_0 = KSET("avx2.q8_0_as_f32", pack_b_q8_0);
+static const loom_gemm_kset kset_q4_0 = KSET("avx2.q4_0_as_f32", pack_b_q4_0);
+static const loom_gemm_kset kset_q4_1 = KSET("avx2.q4_1_as_f32", pack_b_q4_1);
 
 const loom_gemm_kset *loom_gemm_kset_avx2(loom_dtype wt) {
-    return wt == LOOM_F16 ? &kset_f16 : wt == LOOM_BF16 ? &kset_bf16 : &kset_f32;
+    switch (wt) {
+    case LOOM_F16: return &kset_f16;
+    case LOOM_BF16: return &kset_bf16;
+    case LOOM_Q8_0: return &kset_q8_0;
+    case LOOM_Q4_0: return &kset_q4_0;
+    case LOOM_Q4_1: return &kset_q4_1;
+    default: return &kset_f32;
+    }
 }
 
 #else

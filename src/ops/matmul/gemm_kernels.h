@@ -59,7 +59,9 @@ int loom_gemm_tile_ep_init(loom_gemm_tile_ep *t, const loom_epilogue *e, float *
  * AVX-512), for drivers that finish tiles of their own (gemm_q, gemv). */
 void loom_gemm_tile_epilogue(loom_isa isa, const loom_gemm_tile_ep *t);
 
-/* Kernel sets for weight dtype wt (f32, f16, bf16). A set is only returned
+/* Kernel sets for weight dtype wt: f32, f16, bf16, or q8_0 / q4_0 / q4_1 with
+ * full activations (blocks dequantized to f32 as B is packed; then kc is a
+ * multiple of 32 and pack_b's w starts on a block). A set is only returned
  * for a level the build supports; callers check the CPU first, except for
  * reading mr/nr/kstep/elem (scratch sizing), which is always safe. */
 const loom_gemm_kset *loom_gemm_kset_generic(loom_dtype wt);

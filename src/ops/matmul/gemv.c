@@ -3,7 +3,8 @@
  * exactly once. Each thread takes a contiguous range of W rows (outputs n) and
  * computes them for all M rows of x, so no row of W is read twice. Quantized
  * weights are dotted in int8 against x quantized per block of 32 (q8), which
- * each thread does once per call into its own scratch.
+ * each thread does once per call into its own scratch, or, with full
+ * activations, dequantized in the kernel and multiplied by x in f32.
  *
  * This file holds the driver and the generic C kernels.
  */
@@ -18,9 +19,40 @@
 /* Rows per kernel call: the epilogue then runs on a tile that is still in L1. */
 #define GEMV_CHUNK 64
 
-/* Scratch: the quantized x rows (q weights), then one output tile. */
+/* Bytes of what full activations prepare from x (a multiple of 64): the
+ * block sums, or at M = 1 with q4 weights x in bf16 halves (AVX512_BF16). */
+static size_t sxo_bytes(const loom_matmul_args *a) {
+    size_t s = ((size_t)a->M * (size_t)(a->K / 32) * sizeof(float) + 63) & ~(size_t)63;
+#if defined(__x86_64__)
+    if (a->M == 1 && a->wtype != LOOM_Q8_0) {
+        size_t b = (loom_gemv_bf16_x_bytes(a->K) + 63) & ~(size_t)63;
+        s = b > s ? b : s;
+    }
+#endif
+    return s;
+}
+
+static int bf16_allowed = 1;
+
+void loom_gemv_full_set_bf16(int allowed) { bf16_allowed = allowed != 0; }
+
+/* The bf16-product kernel applies (gemv_full_bf16.c). */
+static int use_bf16(const loom_matmul_args *a, loom_isa isa) {
+#if defined(__x86_64__)
+    return bf16_allowed && isa >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && a->M == 1 &&
+           a->wtype != LOOM_Q8_0;
+#else
+    (void)a, (void)isa;
+    return 0;
+#endif
+}
+
+/* Scratch: the quantized x rows (q weights) or, with full activations, x's
+ * block sums; then one output tile. */
 size_t loom_gemv_scratch_size(const loom_matmul_args *a) {
-    size_t xq = loom_dtype_is_quantized(a->wtype) ? (size_t)a->M * loom_q8_act_bytes(a->K) : 0;
+    size_t xq = !loom_dtype_is_quantized(a->wtype) ? 0
+                : loom_matmul_full_act(a)           ? sxo_bytes(a)
+                                                    : (size_t)a->M * loom_q8_act_bytes(a->K);
     return xq + (size_t)a->M * GEMV_CHUNK * sizeof(float) + LOOM_ALIGN;
 }
 
@@ -36,13 +68,16 @@ void loom_matmul_finish_tile(const loom_matmul_args *a, loom_isa isa, float *t, 
 
 /* ------------------------------------------------------------ generic kernels */
 
+/* Float weights, and quantized weights with full activations: rows
+ * converted to f32 a piece at a time (loom_row_to_f32: the reference's
+ * dequantization), then f32 products. */
 static void gemv_float_generic(const loom_matmul_args *a, int64_t n0, int64_t n1) {
-    enum { CK = 256 };  /* k values converted to f32 at a time */
+    enum { CK = 256 };  /* k values converted to f32 at a time (whole blocks) */
     int64_t M = a->M, K = a->K;
-    size_t es = loom_dtype_size(a->wtype);
+    size_t rb = loom_dtype_row_bytes(a->wtype, a->ldw);
     float wbuf[CK];
     for (int64_t n = n0; n < n1; n++) {
-        const char *wrow = (const char *)a->w + (size_t)(n * a->ldw) * es;
+        const char *wrow = (const char *)a->w + (size_t)n * rb;
         float acc[LOOM_GEMM_MIN_M][8] = {{0}};
         for (int64_t k0 = 0; k0 < K; k0 += CK) {
             int64_t kn = K - k0 < CK ? K - k0 : CK;
@@ -50,7 +85,7 @@ static void gemv_float_generic(const loom_matmul_args *a, int64_t n0, int64_t n1
             if (a->wtype == LOOM_F32)
                 w = (const float *)wrow + k0;
             else
-                loom_row_to_f32(a->wtype, wrow + (size_t)k0 * es, wbuf, kn);
+                loom_row_to_f32(a->wtype, wrow + loom_dtype_row_bytes(a->wtype, k0), wbuf, kn);
             for (int64_t m = 0; m < M; m++) {
                 const float *x = a->x + m * a->ldx + k0;
                 for (int64_t k = 0; k < kn; k++) acc[m][k & 7] += x[k] * w[k];
@@ -114,6 +149,11 @@ static void gemv_quant_generic(const loom_matmul_args *a, const loom_q8_act *xq,
     }
 }
 
+static void gemv_full_generic(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1) {
+    (void)sxo;
+    gemv_float_generic(a, n0, n1);
+}
+
 void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
     if (loom_dtype_is_quantized(a->wtype))
         gemv_quant_generic(a, xq, n0, n1);
@@ -137,6 +177,63 @@ static loom_gemv_kernel pick_kernel(loom_isa isa, loom_dtype wt, int32_t *bias_m
     return loom_gemv_generic;
 }
 
+/* Full activations: the generic kernel dequantizes rows as the reference does
+ * and needs no block sums. */
+static loom_gemv_full_kernel pick_full_kernel(loom_isa isa, int *needs_sums) {
+    *needs_sums = 0;
+#if defined(__x86_64__)
+    *needs_sums = 1;
+    if (isa >= LOOM_ISA_AVX512) return loom_gemv_full_avx512;
+    if (isa >= LOOM_ISA_AVX2) return loom_gemv_full_avx2;
+    *needs_sums = 0;
+#endif
+    (void)isa;
+    return gemv_full_generic;
+}
+
+void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo) {
+    int64_t nb = a->K / 32;
+    float off = a->wtype == LOOM_Q4_0 ? -8.0f : 1.0f;
+    for (int64_t m = 0; m < a->M; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *x = a->x + m * a->ldx + 32 * b;
+            float s8[8];  /* eight lanes, then a fixed tree: vectorizes */
+            for (int j = 0; j < 8; j++) s8[j] = x[j] + x[j + 8] + x[j + 16] + x[j + 24];
+            float s = ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7]));
+            sxo[m * nb + b] = off * s;
+        }
+}
+
+/* The chunks of rows [lo, hi) with full activations (as loom_gemv_run). */
+static loom_status gemv_full_run(const loom_matmul_args *a, loom_isa isa, int64_t lo, int64_t hi, void *scratch) {
+    int needs_sums, bf16 = use_bf16(a, isa);
+    loom_gemv_full_kernel kernel = pick_full_kernel(isa, &needs_sums);
+    float *sxo = NULL, *tile = (float *)((char *)scratch + sxo_bytes(a));
+#if defined(__x86_64__)
+    if (bf16) loom_gemv_bf16_prepare_x(a->x, a->K, scratch);
+#endif
+    if (!bf16 && needs_sums && a->wtype != LOOM_Q8_0) {
+        sxo = scratch;
+        loom_gemv_x_block_sums(a, sxo);
+    }
+    size_t wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
+    for (int64_t n0 = lo; n0 < hi; n0 += GEMV_CHUNK) {
+        int64_t nr = hi - n0 < GEMV_CHUNK ? hi - n0 : GEMV_CHUNK;
+        loom_matmul_args c = *a;
+        c.w = (const char *)a->w + (size_t)n0 * wrow;
+        c.N = nr;
+        c.y = a->ep ? tile : a->y + n0;
+        if (a->ep) c.ldy = GEMV_CHUNK;
+#if defined(__x86_64__)
+        if (bf16) loom_gemv_full_bf16(&c, scratch, 0, nr);
+        else
+#endif
+            kernel(&c, sxo, 0, nr);
+        if (a->ep) loom_matmul_finish_tile(a, isa, tile, GEMV_CHUNK, 0, n0, a->M, nr);
+    }
+    return LOOM_OK;
+}
+
 void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     int32_t bias_mul;
     (void)pick_kernel(isa, a->wtype, &bias_mul);
@@ -150,6 +247,7 @@ loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int 
     int64_t lo, hi;
     loom_matmul_split(a->N, 16, ith, nth, &lo, &hi);
     if (lo >= hi) return LOOM_OK;
+    if (loom_matmul_full_act(a)) return gemv_full_run(a, isa, lo, hi, scratch);
     int32_t bias_mul;
     loom_gemv_kernel kernel = pick_kernel(isa, a->wtype, &bias_mul);
     loom_q8_act xq[LOOM_GEMM_MIN_M] = {{0}};

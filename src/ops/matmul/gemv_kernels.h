@@ -29,7 +29,25 @@ void loom_gemv_generic(const loom_matmul_args *a, const loom_q8_act *xq, int64_t
 void loom_matmul_finish_tile(const loom_matmul_args *a, loom_isa isa, float *t, int64_t ldt,
                              int64_t m0, int64_t n0, int64_t mr, int64_t nr);
 
+/* Full activations (loom_matmul_full_act): quantized W against f32 x, each
+ * block's scale applied to its 32 products. sxo[m * nb + b] (nb = K / 32) is
+ * the sum of x row m over block b times the format's offset factor (q4_0: -8,
+ * the nibbles' offset; q4_1: 1, for the min), computed by the driver
+ * (loom_gemv_x_block_sums); NULL for q8_0. */
+typedef void (*loom_gemv_full_kernel)(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
+
+/* sxo for the M rows of a->x (the driver's; kernels of every level read it). */
+void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo);
+
 #if defined(__x86_64__)
+void loom_gemv_full_avx2(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
+void loom_gemv_full_avx512(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
+/* M = 1, q4_0 / q4_1, AVX512_BF16 (gemv_full_bf16.c): bf16 products with x
+ * split in two bf16 halves, prepared once per call by loom_gemv_bf16_prepare_x
+ * into loom_gemv_bf16_x_bytes(K) bytes (64-byte aligned). */
+size_t loom_gemv_bf16_x_bytes(int64_t K);
+void loom_gemv_bf16_prepare_x(const float *x, int64_t K, void *buf);
+void loom_gemv_full_bf16(const loom_matmul_args *a, const void *xp, int64_t n0, int64_t n1);
 void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);
 /* Quantized weights need AVX512-VNNI here; without it the driver uses the AVX2 kernel. */
 void loom_gemv_avx512(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1);

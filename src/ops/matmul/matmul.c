@@ -71,19 +71,39 @@ loom_status loom_matmul_check(const loom_matmul_args *a) {
     return LOOM_OK;
 }
 
+static const char *const prec_names[] = {
+    [LOOM_ACT_PREC_DEFAULT] = "default", [LOOM_ACT_PREC_Q8] = "q8", [LOOM_ACT_PREC_FULL] = "full",
+};
+_Static_assert(sizeof prec_names / sizeof prec_names[0] == LOOM_ACT_PREC_COUNT, "act precision names");
+
+const char *loom_act_precision_name(loom_act_precision p) {
+    return (unsigned)p < LOOM_ACT_PREC_COUNT ? prec_names[p] : "unknown";
+}
+
+loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) {
+    LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "act_precision_parse: NULL argument");
+    for (int i = LOOM_ACT_PREC_Q8; i < LOOM_ACT_PREC_COUNT; i++)
+        if (name && strcmp(name, prec_names[i]) == 0) {
+            *out = (loom_act_precision)i;
+            return LOOM_OK;
+        }
+    return loom_set_error(LOOM_ERR_INVALID_ARG, "unknown activation precision '%s' (expected q8 or full)",
+                          name ? name : "(null)");
+}
+
 static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M; }
 
 size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
     /* reference: a W row and an output row */
     size_t s = (size_t)(((a->K + 15) & ~(int64_t)15) + a->N) * sizeof(float) + 64;
     size_t p = use_gemv(a) ? loom_gemv_scratch_size(a)
-               : loom_dtype_is_quantized(a->wtype) ? loom_gemm_q_scratch_size(a)
-                                                   : loom_gemm_scratch_size(a);
+               : loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a) ? loom_gemm_q_scratch_size(a)
+                                                                               : loom_gemm_scratch_size(a);
     return s > p ? s : p;
 }
 
 size_t loom_matmul_xq_bytes(const loom_matmul_args *a) {
-    if (!loom_dtype_is_quantized(a->wtype)) return 0;
+    if (!loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a)) return 0;
     return (size_t)a->M * loom_q8_act_bytes(a->K);
 }
 
@@ -143,6 +163,7 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
         return LOOM_OK;
     }
     if (use_gemv(a)) return loom_gemv_run(a, isa, ith, nth, scratch);
-    if (loom_dtype_is_quantized(a->wtype)) return loom_gemm_q_run(a, isa, ith, nth, scratch);
+    if (loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a))
+        return loom_gemm_q_run(a, isa, ith, nth, scratch);
     return loom_gemm_run(a, isa, ith, nth, scratch);
 }

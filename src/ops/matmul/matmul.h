@@ -7,6 +7,9 @@
  *   - GEMM (prefill, M >= LOOM_GEMM_MIN_M): BLIS-style blocking with packed
  *     panels and register-blocked micro-kernels per ISA.
  *   - GEMV (decode, M small): streams W exactly once at memory bandwidth.
+ * Quantized W meets x quantized to q8 per block of 32 (int8 products) or, with
+ * full activations (act = LOOM_ACT_PREC_FULL), x in f32 against blocks
+ * dequantized in the kernel.
  * Both split work by (ith, nth) without any synchronisation: each thread owns
  * a disjoint set of output columns (or rows) and packs what it needs into its
  * own scratch. Every output element is accumulated in the same order whatever
@@ -83,13 +86,24 @@ typedef struct loom_matmul_args {
      * of a fused FFN or QKV) quantize it once instead of once per call.
      * Ignored by the reference. */
     const void  *xq;
+    /* Quantized W only. LOOM_ACT_PREC_FULL: x stays f32 and W's blocks are
+     * dequantized inside the kernel (f32 products, the f32 tolerance against
+     * the reference); anything else: x quantized to q8 per block of 32 and
+     * int8 dot products. */
+    loom_act_precision act;
 } loom_matmul_args;
+
+/* 1 when a multiplies block-quantized W by f32 x (LOOM_ACT_PREC_FULL). */
+static inline int loom_matmul_full_act(const loom_matmul_args *a) {
+    return a->act == LOOM_ACT_PREC_FULL && loom_dtype_is_quantized(a->wtype);
+}
 
 /* Checks dtypes, sizes and strides. */
 loom_status loom_matmul_check(const loom_matmul_args *a);
 /* Per-thread scratch bytes the optimised kernels need for a at any level. */
 size_t loom_matmul_scratch_size(const loom_matmul_args *a);
-/* Bytes of the pre-quantized x for a (0 for f32/f16/bf16 W, which take x as is). */
+/* Bytes of the pre-quantized x for a (0 for f32/f16/bf16 W and for full
+ * activations, which take x as is). */
 size_t loom_matmul_xq_bytes(const loom_matmul_args *a);
 /* Quantizes rows m0..m1 of a->x into xq (laid out for a->xq) as the GEMM path
  * of level isa would. */

@@ -1,7 +1,8 @@
 /*
  * Optimised matmul kernels in the op table, one per level. Each wrapper turns
  * the op's tensors into loom_matmul_args (x may have leading dims: M is their
- * product) and runs the matmul family; tensors the family cannot describe
+ * product; the optional attributes give the activation precision) and runs
+ * the matmul family; tensors the family cannot describe
  * (a last dim that is not contiguous, leading dims that do not collapse into
  * one row stride) go to the reference kernel.
  */
@@ -50,9 +51,15 @@ static int make_args(const loom_tensor *x, const loom_tensor *w, const loom_tens
     return !check || loom_matmul_check(a) == LOOM_OK;
 }
 
+/* The activation precision of optional attributes (NULL: q8). */
+static loom_act_precision act_of(const void *attrs) {
+    return attrs ? (loom_act_precision)((const loom_matmul_attrs *)attrs)->act_precision : LOOM_ACT_PREC_Q8;
+}
+
 static loom_status run_level(const loom_kernel_args *ka, loom_isa isa) {
     loom_matmul_args a;
     if (!make_args(ka->src[0], ka->src[1], ka->dst, &a, 1)) return loom_op_get(LOOM_OP_MATMUL)->ref(ka);
+    a.act = act_of(ka->attrs);
     return loom_matmul_run(&a, isa, ka->ith, ka->nth, ka->scratch);
 }
 
@@ -66,6 +73,7 @@ static size_t matmul_scratch(const loom_tensor *const *src, int n_src, const loo
                              const void *attrs) {
     loom_matmul_args a;
     if (n_src < 2 || !make_args(src[0], src[1], dst, &a, 0)) return 0; /* the reference needs none */
+    a.act = act_of(attrs);
     return loom_matmul_scratch_size(&a);
 }
 
