@@ -151,6 +151,7 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn, act));
     void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn, act);
+    probe.invariant = a->invariant; /* the GEMM's x layout, as the blocks below */
     if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = (char *)a->scratch + xq_offset(a->src, M, bn, act);
         loom_matmul_quantize_x(&probe, isa, 0, M, xq);
@@ -159,10 +160,10 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
         float *hb = (float *)h->data + n0;
         loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
-        u.xq = xq;
+        u.xq = xq, u.invariant = a->invariant;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0], act);
-        g.xq = xq;
+        g.xq = xq, g.invariant = a->invariant;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         loom_tensor th, tu;
         const int64_t shape[2] = {M, nb};
@@ -194,6 +195,7 @@ static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     loom_epilogue ep;
     const loom_ffn_attrs *at = a->attrs;
     loom_matmul_args d = down_args(a->src, a->n_src, h, a->dst, &ep, at->act_precision);
+    d.invariant = a->invariant;
     return loom_matmul_run(&d, isa, a->ith, a->nth, a->scratch);
 }
 

@@ -184,6 +184,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
     void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D, at->act_precision);
+    probe.invariant = a->invariant; /* the GEMM's x layout, as the items below */
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = front;
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
@@ -221,6 +222,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
             y = (float *)cache->data + (int64_t)at->rope.pos_offset * HKV * D + h0 * D, ldy = HKV * D;
         }
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy, at->act_precision);
+        g.invariant = a->invariant;
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, y, ldy, T, nh, a->scratch));

@@ -146,6 +146,7 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     e->max_blk = (p.seq_len + p.block_size - 1) / p.block_size;
     e->kvt = m->params.kv_dtype;
     pthread_mutex_init(&e->mu, NULL);
+    m->exec->invariant = p.batch_invariant != 0;
     loom_status s = alloc_buffers(e);
     /* the pool: anonymous memory, resident only as blocks are written */
     size_t slots = (size_t)e->n_blocks * (size_t)e->bs;

@@ -36,6 +36,12 @@ typedef struct loom_engine_params {
     int block_size;     /* positions per KV block; 0 = 16 */
     int n_batch;        /* token rows one step may run (the chunked-prefill budget); 0 = 512 */
     int prefix_cache;   /* 1 (default): reuse cached blocks of earlier prompts; 0 off */
+    int batch_invariant; /* 1: a request's logits are bit-identical whatever else runs with it, where
+                            it sits in the batch, how its prompt is chunked, how often it is preempted,
+                            and the thread count (batch-invariant kernels: the GEMM for every row count,
+                            one attention kernel for every row); 0 (default): the fastest kernels, whose
+                            results depend on the rows of a step within the f32 tolerance. It applies
+                            to the model's executor, so to every program on it. */
 } loom_engine_params;
 
 loom_engine_params loom_engine_default_params(void);
@@ -80,6 +86,7 @@ typedef struct loom_engine_event {
     const char *error;             /* LOOM_FINISH_ERROR: why */
     int n_prompt, n_generated;     /* tokens so far */
     int n_cached;                  /* prompt tokens found in the prefix cache */
+    const float *logits;           /* the logits the token was sampled from [vocab] (until the next step) */
     loom_token_logprob logprob;    /* logprobs > 0: the token's own */
     const loom_token_logprob *top; /* and the top n */
     int n_top;

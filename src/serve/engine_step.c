@@ -282,6 +282,7 @@ static loom_status sample(loom_engine *e, eng_req *r, const float *lg) {
     int stopped = loom_stop_strings_push(&r->stops, piece ? piece : "", piece ? len : 0, &out, &n_out);
     loom_engine_event *v = eng_event(e, r, t, out, n_out);
     LOOM_RETURN_IF(!v, LOOM_ERR_NOMEM, "engine: out of memory");
+    v->logits = lg;
     if (r->p.logprobs > 0) logprobs(e, lg, t, v, r->p.logprobs);
     if (stopped) finish(e, r, LOOM_FINISH_STOP, NULL);
     else if ((r->p.max_tokens && r->n_gen >= r->p.max_tokens) || r->n_tok > e->p.seq_len)

@@ -217,6 +217,137 @@ static void test_prefix_cache(void) {
     loom_engine_free(e);
 }
 
+/* Batch invariance: 30 random requests (prompts of 1..60 tokens, greedy and
+ * seeded), each run alone on one thread, then all together with random
+ * arrival steps, step budgets, sequence counts and 2 or 3 threads, and once
+ * more over a pool so small that sequences are preempted and resumed: every
+ * token and the bytes of every logits row it was sampled from are the same. */
+#define INV_N 30
+#define INV_MAX_NEW 24
+typedef struct inv_req {
+    int32_t prompt[64];
+    int n_prompt;
+    loom_request_params p;
+    int n_out;
+    int32_t tok[INV_MAX_NEW];
+    uint64_t logits[INV_MAX_NEW]; /* a hash of the bytes of each token's logits row */
+} inv_req;
+
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int inv_run(loom_model *m, const loom_tokenizer *tok, inv_req *rq, int n, const loom_engine_params *ep,
+                   loom_rng *r, int record, long *mismatch, long *preempt) {
+    loom_engine *e;
+    const size_t V = (size_t)loom_model_get_info(m).vocab_size;
+    if (loom_engine_create(m, tok, ep, &e) != LOOM_OK) {
+        fprintf(stderr, "engine: %s\n", loom_last_error());
+        return 0;
+    }
+    int added = 0, got[INV_N] = {0};
+    for (int step = 0; added < n || loom_engine_pending(e); step++) {
+        while (added < n && (!r || loom_rng_uniform(r) < 0.4f)) { /* random arrival steps when r is given */
+            if (loom_engine_add(e, added, rq[added].prompt, rq[added].n_prompt, &rq[added].p) != LOOM_OK) return 0;
+            added++;
+        }
+        const loom_engine_event *ev;
+        int ne;
+        if (loom_engine_step(e, &ev, &ne) != LOOM_OK || step > 100000) return 0;
+        for (int i = 0; i < ne; i++) {
+            if (ev[i].token < 0) continue;
+            inv_req *q = &rq[ev[i].id];
+            int k = got[ev[i].id]++;
+            uint64_t h = hash_bytes(ev[i].logits, V * sizeof(float));
+            if (record) {
+                q->tok[k] = ev[i].token, q->n_out = k + 1, q->logits[k] = h;
+            } else if (k >= q->n_out || q->tok[k] != ev[i].token || q->logits[k] != h) {
+                if (!*mismatch) fprintf(stderr, "request %lld token %d differs from its run alone\n",
+                                        (long long)ev[i].id, k);
+                (*mismatch)++;
+            }
+        }
+    }
+    for (int i = 0; i < n && !record; i++)
+        if (got[i] != rq[i].n_out) (*mismatch)++;
+    *preempt += loom_engine_get_stats(e).preemptions;
+    loom_engine_free(e);
+    return 1;
+}
+
+/* n random requests over a model (vocabulary V, prompt tokens 1..V-2). */
+static void inv_case(const char *path, loom_model *m1, const loom_tokenizer *tok, int n, uint64_t seed) {
+    static inv_req rq[INV_N];
+    loom_rng r;
+    loom_rng_init(&r, seed, 9);
+    int V = loom_model_get_info(m1).vocab_size;
+    for (int i = 0; i < n; i++) {
+        inv_req *q = &rq[i];
+        q->n_prompt = 1 + (int)(loom_rng_uniform(&r) * 60);
+        for (int k = 0; k < q->n_prompt; k++) q->prompt[k] = 1 + (int)(loom_rng_uniform(&r) * (V - 2));
+        if (i % 5 == 4) { /* a shared prefix of 20 tokens: prefix-cache hits */
+            memcpy(q->prompt, rq[i - 4].prompt, sizeof(int32_t) * 20);
+            if (q->n_prompt < 24) q->n_prompt = 24;
+        }
+        q->p = loom_request_default_params();
+        q->p.max_tokens = 1 + (int)(loom_rng_uniform(&r) * INV_MAX_NEW);
+        q->p.ignore_eos = 1;
+        q->p.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+        q->p.sampling.seed = 1000 + (uint64_t)i;
+    }
+    loom_model *ms[3] = {m1, NULL, NULL};
+    for (int t = 1; t < 3; t++) {
+        loom_model_params mp = loom_model_default_params();
+        mp.n_threads = t + 1;
+        CHECK(loom_model_load(path, &mp, &ms[t]) == LOOM_OK);
+    }
+    loom_engine_params ep = loom_engine_default_params();
+    ep.batch_invariant = 1, ep.n_seq_max = 1, ep.prefix_cache = 0;
+    long mismatch = 0, preempt = 0;
+    /* alone: one request at a time, on m1's threads */
+    for (int i = 0; i < n; i++) CHECK(inv_run(m1, tok, &rq[i], 1, &ep, NULL, 1, &mismatch, &preempt));
+    /* together: 3 runs with random budgets, sequences, threads and arrivals */
+    for (int run = 0; run < 3; run++) {
+        ep.n_seq_max = 4 + (int)(loom_rng_uniform(&r) * 12);
+        ep.n_batch = 5 + (int)(loom_rng_uniform(&r) * 60);
+        ep.prefix_cache = run != 1;
+        ep.block_size = run == 2 ? 8 : 16;
+        CHECK(inv_run(ms[1 + run % 2], tok, rq, n, &ep, &r, 0, &mismatch, &preempt));
+    }
+    /* a pool of 14 blocks of 8: preemption and resumption by recompute */
+    ep.n_seq_max = 8, ep.n_batch = 32, ep.block_size = 8, ep.n_ctx = 112, ep.seq_len = 96;
+    long p0 = preempt;
+    CHECK(inv_run(ms[2], tok, rq, n, &ep, &r, 0, &mismatch, &preempt));
+    CHECK_MSG(mismatch == 0, "%s: %ld tokens or logits rows differ from the requests run alone", path, mismatch);
+    CHECK_MSG(preempt > p0, "the small pool preempted nothing");
+    loom_model_free(ms[1]), loom_model_free(ms[2]);
+}
+
+static void test_batch_invariance(void) {
+    inv_case(model_path, g_model, g_tok, INV_N, 2027);
+    /* quantized weights (SmolLM2-135M q4_1: the int8 GEMM for every row count), when present */
+    const char *md = getenv("LOOM_MODELS_DIR"), *home = getenv("HOME");
+    char q4[1024];
+    if (md && *md) snprintf(q4, sizeof q4, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", md);
+    else snprintf(q4, sizeof q4, "%s/.cache/loom/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    loom_model_params mp = loom_model_default_params();
+    mp.n_threads = 1, mp.n_ctx = 256;
+    loom_model *m = NULL;
+    loom_tokenizer *tok = NULL;
+    if (access(q4, R_OK) != 0) {
+        fprintf(stderr, "SKIP: %s missing: the quantized case of batch invariance\n", q4);
+        CHECK(!check_in_ci());
+        return;
+    }
+    CHECK(loom_model_load(q4, &mp, &m) == LOOM_OK && loom_tokenizer_from_gguf(m->gguf, &tok) == LOOM_OK);
+    if (m && tok) inv_case(q4, m, tok, 8, 99);
+    loom_tokenizer_free(tok);
+    loom_model_free(m);
+}
+
 static void test_errors_and_cancel(void) {
     loom_engine_params ep = loom_engine_default_params();
     ep.seq_len = 64;
@@ -279,6 +410,7 @@ int main(void) {
     RUN_TEST(test_random_ops);
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
+    RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);
     loom_model_free(g_model);
     return TEST_SUMMARY();

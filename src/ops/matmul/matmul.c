@@ -91,14 +91,15 @@ loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) 
                           name ? name : "(null)");
 }
 
-static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M; }
+static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M && !a->invariant; }
 
 size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
     /* reference: a W row and an output row */
     size_t s = (size_t)(((a->K + 15) & ~(int64_t)15) + a->N) * sizeof(float) + 64;
-    size_t p = use_gemv(a) ? loom_gemv_scratch_size(a)
-               : loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a) ? loom_gemm_q_scratch_size(a)
-                                                                               : loom_gemm_scratch_size(a);
+    /* the GEMM's, also below LOOM_GEMM_MIN_M rows: a batch-invariant run takes it there */
+    size_t p = loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a) ? loom_gemm_q_scratch_size(a)
+                                                                            : loom_gemm_scratch_size(a);
+    if (a->M < LOOM_GEMM_MIN_M && loom_gemv_scratch_size(a) > p) p = loom_gemv_scratch_size(a);
     return s > p ? s : p;
 }
 

@@ -91,6 +91,11 @@ typedef struct loom_matmul_args {
      * the reference); anything else: x quantized to q8 per block of 32 and
      * int8 dot products. */
     loom_act_precision act;
+    /* 1: batch-invariant, the GEMM for every M (the GEMV below LOOM_GEMM_MIN_M
+     * sums in another order): a row's result is then the same whatever the
+     * other rows, since the GEMM's order over K depends on K alone. Scratch and
+     * pre-quantized x are sized for either path. */
+    int invariant;
 } loom_matmul_args;
 
 /* 1 when a multiplies block-quantized W by f32 x (LOOM_ACT_PREC_FULL). */

@@ -60,6 +60,7 @@ static loom_status run_level(const loom_kernel_args *ka, loom_isa isa) {
     loom_matmul_args a;
     if (!make_args(ka->src[0], ka->src[1], ka->dst, &a, 1)) return loom_op_get(LOOM_OP_MATMUL)->ref(ka);
     a.act = act_of(ka->attrs);
+    a.invariant = ka->invariant;
     return loom_matmul_run(&a, isa, ka->ith, ka->nth, ka->scratch);
 }
 
