@@ -110,6 +110,41 @@ static void test_together_equals_alone(void) {
     }
 }
 
+/* Every KV dtype: requests together over blocks of 8 give the text of the
+ * one-sequence model with the same cache dtype (its contiguous cache). */
+static void test_kv_dtypes(void) {
+    const loom_dtype dts[] = {LOOM_F16, LOOM_BF16, LOOM_I8};
+    loom_model *keep = g_model;
+    for (int d = 0; d < 3; d++) {
+        loom_model_params mp = loom_model_default_params();
+        mp.n_threads = 2, mp.kv_dtype = dts[d];
+        loom_model *m;
+        CHECK_MSG(loom_model_load(model_path, &mp, &m) == LOOM_OK, "%s", loom_last_error());
+        g_model = m;
+        static char together[6][2048], ref[2048];
+        loom_engine_params ep = loom_engine_default_params();
+        ep.n_seq_max = 3, ep.n_batch = 16, ep.block_size = 8;
+        loom_engine *e;
+        CHECK_MSG(loom_engine_create(m, g_tok, &ep, &e) == LOOM_OK, "%s", loom_last_error());
+        for (int i = 0; i < 6; i++) {
+            int32_t ids[128];
+            int n = encode(prompts[i], ids, 128);
+            loom_request_params p = greedy(40);
+            CHECK(loom_engine_add(e, i, ids, n, &p) == LOOM_OK);
+        }
+        memset(together, 0, sizeof together);
+        CHECK(run_all(e, together, 1) > 0);
+        loom_engine_free(e);
+        for (int i = 0; i < 6; i++) {
+            model_text(prompts[i], 40, ref);
+            CHECK_MSG(!strcmp(ref, together[i]), "kv %s request %d: model '%s'\nengine '%s'",
+                      loom_dtype_name(dts[d]), i, ref, together[i]);
+        }
+        loom_model_free(m);
+    }
+    g_model = keep;
+}
+
 /* Random arrivals, cancellations and lengths over a pool of 12 blocks of 8:
  * preemption happens; the blocks stay consistent at every step. */
 static void test_random_ops(void) {
@@ -407,6 +442,7 @@ int main(void) {
         return 1;
     }
     RUN_TEST(test_together_equals_alone);
+    RUN_TEST(test_kv_dtypes);
     RUN_TEST(test_random_ops);
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
