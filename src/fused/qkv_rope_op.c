@@ -10,7 +10,14 @@
  * unfused graph's. Caches: [S_max, N_kv, D], contiguous, f32 (the tile is
  * computed in place), f16, bf16 or i8 (computed in scratch, then rounded or
  * quantized into the cache as kv_append does; i8 caches take their scale stores
- * [S_max, N_kv] as inputs 4 and 5 and the op writes rows pos.. of them). */
+ * [S_max, N_kv] as inputs 4 and 5 and the op writes rows pos.. of them).
+ *
+ * Paged (attrs.paged, the engine's graphs: rope with positions, kv_write with
+ * slots): inputs 4 and 5 are i32 [T] positions (the RoPE angle of each row)
+ * and slots (the cache row it goes to, -1 none); the caches are the whole
+ * stores [n_slots, N_kv, D] and i8 scale stores [n_slots, N_kv] are inputs 6
+ * and 7. K and V tiles are computed in scratch and copied (rounded,
+ * quantized) row by row to their slots, as kv_write does. */
 #include "fused/fused_graph_ops.h"
 #include "fused/fused_internal.h"
 
@@ -24,12 +31,14 @@
 static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                              loom_tensor *dst) {
     const char *op = "qkv_rope";
-    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 6));
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 8));
     const loom_qkv_rope_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
-    LOOM_RETURN_IF((at->cache_dtype == LOOM_I8) != (n_src == 6), LOOM_ERR_INVALID_ARG,
-                   "%s: %d inputs with cache_dtype %s: i8 caches take their scale stores as inputs 4 "
-                   "and 5, other caches none", op, n_src, loom_dtype_name((loom_dtype)at->cache_dtype));
+    const int base = at->paged ? 6 : 4; /* paged: positions and slots are inputs 4 and 5 */
+    LOOM_RETURN_IF((at->cache_dtype == LOOM_I8 ? base + 2 : base) != n_src, LOOM_ERR_INVALID_ARG,
+                   "%s: %d inputs with cache_dtype %s%s: i8 caches take their scale stores as inputs %d "
+                   "and %d, other caches none", op, n_src, loom_dtype_name((loom_dtype)at->cache_dtype),
+                   at->paged ? " (paged)" : "", base, base + 1);
     int64_t H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
     LOOM_RETURN_IF(H < 1 || HKV < 1 || D < 2 || H % HKV, LOOM_ERR_INVALID_ARG,
                    "%s: heads %lld / kv heads %lld / head_dim %lld invalid", op, (long long)H,
@@ -46,9 +55,19 @@ static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const voi
                        LOOM_ERR_SHAPE, "%s: input %d (weight) must be [%lld, %lld] of one dtype", op,
                        i, (long long)rows[i - 1], (long long)hid);
     }
-    LOOM_RETURN_IF(at->rope.pos_offset < 0, LOOM_ERR_INVALID_ARG, "%s: negative position %d", op,
+    LOOM_RETURN_IF(at->rope.pos_offset < 0 || (at->paged && at->rope.pos_offset), LOOM_ERR_INVALID_ARG,
+                   "%s: position offset %d (paged: positions come from input 4, the offset must be 0)", op,
                    at->rope.pos_offset);
-    for (int i = 4; i < n_src; i++) { /* i8: one f32 scale per cache row, [S_max, N_kv] contiguous */
+    for (int i = 4; at->paged && i < 6; i++)
+        LOOM_RETURN_IF(src[i]->dtype != LOOM_I32 || src[i]->ndim != 1 || src[i]->shape[0] != T, LOOM_ERR_SHAPE,
+                       "%s: input %d (%s) must be i32 [%lld], one per row of x", op, i,
+                       i == 4 ? "positions" : "slots", (long long)T);
+    for (int i = base; at->paged && i < n_src; i++) /* one f32 scale per cache slot and head */
+        LOOM_RETURN_IF(src[i]->dtype != LOOM_F32 || src[i]->ndim != 2 || src[i]->shape[1] != HKV ||
+                           !loom_tensor_is_contiguous(src[i]),
+                       LOOM_ERR_SHAPE, "%s: input %d (scale store) must be contiguous f32 [n_slots, %lld]", op, i,
+                       (long long)HKV);
+    for (int i = base; !at->paged && i < n_src; i++) { /* i8: one f32 scale per cache row, [S_max, N_kv] contiguous */
         const loom_tensor *st = src[i];
         LOOM_RETURN_IF(st->dtype != LOOM_F32 || st->ndim != 2 || st->shape[1] != HKV ||
                            st->shape[0] < at->rope.pos_offset + T || !loom_tensor_is_contiguous(st),
@@ -72,7 +91,9 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
                          (double)src[i]->shape[0];
     /* q and the new cache rows */
     c->bytes_written = 4.0 * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
-    if (n_src == 6) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
+    if (at->cache_dtype == LOOM_I8) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
+    if (at->paged) c->bytes_read += 8.0 * T;         /* positions and slots */
+    (void)n_src;
 }
 
 /* Heads per work item (loom_qkv_heads_per_block unless the rule gives block_heads). */
@@ -126,9 +147,9 @@ static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs 
     return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
 }
 
-/* Then, for f16/bf16 caches, the f32 K or V tile of an item [T, hb·D]. */
+/* Then, for f16/bf16/i8 caches and paged ones, the f32 K or V tile of an item [T, hb·D]. */
 static size_t tile_bytes(const loom_qkv_rope_attrs *at, int64_t T, int64_t hb) {
-    if (at->cache_dtype == LOOM_F32) return 0;
+    if (at->cache_dtype == LOOM_F32 && !at->paged) return 0;
     return ((size_t)T * (size_t)(hb * at->head_dim) * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -142,7 +163,8 @@ static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_t
 /* RoPE on an item's Q or K tile [T, nh·D] (rows ldy apart): from the tables
  * when built, else the level's rope kernel on the tile. */
 static loom_status rope_item(const loom_qkv_rope_attrs *at, loom_isa isa, loom_kernel_fn rope, const float *tab,
-                             float *y, int64_t ldy, int64_t T, int64_t nh, void *scratch) {
+                             const loom_tensor *positions, float *y, int64_t ldy, int64_t T, int64_t nh,
+                             void *scratch) {
     int64_t D = at->head_dim;
     if (tab) {
         loom_fused_rope_tile(loom_vec_fns_for(isa), at->rope.mode != LOOM_ROPE_HALF, rope_dims(at), D, tab,
@@ -153,8 +175,8 @@ static loom_status rope_item(const loom_qkv_rope_attrs *at, loom_isa isa, loom_k
     const int64_t shape[3] = {T, nh, D};
     LOOM_TRY(loom_tensor_init(&tile, LOOM_F32, 3, shape, y));
     tile.stride[0] = ldy;
-    loom_kernel_args r = {.src = {&tile}, .n_src = 1, .dst = &tile, .attrs = &at->rope,
-                          .ith = 0, .nth = 1, .scratch = scratch};
+    loom_kernel_args r = {.src = {&tile, positions}, .n_src = positions ? 2 : 1, .dst = &tile,
+                          .attrs = &at->rope, .ith = 0, .nth = 1, .scratch = scratch};
     return rope(&r);
 }
 
@@ -168,12 +190,20 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         const loom_tensor *c = a->dst_extra[i];
         LOOM_RETURN_IF(c->dtype != (loom_dtype)at->cache_dtype || c->ndim != 3 || c->shape[1] != HKV ||
                            c->shape[2] != D || !loom_tensor_is_contiguous(c) ||
-                           at->rope.pos_offset + T > c->shape[0],
+                           (!at->paged && at->rope.pos_offset + T > c->shape[0]) ||
+                           (at->paged && c->dtype == LOOM_I8 && a->src[6 + i]->shape[0] != c->shape[0]),
                        LOOM_ERR_SHAPE,
                        "qkv_rope: cache output %d must be contiguous %s [>= %lld, %lld, %lld]", i,
                        loom_dtype_name((loom_dtype)at->cache_dtype), (long long)(at->rope.pos_offset + T),
                        (long long)HKV, (long long)D);
     }
+    const loom_tensor *positions = at->paged ? a->src[4] : NULL;
+    const int32_t *slots = at->paged ? (const int32_t *)a->src[5]->data : NULL;
+    for (int64_t t = 0; slots && t < T; t++) /* every thread checks: all fail alike */
+        LOOM_RETURN_IF(slots[t] >= a->dst_extra[0]->shape[0] || ((const int32_t *)positions->data)[t] < 0,
+                       LOOM_ERR_INVALID_ARG, "qkv_rope: row %lld has position %d and slot %d (cache of %lld slots)",
+                       (long long)t, ((const int32_t *)positions->data)[t], slots[t],
+                       (long long)a->dst_extra[0]->shape[0]);
     int64_t hb = heads_per_block(at, T), nq = (H + hb - 1) / hb, nk = (HKV + hb - 1) / hb, lo, hi;
     loom_ref_split(nq + 2 * nk, a->ith, a->nth, &lo, &hi);
     loom_kernel_fn rope = loom_op_kernel(LOOM_OP_ROPE, isa);
@@ -196,14 +226,14 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         int64_t n_rot = rope_dims(at);
         float *t0 = freq + ((n_rot / 2 + 15) & ~(int64_t)15);
         loom_vec_rope_freqs(&at->rope, n_rot, freq);
-        for (int64_t t = 0; t < T; t++)
-            loom_vec_rope_table(&at->rope, n_rot, freq, t, t0 + (size_t)t * 2 * n_rot,
-                                t0 + (size_t)t * 2 * n_rot + n_rot);
+        for (int64_t t = 0; t < T; t++) /* paged: the row's own position (pos_offset is 0) */
+            loom_vec_rope_table(&at->rope, n_rot, freq, positions ? ((const int32_t *)positions->data)[t] : t,
+                                t0 + (size_t)t * 2 * n_rot, t0 + (size_t)t * 2 * n_rot + n_rot);
         tab = t0;
     }
     /* f16/bf16/i8 caches: K and V tiles go to this f32 buffer, then rounded (i8: quantized
      * row by row, loom_quantize_row_i8 as kv_append) into the cache */
-    float *tile32 = at->cache_dtype == LOOM_F32
+    float *tile32 = at->cache_dtype == LOOM_F32 && !at->paged
                         ? NULL
                         : (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T));
     const loom_vec_fns *vec = loom_vec_fns_for(isa);
@@ -225,9 +255,26 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         g.invariant = a->invariant;
         g.xq = xq;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
-        if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, y, ldy, T, nh, a->scratch));
+        if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, positions, y, ldy, T, nh, a->scratch));
         if (part == 0 || !tile32) continue;
         const loom_tensor *cache = a->dst_extra[part - 1];
+        if (slots) { /* paged: each row to its slot, as kv_write */
+            size_t es = loom_dtype_size(cache->dtype);
+            for (int64_t t = 0; t < T; t++) {
+                if (slots[t] < 0) continue;
+                int64_t row0 = (int64_t)slots[t] * HKV + h0;
+                const float *yr = y + t * ldy;
+                if (cache->dtype == LOOM_I8) {
+                    float *sc = (float *)a->src[5 + part]->data + row0;
+                    for (int64_t h = 0; h < nh; h++)
+                        sc[h] = loom_quantize_row_i8(yr + h * D, D, (int8_t *)cache->data + (row0 + h) * D);
+                } else {
+                    loom_vec_convert(vec, LOOM_F32, yr, cache->dtype, (char *)cache->data + (size_t)(row0 * D) * es,
+                                     nh * D);
+                }
+            }
+            continue;
+        }
         int64_t row0 = (int64_t)at->rope.pos_offset * HKV + h0; /* first (token, head) row */
         if (cache->dtype == LOOM_I8) {
             int8_t *c8 = (int8_t *)cache->data + row0 * D;

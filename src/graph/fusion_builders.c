@@ -101,6 +101,47 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
     return 1;
 }
 
+/* The paged form (the engine's graphs): rope at $positions, kv_write to
+ * $slots of the whole cache stores [n_slots, Hkv, D]. */
+static int build_qkv_paged(const fr_ctx *c, fr_fused *f) {
+    const loom_node *qr = gnode(c, "q_rope"), *kr = gnode(c, "k_rope");
+    const loom_node *kc = gnode(c, "k_cache"), *vc = gnode(c, "v_cache");
+    const loom_rope_attrs *qa = (const void *)qr->attrs, *ka = (const void *)kr->attrs;
+    if (memcmp(qa, ka, sizeof *qa) != 0 || qa->pos_offset != 0) return 0; /* one rotation, by positions */
+    const loom_tensor *q = gt(c, qr->dst), *k = gt(c, kr->dst), *x = gt(c, fr_var(c, "x"));
+    if (q->ndim != 3 || k->ndim != 3 || x->ndim != 2 || q->shape[0] != x->shape[0] || k->shape[2] != q->shape[2])
+        return 0;
+    const loom_tensor *ks = gt(c, kc->dst), *vs = gt(c, vc->dst);
+    if (ks->ndim != 3 || vs->ndim != 3 || ks->shape[0] != vs->shape[0] || !loom_tensor_is_contiguous(ks) ||
+        !loom_tensor_is_contiguous(vs))
+        return 0;
+    for (int d = 1; d < 3; d++)
+        if (ks->shape[d] != k->shape[d] || vs->shape[d] != k->shape[d]) return 0;
+    if (vs->dtype != ks->dtype ||
+        (ks->dtype != LOOM_F32 && ks->dtype != LOOM_F16 && ks->dtype != LOOM_BF16 && ks->dtype != LOOM_I8))
+        return 0;
+    int kscale = fr_var(c, "k_scale"), vscale = fr_var(c, "v_scale");
+    if ((ks->dtype == LOOM_I8) != (kscale >= 0 && vscale >= 0)) return 0;
+    int32_t act = fused_act(c, "q k v");
+    if (act < 0) return 0;
+    loom_qkv_rope_attrs a = {.rope = *qa, .n_heads = (int32_t)q->shape[1], .n_kv_heads = (int32_t)k->shape[1],
+                             .head_dim = (int32_t)q->shape[2], .cache_dtype = ks->dtype, .act_precision = act,
+                             .paged = 1};
+    a.block_heads = (int32_t)fr_opt(c, "block_heads",
+                                    loom_qkv_heads_per_block_for(x->shape[0], a.head_dim, a.n_heads,
+                                                                 a.n_kv_heads, c->hw.l3_bytes));
+    f->op = LOOM_OP_QKV_ROPE;
+    f->n_src = ks->dtype == LOOM_I8 ? 8 : 6;
+    f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "wq"), f->src[2] = fr_var(c, "wk");
+    f->src[3] = fr_var(c, "wv"), f->src[4] = fr_var(c, "positions"), f->src[5] = fr_var(c, "slots");
+    f->src[6] = kscale, f->src[7] = vscale;
+    memcpy(f->attrs, &a, sizeof a);
+    f->dst = qr->dst;
+    f->extra[0] = kc->dst, f->extra[1] = vc->dst;
+    f->n_extra = 2;
+    return 1;
+}
+
 /* ------------------------------------------------------------ attention */
 
 static int build_attention(const fr_ctx *c, fr_fused *f) {
@@ -316,6 +357,10 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define QKV_ROLES                                                                                \
     "q=matmul($x,$wq) k=matmul($x,$wk) v=matmul($x,$wv) q_rope=rope(q) k_rope=rope(k) "          \
     "k_cache=kv_append(_,k_rope|$k_scale) v_cache=kv_append(_,v|$v_scale)"
+#define QKV_PAGED_ROLES                                                                          \
+    "q=matmul($x,$wq) k=matmul($x,$wk) v=matmul($x,$wv) q_rope=rope(q,$positions) "             \
+    "k_rope=rope(k,$positions) k_cache=kv_write(_,k_rope,$slots|$k_scale) "                      \
+    "v_cache=kv_write(_,v,$slots|$v_scale)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
 #define FFN_ROLES                                                                                \
@@ -324,6 +369,8 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 
 static fr_builder builders[MAX_BUILDERS] = {
     {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv, QKV_ROLES},
+    {"qkv_rope_paged", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv positions slots", "block_heads",
+     build_qkv_paged, QKV_PAGED_ROLES},
     {"fused_infer_attention", "attn", "q k v", "decode_max_q_len block_q block_kv inner_precise",
      build_attention, ATTN_ROLES},
     {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention, ATTN_ROLES},
@@ -331,7 +378,7 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn, FFN_ROLES},
 };
-static int n_builders = 6;
+static int n_builders = 7;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

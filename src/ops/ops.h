@@ -148,6 +148,7 @@ typedef struct {
     int32_t block_heads;    /* heads per work item, 0 = auto (loom_qkv_heads_per_block) */
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
+    int32_t paged;          /* 1: inputs 4, 5 are i32 positions and cache slots [T] (rope_at, kv_write) */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 #define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */
@@ -172,7 +173,7 @@ typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row writt
 
 /* ---------------------------------------------------------- kernels */
 
-#define LOOM_MAX_SRC 6   /* attention over an i8 cache with a mask, qkv_rope with i8 caches */
+#define LOOM_MAX_SRC 8   /* qkv_rope over a paged i8 cache: x, 3 weights, positions, slots, 2 scale stores */
 
 /* The ragged batch of one step of a forward program (graph/program.h), for the
  * kernels whose work depends on which sequence each row belongs to (the batch

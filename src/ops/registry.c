@@ -58,7 +58,7 @@ static loom_op_info op_table[] = {
                                        .n_src_max = 6,
                                        .attr_size = sizeof(loom_incre_flash_attention_attrs)},
     /* fused graph ops: the rest comes from src/fused (loom_fused_register_ops) */
-    [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 6,
+    [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 8,
                           .attr_size = sizeof(loom_qkv_rope_attrs),
                           .pos_attr = LOOM_POS_ATTR(loom_qkv_rope_attrs, rope.pos_offset)},
     [LOOM_OP_PAGED_ATTENTION] = {.name = "paged_attention", .n_src_min = 3, .n_src_max = 5,

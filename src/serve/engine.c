@@ -356,6 +356,12 @@ loom_status loom_engine_step(loom_engine *e, const loom_engine_event **events, i
     return s;
 }
 
+const loom_graph *loom_engine_last_graph(loom_engine *e) {
+    if (!e->last) return NULL;
+    loom_program_account(e->last);
+    return loom_program_graph(e->last);
+}
+
 loom_engine_stats loom_engine_get_stats(const loom_engine *e) {
     loom_engine_stats st = e->st;
     loom_kv_blocks_stats b = loom_kv_blocks_get_stats(e->blocks);

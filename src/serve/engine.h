@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "loom.h"
+#include "graph/graph.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -123,6 +124,9 @@ loom_status loom_engine_step(loom_engine *e, const loom_engine_event **events, i
 /* Requests not finished yet (waiting, running or added since the last step). */
 int loom_engine_pending(const loom_engine *e);
 loom_engine_stats loom_engine_get_stats(const loom_engine *e);
+/* The fused graph of the last step's program with its accounting (kernels,
+ * bytes, flops per node: graph/profile.h), or NULL before the first step. */
+const loom_graph *loom_engine_last_graph(loom_engine *e);
 /* Checks the block manager's invariants and that every block a sequence holds
  * is referenced once per holder (tests). */
 loom_status loom_engine_check(const loom_engine *e);

@@ -134,6 +134,21 @@ static void test_kv_dtypes(void) {
         }
         memset(together, 0, sizeof together);
         CHECK(run_all(e, together, 1) > 0);
+        /* the step's fused graph: Q, K, V, RoPE and the paged cache writes are
+         * one qkv_rope per layer; a layer is 6 fused nodes (rms_norm, qkv_rope,
+         * paged attention, attn_out, add + rms_norm, ffn) */
+        const loom_graph *g = loom_engine_last_graph(e);
+        CHECK(g != NULL);
+        int fused = 0, loose = 0, kernels0 = 0;
+        for (int n = 0; g && n < g->n_nodes; n++) {
+            const loom_node *nd = &g->nodes[n];
+            if (nd->op == LOOM_OP_QKV_ROPE && ((const loom_qkv_rope_attrs *)(const void *)nd->attrs)->paged) fused++;
+            if (nd->op == LOOM_OP_ROPE || nd->op == LOOM_OP_KV_WRITE) loose++;
+            if (nd->layer == 0 && nd->stats.kernels > 0) kernels0++;
+        }
+        CHECK_MSG(fused == m->cfg.n_layers && loose == 0, "kv %s: %d paged qkv_rope, %d rope/kv_write",
+                  loom_dtype_name(dts[d]), fused, loose);
+        CHECK_MSG(kernels0 == 6, "kv %s: layer 0 runs %d nodes", loom_dtype_name(dts[d]), kernels0);
         loom_engine_free(e);
         for (int i = 0; i < 6; i++) {
             model_text(prompts[i], 40, ref);

@@ -7,7 +7,9 @@
  * full activations (the matmuls' attribute; f32 x), 1 and 3 threads, explicit and
  * automatic heads per item, f32, f16, bf16 and i8 caches (K and V rounded or
  * quantized into the cache as kv_append does, i8 with the same scales); rows
- * of the caches (and scale stores) outside [pos, pos + T) stay untouched. */
+ * of the caches (and scale stores) outside [pos, pos + T) stay untouched.
+ * The paged form (positions and slots per row, as rope_at and kv_write) the
+ * same way, and its errors. */
 #include <string.h>
 
 #include "check.h"
@@ -178,6 +180,131 @@ static void test_against_decomposition(void) {
                 check_case(&cases[i], (loom_isa)isa, cts[t], 100 + i);
 }
 
+/* Paged (the engine's form): random positions per row, random distinct slots
+ * (some -1: not written) of a store [n_slots, HKV, D]; the decomposition is
+ * matmul x3, rope at the positions, kv_write to the slots. Bit-identical Q,
+ * stores and scale stores. */
+static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t seed) {
+    loom_rng r;
+    loom_rng_init(&r, seed, 5);
+    int64_t T = c->T, H = c->H, HKV = c->HKV, D = c->D, NS = c->S_max;
+    float *x = malloc(sizeof(float) * (size_t)(T * c->hid));
+    for (int64_t i = 0; i < T * c->hid; i++) x[i] = rnd(&r);
+    loom_tensor tx, tw[3], tpos, tslot;
+    loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, c->hid}, x);
+    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, &tw[1]),
+                  make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *slot = malloc(sizeof(int32_t) * (size_t)T);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)NS);
+    for (int64_t i = 0; i < NS; i++) perm[i] = (int32_t)i;
+    for (int64_t i = NS - 1; i > 0; i--) {
+        int64_t j = (int64_t)(loom_rng_u32(&r) % (uint32_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        pos[t] = (int32_t)(loom_rng_u32(&r) % 5000);
+        slot[t] = loom_rng_u32(&r) % 5 == 0 ? -1 : perm[t];
+    }
+    loom_tensor_init(&tpos, LOOM_I32, 1, (const int64_t[1]){T}, pos);
+    loom_tensor_init(&tslot, LOOM_I32, 1, (const int64_t[1]){T}, slot);
+    size_t cache_bytes = (size_t)(NS * HKV * D) * loom_dtype_size(ct), scale_n = (size_t)(NS * HKV);
+    unsigned char *kc[2], *vc[2];
+    float *q[2], *ks[2], *vs[2];
+    for (int i = 0; i < 2; i++) {
+        kc[i] = malloc(cache_bytes), vc[i] = malloc(cache_bytes);
+        q[i] = malloc(sizeof(float) * (size_t)(T * H * D));
+        ks[i] = malloc(sizeof(float) * scale_n), vs[i] = malloc(sizeof(float) * scale_n);
+        for (size_t j = 0; j < cache_bytes; j++) kc[i][j] = vc[i][j] = (unsigned char)(j * 29 + 7);
+        for (size_t j = 0; j < scale_n; j++) ks[i][j] = vs[i][j] = (float)j;
+        for (int64_t j = 0; j < T * H * D; j++) q[i][j] = NAN;
+    }
+    int q8 = ct == LOOM_I8;
+    loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f, .freq_scale = 1.0f};
+    loom_tensor cK[2], cV[2], tks[2], tvs[2];
+    for (int i = 0; i < 2; i++) {
+        loom_tensor_init(&cK[i], ct, 3, (const int64_t[3]){NS, HKV, D}, kc[i]);
+        loom_tensor_init(&cV[i], ct, 3, (const int64_t[3]){NS, HKV, D}, vc[i]);
+        loom_tensor_init(&tks[i], LOOM_F32, 2, (const int64_t[2]){NS, HKV}, ks[i]);
+        loom_tensor_init(&tvs[i], LOOM_F32, 2, (const int64_t[2]){NS, HKV}, vs[i]);
+    }
+    {
+        float *yq = malloc(sizeof(float) * (size_t)(T * H * D)), *yk = malloc(sizeof(float) * (size_t)(T * HKV * D)),
+              *yv = malloc(sizeof(float) * (size_t)(T * HKV * D));
+        loom_tensor mq, mk, mv;
+        loom_tensor_init(&mq, LOOM_F32, 2, (const int64_t[2]){T, H * D}, yq);
+        loom_tensor_init(&mk, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yk);
+        loom_tensor_init(&mv, LOOM_F32, 2, (const int64_t[2]){T, HKV * D}, yv);
+        loom_tensor *outs[3] = {&mq, &mk, &mv};
+        const loom_matmul_attrs ma = {.act_precision = c->act};
+        for (int i = 0; i < 3; i++) {
+            const loom_tensor *s[2] = {&tx, &tw[i]};
+            CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, &ma, outs[i], c->nth) == LOOM_OK);
+        }
+        loom_tensor rq, rk, rqo, rv;
+        loom_tensor_init(&rq, LOOM_F32, 3, (const int64_t[3]){T, H, D}, yq);
+        loom_tensor_init(&rqo, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[0]);
+        loom_tensor_init(&rk, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yk);
+        loom_tensor_init(&rv, LOOM_F32, 3, (const int64_t[3]){T, HKV, D}, yv);
+        const loom_tensor *s1[2] = {&rq, &tpos}, *s2[2] = {&rk, &tpos};
+        CHECK(run_op(LOOM_OP_ROPE, isa, s1, 2, &rope, &rqo, c->nth) == LOOM_OK);
+        CHECK(run_op(LOOM_OP_ROPE, isa, s2, 2, &rope, &rk, c->nth) == LOOM_OK);
+        const loom_tensor *s3[4] = {&cK[0], &rk, &tslot, &tks[0]}, *s4[4] = {&cV[0], &rv, &tslot, &tvs[0]};
+        CHECK(run_op(LOOM_OP_KV_WRITE, isa, s3, q8 ? 4 : 3, NULL, &cK[0], c->nth) == LOOM_OK);
+        CHECK(run_op(LOOM_OP_KV_WRITE, isa, s4, q8 ? 4 : 3, NULL, &cV[0], c->nth) == LOOM_OK);
+        free(yq), free(yk), free(yv);
+    }
+    loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
+                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act, .paged = 1};
+    loom_tensor to;
+    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
+    int nsrc = q8 ? 8 : 6;
+    loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2], &tpos, &tslot, &tks[1], &tvs[1]}, .n_src = nsrc,
+                          .dst = &to, .attrs = &at, .dst_extra = {&cK[1], &cV[1]}, .n_dst_extra = 2};
+    loom_tensor inferred;
+    memset(&inferred, 0, sizeof inferred);
+    CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
+    CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
+    int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
+               memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
+               memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
+    CHECK_MSG(same, "paged %s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d cache %s: "
+              "fused qkv_rope differs from matmul+rope+kv_write", loom_isa_name(isa), (long long)T, (long long)H,
+              (long long)HKV, (long long)D, (long long)c->n_rot, c->mode, loom_dtype_name(c->wt), c->block_heads,
+              c->nth, loom_dtype_name(ct));
+    /* a slot beyond the store, a negative position: errors naming the row */
+    if (T > 1) {
+        int32_t keep = slot[T - 1];
+        slot[T - 1] = (int32_t)NS;
+        CHECK(run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth) == LOOM_ERR_INVALID_ARG);
+        CHECK(strstr(loom_last_error(), "slot") != NULL);
+        slot[T - 1] = keep, pos[0] = -3;
+        CHECK(run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth) == LOOM_ERR_INVALID_ARG);
+        CHECK(strstr(loom_last_error(), "position -3") != NULL);
+    }
+    for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
+    for (int i = 0; i < 3; i++) free(w[i]);
+    free(x), free(pos), free(slot), free(perm);
+}
+
+static void test_paged(void) {
+    const qcase cases[] = {
+        /* T, hid, H, HKV, D, n_rot, n_slots, -, mode, block_heads, nth, wt, act */
+        {1, 64, 4, 2, 16, 16, 8, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {5, 96, 6, 3, 32, 16, 24, 0, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {23, 64, 4, 4, 16, 16, 40, 0, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {37, 96, 9, 3, 32, 20, 64, 0, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
+        {12, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
+        {3, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_INTERLEAVED, 0, 2, LOOM_Q4_1, LOOM_ACT_PREC_Q8},
+        {19, 96, 6, 3, 32, 16, 40, 0, LOOM_ROPE_HALF, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
+    };
+    const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++) check_paged(&cases[i], (loom_isa)isa, cts[t], 700 + i);
+}
+
 /* A cache of another dtype than the attributes name is an error naming it. */
 static void test_cache_dtype_mismatch(void) {
     const int64_t T = 2, hid = 16, H = 2, HKV = 1, D = 8;
@@ -219,6 +346,7 @@ static void test_cache_dtype_mismatch(void) {
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_against_decomposition);
+    RUN_TEST(test_paged);
     RUN_TEST(test_cache_dtype_mismatch);
     return TEST_SUMMARY();
 }
