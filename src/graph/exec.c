@@ -179,9 +179,12 @@ loom_status loom_executor_run(loom_executor *e, loom_graph *g) {
 }
 
 void loom_executor_print_checkpoints(const loom_executor *e, FILE *f) {
-    fprintf(f, "checkpoints (fused vs unfused from the same inputs; tolerance relative to max(1, |ref|): "
-               "%.3g, or f16's / bf16's where attention reads such a KV cache):\n",
+    fprintf(f, "checkpoints (each fused op vs its unfused decomposition from the same inputs; tolerance relative "
+               "to max(1, |ref|): %.3g, or f16's / bf16's where attention reads such a KV cache, f16's for i8):\n",
             loom_fusion_rules_checkpoint_tol(e->rules));
+    if (e->ckpt_unchecked)
+        fprintf(f, "  (%d fused ops have no decomposition within their layer and are not checked)\n",
+                e->ckpt_unchecked);
     fprintf(f, "  %-12s %6s %12s %12s %10s %8s\n", "checkpoint", "runs", "max abs", "max rel", "tolerance",
             "beyond");
     for (int i = 0; i < e->n_ckpt; i++)

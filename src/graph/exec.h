@@ -14,13 +14,15 @@
 #include "graph/fusion.h"
 #include "graph/graph.h"
 
-/* One checkpoint of fused_with_checkpoints: the worst error seen so far. */
+/* One checkpoint of fused_with_checkpoints: the fused ops of one layer (or
+ * of the head), each compared with its unfused decomposition; the worst
+ * error seen so far. */
 typedef struct loom_checkpoint_stat {
-    char   name[LOOM_NAME_MAX];   /* "L3 output", "logits" */
-    int    layer;                 /* LOOM_LAYER_POST for the logits */
+    char   name[LOOM_NAME_MAX];   /* "L3", "logits" (the head's fused ops) */
+    int    layer;                 /* LOOM_LAYER_POST for the head */
     double max_abs, max_rel;      /* rel = |fused - ref| / max(1, |ref|) */
-    int    runs, failed_runs;     /* comparisons made, and those beyond tolerance */
-    double tol;                   /* the loosest tolerance applied (layer_tolerance) */
+    int    runs, failed_runs;     /* steps that checked the layer, and those with an op beyond tolerance */
+    double tol;                   /* the loosest tolerance applied (check_tolerance) */
 } loom_checkpoint_stat;
 
 typedef struct loom_program loom_program;
@@ -50,8 +52,9 @@ typedef struct loom_executor {
     loom_fusion_rules *rules;   /* owned; the built-in default is loaded at the first fused compile */
     loom_fusion_report report;  /* what the last fusion pass did */
     int             ckpt_action;   /* -1: the rules file's; else loom_checkpoint_action */
-    loom_checkpoint_stat *ckpt; /* checkpoints (fixed at compile: layers + logits) */
+    loom_checkpoint_stat *ckpt; /* checkpoints (fixed at compile): one per layer with fused ops, the head */
     int             n_ckpt, cap_ckpt;
+    int             ckpt_unchecked; /* fused nodes of the last compiled program without a decomposition */
     const loom_program *last;   /* the program that ran last */
     loom_program   *oneshot;    /* the program of loom_executor_run's graph */
 } loom_executor;

@@ -259,19 +259,6 @@ static loom_status finish(loom_program *p, prog_graph *pg, unsigned char **arena
     return loom_exec_reserve_scratch(e, align_up(scratch), align_up(shared));
 }
 
-/* fused_with_checkpoints: layer inputs stay alive in the fused plan until the
- * checkpoints have read them (after the whole pass). */
-static void keep_layer_values(loom_graph *fused, const loom_graph *twin) {
-    for (int n = 0; n < twin->n_nodes; n++)
-        for (int i = 0; i < twin->nodes[n].n_src; i++) {
-            int s = loom_graph_storage(twin, twin->nodes[n].src[i]);
-            int prod = twin->tensors[s].producer;
-            if (twin->tensors[s].kind == LOOM_TK_INTERMEDIATE && prod >= 0 &&
-                twin->nodes[prod].layer != twin->nodes[n].layer && s < fused->n_tensors)
-                fused->tensors[s].is_output = 1;
-        }
-}
-
 static loom_status program_alloc(loom_executor *e, const char *name, loom_program **out) {
     loom_program *p = calloc(1, sizeof *p);
     LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "program: out of memory");
@@ -284,7 +271,6 @@ static loom_status program_alloc(loom_executor *e, const char *name, loom_progra
 /* Both graphs planned and resolved, checkpoints set up. */
 static loom_status complete(loom_program *p) {
     loom_executor *e = p->e;
-    if (p->twin.g) keep_layer_values(p->main.g, p->twin.g);
     LOOM_TRY(finish(p, &p->main, &e->arena, &e->arena_cap));
     if (p->twin.g) {
         LOOM_TRY(finish(p, &p->twin, &e->ref_arena, &e->ref_arena_cap));
@@ -377,7 +363,7 @@ static void prog_graph_free(prog_graph *pg) {
 void loom_program_free(loom_program *p) {
     if (!p) return;
     if (p->e && p->e->last == p) p->e->last = NULL;
-    prog_layers_free(p);
+    prog_checks_free(p);
     prog_graph_free(&p->main);
     prog_graph_free(&p->twin);
     free(p);

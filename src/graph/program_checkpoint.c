@@ -1,13 +1,24 @@
 /*
  * fused_with_checkpoints: a program keeps its graph's unfused twin (the same
  * trace before fusion: fusion keeps the ids of every value visible outside a
- * match, so both name the same values alike). After the fused pass, each
- * layer of the twin (and the head, which yields the logits) runs again,
- * unfused, from the values the fused pass produced at the layer's inputs, and
- * the layer's output is compared with the fused one. Errors are therefore per
- * layer, not accumulated over layers. K/V cache rows a reference layer writes
- * are saved before and restored after, so the fused results stay the model's
- * state. Everything is sized at compile time.
+ * match, so both name the same values alike). The fused pass runs node by
+ * node; right after each fused node, its decomposition (the twin nodes that
+ * compute the fused node's outputs from its inputs) runs unfused, from the
+ * very values the fused node read, and the outputs are compared.
+ *
+ * Comparing one fused op with its own decomposition, from the same inputs, is
+ * what makes the check compare like with like: both computations quantize the
+ * same activations (q8 x for quantized weights) the same way. Comparing whole
+ * layers, as loom did before, re-ran every op of a layer from the layer's
+ * input, so float-order noise of one op (a fused RMSNorm's sum, a split-KV
+ * attention) could flip an 8-bit rounding of the next op's activations and
+ * show up as a relative error of 1e-2 .. 1e-1 in a correct layer.
+ *
+ * K/V cache rows a decomposition writes (kv_append: rows pos..; kv_write: its
+ * slots) are the fused op's too: they are saved before the reference runs,
+ * compared with what it wrote (dequantized for i8 caches, with one rounding
+ * step of the cache dtype allowed), and restored, so the fused results stay
+ * the model's state. Everything is sized at compile time.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,11 +28,7 @@
 #include "base/status.h"
 #include "graph/program_internal.h"
 
-/* The layer of the node producing tensor id, or -1000 (no layer) for none. */
-static int producer_layer(const loom_graph *g, int id) {
-    int p = g->tensors[id].producer;
-    return p >= 0 ? g->nodes[p].layer : -1000;
-}
+extern int loom_fusion_rules_checkpoints(const loom_fusion_rules *r, int *layers, int *logits);
 
 /* The stat of layer in e->ckpt, made now (at compile time) when absent. */
 static int stat_for(loom_executor *e, int layer) {
@@ -37,17 +44,20 @@ static int stat_for(loom_executor *e, int layer) {
     memset(c, 0, sizeof *c);
     c->layer = layer;
     if (layer == LOOM_LAYER_POST) snprintf(c->name, sizeof c->name, "logits");
-    else snprintf(c->name, sizeof c->name, "L%d output", layer);
+    else if (layer == LOOM_LAYER_PRE) snprintf(c->name, sizeof c->name, "embeddings");
+    else snprintf(c->name, sizeof c->name, "L%d", layer);
     return e->n_ckpt++;
 }
 
-/* Bytes of the cache rows (and i8 scale rows) the kv_append nodes in
- * [first, last] write for n rows (n < 0: the rows they were built with). */
-static size_t kv_rows_bytes(const loom_graph *g, int first, int last, int64_t rows) {
+static int is_kv(const loom_node *n) { return n->op == LOOM_OP_KV_APPEND || n->op == LOOM_OP_KV_WRITE; }
+
+/* Bytes of the cache rows (and i8 scale rows) the kv nodes of a check write
+ * for n rows (n < 0: the rows they were built with). */
+static size_t kv_rows_bytes(const loom_graph *g, const prog_check *c, int64_t rows) {
     size_t total = 0;
-    for (int k = first; k <= last; k++) {
-        const loom_node *node = &g->nodes[k];
-        if (node->op != LOOM_OP_KV_APPEND && node->op != LOOM_OP_KV_WRITE) continue;
+    for (int j = 0; j < c->n_twin; j++) {
+        const loom_node *node = &g->nodes[c->twin[j]];
+        if (!is_kv(node)) continue;
         int64_t n = rows >= 0 ? rows : g->tensors[node->src[1]].t.shape[0];
         int scale = node->op == LOOM_OP_KV_WRITE ? 3 : 2;
         for (int i = 0; i < node->n_src; i = i ? node->n_src : scale) { /* the cache, then its scales */
@@ -58,38 +68,106 @@ static size_t kv_rows_bytes(const loom_graph *g, int first, int last, int64_t ro
     return total;
 }
 
+/* The tensor id's producing node in g, through views (-1: none). */
+static int producer_of(const loom_graph *g, int id) {
+    while (id >= 0 && g->tensors[id].producer < 0 && g->tensors[id].kind == LOOM_TK_VIEW) id = g->tensors[id].view_of;
+    return id >= 0 ? g->tensors[id].producer : -1;
+}
+
+/* The decomposition of fused node n: the twin nodes reached backwards from
+ * its outputs without passing its inputs. 0 when it cannot be checked (no
+ * twin node computes it, or the walk goes beyond MAX_DECOMPOSITION nodes:
+ * the node's inputs do not bound it). */
+#define MAX_DECOMPOSITION 64
+static int decompose(const loom_graph *fg, const loom_graph *rg, int n, prog_check *c, unsigned char *mark) {
+    const loom_node *fn = &fg->nodes[n];
+    int stop[LOOM_MAX_SRC], n_stop = 0;
+    for (int i = 0; i < fn->n_src; i++) stop[n_stop++] = loom_graph_storage(fg, fn->src[i]);
+    int outs[1 + LOOM_MAX_EXTRA_DST], n_out = 0;
+    outs[n_out++] = fn->dst;
+    for (int i = 0; i < fn->n_dst_extra; i++) outs[n_out++] = fn->dst_extra[i];
+    int *stack = malloc(sizeof(int) * (size_t)(rg->n_nodes + 1));
+    if (!stack) return -1;
+    memset(mark, 0, (size_t)rg->n_nodes);
+    int sp = 0, ok = 1;
+    for (int o = 0; o < n_out; o++) {
+        if (outs[o] >= rg->n_tensors) continue; /* made by fusion (ffn's hidden buffer) */
+        int p = producer_of(rg, outs[o]);
+        if (p >= 0 && !mark[p]) mark[p] = 1, stack[sp++] = p;
+    }
+    int n_seen = sp;
+    while (sp > 0 && ok) {
+        const loom_node *tn = &rg->nodes[stack[--sp]];
+        for (int i = 0; i < tn->n_src && ok; i++) {
+            int s = loom_graph_storage(rg, tn->src[i]), at_input = 0;
+            for (int k = 0; k < n_stop; k++) at_input |= stop[k] == s;
+            if (at_input) continue;
+            int p = rg->tensors[s].kind == LOOM_TK_INTERMEDIATE ? producer_of(rg, tn->src[i]) : -1;
+            if (p >= 0 && !mark[p]) mark[p] = 1, stack[sp++] = p, n_seen++;
+        }
+        if (n_seen > MAX_DECOMPOSITION) ok = 0; /* its inputs do not bound it: not a decomposition */
+    }
+    free(stack);
+    c->n_twin = 0;
+    for (int k = 0; k < rg->n_nodes; k++) c->n_twin += mark[k];
+    if (!ok || c->n_twin == 0) return 0;
+    c->twin = malloc(sizeof(int) * (size_t)c->n_twin);
+    c->inputs = malloc(sizeof(int) * (size_t)(c->n_twin * LOOM_MAX_SRC));
+    if (!c->twin || !c->inputs) return -1;
+    c->n_twin = 0;
+    for (int k = 0; k < rg->n_nodes; k++)
+        if (mark[k]) c->twin[c->n_twin++] = k;
+    /* what it reads from the fused pass: intermediates no node of its own produces */
+    for (int j = 0; j < c->n_twin; j++) {
+        const loom_node *tn = &rg->nodes[c->twin[j]];
+        for (int i = 0; i < tn->n_src; i++) {
+            int s = loom_graph_storage(rg, tn->src[i]), p = rg->tensors[s].producer;
+            if (rg->tensors[s].kind != LOOM_TK_INTERMEDIATE || (p >= 0 && mark[p])) continue;
+            if (s >= fg->n_tensors) return 0;
+            c->inputs[c->n_inputs++] = s;
+        }
+    }
+    return 1;
+}
+
 loom_status prog_checkpoints_compile(loom_program *p) {
     loom_executor *e = p->e;
-    const loom_graph *rg = p->twin.g;
-    int n_layers = 0;
-    for (int n = 0, prev = -1000; n < rg->n_nodes; n++)
-        if (rg->nodes[n].layer != prev) prev = rg->nodes[n].layer, n_layers++;
-    p->layers = calloc((size_t)n_layers + 1, sizeof *p->layers);
-    LOOM_RETURN_IF(!p->layers, LOOM_ERR_NOMEM, "checkpoints: out of memory");
+    const loom_graph *rg = p->twin.g, *fg = p->main.g;
+    int want_layers = 1, want_logits = 1;
+    loom_fusion_rules_checkpoints(e->rules, &want_layers, &want_logits);
+    int n_fused = 0;
+    for (int n = 0; n < fg->n_nodes; n++) n_fused += fg->nodes[n].rule >= 0;
+    p->checks = calloc((size_t)n_fused + 1, sizeof *p->checks);
+    unsigned char *mark = malloc((size_t)rg->n_nodes + 1);
+    LOOM_RETURN_IF(!p->checks || !mark, LOOM_ERR_NOMEM, "checkpoints: out of memory");
     size_t kv_bytes = 0;
     const int64_t rows = p->is_static ? -1 : p->max_rows;
-    for (int n = 0; n < rg->n_nodes;) {
-        prog_layer *L = &p->layers[p->n_layers];
-        L->layer = rg->nodes[n].layer;
-        L->first = n;
-        while (n + 1 < rg->n_nodes && rg->nodes[n + 1].layer == L->layer) n++;
-        L->last = n++;
-        if (L->layer == LOOM_LAYER_PRE) continue;
-        L->inputs = malloc(sizeof *L->inputs * (size_t)(8 * (L->last - L->first + 1)));
-        LOOM_RETURN_IF(!L->inputs, LOOM_ERR_NOMEM, "checkpoints: out of memory");
-        for (int k = L->first; k <= L->last; k++)
-            for (int i = 0; i < rg->nodes[k].n_src; i++) {
-                int s = loom_graph_storage(rg, rg->nodes[k].src[i]);
-                if (rg->tensors[s].kind == LOOM_TK_INTERMEDIATE && producer_layer(rg, s) != L->layer)
-                    L->inputs[L->n_inputs++] = s;
-            }
-        L->stat = stat_for(e, L->layer);
-        LOOM_RETURN_IF(L->stat < 0, LOOM_ERR_NOMEM, "checkpoints: out of memory");
-        size_t b = kv_rows_bytes(rg, L->first, L->last, rows);
+    loom_status st = LOOM_OK;
+    for (int n = 0; n < fg->n_nodes && st == LOOM_OK; n++) {
+        const loom_node *fn = &fg->nodes[n];
+        if (fn->rule < 0 || (fn->layer == LOOM_LAYER_POST ? !want_logits : !want_layers)) continue;
+        prog_check *c = &p->checks[p->n_checks];
+        memset(c, 0, sizeof *c);
+        c->node = n;
+        int r = decompose(fg, rg, n, c, mark);
+        if (r < 0) st = loom_set_error(LOOM_ERR_NOMEM, "checkpoints: out of memory");
+        if (r <= 0) { /* cannot be checked: no decomposition within its layer (counted, reported) */
+            p->n_unchecked++;
+            free(c->twin), free(c->inputs);
+            memset(c, 0, sizeof *c);
+            continue;
+        }
+        c->stat = stat_for(e, fn->layer);
+        if (c->stat < 0) st = loom_set_error(LOOM_ERR_NOMEM, "checkpoints: out of memory");
+        size_t b = kv_rows_bytes(rg, c, rows);
         if (b > kv_bytes) kv_bytes = b;
-        p->n_layers++;
+        p->n_checks++;
     }
-    p->kv_save_bytes = kv_bytes;
+    free(mark);
+    LOOM_TRY(st);
+    e->ckpt_unchecked = p->n_unchecked;
+    p->seen = calloc((size_t)e->n_ckpt + 1, sizeof *p->seen); /* its checks' stats are < n_ckpt */
+    LOOM_RETURN_IF(!p->seen, LOOM_ERR_NOMEM, "checkpoints: out of memory");
     if (kv_bytes > e->kv_save_cap) {
         unsigned char *buf = realloc(e->kv_save, kv_bytes);
         LOOM_RETURN_IF(!buf, LOOM_ERR_NOMEM, "checkpoints: out of memory");
@@ -99,22 +177,25 @@ loom_status prog_checkpoints_compile(loom_program *p) {
     return LOOM_OK;
 }
 
-void prog_layers_free(loom_program *p) {
-    for (int i = 0; i < p->n_layers; i++) free(p->layers[i].inputs);
-    free(p->layers);
-    p->layers = NULL;
-    p->n_layers = 0;
+void prog_checks_free(loom_program *p) {
+    for (int i = 0; i < p->n_checks; i++) free(p->checks[i].twin), free(p->checks[i].inputs);
+    free(p->checks);
+    free(p->seen);
+    p->seen = NULL;
+    p->checks = NULL;
+    p->n_checks = 0;
 }
 
-/* Saves (save = 1) or restores the cache rows the kv_append and kv_write
- * nodes of a layer write (kv_append: rows pos.. of the cache; kv_write: the
- * slots its third input names), with their i8 scales. */
-static void kv_rows(loom_executor *e, const loom_graph *rg, const prog_layer *L, int save) {
+/* The cache rows of a kv node, in the order kv_rows saves them: calls fn for
+ * each written row of the cache (i = 0) and of the scale store (i > 0). */
+typedef void (*kv_row_fn)(void *ctx, const loom_node *node, int i, size_t t, char *row, size_t off, size_t bytes);
+
+static size_t kv_walk(const loom_graph *rg, const prog_check *c, kv_row_fn fn, void *ctx) {
     size_t off = 0;
-    for (int k = L->first; k <= L->last; k++) {
-        const loom_node *node = &rg->nodes[k];
+    for (int j = 0; j < c->n_twin; j++) {
+        const loom_node *node = &rg->nodes[c->twin[j]];
+        if (!is_kv(node)) continue;
         int append = node->op == LOOM_OP_KV_APPEND;
-        if (!append && node->op != LOOM_OP_KV_WRITE) continue;
         size_t rows = (size_t)rg->tensors[node->src[1]].t.shape[0];
         const loom_tensor *slots = append ? NULL : &rg->tensors[node->src[2]].t;
         int pos = append ? ((const loom_kv_append_attrs *)(const void *)node->attrs)->pos : 0;
@@ -124,105 +205,200 @@ static void kv_rows(loom_executor *e, const loom_graph *rg, const prog_layer *L,
             size_t row = (size_t)store->stride[0] * loom_dtype_size(store->dtype);
             for (size_t t = 0; t < rows; t++) {
                 int64_t at = append ? pos + (int64_t)t : ((const int32_t *)slots->data)[t * (size_t)slots->stride[0]];
-                if (at >= 0 && at < store->shape[0]) {
-                    char *base = (char *)store->data + row * (size_t)at;
-                    if (save) memcpy(e->kv_save + off, base, row);
-                    else memcpy(base, e->kv_save + off, row);
-                }
+                if (at >= 0 && at < store->shape[0]) fn(ctx, node, i, t, (char *)store->data + row * (size_t)at, off, row);
                 off += row;
             }
         }
     }
+    return off;
 }
 
-static void compare(const loom_tensor *f, const loom_tensor *r, double tol, double *max_abs, double *max_rel,
-                    int *bad) {
-    int64_t n = loom_tensor_nelem(r);
-    const float *fd = f->data, *rd = r->data;
-    *max_abs = *max_rel = 0.0;
-    *bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double a = fd[i], b = rd[i];
-        if (isnan(a) || isnan(b) || isinf(a) || isinf(b)) {
-            if (!(isnan(a) && isnan(b)) && a != b) *bad = 1, *max_abs = *max_rel = INFINITY;
-            continue;
-        }
-        double d = fabs(a - b), rel = d / (fabs(b) > 1.0 ? fabs(b) : 1.0);
-        if (d > *max_abs) *max_abs = d;
-        if (rel > *max_rel) *max_rel = rel;
-        if (rel > tol) *bad = 1;
+static void save_row(void *ctx, const loom_node *node, int i, size_t t, char *row, size_t off, size_t bytes) {
+    (void)node, (void)i, (void)t;
+    memcpy((unsigned char *)ctx + off, row, bytes);
+}
+
+static void restore_row(void *ctx, const loom_node *node, int i, size_t t, char *row, size_t off, size_t bytes) {
+    (void)node, (void)i, (void)t;
+    memcpy(row, (unsigned char *)ctx + off, bytes);
+}
+
+/* The worst difference so far, and whether any element is beyond tolerance. */
+typedef struct diff {
+    double max_abs, max_rel;
+    int bad;
+} diff;
+
+/* One element: fused a, reference b, allowed |a - b| <= allow + tol * max(1, |b|). */
+static void diff_add(diff *d, double a, double b, double tol, double allow) {
+    if (isnan(a) || isnan(b) || isinf(a) || isinf(b)) {
+        if (!(isnan(a) && isnan(b)) && a != b) d->bad = 1, d->max_abs = d->max_rel = INFINITY;
+        return;
+    }
+    double x = fabs(a - b), den = fabs(b) > 1.0 ? fabs(b) : 1.0, rel = x / den;
+    if (x > d->max_abs) d->max_abs = x;
+    if (rel > d->max_rel) d->max_rel = rel;
+    if (x > allow + tol * den) d->bad = 1;
+}
+
+static double elem(const void *row, loom_dtype dt, int64_t k) {
+    switch (dt) {
+    case LOOM_F32: return ((const float *)row)[k];
+    case LOOM_F16: return loom_f16_to_f32(((const uint16_t *)row)[k]);
+    case LOOM_BF16: return loom_bf16_to_f32(((const uint16_t *)row)[k]);
+    case LOOM_I8: return ((const int8_t *)row)[k];
+    default: return 0.0;
     }
 }
 
-/* The tolerance of a layer: the rules' (the f32 paths'), or DESIGN.md's for
- * f16 / bf16 where the layer's attention reads a cache of that dtype (the
- * fused decode kernel rounds P to bf16 for a bf16 V, the unfused kernel in
- * its own tiling): 2^-8 / 2^-7, twice that over 2048 keys or more. */
-static double layer_tolerance(const loom_graph *rg, const prog_layer *L, double tol) {
-    for (int k = L->first; k <= L->last; k++) {
-        const loom_node *node = &rg->nodes[k];
+/* Compares the cache rows the reference wrote (in the store) with the fused
+ * ones (saved): the values, dequantized for i8 with each side's scale; one
+ * rounding step of the cache dtype is allowed (both round their own f32). */
+typedef struct kv_cmp {
+    const loom_graph *rg;
+    const unsigned char *saved;
+    double tol;
+    diff d;
+} kv_cmp;
+
+static void cmp_row(void *ctx, const loom_node *node, int i, size_t t, char *row, size_t off, size_t bytes) {
+    kv_cmp *k = ctx;
+    if (i > 0) return; /* scale rows: compared through the values they scale */
+    const loom_tensor *store = &k->rg->tensors[node->src[0]].t;
+    const loom_dtype dt = store->dtype;
+    const void *fused = k->saved + off;
+    int64_t n = (int64_t)(bytes / loom_dtype_size(dt));
+    if (dt != LOOM_I8) {
+        double step = dt == LOOM_BF16 ? 1.0 / 128 : dt == LOOM_F16 ? 1.0 / 1024 : 0.0;
+        for (int64_t e = 0; e < n; e++) {
+            double a = elem(fused, dt, e), b = elem(row, dt, e);
+            diff_add(&k->d, a, b, k->tol, step * fabs(b));
+        }
+        return;
+    }
+    /* i8: the scale store follows the cache rows of this node (kv_walk's order):
+     * row t's scales are at off + rows * row bytes + t * scale row bytes */
+    int scale_in = node->op == LOOM_OP_KV_WRITE ? 3 : 2;
+    const loom_tensor *sst = &k->rg->tensors[node->src[scale_in]].t;
+    size_t rows = (size_t)k->rg->tensors[node->src[1]].t.shape[0];
+    size_t srow = (size_t)sst->stride[0] * sizeof(float);
+    size_t cache_off0 = off - t * bytes;
+    const float *fs = (const float *)(k->saved + cache_off0 + rows * bytes + t * srow);
+    const int64_t at = (int64_t)((row - (char *)store->data) / (ptrdiff_t)bytes);
+    const float *rs = (const float *)((const char *)sst->data + srow * (size_t)at);
+    int64_t D = store->shape[store->ndim - 1], heads = n / D;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t e = 0; e < D; e++) {
+            double a = elem(fused, dt, h * D + e) * fs[h], b = elem(row, dt, h * D + e) * rs[h];
+            diff_add(&k->d, a, b, k->tol, fs[h] > rs[h] ? fs[h] : rs[h]);
+        }
+}
+
+/* The tolerance of a check: the rules' (the f32 paths'), or DESIGN.md's for
+ * f16 / bf16 where its attention reads a cache of that dtype (the fused
+ * decode kernel rounds P to bf16 for a bf16 V, the unfused kernel in its own
+ * tiling): 2^-8 / 2^-7, twice that over 2048 keys or more. An i8 cache gets
+ * f16's: the decode kernel's integer products round q and each tile's P to
+ * 16 bits against their maxima (docs/ops.md: a tile's share of the output
+ * may move by 2^-12 of the largest |v|, which exceeds 2^-11 of an output
+ * below 1 when |v| reaches 2). */
+static double check_tolerance(const loom_graph *rg, const prog_check *c, double tol) {
+    for (int j = 0; j < c->n_twin; j++) {
+        const loom_node *node = &rg->nodes[c->twin[j]];
         if (node->op != LOOM_OP_ATTENTION) continue;
         for (int i = 1; i <= 2 && i < node->n_src; i++) {
             const loom_tensor *kv = &rg->tensors[node->src[i]].t;
-            double t = kv->dtype == LOOM_BF16 ? 1.0 / 128 : kv->dtype == LOOM_F16 ? 1.0 / 256 : 0.0;
-            if (kv->ndim >= 2 && kv->shape[1] >= 2048) t *= 2.0;  /* [B, S_kv, H, D] */
+            double t = kv->dtype == LOOM_BF16 ? 1.0 / 128 : kv->dtype == LOOM_F16 || kv->dtype == LOOM_I8 ? 1.0 / 256 : 0.0;
+            if (kv->ndim >= 2 && kv->shape[1] >= 2048) t *= 2.0; /* [B, S_kv, H, D] */
             if (t > tol) tol = t;
         }
     }
     return tol;
 }
 
-extern int loom_fusion_rules_checkpoints(const loom_fusion_rules *r, int *layers, int *logits);
-
-loom_status prog_checkpoints_run(loom_program *p, const loom_step *st) {
+/* Runs the check of fused node c->node (just run) and records it. */
+static loom_status run_check(loom_program *p, const prog_check *c, const loom_step *st, int *seen) {
     loom_executor *e = p->e;
-    const loom_fusion_rules *rules = e->rules;
-    int want_layers = 1, want_logits = 1;
-    loom_fusion_rules_checkpoints(rules, &want_layers, &want_logits);
-    const double rules_tol = loom_fusion_rules_checkpoint_tol(rules);
-    int action = e->ckpt_action >= 0 ? e->ckpt_action : (int)loom_fusion_rules_checkpoint_action(rules);
     prog_graph *tw = &p->twin;
     loom_graph *rg = tw->g;
     const loom_graph *fg = p->main.g;
-    prog_apply_step(e, tw, e->ref_arena, st);
-    prog_count_phases(tw, e->n_threads);
-    for (int li = 0; li < p->n_layers; li++) {
-        const prog_layer *L = &p->layers[li];
-        if (L->layer == LOOM_LAYER_PRE || (L->layer == LOOM_LAYER_POST ? !want_logits : !want_layers)) continue;
-        /* the reference arena, then the layer's inputs at the fused values */
-        prog_bind(tw, e->ref_arena);
-        for (int i = 0; i < L->n_inputs; i++) rg->tensors[L->inputs[i]].t.data = fg->tensors[L->inputs[i]].t.data;
-        for (int i = 0; i < rg->n_tensors; i++) {
-            loom_gtensor *t = &rg->tensors[i];
-            if (t->kind == LOOM_TK_VIEW) t->t.data = (char *)rg->tensors[t->view_of].t.data + t->view_offset;
-        }
-        kv_rows(e, rg, L, 1);
-        loom_status s = prog_exec(p, tw, L->first, L->last, 0, st->batch);
-        kv_rows(e, rg, L, 0);
-        LOOM_TRY(s);
-        int out = rg->nodes[L->last].dst;
-        double tol = layer_tolerance(rg, L, rules_tol);
-        loom_checkpoint_stat *c = &e->ckpt[L->stat];
-        double ma, mr;
-        int bad;
-        compare(&fg->tensors[out].t, &rg->tensors[out].t, tol, &ma, &mr, &bad);
-        c->runs++;
-        if (tol > c->tol) c->tol = tol;
-        if (ma > c->max_abs) c->max_abs = ma;
-        if (mr > c->max_rel) c->max_rel = mr;
-        if (bad) {
-            c->failed_runs++;
-            if (action == LOOM_CHECKPOINT_FAIL)
-                return loom_set_error(LOOM_ERR_INTERNAL,
-                                      "checkpoint %s (%s): fused differs from unfused by %.3g "
-                                      "(relative %.3g > tolerance %.3g)",
-                                      c->name, rg->tensors[out].t.name, ma, mr, tol);
-            if (c->failed_runs == 1)
-                fprintf(stderr, "loom: warning: checkpoint %s (%s): fused differs from unfused by %.3g "
-                                "(relative %.3g > tolerance %.3g)\n",
-                        c->name, rg->tensors[out].t.name, ma, mr, tol);
-        }
+    const loom_node *fn = &fg->nodes[c->node];
+    /* the reference arena, then the inputs at the fused values */
+    prog_bind(tw, e->ref_arena);
+    for (int i = 0; i < c->n_inputs; i++) rg->tensors[c->inputs[i]].t.data = fg->tensors[c->inputs[i]].t.data;
+    for (int i = 0; i < rg->n_tensors; i++) {
+        loom_gtensor *t = &rg->tensors[i];
+        if (t->kind == LOOM_TK_VIEW) t->t.data = (char *)rg->tensors[t->view_of].t.data + t->view_offset;
     }
-    tw->bound = 0; /* bound per layer above: bind afresh next time */
+    kv_walk(rg, c, save_row, e->kv_save);
+    loom_status s = LOOM_OK;
+    for (int j = 0; j < c->n_twin && s == LOOM_OK;) { /* runs of consecutive nodes at once */
+        int k = j;
+        while (k + 1 < c->n_twin && c->twin[k + 1] == c->twin[k] + 1) k++;
+        s = prog_exec(p, tw, c->twin[j], c->twin[k], 0, st->batch);
+        j = k + 1;
+    }
+    double tol = check_tolerance(rg, c, loom_fusion_rules_checkpoint_tol(e->rules));
+    kv_cmp kc = {.rg = rg, .saved = e->kv_save, .tol = tol};
+    if (s == LOOM_OK) kv_walk(rg, c, cmp_row, &kc);
+    kv_walk(rg, c, restore_row, e->kv_save);
+    LOOM_TRY(s);
+    /* the outputs the reference computes (not the cache views: compared above) */
+    diff d = kc.d;
+    int outs[1 + LOOM_MAX_EXTRA_DST], n_out = 0;
+    outs[n_out++] = fn->dst;
+    for (int i = 0; i < fn->n_dst_extra; i++) outs[n_out++] = fn->dst_extra[i];
+    const char *what = rg->tensors[fn->dst].t.name;
+    for (int o = 0; o < n_out; o++) {
+        int id = outs[o], prod = id < rg->n_tensors ? producer_of(rg, id) : -1;
+        if (prod < 0 || is_kv(&rg->nodes[prod])) continue;
+        const loom_tensor *ft = &fg->tensors[id].t, *rt = &rg->tensors[id].t;
+        if (ft->dtype != LOOM_F32 || rt->dtype != LOOM_F32 || !loom_tensor_is_contiguous(ft) ||
+            !loom_tensor_is_contiguous(rt))
+            continue;
+        int64_t n = loom_tensor_nelem(rt);
+        diff one = {0};
+        for (int64_t i = 0; i < n; i++) diff_add(&one, ((const float *)ft->data)[i], ((const float *)rt->data)[i], tol, 0.0);
+        if (one.max_rel > d.max_rel || (one.bad && !d.bad)) what = rt->name;
+        if (one.max_abs > d.max_abs) d.max_abs = one.max_abs;
+        if (one.max_rel > d.max_rel) d.max_rel = one.max_rel;
+        d.bad |= one.bad;
+    }
+    loom_checkpoint_stat *cs = &e->ckpt[c->stat];
+    if (!(seen[c->stat] & 1)) seen[c->stat] |= 1, cs->runs++; /* a run: a step that checked the layer */
+    if (tol > cs->tol) cs->tol = tol;
+    if (d.max_abs > cs->max_abs) cs->max_abs = d.max_abs;
+    if (d.max_rel > cs->max_rel) cs->max_rel = d.max_rel;
+    if (!d.bad) return LOOM_OK;
+    int first = 0;
+    if (!(seen[c->stat] & 2)) seen[c->stat] |= 2, first = ++cs->failed_runs == 1;
+    const char *op = loom_op_get(fn->op)->name;
+    int action = e->ckpt_action >= 0 ? e->ckpt_action : (int)loom_fusion_rules_checkpoint_action(e->rules);
+    if (action == LOOM_CHECKPOINT_FAIL)
+        return loom_set_error(LOOM_ERR_INTERNAL,
+                              "checkpoint %s: fused op %s (%s) differs from its unfused decomposition by %.3g "
+                              "(relative %.3g > tolerance %.3g)", cs->name, op, what, d.max_abs, d.max_rel, tol);
+    if (first)
+        fprintf(stderr, "loom: warning: checkpoint %s: fused op %s (%s) differs from its unfused decomposition by "
+                        "%.3g (relative %.3g > tolerance %.3g)\n", cs->name, op, what, d.max_abs, d.max_rel, tol);
     return LOOM_OK;
+}
+
+loom_status prog_checkpoints_exec(loom_program *p, const loom_step *st, int dump) {
+    loom_executor *e = p->e;
+    const loom_graph *fg = p->main.g;
+    prog_apply_step(e, &p->twin, e->ref_arena, st);
+    prog_count_phases(&p->twin, e->n_threads);
+    int *seen = p->seen; /* per stat, this step: 1 checked, 2 failed */
+    for (int i = 0; i < p->n_checks; i++) seen[p->checks[i].stat] = 0;
+    loom_status s = LOOM_OK;
+    int next = 0;
+    for (int i = 0; i <= p->n_checks && s == LOOM_OK; i++) {
+        int upto = i < p->n_checks ? p->checks[i].node : fg->n_nodes - 1;
+        if (upto >= next) s = prog_exec(p, &p->main, next, upto, dump, st->batch);
+        next = upto + 1;
+        if (s == LOOM_OK && i < p->n_checks) s = run_check(p, &p->checks[i], st, seen);
+    }
+    p->twin.bound = 0; /* bound per check above: bind afresh next time */
+    return s;
 }

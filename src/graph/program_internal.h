@@ -45,14 +45,15 @@ typedef struct prog_graph {
     int         bound;
 } prog_graph;
 
-/* A layer of the twin for fused_with_checkpoints. */
-typedef struct prog_layer {
-    int  layer;                  /* LOOM_LAYER_POST: the head (logits) */
-    int  first, last;            /* its nodes in the twin */
-    int *inputs;                 /* intermediates it reads that other layers produce */
+/* fused_with_checkpoints: a fused node of the program and its decomposition in the twin. */
+typedef struct prog_check {
+    int  node;                   /* the fused node in the program's graph */
+    int *twin;                   /* the twin nodes that compute its outputs from its inputs, ascending */
+    int  n_twin;
+    int *inputs;                 /* intermediates they read from the fused pass (storage ids) */
     int  n_inputs;
-    int  stat;                   /* index into e->ckpt */
-} prog_layer;
+    int  stat;                   /* index into e->ckpt (the node's layer) */
+} prog_check;
 
 struct loom_program {
     loom_executor *e;
@@ -62,9 +63,10 @@ struct loom_program {
     int            out_id;
     prog_graph     main;
     prog_graph     twin;         /* g NULL unless fused_with_checkpoints */
-    prog_layer    *layers;
-    int            n_layers;
-    size_t         kv_save_bytes;
+    prog_check    *checks;
+    int            n_checks;
+    int            n_unchecked;  /* fused nodes without a decomposition */
+    int           *seen;         /* per checkpoint stat, during a step: checked, failed */
     loom_step      last;         /* the last step run */
     int            timing;
 };
@@ -83,7 +85,8 @@ loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int 
 
 /* fused_with_checkpoints (program_checkpoint.c). */
 loom_status prog_checkpoints_compile(loom_program *p);
-loom_status prog_checkpoints_run(loom_program *p, const loom_step *s);
-void prog_layers_free(loom_program *p);
+/* Runs the program's graph node by node, each fused node followed by its check. */
+loom_status prog_checkpoints_exec(loom_program *p, const loom_step *s, int dump);
+void prog_checks_free(loom_program *p);
 
 #endif

@@ -183,12 +183,12 @@ loom_status loom_program_run(loom_program *p, const loom_step *s) {
     prog_apply_step(e, &p->main, e->arena, &st);
     prog_count_phases(&p->main, e->n_threads);
     const loom_graph *g = p->main.g;
-    loom_status rs = g->n_nodes ? prog_exec(p, &p->main, 0, g->n_nodes - 1, e->dump_dir != NULL, st.batch) : LOOM_OK;
+    loom_status rs = !g->n_nodes ? LOOM_OK
+                     : p->twin.g ? prog_checkpoints_exec(p, &st, e->dump_dir != NULL)
+                                 : prog_exec(p, &p->main, 0, g->n_nodes - 1, e->dump_dir != NULL, st.batch);
     if (e->dump_dir) e->dump_seq++;
     e->last = p;
-    LOOM_TRY(rs);
-    if (p->twin.g) LOOM_TRY(prog_checkpoints_run(p, &st));
-    return LOOM_OK;
+    return rs;
 }
 
 void loom_program_account(loom_program *p) {

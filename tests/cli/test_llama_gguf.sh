@@ -103,6 +103,20 @@ expect_error "chat: unknown template" "unknown chat template 'vicuna'" "$LOOM" c
 expect_error "chat: llama2.c model needs a template" "chat template" \
     "$LOOM" chat -m "$S260/stories260K.bin" -z "$S260/tok512.bin" </dev/null
 
+# ---- fused_with_checkpoints on the quantized model (q8 activations): every fused op equals its
+# unfused decomposition from the same inputs (a prefill of ~100 tokens, then decode), f32 and i8
+# KV caches, with action fail
+P=$(printf 'The history of Paris begins with a small settlement on an island in the river. %.0s' 1 2 3 4 5 6)
+for ct in f32 i8; do
+    if "$LOOM" run -m "$M" -p "$P" -n 24 --temp 0 -c 256 -t 2 --kv-dtype "$ct" --mode fused_with_checkpoints \
+        --checkpoint-action fail >"$TMP/out" 2>"$TMP/err" && grep -qE "^  L29 +24 .* 0$" "$TMP/err" \
+        && ! grep -q "not checked" "$TMP/err"; then
+        pass "checkpoints pass on the q4_1 model, $ct cache"
+    else
+        fail "checkpoints on the q4_1 model, $ct cache: $(tail -4 "$TMP/err")"
+    fi
+done
+
 # ---- bench (tiny sizes): a table with pp and tg rows, and JSON
 "$LOOM" bench -m "$M" -p 16 -n 4 -t 1 -r 2 --mode step_by_step >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 0 ] && grep -q "| step_by_step | f32 | 1 | pp16 |" "$TMP/out" && grep -q "| tg4 |" "$TMP/out" \

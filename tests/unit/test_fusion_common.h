@@ -9,6 +9,7 @@
 #include "graph/exec.h"
 #include "graph/fusion.h"
 #include "model/llama.h"
+#include "ops/quant.h"
 
 typedef struct tmodel {
     loom_llama_config c;
@@ -16,6 +17,8 @@ typedef struct tmodel {
     float *store;       /* all weights */
     float *kc, *vc;     /* [L][ctx][kv_dim] */
     int ctx;
+    void *qbuf[7 * 16 + 1]; /* tm_quantize's weights */
+    int n_qbuf;
 } tmodel;
 
 static float *tm_take(float **p, size_t n) {
@@ -67,7 +70,29 @@ static void tm_init(tmodel *m, int dim, int heads, int kv_heads, int hidden, int
     tm_tensor(&m->w.output, &p, vocab, dim, &r, s, 0);
 }
 
+/* Quantizes every projection weight (and the classifier) of m to wt (dims
+ * multiples of 32); the buffers are m->qbuf[..]. */
+static inline void tm_quantize_weights(tmodel *m, loom_dtype wt) {
+    for (int l = 0; l <= m->c.n_layers; l++) {
+        loom_llama_layer *L = l < m->c.n_layers ? &m->w.layers[l] : NULL;
+        loom_tensor *ws[7] = {NULL};
+        if (L) ws[0] = &L->wq, ws[1] = &L->wk, ws[2] = &L->wv, ws[3] = &L->wo, ws[4] = &L->w1, ws[5] = &L->w2,
+               ws[6] = &L->w3;
+        else ws[0] = &m->w.output;
+        for (int i = 0; i < 7 && ws[i]; i++) {
+            loom_tensor *t = ws[i];
+            int64_t rows = t->shape[0], k = t->shape[1];
+            size_t rb = loom_dtype_row_bytes(wt, k);
+            char *q = malloc((size_t)rows * rb);
+            for (int64_t r = 0; r < rows; r++) loom_quantize_row(wt, (const float *)t->data + r * k, q + (size_t)r * rb, k);
+            loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, k}, q);
+            m->qbuf[m->n_qbuf++] = q;
+        }
+    }
+}
+
 static void tm_free(tmodel *m) {
+    for (int i = 0; i < m->n_qbuf; i++) free(m->qbuf[i]);
     free(m->store), free(m->kc), free(m->vc), free(m->w.layers);
 }
 
