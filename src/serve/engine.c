@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/status.h"
@@ -146,6 +147,7 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     e->max_blk = (p.seq_len + p.block_size - 1) / p.block_size;
     e->kvt = m->params.kv_dtype;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
     m->exec->invariant = p.batch_invariant != 0;
     loom_status s = alloc_buffers(e);
     /* the pool: anonymous memory, resident only as blocks are written */
@@ -198,6 +200,7 @@ void loom_engine_free(loom_engine *e) {
     free(e->kc_id), free(e->probs);
     free(e->ev), free(e->text), free(e->lp);
     pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
     free(e);
 }
 
@@ -279,7 +282,7 @@ loom_status loom_engine_add(loom_engine *e, int64_t id, const int32_t *prompt, i
     LOOM_TRY(req_create(e, id, prompt, n_prompt, p, &r));
     pthread_mutex_lock(&e->mu);
     int ok = grow((void **)&e->incoming, &e->cap_in, e->n_in + 1, sizeof *e->incoming);
-    if (ok) e->incoming[e->n_in++] = r, e->pending++;
+    if (ok) e->incoming[e->n_in++] = r, e->pending++, pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
     if (!ok) {
         eng_req_free(r);
@@ -292,6 +295,34 @@ void loom_engine_cancel(loom_engine *e, int64_t id) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
     if (grow((void **)&e->cancels, &e->cap_cancel, e->n_cancel + 1, sizeof *e->cancels)) e->cancels[e->n_cancel++] = id;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int loom_engine_wait(loom_engine *e, int timeout_ms) {
+    pthread_mutex_lock(&e->mu);
+    if (!e->pending && !e->woken && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&e->work, &e->mu);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&e->work, &e->mu, &ts);
+        }
+    }
+    int n = e->pending;
+    e->woken = 0;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+void loom_engine_wake(loom_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->woken = 1;
+    pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
 }
 

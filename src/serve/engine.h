@@ -123,6 +123,12 @@ void loom_engine_cancel(loom_engine *e, int64_t id);
 loom_status loom_engine_step(loom_engine *e, const loom_engine_event **events, int *n_events);
 /* Requests not finished yet (waiting, running or added since the last step). */
 int loom_engine_pending(const loom_engine *e);
+/* Waits until a request is pending, loom_engine_wake is called, or timeout_ms
+ * pass (< 0: no limit; 0: do not wait); returns the pending requests. For the
+ * thread that steps the engine (a server's loop). */
+int loom_engine_wait(loom_engine *e, int timeout_ms);
+/* Wakes loom_engine_wait (any thread): shutdown. */
+void loom_engine_wake(loom_engine *e);
 loom_engine_stats loom_engine_get_stats(const loom_engine *e);
 /* The fused graph of the last step's program with its accounting (kernels,
  * bytes, flops per node: graph/profile.h), or NULL before the first step. */

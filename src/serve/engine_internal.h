@@ -63,6 +63,8 @@ struct loom_engine {
     int64_t next_order;
     /* from other threads */
     pthread_mutex_t mu;
+    pthread_cond_t work;                       /* signalled by add, cancel and wake */
+    int woken;                                 /* loom_engine_wake since the last wait */
     eng_req **incoming;
     int n_in, cap_in;
     int64_t *cancels;

@@ -35,7 +35,8 @@ static void drain(loom_engine *e) {
     }
     int moved = 0;
     while (moved < e->n_in && !e->incoming[moved]) moved++;
-    memmove(e->incoming, e->incoming + moved, sizeof *e->incoming * (size_t)(e->n_in - moved));
+    if (moved > 0 && moved < e->n_in)
+        memmove(e->incoming, e->incoming + moved, sizeof *e->incoming * (size_t)(e->n_in - moved));
     e->n_in -= moved;
     for (int c = 0; c < e->n_cancel; c++)
         for (int i = 0; i < e->n_reqs; i++)

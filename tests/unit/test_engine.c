@@ -10,8 +10,10 @@
  * - bad requests are refused with messages; cancelled requests end as such. */
 #include "check.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/rng.h"
 #include "serve/engine.h"
@@ -445,6 +447,47 @@ static void test_errors_and_cancel(void) {
     loom_engine_free(e);
 }
 
+/* A stepping thread waits for work: an add from another thread wakes it, as
+ * does loom_engine_wake; with nothing pending a bounded wait times out. */
+typedef struct adder {
+    loom_engine *e;
+    int wake_only;
+} adder;
+
+static void *add_later(void *arg) {
+    adder *a = arg;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (a->wake_only) {
+        loom_engine_wake(a->e);
+        return NULL;
+    }
+    int32_t ids[64];
+    int n = encode("Once upon a time", ids, 64);
+    loom_request_params p = greedy(4);
+    loom_engine_add(a->e, 7, ids, n, &p);
+    return NULL;
+}
+
+static void test_wait(void) {
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 2;
+    loom_engine *e;
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &e) == LOOM_OK);
+    CHECK(loom_engine_wait(e, 0) == 0);
+    CHECK(loom_engine_wait(e, 30) == 0); /* times out */
+    for (int w = 0; w < 2; w++) {
+        adder a = {e, w};
+        pthread_t th;
+        pthread_create(&th, NULL, add_later, &a);
+        int n = loom_engine_wait(e, w ? -1 : 10000);
+        pthread_join(th, NULL);
+        CHECK_MSG(n == (w ? 0 : 1), "wait %d: %d pending", w, n);
+        if (!w) CHECK(run_all(e, NULL, 1) > 0);
+    }
+    loom_engine_free(e);
+}
+
 int main(void) {
     const char *dir = getenv("LOOM_SHARED_DIR");
     snprintf(model_path, sizeof model_path, "%s/models/stories260K/stories260K.bin", dir ? dir : "../shared");
@@ -461,6 +504,7 @@ int main(void) {
     RUN_TEST(test_random_ops);
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
+    RUN_TEST(test_wait);
     RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);
     loom_model_free(g_model);
