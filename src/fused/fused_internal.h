@@ -38,7 +38,9 @@ int64_t loom_ffn_block_cols_for(int64_t M, int64_t H, int64_t l3_bytes);
  * it from cache) and few items, because every item's GEMM repacks or
  * converts all of x; a divisor of n_kv_heads, so all items are the same
  * size, and an even count (or at least 12) so 2 threads get equal work.
- * Decode (GEMV): 1, so threads get equal shares of the weights. */
+ * Decode (GEMV): whole heads of at least 64 weight rows an item (1 from head
+ * dim 64 up, so threads get equal shares; tiny heads would cost more to set
+ * up than to compute). */
 int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads);
 /* The same for an L3 of l3_bytes (the fusion rules' hardware section). */
 int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,

@@ -132,7 +132,12 @@ int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t 
 
 int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,
                                      int64_t l3_bytes) {
-    if (T < LOOM_GEMM_MIN_M || n_kv_heads < 1) return 1;
+    if (n_kv_heads < 1) return 1;
+    if (T < LOOM_GEMM_MIN_M) { /* GEMVs: whole heads of at least 64 weight rows an item (tiny heads: one
+                                  item of 8 rows costs more to set up than to compute) */
+        int64_t hb = D > 0 && D < 64 ? (64 + D - 1) / D : 1;
+        return hb < n_kv_heads ? hb : n_kv_heads;
+    }
     int64_t l3 = l3_bytes > 0 ? l3_bytes : (8 << 20);
     int64_t target = l3 / 8 / (4 * T * (D > 0 ? D : 1));
     for (int64_t hb = target < n_kv_heads ? target : n_kv_heads; hb > 1; hb--) {

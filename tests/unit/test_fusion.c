@@ -603,7 +603,8 @@ static void test_auto_blocks_from_hw(void) {
     }
     CHECK_MSG(bn[0][0] < bn[1][0] && bn[0][0] >= 32, "block_n %lld vs %lld", (long long)bn[0][0], (long long)bn[1][0]);
     CHECK_MSG(hb[0][0] < hb[1][0], "block_heads %lld vs %lld", (long long)hb[0][0], (long long)hb[1][0]);
-    CHECK(bn[0][1] == 128 && bn[1][1] == 128 && hb[0][1] == 1 && hb[1][1] == 1);
+    /* decode: GEMVs of whole heads, at least 64 weight rows an item (8 heads of 8, capped at the 4 kv heads) */
+    CHECK(bn[0][1] == 128 && bn[1][1] == 128 && hb[0][1] == 4 && hb[1][1] == 4);
     /* the formulas: equal blocks in multiples of 4 (prefill), divisors of n_kv_heads */
     for (int64_t H = 1; H <= 3000; H += 37) {
         int64_t b = loom_ffn_block_cols_for(512, H, 32 << 20), nb = (H + b - 1) / b;
