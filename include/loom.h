@@ -12,6 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Every declaration of loom's public headers is exported from libloom.so, which
+ * is built with hidden visibility: only what these headers declare is its ABI. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -257,5 +263,9 @@ const char *loom_version(void);
 
 #ifdef __cplusplus
 }
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
 #endif
 #endif /* LOOM_H */
