@@ -256,6 +256,12 @@ loom_status loom_register_fused_op(const loom_fused_op_desc *d);
  * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue). */
 loom_status loom_register_activation(const char *name, float (*fn)(float x, void *user), void *user);
 
+/* ---------------------------------------------------------- CPU */
+
+/* The kernel level loom runs on this CPU: "avx512", "avx2", "generic" or
+ * "ref" (chosen from cpuid; $LOOM_ISA may force a lower one). Never NULL. */
+const char *loom_cpu_isa_name(void);
+
 /* ---------------------------------------------------------- version */
 
 /* loom's version, "MAJOR.MINOR.PATCH" (CMake's project version). Never NULL. */
