@@ -9,24 +9,24 @@
 
 /* Pushes pieces (NULL-terminated), returns the released text in out. */
 static int run(const char *const *stops, int n_stops, const char *const *pieces, char *out, size_t cap) {
-    loom_stop_strings s;
+    loom_stop_strings *s = NULL;
     CHECK(loom_stop_strings_init(&s, stops, n_stops) == LOOM_OK);
     size_t len = 0;
     int stopped = 0;
     for (int i = 0; pieces[i] && !stopped; i++) {
         const char *o;
         size_t n;
-        stopped = loom_stop_strings_push(&s, pieces[i], strlen(pieces[i]), &o, &n);
+        stopped = loom_stop_strings_push(s, pieces[i], strlen(pieces[i]), &o, &n);
         if (len + n < cap) memcpy(out + len, o, n), len += n;
     }
     if (!stopped) {
         const char *o;
         size_t n;
-        loom_stop_strings_flush(&s, &o, &n);
+        loom_stop_strings_flush(s, &o, &n);
         if (len + n < cap) memcpy(out + len, o, n), len += n;
     }
     out[len] = '\0';
-    loom_stop_strings_free(&s);
+    loom_stop_strings_free(s);
     return stopped;
 }
 
@@ -51,16 +51,24 @@ static void test_cases(void) {
     const char *p7[] = {"free ", "text", NULL};
     CHECK(run(NULL, 0, p7, out, sizeof out) == 0 && strcmp(out, "free text") == 0);
     /* held only while it can begin a stop string: "ab" is released by "x" at once */
-    loom_stop_strings s;
+    loom_stop_strings *s = NULL;
     CHECK(loom_stop_strings_init(&s, st2, 1) == LOOM_OK);
     const char *o;
     size_t n;
-    CHECK(loom_stop_strings_push(&s, "zab", 3, &o, &n) == 0 && n == 1 && o[0] == 'z');
-    CHECK(loom_stop_strings_push(&s, "x", 1, &o, &n) == 0 && n == 3 && memcmp(o, "abx", 3) == 0);
-    loom_stop_strings_free(&s);
+    CHECK(loom_stop_strings_push(s, "zab", 3, &o, &n) == 0 && n == 1 && o[0] == 'z');
+    CHECK(loom_stop_strings_push(s, "x", 1, &o, &n) == 0 && n == 3 && memcmp(o, "abx", 3) == 0);
+    loom_stop_strings_free(s);
     const char *bad[] = {"ok", ""};
     CHECK(loom_stop_strings_init(&s, bad, 2) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "stop string 2"));
-    CHECK(loom_stop_strings_init(&s, bad, -1) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_stop_strings_init(&s, bad, -1) == LOOM_ERR_INVALID_ARG && s == NULL);
+    /* the stop strings are copied: the caller's buffer may change after init */
+    char mine[] = "END";
+    const char *st5[] = {mine};
+    CHECK(loom_stop_strings_init(&s, st5, 1) == LOOM_OK);
+    mine[0] = 'X';
+    CHECK(loom_stop_strings_push(s, "the END", 7, &o, &n) == 1 && n == 4 && memcmp(o, "the ", 4) == 0);
+    loom_stop_strings_free(s);
+    loom_stop_strings_free(NULL);
 }
 
 /* Random texts over a small alphabet (so stop strings occur, and partly),
@@ -86,7 +94,7 @@ static void test_random(void) {
          * string in the text so far (a longer one that began earlier but is not
          * complete yet does not count) */
         int first = len;
-        loom_stop_strings s;
+        loom_stop_strings *s = NULL;
         CHECK(loom_stop_strings_init(&s, stops, ns) == LOOM_OK);
         char got[256];
         size_t glen = 0, pushed = 0;
@@ -96,7 +104,7 @@ static void test_random(void) {
             if (pushed + pl > (size_t)len) pl = (size_t)len - pushed;
             const char *o;
             size_t n;
-            stopped = loom_stop_strings_push(&s, text + pushed, pl, &o, &n);
+            stopped = loom_stop_strings_push(s, text + pushed, pl, &o, &n);
             memcpy(got + glen, o, n);
             glen += n;
             pushed += pl;
@@ -114,11 +122,11 @@ static void test_random(void) {
         if (!stopped) {
             const char *o;
             size_t n;
-            loom_stop_strings_flush(&s, &o, &n);
+            loom_stop_strings_flush(s, &o, &n);
             memcpy(got + glen, o, n);
             glen += n;
         }
-        loom_stop_strings_free(&s);
+        loom_stop_strings_free(s);
         found += stopped;
         if (stopped != (first < len) || glen != (size_t)first || memcmp(got, text, glen) != 0 || !held_ok) {
             if (fails++ < 5)
