@@ -342,26 +342,27 @@ loom_status loom_tokenizer_decode_tokens(const loom_tokenizer *t, const int32_t 
 const char *loom_tokenizer_piece(const loom_tokenizer *t, int token);
 
 /* ---------------------------------------------------------- stop strings */
-/* Streams generated text through a filter that releases it only once it can
- * no longer be the beginning of a stop string, so a stop string is never
- * printed, however the tokens split it. */
+/* A filter for streamed text that releases it only once it can no longer be
+ * the beginning of a stop string, so a stop string is never shown, however
+ * the tokens split it. */
 
-typedef struct loom_stop_strings loom_stop_strings;
+typedef struct loom_stop_filter loom_stop_filter;
 
-/* A filter for stops[0..n) (copied). n = 0 releases every piece as it comes.
- * LOOM_ERR_INVALID_ARG for an empty stop string (naming it, from 1), more than
- * 64 of them or NULL arguments; LOOM_ERR_NOMEM. *out is NULL on error. */
-loom_status loom_stop_strings_init(loom_stop_strings **out, const char *const *stops, int n);
-/* Releases s; NULL is a no-op. */
-void loom_stop_strings_free(loom_stop_strings *s);
+/* A filter for the stop strings stops[0..n) (copied). n = 0 releases every
+ * piece as it comes. LOOM_ERR_INVALID_ARG for an empty stop string (naming
+ * it, from 1), more than 64 of them or NULL arguments; LOOM_ERR_NOMEM. *out
+ * is NULL on error. */
+loom_status loom_stop_filter_init(loom_stop_filter **out, const char *const *stops, int n);
+/* Releases f; NULL is a no-op. */
+void loom_stop_filter_free(loom_stop_filter *f);
 /* Appends the next piece of generated text. *out (valid until the next call)
  * gets the text that can be shown now, *n_out its length. Returns 1 when the
  * text so far contains a stop string: *out is then what precedes the first
  * one, generation should end, and later pieces are dropped; else 0. */
-int loom_stop_strings_push(loom_stop_strings *s, const char *piece, size_t len, const char **out,
-                           size_t *n_out);
-/* At the end of generation without a stop string: the text still held. */
-void loom_stop_strings_flush(loom_stop_strings *s, const char **out, size_t *n_out);
+int loom_stop_filter_push(loom_stop_filter *f, const char *piece, size_t len, const char **out,
+                          size_t *n_out);
+/* At the end of generation without a stop string: the text still held back. */
+void loom_stop_filter_flush(loom_stop_filter *f, const char **out, size_t *n_out);
 
 /* ---------------------------------------------------------- chat templates */
 /* How a conversation becomes the text a chat model was trained on: "chatml"

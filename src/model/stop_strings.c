@@ -9,40 +9,22 @@
 
 #define STOP_MAX 64
 
-struct loom_stop_strings {
-    char **stops;              /* [n_stops] copies */
-    int    n_stops;
-    char  *held;               /* text that could still begin a stop string */
-    size_t n_held, cap_held;
-    char  *out;                /* the text released by the last call */
-    size_t cap_out;
-    int    stopped;            /* a stop string was found: everything after it is dropped */
-};
-
-loom_status loom_stop_strings_init(loom_stop_strings **out, const char *const *stops, int n) {
-    LOOM_RETURN_IF(!out || (n > 0 && !stops) || n < 0, LOOM_ERR_INVALID_ARG, "stop strings: NULL argument");
-    *out = NULL;
+loom_status loom_stop_strings_init(loom_stop_strings *s, const char *const *stops, int n) {
+    LOOM_RETURN_IF(!s || (n > 0 && !stops) || n < 0, LOOM_ERR_INVALID_ARG, "stop strings: NULL argument");
+    memset(s, 0, sizeof *s);
     LOOM_RETURN_IF(n > STOP_MAX, LOOM_ERR_INVALID_ARG, "at most %d stop strings, got %d", STOP_MAX, n);
     for (int i = 0; i < n; i++)
         LOOM_RETURN_IF(!stops[i] || !stops[i][0], LOOM_ERR_INVALID_ARG, "stop string %d is empty", i + 1);
-    loom_stop_strings *s = calloc(1, sizeof *s);
-    if (s && n > 0) s->stops = calloc((size_t)n, sizeof *s->stops);
-    for (int i = 0; s && s->stops && i < n && (s->stops[i] = strdup(stops[i])); i++) s->n_stops++;
-    if (!s || s->n_stops < n) {
-        loom_stop_strings_free(s);
-        return loom_set_error(LOOM_ERR_NOMEM, "stop strings: out of memory");
-    }
-    *out = s;
+    s->stops = stops;
+    s->n_stops = n;
     return LOOM_OK;
 }
 
 void loom_stop_strings_free(loom_stop_strings *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
-    free(s->stops);
     free(s->held);
     free(s->out);
-    free(s);
+    memset(s, 0, sizeof *s);
 }
 
 static int reserve(char **buf, size_t *cap, size_t need) {

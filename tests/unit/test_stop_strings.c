@@ -9,24 +9,24 @@
 
 /* Pushes pieces (NULL-terminated), returns the released text in out. */
 static int run(const char *const *stops, int n_stops, const char *const *pieces, char *out, size_t cap) {
-    loom_stop_strings *s = NULL;
+    loom_stop_strings s;
     CHECK(loom_stop_strings_init(&s, stops, n_stops) == LOOM_OK);
     size_t len = 0;
     int stopped = 0;
     for (int i = 0; pieces[i] && !stopped; i++) {
         const char *o;
         size_t n;
-        stopped = loom_stop_strings_push(s, pieces[i], strlen(pieces[i]), &o, &n);
+        stopped = loom_stop_strings_push(&s, pieces[i], strlen(pieces[i]), &o, &n);
         if (len + n < cap) memcpy(out + len, o, n), len += n;
     }
     if (!stopped) {
         const char *o;
         size_t n;
-        loom_stop_strings_flush(s, &o, &n);
+        loom_stop_strings_flush(&s, &o, &n);
         if (len + n < cap) memcpy(out + len, o, n), len += n;
     }
     out[len] = '\0';
-    loom_stop_strings_free(s);
+    loom_stop_strings_free(&s);
     return stopped;
 }
 
@@ -51,24 +51,16 @@ static void test_cases(void) {
     const char *p7[] = {"free ", "text", NULL};
     CHECK(run(NULL, 0, p7, out, sizeof out) == 0 && strcmp(out, "free text") == 0);
     /* held only while it can begin a stop string: "ab" is released by "x" at once */
-    loom_stop_strings *s = NULL;
+    loom_stop_strings s;
     CHECK(loom_stop_strings_init(&s, st2, 1) == LOOM_OK);
     const char *o;
     size_t n;
-    CHECK(loom_stop_strings_push(s, "zab", 3, &o, &n) == 0 && n == 1 && o[0] == 'z');
-    CHECK(loom_stop_strings_push(s, "x", 1, &o, &n) == 0 && n == 3 && memcmp(o, "abx", 3) == 0);
-    loom_stop_strings_free(s);
+    CHECK(loom_stop_strings_push(&s, "zab", 3, &o, &n) == 0 && n == 1 && o[0] == 'z');
+    CHECK(loom_stop_strings_push(&s, "x", 1, &o, &n) == 0 && n == 3 && memcmp(o, "abx", 3) == 0);
+    loom_stop_strings_free(&s);
     const char *bad[] = {"ok", ""};
     CHECK(loom_stop_strings_init(&s, bad, 2) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "stop string 2"));
-    CHECK(loom_stop_strings_init(&s, bad, -1) == LOOM_ERR_INVALID_ARG && s == NULL);
-    /* the stop strings are copied: the caller's buffer may change after init */
-    char mine[] = "END";
-    const char *st5[] = {mine};
-    CHECK(loom_stop_strings_init(&s, st5, 1) == LOOM_OK);
-    mine[0] = 'X';
-    CHECK(loom_stop_strings_push(s, "the END", 7, &o, &n) == 1 && n == 4 && memcmp(o, "the ", 4) == 0);
-    loom_stop_strings_free(s);
-    loom_stop_strings_free(NULL);
+    CHECK(loom_stop_strings_init(&s, bad, -1) == LOOM_ERR_INVALID_ARG);
 }
 
 /* Random texts over a small alphabet (so stop strings occur, and partly),
@@ -94,7 +86,7 @@ static void test_random(void) {
          * string in the text so far (a longer one that began earlier but is not
          * complete yet does not count) */
         int first = len;
-        loom_stop_strings *s = NULL;
+        loom_stop_strings s;
         CHECK(loom_stop_strings_init(&s, stops, ns) == LOOM_OK);
         char got[256];
         size_t glen = 0, pushed = 0;
@@ -104,7 +96,7 @@ static void test_random(void) {
             if (pushed + pl > (size_t)len) pl = (size_t)len - pushed;
             const char *o;
             size_t n;
-            stopped = loom_stop_strings_push(s, text + pushed, pl, &o, &n);
+            stopped = loom_stop_strings_push(&s, text + pushed, pl, &o, &n);
             memcpy(got + glen, o, n);
             glen += n;
             pushed += pl;
@@ -122,11 +114,11 @@ static void test_random(void) {
         if (!stopped) {
             const char *o;
             size_t n;
-            loom_stop_strings_flush(s, &o, &n);
+            loom_stop_strings_flush(&s, &o, &n);
             memcpy(got + glen, o, n);
             glen += n;
         }
-        loom_stop_strings_free(s);
+        loom_stop_strings_free(&s);
         found += stopped;
         if (stopped != (first < len) || glen != (size_t)first || memcmp(got, text, glen) != 0 || !held_ok) {
             if (fails++ < 5)
@@ -138,8 +130,35 @@ static void test_random(void) {
     CHECK(found > 1000 && found < 2990);  /* both outcomes exercised */
 }
 
+/* The public filter (loom.h) over the above: its own copies of the strings. */
+static void test_public_filter(void) {
+    char mine[] = "END";
+    const char *stops[] = {mine};
+    loom_stop_filter *f = NULL;
+    CHECK(loom_stop_filter_init(&f, stops, 1) == LOOM_OK && f);
+    mine[0] = 'X';  /* the caller's buffer may change after init */
+    const char *o;
+    size_t n;
+    CHECK(loom_stop_filter_push(f, "the E", 5, &o, &n) == 0 && n == 4 && memcmp(o, "the ", 4) == 0);
+    CHECK(loom_stop_filter_push(f, "ND and", 6, &o, &n) == 1 && n == 0);
+    CHECK(loom_stop_filter_push(f, "more", 4, &o, &n) == 1 && n == 0);
+    loom_stop_filter_free(f);
+    f = NULL;
+    CHECK(loom_stop_filter_init(&f, stops, 0) == LOOM_OK);
+    CHECK(loom_stop_filter_push(f, "abc", 3, &o, &n) == 0 && n == 3);
+    loom_stop_filter_flush(f, &o, &n);
+    CHECK(n == 0);
+    loom_stop_filter_free(f);
+    const char *bad[] = {"ok", ""};
+    f = (loom_stop_filter *)1;
+    CHECK(loom_stop_filter_init(&f, bad, 2) == LOOM_ERR_INVALID_ARG && !f && strstr(loom_last_error(), "stop string 2"));
+    CHECK(loom_stop_filter_init(&f, bad, 65) == LOOM_ERR_INVALID_ARG && !f);
+    loom_stop_filter_free(NULL);
+}
+
 int main(void) {
     RUN_TEST(test_cases);
     RUN_TEST(test_random);
+    RUN_TEST(test_public_filter);
     return TEST_SUMMARY();
 }

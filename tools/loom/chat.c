@@ -175,8 +175,8 @@ static int chat_reply(chat_state *c, const char *user) {
     double t1 = cli_time_s();
     int prev = -1, n_gen = 0, cut = 0;
     int eos = loom_tokenizer_eos(c->tok);
-    loom_stop_strings *stop = NULL;
-    if (loom_stop_strings_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
+    loom_stop_filter *stop = NULL;
+    if (loom_stop_filter_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
         return cli_fail("chat", "-r"), -1;
     for (;;) {
         if (g_stop_reply) {
@@ -186,7 +186,7 @@ static int chat_reply(chat_state *c, const char *user) {
         int32_t next;
         if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK ||
             loom_sampler_accept(c->sampler, next) != LOOM_OK) {
-            loom_stop_strings_free(stop);
+            loom_stop_filter_free(stop);
             return cli_fail("chat", "sampling failed"), -1;
         }
         /* the end of the reply: EOS or any control token (<|im_end|>, ...);
@@ -195,7 +195,7 @@ static int chat_reply(chat_state *c, const char *user) {
         size_t len = 0, n_out = 0;
         const char *p = loom_tokenizer_decode(c->tok, prev, next, &len), *out = "";
         /* a reverse prompt ends the reply and is not printed */
-        int stopped = p && len && loom_stop_strings_push(stop, p, len, &out, &n_out);
+        int stopped = p && len && loom_stop_filter_push(stop, p, len, &out, &n_out);
         fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         prev = next;
@@ -208,23 +208,23 @@ static int chat_reply(chat_state *c, const char *user) {
         if (c->pos + 2 > c->n_ctx) {  /* keep one position for the close */
             const char *held;
             size_t n_held;
-            loom_stop_strings_flush(stop, &held, &n_held);
+            loom_stop_filter_flush(stop, &held, &n_held);
             fwrite(held, 1, n_held, stdout);
             fprintf(stdout, "\n");
             fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
             break;
         }
         if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK) {
-            loom_stop_strings_free(stop);
+            loom_stop_filter_free(stop);
             return cli_fail("chat", "forward pass failed"), -1;
         }
         c->pos++;
     }
     const char *rest;
     size_t n_rest;
-    loom_stop_strings_flush(stop, &rest, &n_rest);
+    loom_stop_filter_flush(stop, &rest, &n_rest);
     fwrite(rest, 1, n_rest, stdout);
-    loom_stop_strings_free(stop);
+    loom_stop_filter_free(stop);
     double t2 = cli_time_s();
     printf("\n");
     fflush(stdout);
@@ -311,9 +311,9 @@ int cmd_chat(int argc, char **argv) {
     if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
     loom_sampler_free(c.sampler);
     c.sampler = NULL;
-    loom_stop_strings *probe = NULL;  /* -r's errors before the model loads */
-    if (loom_stop_strings_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
-    loom_stop_strings_free(probe);
+    loom_stop_filter *probe = NULL;  /* -r's errors before the model loads */
+    if (loom_stop_filter_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
+    loom_stop_filter_free(probe);
 
     /* the model's trained context caps -c */
     char def[1024];

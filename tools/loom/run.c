@@ -108,8 +108,8 @@ int cmd_run(int argc, char **argv) {
     if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
     loom_sampler_free(sampler);
     sampler = NULL;
-    loom_stop_strings *stop = NULL;
-    if (loom_stop_strings_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
+    loom_stop_filter *stop = NULL;
+    if (loom_stop_filter_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
     char *file_text = NULL;
     if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) return 1;
     if (file_text) prompt = file_text;
@@ -166,7 +166,7 @@ int cmd_run(int argc, char **argv) {
         if (next == bos || next == eos || (!llama2c && loom_tokenizer_is_control(tok, next))) break;
         size_t len = 0, n_out = 0;
         const char *p = piece_text(tok, prev, next, &len), *out = "";
-        int stopped = p && loom_stop_strings_push(stop, p, len, &out, &n_out);
+        int stopped = p && loom_stop_filter_push(stop, p, len, &out, &n_out);
         fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         n_gen++;
@@ -179,7 +179,7 @@ int cmd_run(int argc, char **argv) {
     }
     const char *rest;
     size_t n_rest;
-    loom_stop_strings_flush(stop, &rest, &n_rest);
+    loom_stop_filter_flush(stop, &rest, &n_rest);
     fwrite(rest, 1, n_rest, stdout);
     double t2 = cli_time_s();
     printf("\n");
@@ -195,7 +195,7 @@ done:
     free(logits);
     free(ids);
     free(file_text);
-    loom_stop_strings_free(stop);
+    loom_stop_filter_free(stop);
     loom_sampler_free(sampler);
     loom_tokenizer_free(tok);
     loom_model_free(model);
