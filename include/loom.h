@@ -332,8 +332,8 @@ loom_status loom_tokenizer_encode_ex(const loom_tokenizer *t, const char *text, 
  * (with an error message, *len = 0) for an id out of range. */
 const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token, size_t *len);
 /* The text of ids[0..n) (each decoded after the one before it, as
- * loom_tokenizer_decode) into a malloc'd, NUL-terminated *text (free()),
- * *len (may be NULL) its byte count. LOOM_ERR_INVALID_ARG naming the index of
+ * loom_tokenizer_decode; BOS, EOS and control tokens add nothing) into a
+ * malloc'd, NUL-terminated *text (free()), *len (may be NULL) its byte count. LOOM_ERR_INVALID_ARG naming the index of
  * an id out of range, LOOM_ERR_NOMEM. */
 loom_status loom_tokenizer_decode_tokens(const loom_tokenizer *t, const int32_t *ids, int n,
                                          char **text, size_t *len);
