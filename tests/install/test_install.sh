@@ -85,6 +85,14 @@ if run "pkg-config: build examples/fused_op.c" \
     ldd "$TMP/fused_op_pc" | grep -q "$PREFIX/lib/libloom.so" || fail "fused_op_pc does not use $PREFIX/lib"
 fi
 
+# shellcheck disable=SC2046,SC2086
+if run "pkg-config --static: build examples/fused_op.c against libloom.a" \
+    $CC $FLAGS -o "$TMP/fused_op_pc_static" "$SRC/examples/fused_op.c" $(pkg-config --cflags loom) \
+        $(pkg-config --static --libs loom | sed 's/-lloom /-l:libloom.a /'); then
+    ldd "$TMP/fused_op_pc_static" | grep -q libloom && fail "fused_op_pc_static links libloom.so"
+    run "pkg-config --static: fused_op runs" "$TMP/fused_op_pc_static"
+fi
+
 # 2. CMake: find_package(loom), loom::loom (shared) and loom::loom_static.
 mkdir -p "$TMP/proj"
 cat >"$TMP/proj/CMakeLists.txt" <<EOF
