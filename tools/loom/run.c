@@ -111,7 +111,10 @@ int cmd_run(int argc, char **argv) {
     loom_stop_filter *stop = NULL;
     if (loom_stop_filter_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
     char *file_text = NULL;
-    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) return 1;
+    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) {
+        loom_stop_filter_free(stop);
+        return 1;
+    }
     if (file_text) prompt = file_text;
 
     loom_model *model = NULL;
