@@ -55,9 +55,12 @@ n_exported=$(nm -D --defined-only "$PREFIX/lib/libloom.so" | grep -c ' loom_')
 if [ -s "$TMP/foreign" ]; then fail "libloom.so exports non-loom symbols: $(head -5 "$TMP/foreign" | tr '\n' ' ')"
 elif [ "$n_exported" -lt 100 ]; then fail "libloom.so exports only $n_exported loom_ symbols"
 else pass "libloom.so exports $n_exported loom_* symbols and nothing else"; fi
-for sym in loom_model_load loom_tokenizer_encode_ex loom_flash_attention_score loom_pool_init; do
-    nm -D --defined-only "$PREFIX/lib/libloom.so" | grep -q " $sym\$" || fail "libloom.so does not export $sym"
-done
+# every function the headers name is exported, and every export is named there
+cat "$PREFIX/include/loom.h" "$PREFIX/include/loom_ops.h" | grep -oE '\bloom_[a-z0-9_]+\(' | tr -d '(' \
+    | sort -u >"$TMP/declared"
+nm -D --defined-only "$PREFIX/lib/libloom.so" | awk '{print $NF}' | grep '^loom_' | sort -u >"$TMP/exported"
+if cmp -s "$TMP/declared" "$TMP/exported"; then pass "the exports are the functions loom.h and loom_ops.h name"
+else fail "declared but not exported: $(comm -23 "$TMP/declared" "$TMP/exported" | tr '\n' ' '); exported but not declared: $(comm -13 "$TMP/declared" "$TMP/exported" | tr '\n' ' ')"; fi
 nm -D --defined-only "$PREFIX/lib/libloom.so" | grep -q " loom_set_error\$" \
     && fail "libloom.so exports the internal loom_set_error"
 
