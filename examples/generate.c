@@ -45,10 +45,10 @@ int main(int argc, char **argv) {
         return fail("cannot load the tokenizer");
     }
 
-    /* 3. the prompt as token ids: BOS when the vocabulary asks for it; len + 3
+    /* 3. the prompt as token ids: BOS when the vocabulary asks for it; len + 4
      * ids always suffice */
     size_t len = strlen(prompt);
-    int cap = (int)len + 3, n_prompt = 0, rc = 1;
+    int cap = (int)len + 4, n_prompt = 0, rc = 1;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
     loom_sampler *sampler = NULL;

@@ -117,6 +117,7 @@ loom_status loom_tensor_permute(const loom_tensor *t, const int *perm,
 /* A view with a new shape; t must be contiguous. */
 loom_status loom_tensor_reshape(const loom_tensor *t, int ndim,
                                 const int64_t *shape, loom_tensor *view);
+/* Sets t->name from a printf format (cut to LOOM_NAME_MAX - 1 bytes). */
 void loom_tensor_set_name(loom_tensor *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -129,7 +130,8 @@ typedef enum loom_exec_mode {
     LOOM_MODE_COUNT
 } loom_exec_mode;
 
-/* "step_by_step", "fused", "fused_with_checkpoints". */
+/* "step_by_step", "fused", "fused_with_checkpoints"; and back (LOOM_ERR_INVALID_ARG
+ * naming an unknown mode). */
 const char *loom_mode_name(loom_exec_mode m);
 loom_status loom_mode_parse(const char *name, loom_exec_mode *out);
 
@@ -174,7 +176,9 @@ loom_model_params loom_model_default_params(void);
  * problem (missing, empty, truncated, impossible sizes, the missing or
  * malformed key or tensor, an unsupported architecture or tensor type). */
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out);
+/* Releases m (weights unmapped, cache and programs freed); NULL is a no-op. */
 void loom_model_free(loom_model *m);
+/* The model's shapes and the context it was loaded with. */
 loom_model_info loom_model_get_info(const loom_model *m);
 /* Sets p->mode from, in order: flag (NULL = not given), $LOOM_MODE, the `mode:`
  * key of the rules file p->rules_path (or of the built-in rules), fused.
@@ -212,6 +216,7 @@ typedef struct loom_sampler_params {
 loom_sampler_params loom_sampler_default_params(void);
 /* Errors for a vocabulary < 1 or parameters out of range. */
 loom_status loom_sampler_init(loom_sampler **s, int vocab_size, const loom_sampler_params *p);
+/* Releases s; NULL is a no-op. */
 void loom_sampler_free(loom_sampler *s);
 /* Picks the next token from logits[vocab_size] (not modified): the repetition
  * penalty over the accepted tokens, then temperature, top-k, top-p and min-p. */
@@ -250,11 +255,15 @@ typedef struct loom_fused_op_desc {
     void *user;
 } loom_fused_op_desc;
 
+/* Registers the fused op d (copied; user must outlive it). LOOM_ERR_INVALID_ARG for a missing
+ * kernel, a name that is taken or not [a-z0-9_] (under 40 characters), or
+ * n_inputs out of range; LOOM_ERR_UNSUPPORTED when every slot is taken. */
 loom_status loom_register_fused_op(const loom_fused_op_desc *d);
 
 /* An elementwise activation y = fn(x): becomes a primitive op NAME (usable in
  * graphs and rule patterns, `op: NAME`) and an activation of the FFN fusion
- * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue). */
+ * (a pattern whose `act` node has op NAME fuses into the ffn kernel's epilogue).
+ * Errors as loom_register_fused_op's. */
 loom_status loom_register_activation(const char *name, float (*fn)(float x, void *user), void *user);
 
 /* ======================================================================
@@ -316,7 +325,7 @@ enum {
  * GGUF and Hugging Face kinds follow Hugging Face's tokenizers: text must be
  * valid UTF-8; user-defined pieces are always matched whole, control pieces
  * only with LOOM_TOK_PARSE_SPECIAL. The llama2.c kind follows llama2.c's
- * run.c (a dummy-prefix space, byte fallback, greedy merges). len + 3 ids
+ * run.c (a dummy-prefix space, byte fallback, greedy merges). len + 4 ids
  * always suffice. Errors: LOOM_ERR_INVALID_ARG for NULL arguments, invalid
  * UTF-8 (naming the byte offset) or when more than max_ids ids are needed
  * (then *n_ids gets the number needed); LOOM_ERR_NOMEM. Thread-safe. */
@@ -333,8 +342,9 @@ loom_status loom_tokenizer_encode_ex(const loom_tokenizer *t, const char *text, 
 const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token, size_t *len);
 /* The text of ids[0..n) (each decoded after the one before it, as
  * loom_tokenizer_decode; BOS, EOS and control tokens add nothing) into a
- * malloc'd, NUL-terminated *text (free()), *len (may be NULL) its byte count. LOOM_ERR_INVALID_ARG naming the index of
- * an id out of range, LOOM_ERR_NOMEM. */
+ * malloc'd, NUL-terminated *text (free()), *len (may be NULL) its byte
+ * count. LOOM_ERR_INVALID_ARG naming the index of an id out of range,
+ * LOOM_ERR_NOMEM; *text is NULL on error. */
 loom_status loom_tokenizer_decode_tokens(const loom_tokenizer *t, const int32_t *ids, int n,
                                          char **text, size_t *len);
 /* The raw vocabulary string of token (NUL-terminated, as stored: "▁the",
@@ -422,7 +432,7 @@ typedef struct loom_model_desc {
     uint64_t   weight_bytes;   /* bytes of the weights as loaded (converted tensors as converted) */
     loom_dtype main_dtype;     /* the dtype that holds most weight bytes */
     int        n_converted;    /* tensors converted at load (GGUF K-quants, q5, iq4) */
-    char       converted[256]; /* their summary, e.g. "q6_K x 1 -> q8_0 (...)"; "" when none */
+    char       converted[256]; /* their summary, e.g. "q6_K -> q8_0 x1 (0.5 MiB)"; "" when none */
 } loom_model_desc;
 
 /* "llama2c", "gguf" or "safetensors". */
@@ -554,7 +564,8 @@ const char *loom_graph_node_kernel(const loom_graph *g, int i);
 loom_status loom_executor_init(loom_executor **e, int n_threads, loom_exec_mode mode);
 /* Releases e and the rules it was given; NULL is a no-op. */
 void loom_executor_free(loom_executor *e);
-/* Gives e the rules to apply in fused modes; e owns them from now on. */
+/* Gives e the rules to apply in fused modes (NULL: the built-in ones); e owns
+ * them from now on. */
 void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r);
 /* Plans and runs g once. In fused modes the rules rewrite g in place first;
  * tensor ids stay valid, so outputs are read with loom_graph_tensor as in
