@@ -13,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/exec.h"
-#include "graph/fusion.h"
-#include "loom.h"
+#include <loom.h>
 
 static float sq_relu(float x, void *user) {
     (void)user;
@@ -74,6 +72,12 @@ static int ext(loom_graph *g, float *data, int64_t d0, int64_t d1) {
     return loom_graph_external(g, &t);
 }
 
+/* A node of a two-input op; -1 once the graph has an error. */
+static int op2(loom_graph *g, const char *op, int a, int b, const char *name) {
+    int src[2] = {a, b};
+    return loom_graph_add_op(g, op, src, 2, name);
+}
+
 int main(void) {
     enum { T = 7, D = 24, H = 40 };
     if (loom_register_activation("sq_relu", sq_relu, NULL) != LOOM_OK ||
@@ -94,37 +98,40 @@ int main(void) {
     int rc = 0;
     for (int mode = 0; mode < 2; mode++) {
         loom_graph *g;
-        loom_graph_init(&g);
-        int ix = ext(g, x, T, D);
-        int src[2] = {ix, ext(g, wg, H, D)};
-        int gate = loom_graph_op(g, LOOM_OP_MATMUL, src, 2, NULL, "gate");
-        src[1] = ext(g, wu, H, D);
-        int up = loom_graph_op(g, LOOM_OP_MATMUL, src, 2, NULL, "up");
-        /* the activation is an op of the registry now: find it by name */
-        loom_op act_op = LOOM_OP_COUNT;
-        for (int op = 0; op < LOOM_OP_COUNT; op++)
-            if (!strcmp(loom_op_get((loom_op)op)->name, "sq_relu")) act_op = (loom_op)op;
-        int act = loom_graph_op(g, act_op, &gate, 1, NULL, "act");
-        int h = loom_g_mul(g, act, up, "h");
-        int down = loom_g_matmul(g, h, ext(g, wd, D, H), "down");
-        int y = loom_g_add(g, loom_g_mul(g, down, ext(g, s, T, D), "scaled"), ext(g, b, T, D), "y");
+        if (loom_graph_init(&g) != LOOM_OK) {
+            fprintf(stderr, "custom_fusion: %s\n", loom_last_error());
+            return 1;
+        }
+        /* the FFN with the activation (an op of the registry now, by name) */
+        int ix = ext(g, x, T, D);  /* one tensor: the rule's $x feeds both matmuls */
+        int gate = op2(g, "matmul", ix, ext(g, wg, H, D), "gate");
+        int up = op2(g, "matmul", ix, ext(g, wu, H, D), "up");
+        int act = loom_graph_add_op(g, "sq_relu", &gate, 1, "act");
+        int h = op2(g, "mul", act, up, "h");
+        int down = op2(g, "matmul", h, ext(g, wd, D, H), "down");
+        /* then y = down * s + b: the scale_shift pattern */
+        int y = op2(g, "add", op2(g, "mul", down, ext(g, s, T, D), "scaled"), ext(g, b, T, D), "y");
         loom_graph_mark_output(g, y);
+        loom_exec_mode m = mode ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP;
         loom_executor *e;
-        loom_executor_init(&e, 2, mode ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP);
-        if (mode) loom_executor_set_rules(e, rules);
-        if (loom_graph_status(g) != LOOM_OK || loom_executor_run(e, g) != LOOM_OK) {
+        if (loom_graph_status(g) != LOOM_OK || loom_executor_init(&e, 2, m) != LOOM_OK) {
+            fprintf(stderr, "custom_fusion: %s\n", loom_last_error());
+            return 1;
+        }
+        if (mode) loom_executor_set_rules(e, rules);  /* e owns them now */
+        if (loom_executor_run(e, g) != LOOM_OK) {
             fprintf(stderr, "custom_fusion: %s\n", loom_last_error());
             return 1;
         }
         memcpy(out[mode], loom_graph_tensor(g, y)->data, T * D * sizeof(float));
         const loom_graph *ran = loom_executor_last_graph(e);
-        printf("%s: %d nodes:", loom_mode_name(e->mode), ran->n_nodes);
-        for (int n = 0; n < ran->n_nodes; n++) printf(" %s", ran->nodes[n].stats.kernel);
+        printf("%s: %d nodes:", loom_mode_name(m), loom_graph_n_nodes(ran));
+        for (int n = 0; n < loom_graph_n_nodes(ran); n++) printf(" %s", loom_graph_node_kernel(ran, n));
         printf("\n");
         if (mode) {
-            loom_fusion_report_print(stdout, &e->report);
-            for (int r = 0; r < e->report.n_rules; r++)
-                if (e->report.rules[r].fired != 1) rc = 1;
+            loom_executor_print_report(e, stdout);
+            if (loom_executor_rule_fired(e, "ffn_sq_relu") != 1 || loom_executor_rule_fired(e, "scale_shift") != 1)
+                rc = 1;
         }
         loom_executor_free(e);  /* frees the rules it was given */
         loom_graph_free(g);

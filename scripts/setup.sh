@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in build-essential cmake ninja-build python3 libcjson-dev libyaml-dev; do
+for pkg in build-essential cmake ninja-build pkg-config python3 libcjson-dev libyaml-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v clang >/dev/null 2>&1 || need+=(clang)

@@ -220,6 +220,8 @@ const char *loom_isa_name(loom_isa isa) {
     return (unsigned)isa < LOOM_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
+const char *loom_cpu_isa_name(void) { return loom_isa_name(loom_cpu_isa()); }
+
 loom_status loom_isa_parse(const char *name, loom_isa *out) {
     LOOM_RETURN_IF(!name || !out, LOOM_ERR_INVALID_ARG, "loom_isa_parse: NULL argument");
     for (int i = 0; i < LOOM_ISA_COUNT; i++) {

@@ -27,7 +27,9 @@ typedef struct loom_checkpoint_stat {
 
 typedef struct loom_program loom_program;
 
-typedef struct loom_executor {
+/* Public (loom.h): loom_executor_init, _free, _set_rules, _run, _last_graph,
+ * _rule_fired, _print_report. */
+struct loom_executor {
     loom_pool      *pool;       /* owned */
     int             n_threads;
     loom_isa        isa;        /* kernel level (loom_cpu_isa() at init) */
@@ -57,30 +59,22 @@ typedef struct loom_executor {
     int             ckpt_unchecked; /* fused nodes of the last compiled program without a decomposition */
     const loom_program *last;   /* the program that ran last */
     loom_program   *oneshot;    /* the program of loom_executor_run's graph */
-} loom_executor;
+};
 
-loom_status loom_executor_init(loom_executor **e, int n_threads, loom_exec_mode mode);
-void loom_executor_free(loom_executor *e);
 /* Enables dumping of every node's output to dir (created if absent; an
  * existing path must be a writable directory); NULL disables. */
 loom_status loom_executor_set_dump(loom_executor *e, const char *dir);
 
 /* Liveness-based placement of intermediates in one arena (first fit by size). */
 loom_status loom_graph_plan(loom_graph *g);
-/* Runs the fixed graph g once: a program of it (loom_program_compile_graph;
- * g is fused in place in fused modes, its tensor ids kept) run with no step.
- * For graphs built once per call (BERT batches, tests); token loops compile
- * programs instead. */
-loom_status loom_executor_run(loom_executor *e, loom_graph *g);
-
-/* Replaces the fusion rules (taken over: freed by the executor); NULL = default. */
-void loom_executor_set_rules(loom_executor *e, loom_fusion_rules *r);
+/* loom_executor_run (a fixed graph run once: a program of it compiled by
+ * loom_program_compile_graph, fused in place in fused modes, run with no step;
+ * for graphs built once per call, BERT batches and tests) and
+ * loom_executor_set_rules (NULL: the default) are public: loom.h. */
 /* Loads rules from path (NULL: built in) and applies preset (NULL: none). */
 loom_status loom_executor_load_rules(loom_executor *e, const char *path, const char *preset);
 /* The rules of the fused modes, loading the built-in default the first time. */
 loom_status loom_executor_rules(loom_executor *e, const loom_fusion_rules **out);
-/* The graph of the program that ran last (its node stats: loom_program_account). */
-const loom_graph *loom_executor_last_graph(const loom_executor *e);
 /* Prints the checkpoint table (worst errors over all runs). */
 void loom_executor_print_checkpoints(const loom_executor *e, FILE *f);
 /* Mode from, in order: flag (may be NULL), $LOOM_MODE, the rules' `mode:`, fused. */

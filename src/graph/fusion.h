@@ -19,8 +19,6 @@
 
 #include "graph/graph.h"
 
-typedef struct loom_fusion_rules loom_fusion_rules;
-
 #define LOOM_FUSION_MAX_RULES 32
 
 /* What a pass did: per rule, how often it fired. */
@@ -44,18 +42,7 @@ typedef struct loom_fusion_hw {
 /* Checkpoint and mode settings of a rules file. */
 typedef enum { LOOM_CHECKPOINT_WARN = 0, LOOM_CHECKPOINT_FAIL } loom_checkpoint_action;
 
-/* Parses rules from text; filename is used in error messages
- * ("FILE:LINE:COLUMN: expected ..."). Unknown op kinds, fused ops, options and
- * presets are errors. */
-loom_status loom_fusion_rules_parse(const char *text, size_t len, const char *filename,
-                                    loom_fusion_rules **out);
-/* Loads a rules file; path NULL = the built-in default (configs/fusion/default.yaml,
- * compiled into the binary). */
-loom_status loom_fusion_rules_load(const char *path, loom_fusion_rules **out);
-/* Applies a named preset (e.g. "small", "7b", "13b", "70b") of the file:
- * overrides options / enabled flags of rules. Unknown preset = error. */
-loom_status loom_fusion_rules_preset(loom_fusion_rules *r, const char *preset);
-void loom_fusion_rules_free(loom_fusion_rules *r);
+/* Parsing, loading, presets and freeing rules are public (loom.h). */
 
 /* Enables or disables the rule of that name (error if there is none). */
 loom_status loom_fusion_rules_enable(loom_fusion_rules *r, const char *rule, int enabled);

@@ -63,7 +63,9 @@ typedef struct loom_node {
     loom_node_stats stats;
 } loom_node;
 
-typedef struct loom_graph {
+/* Public (loom.h): loom_graph_init, _free, _external, _add_op, _mark_output,
+ * _status, _tensor, _n_nodes, _node_kernel. */
+struct loom_graph {
     loom_gtensor *tensors; int n_tensors, cap_tensors;
     loom_node    *nodes;   int n_nodes,   cap_nodes;
     int           cur_layer;
@@ -75,23 +77,17 @@ typedef struct loom_graph {
     size_t shared_bytes;    /* the largest buffer one launch's threads share (op shared_size) */
     int    planned;
     int    fused;           /* 1 after a fusion pass rewrote the graph */
-} loom_graph;
+};
 
-loom_status loom_graph_init(loom_graph **g);
-void loom_graph_free(loom_graph *g);
 /* Empties the graph, keeping its memory (no allocation when rebuilt no larger). */
 void loom_graph_reset(loom_graph *g);
 /* Recomputes every tensor's producer from the node list (after a rewrite of
  * it); the graph counts as unplanned. */
 void loom_graph_set_producers(loom_graph *g);
-/* LOOM_OK or the first builder error (also set as the thread's last error). */
-loom_status loom_graph_status(const loom_graph *g);
 /* The tensor that owns the memory of id (follows view chains; -1 stays -1). */
 int loom_graph_storage(const loom_graph *g, int id);
 void loom_graph_set_layer(loom_graph *g, int layer);
 
-/* A tensor whose memory the caller owns; the descriptor is copied. */
-int loom_graph_external(loom_graph *g, const loom_tensor *t);
 /* Appends a node computing op(src...) and returns its output tensor id.
  * Shapes are inferred and checked now; name is printf-style. */
 int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const void *attrs,
@@ -99,10 +95,6 @@ int loom_graph_op(loom_graph *g, loom_op op, const int *src, int n_src, const vo
 /* Zero-cost views (no node): new shape over a contiguous tensor; row range of dim 0. */
 int loom_graph_reshape(loom_graph *g, int id, int ndim, const int64_t *shape);
 int loom_graph_view_rows(loom_graph *g, int id, int64_t row0, int64_t nrows);
-/* Keeps the tensor alive to the end so the caller can read it after execution. */
-void loom_graph_mark_output(loom_graph *g, int id);
-/* Descriptor of tensor id (data valid after execution for intermediates). */
-const loom_tensor *loom_graph_tensor(const loom_graph *g, int id);
 
 /* Copies src into dst (tensors, nodes, no planner results); dst keeps its
  * memory when large enough. */

@@ -7,6 +7,7 @@
  */
 #include "graph/program_internal.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -103,11 +104,20 @@ typedef struct run_ctx {
     const loom_batch *batch;
     int           first, last, dump;
     atomic_int    failed;
+    /* The barrier after which every thread stops: the next one the first
+     * failing thread reaches. A thread that passed a barrier checks only for
+     * failures before it; one that went on and failed already (thread 0's
+     * dump) counts for a later barrier, so no thread leaves one that the
+     * others still wait at. */
+    atomic_int    stop_at;
     loom_status   status;
     char          error[512];
 } run_ctx;
 
-static void fail(run_ctx *rc, loom_status s, const char *what, int n) {
+/* Records a failure of node n before barrier number step. */
+static void fail(run_ctx *rc, loom_status s, const char *what, int n, int step) {
+    int cur = atomic_load(&rc->stop_at);
+    while (step < cur && !atomic_compare_exchange_weak(&rc->stop_at, &cur, step)) {}
     if (atomic_exchange(&rc->failed, 1) == 0) {
         rc->status = s;
         const loom_graph *g = rc->pg->g;
@@ -123,6 +133,7 @@ static void run_worker(int ith, int nth, void *arg) {
     loom_graph *g = pg->g;
     const int timing = rc->p->timing;
     unsigned char *scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL;
+    int step = 0;  /* barriers passed: the same sequence in every thread */
     for (int n = rc->first; n <= rc->last; n++) {
         const prog_node *pn = &pg->nodes[n];
         loom_kernel_args a = pn->args;
@@ -136,20 +147,20 @@ static void run_worker(int ith, int nth, void *arg) {
         for (int ph = 0; ph < pn->cur; ph++) {
             a.phase = ph;
             loom_status s = pn->kernel(&a);
-            if (s != LOOM_OK) fail(rc, s, pn->info->name, n);
+            if (s != LOOM_OK) fail(rc, s, pn->info->name, n, step);
             loom_pool_barrier(e->pool);
-            if (atomic_load_explicit(&rc->failed, memory_order_relaxed)) return; /* all see it after the barrier */
+            if (atomic_load_explicit(&rc->stop_at, memory_order_relaxed) <= step++) return; /* all alike */
         }
         if (ith == 0) {
             if (timing) g->nodes[n].stats.time_ns = (double)(loom_time_ns() - t0);
             if (rc->dump) {
                 loom_status s = dump_node(e, g, n);
-                if (s != LOOM_OK) fail(rc, s, "dump", n);
+                if (s != LOOM_OK) fail(rc, s, "dump", n, step);
             }
         }
         if (rc->dump) { /* the next node may reuse this memory; a failed dump stops everyone */
             loom_pool_barrier(e->pool);
-            if (atomic_load_explicit(&rc->failed, memory_order_relaxed)) return;
+            if (atomic_load_explicit(&rc->stop_at, memory_order_relaxed) <= step++) return;
         }
     }
 }
@@ -157,6 +168,7 @@ static void run_worker(int ith, int nth, void *arg) {
 loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump, const loom_batch *batch) {
     run_ctx rc = {.p = p, .pg = pg, .batch = batch, .first = first, .last = last, .dump = dump, .status = LOOM_OK};
     atomic_init(&rc.failed, 0);
+    atomic_init(&rc.stop_at, INT_MAX);
     loom_pool_run(p->e->pool, run_worker, &rc);
     if (atomic_load(&rc.failed)) return loom_set_error(rc.status, "%s", rc.error);
     return LOOM_OK;

@@ -65,14 +65,7 @@ int loom_bert_build(loom_graph *g, const loom_bert_config *c, const loom_bert_we
 
 /* ---- sentence embeddings: the model folder's weights, tokenizer, executor */
 
-typedef struct loom_bert loom_bert;
-
-/* Loads a folder with config.json, model.safetensors (or a sharded index) and
- * tokenizer.json; sentence_bert_config.json's max_seq_length caps the tokens
- * per input (else max_position_embeddings). */
-loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out);
-void loom_bert_free(loom_bert *m);
-int loom_bert_dim(const loom_bert *m);
+/* loom_bert_load, _free, _dim and loom_bert_embed (texts) are public: loom.h. */
 
 /* Embeddings of n token sequences (ids[i][0..lens[i]), [CLS]/[SEP] included)
  * into out[n * dim]: mean over each sequence's tokens of the last hidden
@@ -81,7 +74,5 @@ int loom_bert_dim(const loom_bert *m);
  * input (from 1). */
 loom_status loom_bert_embed_tokens(loom_bert *m, const int32_t *const *ids, const int *lens, int n,
                                    int normalize, float *out);
-/* Tokenizes (with [CLS] ... [SEP], truncated to the model's maximum) and embeds n texts. */
-loom_status loom_bert_embed(loom_bert *m, const char *const *texts, int n, int normalize, float *out);
 
 #endif

@@ -27,6 +27,27 @@ loom_status loom_chat_template_from_name(const char *name, loom_chat_template *o
                           name ? name : "(null)");
 }
 
+loom_status loom_chat_template_init(const char *name, loom_chat_template **out) {
+    LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "chat template: NULL argument");
+    *out = NULL;
+    loom_chat_template t;
+    LOOM_TRY(loom_chat_template_from_name(name, &t));
+    return loom_chat_template_dup(&t, out);
+}
+
+loom_status loom_chat_template_dup(const loom_chat_template *t, loom_chat_template **out) {
+    *out = malloc(sizeof **out);
+    LOOM_RETURN_IF(!*out, LOOM_ERR_NOMEM, "chat template: out of memory");
+    **out = *t;
+    return LOOM_OK;
+}
+
+void loom_chat_template_free(loom_chat_template *t) { free(t); }
+
+const char *loom_chat_template_name(const loom_chat_template *t) {
+    return t ? loom_chat_format_name(t->format) : "unknown";
+}
+
 static const char *find_n(const char *s, size_t len, const char *needle) {
     size_t n = strlen(needle);
     for (size_t i = 0; n <= len && i <= len - n; i++)

@@ -16,19 +16,16 @@
 
 typedef enum { LOOM_CHAT_CHATML = 0, LOOM_CHAT_LLAMA2, LOOM_CHAT_COUNT } loom_chat_format;
 
-typedef struct loom_chat_template {
+/* The public handle (loom.h) is this struct; loom code also keeps it by value. */
+struct loom_chat_template {
     loom_chat_format format;
     char default_system[512];  /* system message the template adds when none is given ("" = none) */
-} loom_chat_template;
-
-typedef struct loom_chat_msg {
-    const char *role;     /* "system", "user" or "assistant" */
-    const char *content;
-} loom_chat_msg;
+};
 
 /* "chatml", "llama2". */
 const char *loom_chat_format_name(loom_chat_format f);
-/* By name; LOOM_ERR_INVALID_ARG naming the accepted names otherwise. */
+/* By name into caller storage (loom_chat_template_init allocates); LOOM_ERR_INVALID_ARG
+ * naming the accepted names otherwise. */
 loom_status loom_chat_template_from_name(const char *name, loom_chat_template *out);
 /* From a Jinja template's source (tokenizer.chat_template): chatml when it
  * uses <|im_start|>, llama2 when it uses [INST]; LOOM_ERR_UNSUPPORTED
@@ -39,17 +36,10 @@ loom_status loom_chat_template_from_jinja(const char *src, size_t len, loom_chat
  * SentencePiece vocabularies ("llama") and chatml otherwise. */
 loom_status loom_chat_template_from_gguf(const loom_gguf *g, loom_chat_template *out);
 
-/* The text of one conversation turn into a malloc'd string (*out, free()):
- * the close of the previous reply (when not first), the system message (first
- * turn only; NULL or "" = the template's default), the user message and the
- * assistant prefix. Control tokens appear as text ("<|im_start|>"): encode
- * with LOOM_TOK_PARSE_SPECIAL. */
-loom_status loom_chat_render_turn(const loom_chat_template *t, int first, const char *system,
-                                  const char *user, char **out);
-/* A whole conversation (messages alternate user/assistant after an optional
- * system message), with the assistant prefix at the end when
- * add_generation_prompt; matches the models' Jinja templates. */
-loom_status loom_chat_render(const loom_chat_template *t, const loom_chat_msg *msgs, int n,
-                             int add_generation_prompt, char **out);
+/* A heap copy of t into *out (loom_chat_template_free releases it): the
+ * public handles of loom_chat_template_init / _from_model. LOOM_ERR_NOMEM. */
+loom_status loom_chat_template_dup(const loom_chat_template *t, loom_chat_template **out);
+
+/* Rendering (loom_chat_render, loom_chat_render_turn) is public: loom.h. */
 
 #endif

@@ -36,6 +36,11 @@ typedef struct conv_list {
     int n, cap;
 } conv_list;
 
+loom_convert_params loom_convert_default_params(void) {
+    loom_convert_params p = {.type_set = 0, .type = LOOM_F32, .tokenizer = NULL};
+    return p;
+}
+
 loom_status loom_convert_parse_type(const char *s, loom_dtype *out) {
     static const struct { const char *n; loom_dtype t; } types[] = {
         {"f32", LOOM_F32}, {"f16", LOOM_F16}, {"bf16", LOOM_BF16},

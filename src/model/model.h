@@ -5,8 +5,6 @@
 #include "graph/program.h"
 #include "model/llama.h"
 
-typedef enum { LOOM_MODEL_LLAMA2C = 0, LOOM_MODEL_GGUF, LOOM_MODEL_SAFETENSORS } loom_model_format;
-
 /* The format of a model path: a folder, a .safetensors file or a shard index
  * (.json) is Hugging Face; a file starting with "GGUF" is GGUF; anything else
  * is taken as a llama2.c checkpoint (whose loader validates it). */
@@ -47,9 +45,6 @@ struct loom_model {
     int               *kc, *vc;   /* per-layer cache tensor ids while building */
     int               *ksc, *vsc; /* per-layer scale store ids (i8 caches) */
 };
-
-/* Like loom_model_forward, writing the logits of all n tokens to logits[n * vocab]. */
-loom_status loom_model_forward_all(loom_model *m, const int32_t *tokens, int n, int pos, float *logits);
 
 /* The program that ran last, with its node stats filled for that step
  * (loom_program_account); NULL before the first forward pass. */

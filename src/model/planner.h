@@ -49,8 +49,7 @@ typedef struct loom_plan_info {
     int uncosted;           /* nodes whose cost function reported 0 bytes (a bug if > 0) */
 } loom_plan_info;
 
-/* 1 when this build has the fusion engine (fused plans possible). */
-int loom_plan_have_fusion(void);
+/* loom_plan_have_fusion() is public (loom.h). */
 
 /* Builds the data-less graph into g (reset first), applies the fusion rules
  * when p->fused, and fills node stats from the cost functions and hw's

@@ -233,6 +233,41 @@ const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token,
     return p;
 }
 
+/* BOS, EOS and control tokens mark a text and add nothing to it (llama2.c's
+ * BOS piece is "\n<s>\n"). */
+static int silent(const loom_tokenizer *t, int id) {
+    return id == t->bos || id == t->eos || loom_tokenizer_is_control(t, id);
+}
+
+loom_status loom_tokenizer_decode_tokens(const loom_tokenizer *t, const int32_t *ids, int n, char **text,
+                                         size_t *len) {
+    LOOM_RETURN_IF(!t || !text || n < 0 || (n > 0 && !ids), LOOM_ERR_INVALID_ARG,
+                   "tokenizer: decode_tokens: NULL argument or n < 0");
+    *text = NULL;
+    if (len) *len = 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k;
+        LOOM_RETURN_IF(!loom_tokenizer_decode(t, i ? ids[i - 1] : -1, ids[i], &k), LOOM_ERR_INVALID_ARG,
+                       "tokenizer: token %d at index %d is out of range [0, %d)", ids[i], i, t->n_vocab);
+        if (!silent(t, ids[i])) total += k;
+    }
+    char *s = malloc(total + 1);
+    LOOM_RETURN_IF(!s, LOOM_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", total + 1);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k;
+        const char *p = loom_tokenizer_decode(t, i ? ids[i - 1] : -1, ids[i], &k);
+        if (silent(t, ids[i])) continue;
+        memcpy(s + at, p, k);
+        at += k;
+    }
+    s[at] = '\0';
+    *text = s;
+    if (len) *len = at;
+    return LOOM_OK;
+}
+
 /* ---------------------------------------------------------------- encode */
 
 /* A merge candidate: symbols l and r (adjacent when pushed) would become

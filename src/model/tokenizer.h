@@ -13,7 +13,8 @@
 #include <stdint.h>
 #include "loom.h"
 
-typedef struct loom_tokenizer loom_tokenizer;  /* opaque */
+/* The public part (loading, special ids, encode / decode) is declared in
+ * loom.h; below are the loaders of each file format and the internals. */
 
 /* Loads a llama2.c tokenizer.bin: int32 max_token_length, then up to EOF per
  * token float32 score, int32 byte length, bytes. Errors: LOOM_ERR_IO for a
@@ -50,28 +51,6 @@ loom_status loom_tokenizer_load_hf_json(const char *path, loom_tokenizer **out);
 loom_status loom_tokenizer_load_hf_json_memory(const char *text, size_t len, const char *config_text,
                                                size_t config_len, const char *name, loom_tokenizer **out);
 
-/* Loads a tokenizer of any supported file: a Hugging Face tokenizer.json
- * when path ends in ".json" or is a folder (loom_tokenizer_load_hf_json),
- * GGUF when the file starts with "GGUF", a llama2.c tokenizer.bin otherwise. */
-loom_status loom_tokenizer_load(const char *path, loom_tokenizer **out);
-
-/* Releases t and everything it owns; NULL is a no-op. */
-void loom_tokenizer_free(loom_tokenizer *t);
-
-int loom_tokenizer_vocab_size(const loom_tokenizer *t);
-int loom_tokenizer_bos(const loom_tokenizer *t);  /* 1 for llama2.c */
-int loom_tokenizer_eos(const loom_tokenizer *t);  /* 2 for llama2.c */
-/* Ids are -1 when the vocabulary has none. BERT: BOS is [CLS], EOS [SEP]. */
-int loom_tokenizer_unk(const loom_tokenizer *t);
-/* Whether the vocabulary asks for BOS / EOS around encoded text (llama2.c: 1 / 0). */
-int loom_tokenizer_add_bos(const loom_tokenizer *t);
-int loom_tokenizer_add_eos(const loom_tokenizer *t);
-/* "llama2c", "llama", "gpt2" or "bert". */
-const char *loom_tokenizer_kind_name(const loom_tokenizer *t);
-/* 1 for control tokens (BOS, EOS, chat markers), which decode to nothing in
- * the GGUF kinds. */
-int loom_tokenizer_is_control(const loom_tokenizer *t, int token);
-
 /* Encodes NUL-terminated text into ids[0..*n_ids). llama2.c kind: optional
  * BOS, the dummy-prefix " " piece when text is non-empty, one piece per UTF-8
  * codepoint (bytes <0xXX> when the codepoint is not a piece), then greedy
@@ -84,38 +63,7 @@ loom_status loom_tokenizer_encode(const loom_tokenizer *t, const char *text,
                                   int add_bos, int add_eos, int32_t *ids,
                                   int max_ids, int *n_ids);
 
-/* Flags of loom_tokenizer_encode_ex. */
-enum {
-    LOOM_TOK_BOS = 1,            /* start with BOS ([CLS] for BERT) */
-    LOOM_TOK_EOS = 2,            /* end with EOS ([SEP] for BERT) */
-    LOOM_TOK_PARSE_SPECIAL = 4,  /* control tokens written in the text (e.g.
-                                    "<|im_start|>") become their ids */
-};
-
-/* Encodes text[0..len). The GGUF kinds follow Hugging Face: text must be
- * valid UTF-8 (LOOM_ERR_INVALID_ARG naming the byte offset otherwise);
- * user-defined pieces in the text are always matched whole, control pieces
- * only with LOOM_TOK_PARSE_SPECIAL. The llama2.c kind behaves as
- * loom_tokenizer_encode. Same buffer rules and errors as loom_tokenizer_encode. */
-loom_status loom_tokenizer_encode_ex(const loom_tokenizer *t, const char *text, size_t len,
-                                     int flags, int32_t *ids, int max_ids, int *n_ids);
-
-/* The bytes token decodes to when it follows prev: the piece, without its
- * leading ' ' when prev is BOS; a "<0xXX>" piece gives the one raw byte 0xXX.
- * GGUF kinds: SentencePiece pieces with spaces, byte-level BPE pieces as their
- * raw bytes (a codepoint may span tokens), WordPiece "##" continuations
- * without and word starts with a leading space; control tokens give ""; the
- * leading space is dropped when prev < 0 (start of text), BOS or a control
- * token (SentencePiece only with its dummy prefix).
- * *len (may be NULL) gets the byte count; the bytes are also NUL-terminated.
- * NULL (and an error message, *len = 0) for an out-of-range token. The pointer
- * stays valid until t is freed. */
-const char *loom_tokenizer_decode(const loom_tokenizer *t, int prev, int token,
-                                  size_t *len);
-
-/* The raw vocabulary string of token (NUL-terminated); NULL if out of range. */
-const char *loom_tokenizer_piece(const loom_tokenizer *t, int token);
-/* Its merge score; 0 (and an error message) if out of range. */
+/* The merge score of token; 0 (and an error message) if out of range. */
 float loom_tokenizer_score(const loom_tokenizer *t, int token);
 
 /* ---- for loaders (file-format code), not for callers ---- */

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "loom.h"
+#include "loom_ops.h"
 #include "base/cpu.h"
 
 typedef enum loom_op {
@@ -89,10 +90,7 @@ typedef struct {
     int   pos_offset;
 } loom_softmax_attrs;
 
-typedef enum {
-    LOOM_ROPE_INTERLEAVED = 0, /* GPT-J / llama2.c / Meta Llama: pairs (2i, 2i+1) */
-    LOOM_ROPE_HALF = 1,        /* GPT-NeoX / HF Llama: pairs (i, i + n_rot/2) */
-} loom_rope_mode;
+/* loom_rope_mode (LOOM_ROPE_INTERLEAVED, LOOM_ROPE_HALF) is public: loom_ops.h. */
 
 typedef struct {
     loom_rope_mode mode;

@@ -291,6 +291,25 @@ loom_status loom_engine_add(loom_engine *e, int64_t id, const int32_t *prompt, i
     return LOOM_OK;
 }
 
+loom_status loom_engine_add_text(loom_engine *e, int64_t id, const char *text, size_t len,
+                                 const loom_request_params *p, int *n_prompt) {
+    LOOM_RETURN_IF(!e || (!text && len), LOOM_ERR_INVALID_ARG, "engine_add_text: NULL argument");
+    LOOM_RETURN_IF(len > (size_t)1 << 30, LOOM_ERR_INVALID_ARG, "request %lld: a prompt of %zu bytes",
+                   (long long)id, len);
+    const loom_tokenizer *tok = e->tok;
+    int flags = (loom_tokenizer_add_bos(tok) ? LOOM_TOK_BOS : 0) |
+                (strcmp(loom_tokenizer_kind_name(tok), "llama2c") ? LOOM_TOK_PARSE_SPECIAL : 0);
+    int cap = (int)len + 4, n = 0;
+    int32_t *ids = malloc(sizeof *ids * (size_t)cap);
+    LOOM_RETURN_IF(!ids, LOOM_ERR_NOMEM, "engine: out of memory");
+    loom_status s = loom_tokenizer_encode_ex(tok, text ? text : "", len, flags, ids, cap, &n);
+    if (s == LOOM_OK && n == 0 && loom_tokenizer_bos(tok) >= 0) ids[n++] = loom_tokenizer_bos(tok);
+    if (n_prompt) *n_prompt = s == LOOM_OK ? n : 0;
+    if (s == LOOM_OK) s = loom_engine_add(e, id, ids, n, p);
+    free(ids);
+    return s;
+}
+
 void loom_engine_cancel(loom_engine *e, int64_t id) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);

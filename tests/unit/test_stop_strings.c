@@ -130,8 +130,35 @@ static void test_random(void) {
     CHECK(found > 1000 && found < 2990);  /* both outcomes exercised */
 }
 
+/* The public filter (loom.h) over the above: its own copies of the strings. */
+static void test_public_filter(void) {
+    char mine[] = "END";
+    const char *stops[] = {mine};
+    loom_stop_filter *f = NULL;
+    CHECK(loom_stop_filter_init(&f, stops, 1) == LOOM_OK && f);
+    mine[0] = 'X';  /* the caller's buffer may change after init */
+    const char *o;
+    size_t n;
+    CHECK(loom_stop_filter_push(f, "the E", 5, &o, &n) == 0 && n == 4 && memcmp(o, "the ", 4) == 0);
+    CHECK(loom_stop_filter_push(f, "ND and", 6, &o, &n) == 1 && n == 0);
+    CHECK(loom_stop_filter_push(f, "more", 4, &o, &n) == 1 && n == 0);
+    loom_stop_filter_free(f);
+    f = NULL;
+    CHECK(loom_stop_filter_init(&f, stops, 0) == LOOM_OK);
+    CHECK(loom_stop_filter_push(f, "abc", 3, &o, &n) == 0 && n == 3);
+    loom_stop_filter_flush(f, &o, &n);
+    CHECK(n == 0);
+    loom_stop_filter_free(f);
+    const char *bad[] = {"ok", ""};
+    f = (loom_stop_filter *)1;
+    CHECK(loom_stop_filter_init(&f, bad, 2) == LOOM_ERR_INVALID_ARG && !f && strstr(loom_last_error(), "stop string 2"));
+    CHECK(loom_stop_filter_init(&f, bad, 65) == LOOM_ERR_INVALID_ARG && !f);
+    loom_stop_filter_free(NULL);
+}
+
 int main(void) {
     RUN_TEST(test_cases);
     RUN_TEST(test_random);
+    RUN_TEST(test_public_filter);
     return TEST_SUMMARY();
 }

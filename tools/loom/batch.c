@@ -12,12 +12,8 @@
 #include <unistd.h>
 
 #include "args.h"
-#include "base/timer.h"
 #include "cli.h"
-#include "model/chat.h"
-#include "model/model.h"
-#include "serve/batch_request.h"
-#include "serve/engine.h"
+#include "loom.h"
 
 typedef struct job {
     loom_batch_request req;
@@ -157,13 +153,13 @@ int cmd_batch(int argc, char **argv) {
     loom_model *model = NULL;
     loom_tokenizer *tok = NULL;
     loom_engine *eng = NULL;
+    loom_chat_template *tmpl = NULL;
     job *jobs = NULL;
     int n_jobs = 0, rc = 1;
     FILE *out = stdout;
     if (cli_load("batch", model_path, tok_path, &mp, &model, &tok)) goto done;
-    loom_chat_template tmpl;
-    int have_tmpl = tmpl_name ? loom_chat_template_from_name(tmpl_name, &tmpl) == LOOM_OK
-                              : model->format == LOOM_MODEL_GGUF && loom_chat_template_from_gguf(model->gguf, &tmpl) == LOOM_OK;
+    int have_tmpl = tmpl_name ? loom_chat_template_init(tmpl_name, &tmpl) == LOOM_OK
+                              : loom_chat_template_from_model(model, &tmpl) == LOOM_OK;
     if (tmpl_name && !have_tmpl) {
         cli_fail("batch", "--chat-template");
         goto done;
@@ -214,26 +210,16 @@ int cmd_batch(int argc, char **argv) {
             j->error = dup_msg(msg);
             continue;
         }
-        if (!text && loom_chat_render(&tmpl, j->req.msgs, j->req.n_msgs, 1, &rendered) != LOOM_OK) {
+        if (!text && loom_chat_render(tmpl, j->req.msgs, j->req.n_msgs, 1, &rendered) != LOOM_OK) {
             char msg[320];
             snprintf(msg, sizeof msg, "line %ld: %s", line_no, loom_last_error());
             j->error = dup_msg(msg);
             continue;
         }
-        int32_t *ids = NULL;
-        int n_ids = 0;
-        int flags = (loom_tokenizer_add_bos(tok) ? LOOM_TOK_BOS : 0) |
-                    (strcmp(loom_tokenizer_kind_name(tok), "llama2c") ? LOOM_TOK_PARSE_SPECIAL : 0);
         const char *src = text ? text : rendered;
-        size_t n = strlen(src);
-        ids = malloc(sizeof *ids * (n + 3));
-        loom_status s = ids ? loom_tokenizer_encode_ex(tok, src, n, flags, ids, (int)n + 3, &n_ids) : LOOM_ERR_NOMEM;
+        if (!j->req.has_seed) j->req.params.sampling.seed = seed0 + (uint64_t)line_no;
+        loom_status s = loom_engine_add_text(eng, n_jobs - 1, src, strlen(src), &j->req.params, &j->n_prompt);
         free(rendered);
-        if (s == LOOM_OK && n_ids == 0 && loom_tokenizer_bos(tok) >= 0) ids[n_ids++] = loom_tokenizer_bos(tok);
-        if (s == LOOM_OK && !j->req.has_seed) j->req.params.sampling.seed = seed0 + (uint64_t)line_no;
-        j->n_prompt = n_ids;
-        if (s == LOOM_OK) s = loom_engine_add(eng, n_jobs - 1, ids, n_ids, &j->req.params);
-        free(ids);
         if (s != LOOM_OK) { /* e.g. a prompt longer than the context: finish_reason "error" */
             char msg[320];
             snprintf(msg, sizeof msg, "line %ld: %s", line_no, loom_last_error());
@@ -248,7 +234,7 @@ int cmd_batch(int argc, char **argv) {
         out = stdout;
         goto done;
     }
-    double t0 = loom_time_s(), last = 0;
+    double t0 = cli_time_s(), last = 0;
     long tokens = 0;
     int done_n = 0;
     while (loom_engine_pending(eng)) {
@@ -272,14 +258,14 @@ int cmd_batch(int argc, char **argv) {
                 done_n++;
             }
         }
-        double now = loom_time_s();
+        double now = cli_time_s();
         if (now - last > 0.1) {
             loom_engine_stats st = loom_engine_get_stats(eng);
             progress(done_n, total, tokens / (now - t0 > 0 ? now - t0 : 1e-9), &st, 0);
             last = now;
         }
     }
-    double t1 = loom_time_s();
+    double t1 = cli_time_s();
     loom_engine_stats st = loom_engine_get_stats(eng);
     progress(done_n, total, tokens / (t1 - t0 > 0 ? t1 - t0 : 1e-9), &st, 1);
     for (int i = 0; i < n_jobs; i++) print_result(out, &jobs[i], jobs[i].line);
@@ -294,6 +280,7 @@ done:
     free(jobs);
     free(input);
     loom_engine_free(eng);
+    loom_chat_template_free(tmpl);
     loom_tokenizer_free(tok);
     loom_model_free(model);
     return rc;

@@ -20,10 +20,7 @@
 #include <sys/resource.h>
 
 #include "args.h"
-#include "base/cpu.h"
-#include "base/timer.h"
 #include "cli.h"
-#include "model/model.h"
 
 #define MAX_LIST 16
 
@@ -38,35 +35,19 @@ typedef struct model_desc {
     char   backend[32]; /* "CPU (avx512)" */
 } model_desc;
 
-static void add_weight(const loom_tensor *t, double *bytes, double *params, double *by_type) {
-    if (!t->data) return;
-    double b = (double)loom_tensor_nbytes(t);
-    *bytes += b;
-    *params += (double)loom_tensor_nelem(t);
-    if ((unsigned)t->dtype < LOOM_DTYPE_COUNT) by_type[t->dtype] += b;
-}
-
 static void describe_model(const loom_model *m, model_desc *d) {
-    double by_type[LOOM_DTYPE_COUNT] = {0};
-    d->bytes = d->params = 0;
-    const loom_llama_weights *w = &m->w;
-    add_weight(&w->tok_embd, &d->bytes, &d->params, by_type);
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++)
-            add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), &d->bytes, &d->params,
-                       by_type);
-    add_weight(&w->out_norm, &d->bytes, &d->params, by_type);
-    if (w->output.data != w->tok_embd.data) add_weight(&w->output, &d->bytes, &d->params, by_type);
-    int main_type = 0;
-    for (int t = 1; t < LOOM_DTYPE_COUNT; t++)
-        if (by_type[t] > by_type[main_type]) main_type = t;
+    loom_model_desc md;
+    if (loom_model_describe(m, &md) != LOOM_OK) memset(&md, 0, sizeof md);
+    d->bytes = (double)md.weight_bytes;
+    d->params = (double)md.n_params;
     double p = d->params;
     char count[16];
     if (p >= 1e9) snprintf(count, sizeof count, "%.1fB", p / 1e9);
     else if (p >= 1e6) snprintf(count, sizeof count, "%.0fM", p / 1e6);
     else snprintf(count, sizeof count, "%.0fK", p / 1e3);
-    snprintf(d->type, sizeof d->type, "llama %s %s", count, loom_dtype_name((loom_dtype)main_type));
-    snprintf(d->backend, sizeof d->backend, "CPU (%s)", loom_isa_name(loom_cpu_isa()));
+    snprintf(d->type, sizeof d->type, "llama %s %s", count, loom_dtype_name(md.main_dtype));
+    snprintf(d->backend, sizeof d->backend, "CPU (%s)", loom_cpu_isa_name());
+    snprintf(converted, sizeof converted, "%s", md.converted);
 }
 
 /* "85.82 MiB" / "1.23 GiB" as llama-bench prints sizes; "134.52 M" / "6.74 B" for parameters. */
@@ -133,14 +114,14 @@ static void summarise(result *r, double *tps, int n) {
 
 /* One timed run of a test after `depth` cached tokens; returns seconds or < 0 on error. */
 static double run_once(loom_model *m, const int32_t *toks, int depth, int pp, int tg, float *logits) {
-    double t0 = loom_time_s();
+    double t0 = cli_time_s();
     if (pp > 0) {
         if (loom_model_forward(m, toks + depth, pp, depth, logits) != LOOM_OK) return -1;
     } else {
         for (int i = 0; i < tg; i++)
             if (loom_model_forward(m, &toks[depth + i], 1, depth + i, logits) != LOOM_OK) return -1;
     }
-    return loom_time_s() - t0;
+    return cli_time_s() - t0;
 }
 
 
@@ -273,7 +254,6 @@ int cmd_bench(int argc, char **argv) {
                 }
                 info = loom_model_get_info(m);
                 describe_model(m, &desc);
-                loom_llama_converted_summary(&m->w, converted, sizeof converted);
                 if (!logits) logits = malloc((size_t)info.vocab_size * sizeof *logits);
                 if (!logits) {
                     loom_model_free(m);
@@ -300,7 +280,7 @@ int cmd_bench(int argc, char **argv) {
                         result *re = &res[n_res];
                         re->mode = loom_mode_name(modes[mi]);
                         re->kv_dtype = loom_dtype_name(ctv[ci]);
-                        re->act = loom_act_precision_name(m->params.act_precision); /* as resolved */
+                        re->act = loom_act_precision_name(loom_model_act_precision(m)); /* as resolved */
                         re->threads = tv[ti];
                         re->depth = depth;
                         re->n_tokens = pp ? pp : tg;
@@ -319,7 +299,7 @@ int cmd_bench(int argc, char **argv) {
                         }
                         summarise(re, tps, reps);
                         re->peak_rss_mib = peak_rss_mib();
-                        re->planned_mib = loom_model_last_graph(m)->arena_bytes / (1024.0 * 1024.0);
+                        re->planned_mib = loom_model_arena_bytes(m) / (1024.0 * 1024.0);
                         n_res++;
                     }
                 }

@@ -11,17 +11,13 @@
 #include <unistd.h>
 
 #include "args.h"
-#include "base/timer.h"
 #include "cli.h"
-#include "model/chat.h"
-#include "model/model.h"
-#include "model/stop_strings.h"
 
 typedef struct chat_state {
     loom_model *model;
     loom_tokenizer *tok;
     loom_sampler *sampler;
-    loom_chat_template tmpl;
+    loom_chat_template *tmpl;
     const char *system;
     float *logits;
     int32_t *ids;       /* [ids_cap] one turn's tokens */
@@ -114,7 +110,7 @@ static int encode_turn(chat_state *c, const char *text, int *n) {
     }
     *n = 0;
     int flags = LOOM_TOK_PARSE_SPECIAL;
-    if (c->tmpl.format == LOOM_CHAT_CHATML) {
+    if (strcmp(loom_chat_template_name(c->tmpl), "chatml") == 0) {
         /* chatml carries no BOS in its text: add it when the vocabulary asks */
         if (c->first && loom_tokenizer_add_bos(c->tok)) flags |= LOOM_TOK_BOS;
         return encode_piece(c, text, len, flags, n);
@@ -147,7 +143,7 @@ static int chat_turn(chat_state *c, const char *user) {
 static int chat_reply(chat_state *c, const char *user) {
     char *text = NULL;
     int n = 0;
-    if (loom_chat_render_turn(&c->tmpl, c->first, c->system, user, &text) != LOOM_OK)
+    if (loom_chat_render_turn(c->tmpl, c->first, c->system, user, &text) != LOOM_OK)
         return cli_fail("chat", "cannot render the chat template"), -1;
     int rc = encode_turn(c, text, &n);
     free(text);
@@ -158,7 +154,7 @@ static int chat_reply(chat_state *c, const char *user) {
         c->first = 1;
         c->pos = 0;
         loom_sampler_reset(c->sampler);
-        if (loom_chat_render_turn(&c->tmpl, 1, c->system, user, &text) != LOOM_OK)
+        if (loom_chat_render_turn(c->tmpl, 1, c->system, user, &text) != LOOM_OK)
             return cli_fail("chat", "cannot render the chat template"), -1;
         rc = encode_turn(c, text, &n);
         free(text);
@@ -169,18 +165,18 @@ static int chat_reply(chat_state *c, const char *user) {
                         "the context of %d tokens (-c)\n", n, c->n_ctx);
         return 1;
     }
-    double t0 = loom_time_s();
+    double t0 = cli_time_s();
     if (loom_model_forward(c->model, c->ids, n, c->pos, c->logits) != LOOM_OK)
         return cli_fail("chat", "forward pass failed"), -1;
     for (int i = 0; i < n; i++)
         if (loom_sampler_accept(c->sampler, c->ids[i]) != LOOM_OK) return cli_fail("chat", "sampling failed"), -1;
     c->pos += n;
     c->first = 0;
-    double t1 = loom_time_s();
+    double t1 = cli_time_s();
     int prev = -1, n_gen = 0, cut = 0;
     int eos = loom_tokenizer_eos(c->tok);
-    loom_stop_strings stop;
-    if (loom_stop_strings_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
+    loom_stop_filter *stop = NULL;
+    if (loom_stop_filter_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
         return cli_fail("chat", "-r"), -1;
     for (;;) {
         if (g_stop_reply) {
@@ -190,7 +186,7 @@ static int chat_reply(chat_state *c, const char *user) {
         int32_t next;
         if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK ||
             loom_sampler_accept(c->sampler, next) != LOOM_OK) {
-            loom_stop_strings_free(&stop);
+            loom_stop_filter_free(stop);
             return cli_fail("chat", "sampling failed"), -1;
         }
         /* the end of the reply: EOS or any control token (<|im_end|>, ...);
@@ -199,7 +195,7 @@ static int chat_reply(chat_state *c, const char *user) {
         size_t len = 0, n_out = 0;
         const char *p = loom_tokenizer_decode(c->tok, prev, next, &len), *out = "";
         /* a reverse prompt ends the reply and is not printed */
-        int stopped = p && len && loom_stop_strings_push(&stop, p, len, &out, &n_out);
+        int stopped = p && len && loom_stop_filter_push(stop, p, len, &out, &n_out);
         fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         prev = next;
@@ -212,24 +208,24 @@ static int chat_reply(chat_state *c, const char *user) {
         if (c->pos + 2 > c->n_ctx) {  /* keep one position for the close */
             const char *held;
             size_t n_held;
-            loom_stop_strings_flush(&stop, &held, &n_held);
+            loom_stop_filter_flush(stop, &held, &n_held);
             fwrite(held, 1, n_held, stdout);
             fprintf(stdout, "\n");
             fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
             break;
         }
         if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK) {
-            loom_stop_strings_free(&stop);
+            loom_stop_filter_free(stop);
             return cli_fail("chat", "forward pass failed"), -1;
         }
         c->pos++;
     }
     const char *rest;
     size_t n_rest;
-    loom_stop_strings_flush(&stop, &rest, &n_rest);
+    loom_stop_filter_flush(stop, &rest, &n_rest);
     fwrite(rest, 1, n_rest, stdout);
-    loom_stop_strings_free(&stop);
-    double t2 = loom_time_s();
+    loom_stop_filter_free(stop);
+    double t2 = cli_time_s();
     printf("\n");
     fflush(stdout);
     if (cut && c->verbose) fprintf(stderr, "loom chat: reply cut at -n %d tokens\n", c->n_predict);
@@ -301,8 +297,11 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     chat_state c = {0};
-    if (tmpl_name && loom_chat_template_from_name(tmpl_name, &c.tmpl) != LOOM_OK)
-        return cli_fail("chat", "--chat-template");
+    if (tmpl_name) {  /* its errors before the model loads; made again below */
+        if (loom_chat_template_init(tmpl_name, &c.tmpl) != LOOM_OK) return cli_fail("chat", "--chat-template");
+        loom_chat_template_free(c.tmpl);
+        c.tmpl = NULL;
+    }
     loom_model_params mp = loom_model_default_params();
     mp.n_threads = threads;
     if (cli_kv_dtype("chat", kv_dtype, &mp.kv_dtype)) return 1;
@@ -314,9 +313,9 @@ int cmd_chat(int argc, char **argv) {
     if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
     loom_sampler_free(c.sampler);
     c.sampler = NULL;
-    loom_stop_strings probe;  /* -r's errors before the model loads */
-    if (loom_stop_strings_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
-    loom_stop_strings_free(&probe);
+    loom_stop_filter *probe = NULL;  /* -r's errors before the model loads */
+    if (loom_stop_filter_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
+    loom_stop_filter_free(probe);
 
     /* the model's trained context caps -c */
     char def[1024];
@@ -330,13 +329,19 @@ int cmd_chat(int argc, char **argv) {
     mp.n_ctx_clamp = 1;
     int rc = 1;
     if (cli_load("chat", model_path, tok_path, &mp, &c.model, &c.tok)) goto done;
-    if (!tmpl_name) {
-        if (c.model->format != LOOM_MODEL_GGUF) {
+    if (tmpl_name) {
+        if (loom_chat_template_init(tmpl_name, &c.tmpl) != LOOM_OK) {
+            cli_fail("chat", "--chat-template");
+            goto done;
+        }
+    } else {
+        loom_model_desc desc;
+        if (loom_model_describe(c.model, &desc) == LOOM_OK && desc.format != LOOM_MODEL_GGUF) {
             fprintf(stderr, "loom chat: %s has no chat template; choose one with --chat-template\n",
                     model_path);
             goto done;
         }
-        if (loom_chat_template_from_gguf(c.model->gguf, &c.tmpl) != LOOM_OK) {
+        if (loom_chat_template_from_model(c.model, &c.tmpl) != LOOM_OK) {
             cli_fail("chat", "chat template");
             goto done;
         }
@@ -364,7 +369,7 @@ int cmd_chat(int argc, char **argv) {
     int tty = isatty(0);
     if (tty)
         fprintf(stderr, "loom chat: %s, template %s, context %d. Type a message; Ctrl-C stops a reply, "
-                        "Ctrl-D ends.\n", model_path, loom_chat_format_name(c.tmpl.format), c.n_ctx);
+                        "Ctrl-D ends.\n", model_path, loom_chat_template_name(c.tmpl), c.n_ctx);
     if (verbose) fprintf(stderr, "loom chat: seed %llu\n", (unsigned long long)seed.value);
     for (;;) {
         if (tty) fprintf(stderr, "> ");
@@ -381,6 +386,7 @@ done:
     free(c.logits);
     free(c.ids);
     loom_sampler_free(c.sampler);
+    loom_chat_template_free(c.tmpl);
     loom_tokenizer_free(c.tok);
     loom_model_free(c.model);
     return rc;

@@ -1,11 +1,11 @@
-/* Subcommands of the loom CLI. Each returns the process exit status. */
+/* Subcommands of the loom CLI. Each returns the process exit status. The CLI
+ * uses loom as a library: the public headers only (include/). */
 #ifndef LOOM_TOOLS_CLI_H
 #define LOOM_TOOLS_CLI_H
 
 #include <stddef.h>
 
 #include "loom.h"
-#include "model/tokenizer.h"
 
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
@@ -40,6 +40,9 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
  * Prints an error naming the value and returns 1 otherwise. */
 int cli_kv_dtype(const char *cmd, const char *name, loom_dtype *out);
 #define CLI_KV_DTYPE_HELP "KV cache element type: f32, f16, bf16 or i8 (default f32)"
+
+/* Seconds of the monotonic clock, from an arbitrary start: for speeds. */
+double cli_time_s(void);
 
 /* A seed from the clock for runs given none: nanoseconds of the real-time
  * clock, so two runs in one second differ. */

@@ -6,8 +6,6 @@
 #include <time.h>
 
 #include "cli.h"
-#include "graph/fusion.h"
-#include "model/model.h"
 
 int cli_fail(const char *cmd, const char *what) {
     const char *msg = loom_last_error();
@@ -73,7 +71,13 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
     char def[1024];
     if (cli_resolve_model(cmd, &model_path, def, sizeof def)) return 1;
     if (loom_model_load(model_path, mp, model) != LOOM_OK) return cli_fail(cmd, "cannot load model");
-    if (!tok_path && (*model)->format == LOOM_MODEL_LLAMA2C) {
+    loom_model_desc desc;
+    if (loom_model_describe(*model, &desc) != LOOM_OK) {
+        loom_model_free(*model);
+        *model = NULL;
+        return cli_fail(cmd, "cannot load model");
+    }
+    if (!tok_path && desc.format == LOOM_MODEL_LLAMA2C) {
         fprintf(stderr, "loom %s: no tokenizer given (-z TOKENIZER); llama2.c checkpoints need one\n",
                 cmd);
         loom_model_free(*model);
@@ -82,17 +86,7 @@ int cli_load(const char *cmd, const char *model_path, const char *tok_path,
     }
     /* GGUF: its own vocabulary (from the file already open); Hugging Face:
      * tokenizer.json beside the weights; -z overrides both */
-    char hf[1200];
-    if (!tok_path && (*model)->format == LOOM_MODEL_SAFETENSORS) {
-        struct stat sb;
-        int dir = stat(model_path, &sb) == 0 && S_ISDIR(sb.st_mode);
-        const char *slash = strrchr(model_path, '/');
-        if (dir) snprintf(hf, sizeof hf, "%s/tokenizer.json", model_path);
-        else snprintf(hf, sizeof hf, "%.*stokenizer.json", slash ? (int)(slash - model_path + 1) : 0, model_path);
-        tok_path = hf;
-    }
-    /* here no tok_path means a GGUF model (llama2.c returned above, safetensors got one) */
-    loom_status ts = tok_path ? loom_tokenizer_load(tok_path, tok) : loom_tokenizer_from_gguf((*model)->gguf, tok);
+    loom_status ts = tok_path ? loom_tokenizer_load(tok_path, tok) : loom_tokenizer_from_model(*model, tok);
     if (ts != LOOM_OK) {
         loom_model_free(*model);
         *model = NULL;
@@ -179,6 +173,12 @@ int cli_check_rules(const char *cmd, const char *rules, const char *preset) {
     int rc = preset && loom_fusion_rules_preset(r, preset) != LOOM_OK ? cli_fail(cmd, "--fusion-preset") : 0;
     loom_fusion_rules_free(r);
     return rc;
+}
+
+double cli_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 uint64_t cli_clock_seed(void) {

@@ -5,7 +5,6 @@
 
 #include "args.h"
 #include "cli.h"
-#include "model/convert.h"
 
 int cmd_convert(int argc, char **argv) {
     const char *type = NULL, *tok = NULL;
@@ -27,7 +26,7 @@ int cmd_convert(int argc, char **argv) {
     }
     int r = args_parse("convert", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 4);
     if (r != 0) return r > 0 ? 0 : 2;
-    loom_convert_params p = {0};
+    loom_convert_params p = loom_convert_default_params();
     p.tokenizer = tok;
     if (type) {
         if (loom_convert_parse_type(type, &p.type) != LOOM_OK) return cli_fail("convert", "bad --type");

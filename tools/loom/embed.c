@@ -8,7 +8,6 @@
 
 #include "args.h"
 #include "cli.h"
-#include "model/bert.h"
 
 #define EMBED_DEFAULT_MODEL "all-MiniLM-L6-v2"
 

@@ -6,10 +6,6 @@
 
 #include "args.h"
 #include "cli.h"
-#include "base/status.h"
-#include "base/timer.h"
-#include "graph/profile.h"
-#include "model/model.h"
 
 typedef struct prof_opts {
     const char *model_path, *tok_path, *prompt, *rules, *preset;
@@ -22,62 +18,11 @@ typedef struct prof_opts {
 static char converted[256];
 
 /* The sampler after the LM head, as `loom run` samples by default
- * (temperature, top-p): median time of 5 draws from logits, which it reads
- * once (softmax, then the nucleus over the sorted candidates). */
+ * (temperature, top-p). */
 static loom_status add_sampling(loom_profile *p, const float *logits, int vocab) {
     loom_sampler_params sp = loom_sampler_default_params();
     sp.top_p = 0.9f; /* loom run's default (the library's is 1: no nucleus) */
-    loom_sampler *s;
-    LOOM_TRY(loom_sampler_init(&s, vocab, &sp));
-    double t[5];
-    for (int i = 0; i < 5; i++) {
-        int32_t tok;
-        uint64_t t0 = loom_time_ns();
-        loom_status st = loom_sampler_sample(s, logits, &tok);
-        t[i] = (double)(loom_time_ns() - t0);
-        if (st != LOOM_OK) {
-            loom_sampler_free(s);
-            return st;
-        }
-    }
-    loom_sampler_free(s);
-    for (int i = 1; i < 5; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1], t[j - 1] = x;
-        }
-    loom_profile_section v = {.kernels = 1, .bytes_read = 4.0 * vocab, .bytes_written = 4.0,
-                              .flops = 4.0 * vocab, .time_ns = t[2]};
-    return loom_profile_add_section(p, "sample", "sample", &v);
-}
-
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Runs a step once more to warm up, then reps times (the same tokens at the
- * same positions rewrite the same cache rows: every run computes the same),
- * and leaves each node's median time in the last program's stats. */
-static loom_graph *timed_step(loom_model *m, const int32_t *ids, int n, int pos, int reps, float *logits) {
-    loom_graph *g = NULL;
-    double *t = NULL;
-    for (int r = -1; r < reps; r++) {
-        if (loom_model_forward(m, ids, n, pos, logits) != LOOM_OK) {
-            free(t);
-            return NULL;
-        }
-        g = loom_model_last_graph(m);
-        if (r < 0) continue;
-        if (!t && !(t = malloc(sizeof *t * (size_t)reps * (size_t)g->n_nodes))) return NULL;
-        for (int k = 0; k < g->n_nodes; k++) t[(size_t)k * reps + r] = g->nodes[k].stats.time_ns;
-    }
-    for (int k = 0; k < g->n_nodes; k++) {
-        qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
-        g->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
-    }
-    free(t);
-    return g;
+    return loom_profile_add_sampler(p, logits, vocab, &sp);
 }
 
 /* Loads the model in mode, runs the prefill and decode steps, collects profiles. */
@@ -96,8 +41,8 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
     if (cli_load("profile", o->model_path, o->tok_path, &mp, &m, &tok)) return 1;
     loom_model_info info = loom_model_get_info(m);
     *info_out = info;
-    loom_model_set_timing(m, 1);
-    loom_llama_converted_summary(&m->w, converted, sizeof converted);
+    loom_model_desc desc;
+    if (loom_model_describe(m, &desc) == LOOM_OK) snprintf(converted, sizeof converted, "%s", desc.converted);
     int32_t *ids = NULL;
     int n = 0, rc = 1;
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
@@ -118,29 +63,30 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
                           info.n_ctx - o->decode_steps, &ids, &n)) {
         goto done;
     }
-    const loom_graph *g = timed_step(m, ids, n, 0, o->reps, logits);
-    if (!g) {
+    if (loom_model_profile(m, ids, n, 0, o->reps, logits, pre) != LOOM_OK) {
         cli_fail("profile", "prefill failed");
         goto done;
     }
-    if (loom_profile_collect(g, info.n_layers, "prefill", loom_mode_name(mode), n, pre) != LOOM_OK ||
-        add_sampling(pre, logits, info.vocab_size) != LOOM_OK)
+    if (add_sampling(pre, logits, info.vocab_size) != LOOM_OK) {
+        cli_fail("profile", "sampling failed");
         goto done;
+    }
     for (int s = 0; s < o->decode_steps; s++) {
         int32_t next = 0;
         for (int i = 1; i < info.vocab_size; i++)
             if (logits[i] > logits[next]) next = i;
         /* the last decode step (the longest cache) is the one profiled */
-        g = s + 1 < o->decode_steps ? (loom_model_forward(m, &next, 1, n + s, logits) == LOOM_OK ? g : NULL)
-                                    : timed_step(m, &next, 1, n + s, o->reps, logits);
-        if (!g) {
+        loom_status st = s + 1 < o->decode_steps ? loom_model_forward(m, &next, 1, n + s, logits)
+                                                 : loom_model_profile(m, &next, 1, n + s, o->reps, logits, dec);
+        if (st != LOOM_OK) {
             cli_fail("profile", "decode step failed");
             goto done;
         }
     }
-    if (loom_profile_collect(g, info.n_layers, "decode", loom_mode_name(mode), 1, dec) != LOOM_OK ||
-        add_sampling(dec, logits, info.vocab_size) != LOOM_OK)
+    if (add_sampling(dec, logits, info.vocab_size) != LOOM_OK) {
+        cli_fail("profile", "sampling failed");
         goto done;
+    }
     rc = 0;
 done:
     free(ids);
@@ -152,12 +98,13 @@ done:
 
 int cmd_profile(int argc, char **argv) {
     prof_opts o = {.threads = loom_model_default_params().n_threads, .decode_steps = 1, .reps = 5};
-    const char *mode = NULL, *svg = NULL, *kv_dtype = NULL, *act = NULL;
+    const char *mode = NULL, *svg = NULL, *kv_dtype = NULL, *act = NULL, *prompt_file = NULL;
     int json = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &o.model_path, "MODEL", "GGUF model or llama2.c checkpoint"},
         {"-z", "--tokenizer", ARG_STR, &o.tok_path, "TOKENIZER", "tokenizer (GGUF or llama2.c .bin)"},
         {"-p", "--prompt", ARG_STR, &o.prompt, "PROMPT", "prompt for the prefill pass"},
+        {"-f", "--file", ARG_STR, &prompt_file, "FILE", "read the prompt from FILE ('-': stdin) instead of -p"},
         {NULL, "--prompt-len", ARG_INT, &o.prompt_len, "N",
          "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
         {NULL, "--decode-steps", ARG_INT, &o.decode_steps, "N",
@@ -175,8 +122,8 @@ int cmd_profile(int argc, char **argv) {
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
         {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
     };
-    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | --prompt-len N] [--decode-steps N] [-r N] [-t N] "
-                        "[-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [--rules FILE] "
+    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-len N] [--decode-steps N] [-r N] "
+                        "[-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [--rules FILE] "
                         "[--fusion-preset NAME] [--json] "
                         "[--svg FILE]";
     int r = args_parse("profile", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
@@ -188,8 +135,12 @@ int cmd_profile(int argc, char **argv) {
         fprintf(stderr, "loom profile: -t must be >= 1, got %d\n", o.threads);
         return 1;
     }
-    if (o.prompt_len < 0 || (o.prompt && o.prompt_len)) {
-        fprintf(stderr, "loom profile: give either -p or a --prompt-len >= 1\n");
+    if (o.prompt && prompt_file) {
+        fprintf(stderr, "loom profile: -p and -f both give the prompt; use one\n");
+        return 1;
+    }
+    if (o.prompt_len < 0 || ((o.prompt || prompt_file) && o.prompt_len)) {
+        fprintf(stderr, "loom profile: give either -p, -f or a --prompt-len >= 1\n");
         return 1;
     }
     if (cli_kv_dtype("profile", kv_dtype, &o.kv_dtype) || cli_act_precision("profile", act, &o.act)) return 1;
@@ -207,6 +158,9 @@ int cmd_profile(int argc, char **argv) {
         if (loom_mode_parse(mode, &modes[0]) != LOOM_OK) return cli_fail("profile", "--mode");
         n_modes = 1;
     }
+    char *file_text = NULL;  /* -f: read once, for both modes */
+    if (prompt_file && cli_read_text("profile", "-f", prompt_file, &file_text)) return 1;
+    if (file_text) o.prompt = file_text;
     loom_profile pre[2], dec[2];
     memset(pre, 0, sizeof pre);
     memset(dec, 0, sizeof dec);
@@ -266,5 +220,6 @@ done:
         loom_profile_free(&pre[i]);
         loom_profile_free(&dec[i]);
     }
+    free(file_text);
     return rc;
 }

@@ -5,10 +5,7 @@
 #include <string.h>
 
 #include "args.h"
-#include "base/timer.h"
 #include "cli.h"
-#include "model/stop_strings.h"
-#include "model/model.h"
 
 /* The text of token after prev (NULL when nothing is to be printed). Like
  * run.c, skips pieces that are a single unprintable, non-space byte. */
@@ -113,10 +110,13 @@ int cmd_run(int argc, char **argv) {
     if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
     loom_sampler_free(sampler);
     sampler = NULL;
-    loom_stop_strings stop;
-    if (loom_stop_strings_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
+    loom_stop_filter *stop = NULL;
+    if (loom_stop_filter_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
     char *file_text = NULL;
-    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) return 1;
+    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) {
+        loom_stop_filter_free(stop);
+        return 1;
+    }
     if (file_text) prompt = file_text;
 
     loom_model *model = NULL;
@@ -152,12 +152,12 @@ int cmd_run(int argc, char **argv) {
     }
     fflush(stdout);
 
-    double t0 = loom_time_s();
+    double t0 = cli_time_s();
     if (loom_model_forward(model, ids, n_prompt, 0, logits) != LOOM_OK) {
         cli_fail("run", "forward pass failed");
         goto done;
     }
-    double t1 = loom_time_s();
+    double t1 = cli_time_s();
     int prev = ids[n_prompt - 1], pos = n_prompt, n_gen = 0;
     for (int i = 0; i < n_new; i++) {
         int32_t next;
@@ -171,7 +171,7 @@ int cmd_run(int argc, char **argv) {
         if (next == bos || next == eos || (!llama2c && loom_tokenizer_is_control(tok, next))) break;
         size_t len = 0, n_out = 0;
         const char *p = piece_text(tok, prev, next, &len), *out = "";
-        int stopped = p && loom_stop_strings_push(&stop, p, len, &out, &n_out);
+        int stopped = p && loom_stop_filter_push(stop, p, len, &out, &n_out);
         fwrite(out, 1, n_out, stdout);
         fflush(stdout);
         n_gen++;
@@ -184,16 +184,16 @@ int cmd_run(int argc, char **argv) {
     }
     const char *rest;
     size_t n_rest;
-    loom_stop_strings_flush(&stop, &rest, &n_rest);
+    loom_stop_filter_flush(stop, &rest, &n_rest);
     fwrite(rest, 1, n_rest, stdout);
-    double t2 = loom_time_s();
+    double t2 = cli_time_s();
     printf("\n");
     fflush(stdout); /* the statistics start on their own line, after the text */
     fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | "
                     "threads %d, mode %s, activations %s, seed %llu\n",
             n_prompt, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
             n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, threads,
-            loom_mode_name(mp.mode), loom_act_precision_name(model->params.act_precision),
+            loom_mode_name(mp.mode), loom_act_precision_name(loom_model_act_precision(model)),
             (unsigned long long)seed.value);
     if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
@@ -201,7 +201,7 @@ done:
     free(logits);
     free(ids);
     free(file_text);
-    loom_stop_strings_free(&stop);
+    loom_stop_filter_free(stop);
     loom_sampler_free(sampler);
     loom_tokenizer_free(tok);
     loom_model_free(model);

@@ -18,18 +18,12 @@
 #ifndef LOOM_OPS_MATMUL_MATMUL_H
 #define LOOM_OPS_MATMUL_MATMUL_H
 
+#include "loom_ops.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------ epilogue */
 
-typedef enum loom_act {
-    LOOM_ACT_NONE = 0,
-    LOOM_ACT_SILU,        /* x * sigmoid(x) */
-    LOOM_ACT_GELU,        /* x * Phi(x), erf form */
-    LOOM_ACT_GELU_TANH,   /* tanh approximation */
-    LOOM_ACT_RELU,
-    LOOM_ACT_COUNT
-} loom_act;
+/* loom_act, the activations (LOOM_ACT_SILU, ...), is public: loom_ops.h. */
 
 /* A user step run on each finished tile: tile[r*ld + c] is y[m0 + r][n0 + c]
  * for r < mr, c < nr. */
