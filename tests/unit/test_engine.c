@@ -469,6 +469,30 @@ static void *add_later(void *arg) {
     return NULL;
 }
 
+/* A text prompt: the engine's tokenizer gives the tokens encode() gives, so
+ * the same text; errors leave no request. */
+static void test_add_text(void) {
+    loom_engine_params ep = loom_engine_default_params();
+    loom_engine *e;
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &e) == LOOM_OK);
+    static char a[4][2048];
+    memset(a, 0, sizeof a);
+    int32_t ids[64];
+    int n = encode(prompts[1], ids, 64), n_text = -1;
+    loom_request_params p = greedy(20);
+    CHECK(loom_engine_add(e, 0, ids, n, &p) == LOOM_OK);
+    CHECK(loom_engine_add_text(e, 1, prompts[1], strlen(prompts[1]), &p, &n_text) == LOOM_OK);
+    CHECK(n_text == n);
+    CHECK(loom_engine_add_text(e, 2, "", 0, &p, &n_text) == LOOM_OK && n_text == 1); /* BOS alone */
+    p.max_tokens = -1;
+    CHECK(loom_engine_add_text(e, 3, "x", 1, &p, NULL) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_engine_pending(e) == 3);
+    CHECK(run_all(e, a, 1) > 0);
+    CHECK_MSG(!strcmp(a[0], a[1]) && strlen(a[0]) > 0, "'%s' vs '%s'", a[0], a[1]);
+    CHECK(strlen(a[2]) > 0);
+    loom_engine_free(e);
+}
+
 static void test_wait(void) {
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 2;
@@ -505,6 +529,7 @@ int main(void) {
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
     RUN_TEST(test_wait);
+    RUN_TEST(test_add_text);
     RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);
     loom_model_free(g_model);
