@@ -44,7 +44,7 @@ def run_bench(loom, model, threads, mode, acts, reps):
     cmd = [loom, "bench", "-m", model, "-p", "512", "-n", "128", "-t", threads, "--mode", mode,
            "--act-precision", acts, "-r", str(reps), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["results"]
+    return json.loads(out)  # one object per test, llama-bench's field names
 
 
 def main():
@@ -75,7 +75,8 @@ def main():
                 res = run_bench(a.loom, model, a.threads, mode, acts, a.reps)
                 by = {}
                 for x in res:
-                    by[(x["threads"], x["test"], x["act_precision"])] = x["tps_median"]
+                    test = ("pp%d" % x["n_prompt"]) if x["n_prompt"] else ("tg%d" % x["n_gen"])
+                    by[(x["n_threads"], test, x["act_precision"])] = x["median_ts"]
                 for (th, test, act), tps in by.items():
                     e = runs.setdefault((os.path.basename(model), mode, th, test), {"q8": [], "full": [], "ratio": []})
                     e[act].append(tps)

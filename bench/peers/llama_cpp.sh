@@ -73,7 +73,7 @@ echo "== llama-bench -m $MODEL -p $PP -n $TG -t $THREADS -d $DEPTH -ctk $PEER_KV
 
 python3 - "$OUT/loom.json" "$OUT/llama.json" "$PEER_KV" <<'PY'
 import json, statistics, sys
-loom = json.load(open(sys.argv[1]))["results"]
+loom = json.load(open(sys.argv[1]))  # llama-bench's field names: one object per test
 peer = json.load(open(sys.argv[2]))
 ref = {}
 for r in peer:
@@ -85,11 +85,12 @@ print("| test | threads | loom mode | loom KV | loom t/s (median) | llama.cpp t/
 print("|---|---:|---|---|---:|---:|---:|")
 for r in loom:
     depth = r.get("n_depth", 0)
-    key = (r["threads"], r["test"], depth)
+    name = ("pp%d" % r["n_prompt"]) if r["n_prompt"] > 0 else ("tg%d" % r["n_gen"])
+    key = (r["n_threads"], name, depth)
     if key not in ref:
         continue
-    lt, pt = r["tps_median"], ref[key][0]
-    test = r["test"] + (" @ d%d" % depth if depth else "")
-    print("| %s | %d | %s | %s | %.2f | %.2f | %.2f |" % (test, r["threads"], r["mode"], r.get("kv_dtype", "f32"),
+    lt, pt = r["median_ts"], ref[key][0]
+    test = name + (" @ d%d" % depth if depth else "")
+    print("| %s | %d | %s | %s | %.2f | %.2f | %.2f |" % (test, r["n_threads"], r["mode"], r["type_k"],
                                                      lt, pt, lt / pt))
 PY

@@ -179,7 +179,16 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         goto fail;
     if (params.checkpoint_action > 0) m->exec->ckpt_action = params.checkpoint_action - 1;
     /* the programs: a decode step, and prompt chunks (compiled once, here) */
-    if ((s = compile(m, "prefill", m->prefill_rows, 0, &m->prefill)) != LOOM_OK) goto fail;
+    s = compile(m, "prefill", m->prefill_rows, 0, &m->prefill);
+    if (s == LOOM_ERR_UNSUPPORTED && m->prefill_rows > 2) {
+        /* a bucket whose last row count crosses a rule's threshold (the rules
+         * run attention of up to decode_max_q_len rows with the decode kernel,
+         * so a bucket of 17 rows traces 16 differently): one row fewer */
+        loom_clear_error();
+        m->prefill_rows--;
+        s = compile(m, "prefill", m->prefill_rows, 0, &m->prefill);
+    }
+    if (s != LOOM_OK) goto fail;
     if (m->n_ctx >= 2 && (s = compile(m, "decode", 1, 0, &m->decode)) != LOOM_OK) goto fail;
     *out = m;
     return LOOM_OK;

@@ -39,7 +39,7 @@ b=$("$LOOM" tokenize -z "$Z" --prompt="a=b =c")
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "a value may contain '='" || fail "value with '=': '$a' vs '$b'"
 a=$("$LOOM" tokenize -z "$Z" --prompt= --no-bos)
 [ -z "$a" ] && pass "--prompt= is an empty value" || fail "--prompt=: '$a'"
-b=$("$LOOM" bench -m "$M" -p 4 -n 0 -r 1 --json 2>/dev/null | python3 -c "import json,sys; print(len(json.load(sys.stdin)['results']))")
+b=$("$LOOM" bench -m "$M" -p 4 -n 0 -r 1 --json 2>/dev/null | python3 -c "import json,sys; print(len(json.load(sys.stdin)))")
 [ "$b" = 1 ] && pass "bench: --json flag" || fail "bench --json: '$b'"
 
 # usage errors (exit 2, one line naming the option)
