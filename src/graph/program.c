@@ -204,7 +204,10 @@ static loom_status derive(const char *name, prog_graph *pg, const probe *pr, int
 
 /* ------------------------------------------------------------ resolving nodes */
 
-static loom_status prepare_nodes(loom_executor *e, prog_graph *pg) {
+/* The twin (the unfused graph of fused_with_checkpoints) runs a fused op that
+ * no rule made (the builder placed it: the batch engine's paged attention)
+ * with its reference kernel: the check of that node compares the two. */
+static loom_status prepare_nodes(loom_executor *e, prog_graph *pg, int twin) {
     loom_graph *g = pg->g;
     pg->nodes = calloc((size_t)g->n_nodes + 1, sizeof *pg->nodes);
     LOOM_RETURN_IF(!pg->nodes, LOOM_ERR_NOMEM, "program: out of memory");
@@ -214,6 +217,7 @@ static loom_status prepare_nodes(loom_executor *e, prog_graph *pg) {
         loom_graph_node_args(g, n, &pn->args);
         pn->info = loom_op_get(g->nodes[n].op);
         pn->kernel = loom_op_kernel(g->nodes[n].op, e->isa);
+        if (twin && pn->info->decomposition && g->nodes[n].rule < 0) pn->kernel = pn->info->ref;
         pn->phases = pn->info->phases ? 0 : (pn->info->n_phases > 1 ? pn->info->n_phases : 1);
         pn->cur = pn->phases;
         pg->n_dyn_phases += pn->phases == 0;
@@ -243,7 +247,7 @@ static loom_status finish(loom_program *p, prog_graph *pg, unsigned char **arena
     loom_executor *e = p->e;
     LOOM_TRY(loom_graph_plan(pg->g));
     LOOM_TRY(loom_exec_reserve(e, arena, cap, pg->g->arena_bytes));
-    LOOM_TRY(prepare_nodes(e, pg));
+    LOOM_TRY(prepare_nodes(e, pg, pg == &p->twin));
     size_t scratch = 0, shared = 0;
     if (p->is_static) {
         buffer_needs(pg, &scratch, &shared);

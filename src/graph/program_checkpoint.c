@@ -14,6 +14,11 @@
  * attention) could flip an 8-bit rounding of the next op's activations and
  * show up as a relative error of 1e-2 .. 1e-1 in a correct layer.
  *
+ * A fused op that no rule made (the builder placed it: the batch engine's
+ * paged attention, which has no unfused form over a ragged batch) is its own
+ * twin node: the twin runs it with its reference kernel (program.c), and the
+ * check compares the optimised kernel with the reference from the same inputs.
+ *
  * K/V cache rows a decomposition writes (kv_append: rows pos..; kv_write: its
  * slots) are the fused op's too: they are saved before the reference runs,
  * compared with what it wrote (dequantized for i8 caches, with one rounding
@@ -136,7 +141,7 @@ loom_status prog_checkpoints_compile(loom_program *p) {
     int want_layers = 1, want_logits = 1;
     loom_fusion_rules_checkpoints(e->rules, &want_layers, &want_logits);
     int n_fused = 0;
-    for (int n = 0; n < fg->n_nodes; n++) n_fused += fg->nodes[n].rule >= 0;
+    for (int n = 0; n < fg->n_nodes; n++) n_fused += fg->nodes[n].rule >= 0 || loom_op_get(fg->nodes[n].op)->decomposition;
     p->checks = calloc((size_t)n_fused + 1, sizeof *p->checks);
     unsigned char *mark = malloc((size_t)rg->n_nodes + 1);
     LOOM_RETURN_IF(!p->checks || !mark, LOOM_ERR_NOMEM, "checkpoints: out of memory");
@@ -145,7 +150,8 @@ loom_status prog_checkpoints_compile(loom_program *p) {
     loom_status st = LOOM_OK;
     for (int n = 0; n < fg->n_nodes && st == LOOM_OK; n++) {
         const loom_node *fn = &fg->nodes[n];
-        if (fn->rule < 0 || (fn->layer == LOOM_LAYER_POST ? !want_logits : !want_layers)) continue;
+        int placed = fn->rule < 0 && loom_op_get(fn->op)->decomposition; /* a fused op, no rule */
+        if ((fn->rule < 0 && !placed) || (fn->layer == LOOM_LAYER_POST ? !want_logits : !want_layers)) continue;
         prog_check *c = &p->checks[p->n_checks];
         memset(c, 0, sizeof *c);
         c->node = n;
@@ -305,11 +311,13 @@ static void cmp_row(void *ctx, const loom_node *node, int i, size_t t, char *row
 static double check_tolerance(const loom_graph *rg, const prog_check *c, double tol) {
     for (int j = 0; j < c->n_twin; j++) {
         const loom_node *node = &rg->nodes[c->twin[j]];
-        if (node->op != LOOM_OP_ATTENTION) continue;
+        if (node->op != LOOM_OP_ATTENTION && node->op != LOOM_OP_PAGED_ATTENTION) continue;
         for (int i = 1; i <= 2 && i < node->n_src; i++) {
             const loom_tensor *kv = &rg->tensors[node->src[i]].t;
             double t = kv->dtype == LOOM_BF16 ? 1.0 / 128 : kv->dtype == LOOM_F16 || kv->dtype == LOOM_I8 ? 1.0 / 256 : 0.0;
-            if (kv->ndim >= 2 && kv->shape[1] >= 2048) t *= 2.0; /* [B, S_kv, H, D] */
+            int64_t keys = node->op == LOOM_OP_ATTENTION ? (kv->ndim >= 2 ? kv->shape[1] : 0) /* [B, S_kv, H, D] */
+                                                         : ((const loom_paged_attention_attrs *)(const void *)node->attrs)->max_kv;
+            if (keys >= 2048) t *= 2.0;
             if (t > tol) tol = t;
         }
     }

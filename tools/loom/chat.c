@@ -2,7 +2,10 @@
  * stdin is one user message (a line ending in '\' continues on the next);
  * the reply streams to stdout token by token; Ctrl-D (end of input) ends,
  * Ctrl-C stops the reply (at the prompt, or twice within a second, it quits).
- * The KV cache is kept across turns: each turn runs only its own tokens. */
+ * Each turn is a request to the batch engine (one sequence) whose prompt is
+ * the whole conversation so far; the engine's prefix cache holds the blocks
+ * of the turns before (the previous replies' included), so a turn computes
+ * little more than its own tokens. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,18 +19,19 @@
 typedef struct chat_state {
     loom_model *model;
     loom_tokenizer *tok;
-    loom_sampler *sampler;
+    loom_engine *eng;
+    loom_request_params rp; /* sampling (the seed moves on by one a turn), -r stops */
     loom_chat_template *tmpl;
     const char *system;
-    float *logits;
     int32_t *ids;       /* [ids_cap] one turn's tokens */
     size_t ids_cap;
-    int n_ctx, vocab;
-    int pos;            /* tokens in the KV cache */
+    int32_t *hist;      /* [n_ctx] the conversation's tokens (turns and replies) */
+    int n_ctx;
+    int pos;            /* tokens in the conversation */
+    int turns;
     int first;          /* next turn starts the conversation */
     int n_predict;      /* reply limit in tokens */
     int verbose;
-    const arg_list *stops;  /* -r: reverse prompts, which end a reply */
 } chat_state;
 
 /* Ctrl-C. During a reply (its prefill included) it asks the reply to stop;
@@ -153,7 +157,6 @@ static int chat_reply(chat_state *c, const char *user) {
                         "conversation (raise -c for longer ones)\n", c->pos, c->n_ctx);
         c->first = 1;
         c->pos = 0;
-        loom_sampler_reset(c->sampler);
         if (loom_chat_render_turn(c->tmpl, 1, c->system, user, &text) != LOOM_OK)
             return cli_fail("chat", "cannot render the chat template"), -1;
         rc = encode_turn(c, text, &n);
@@ -165,74 +168,57 @@ static int chat_reply(chat_state *c, const char *user) {
                         "the context of %d tokens (-c)\n", n, c->n_ctx);
         return 1;
     }
-    double t0 = cli_time_s();
-    if (loom_model_forward(c->model, c->ids, n, c->pos, c->logits) != LOOM_OK)
-        return cli_fail("chat", "forward pass failed"), -1;
-    for (int i = 0; i < n; i++)
-        if (loom_sampler_accept(c->sampler, c->ids[i]) != LOOM_OK) return cli_fail("chat", "sampling failed"), -1;
-    c->pos += n;
+    /* the request: the conversation so far and this turn; the reply keeps one
+     * position for the template's close, which the next turn's text starts with */
+    memcpy(c->hist + c->pos, c->ids, (size_t)n * sizeof *c->ids);
+    int n_prompt = c->pos + n, room = c->n_ctx - 1 - n_prompt;
+    loom_request_params rp = c->rp;
+    rp.sampling.seed += (uint64_t)c->turns;
+    rp.max_tokens = c->n_predict < room ? c->n_predict : room;
+    const int64_t id = c->turns++;
+    if (loom_engine_add(c->eng, id, c->hist, n_prompt, &rp) != LOOM_OK)
+        return cli_fail("chat", "cannot run the message"), -1;
+    c->pos = n_prompt;
     c->first = 0;
-    double t1 = cli_time_s();
-    int prev = -1, n_gen = 0, cut = 0;
-    int eos = loom_tokenizer_eos(c->tok);
-    loom_stop_filter *stop = NULL;
-    if (loom_stop_filter_init(&stop, c->stops->v, c->stops->n) != LOOM_OK)
-        return cli_fail("chat", "-r"), -1;
-    for (;;) {
-        if (g_stop_reply) {
-            fprintf(stderr, "%sloom chat: reply stopped (Ctrl-C at the prompt quits)\n", n_gen ? "\n" : "");
-            break;
+    double t0 = cli_time_s(), t1 = t0;
+    int n_gen = 0, first = 1, cancelled = 0;
+    loom_finish_reason why = LOOM_FINISH_NONE;
+    while (loom_engine_pending(c->eng)) {
+        if (g_stop_reply && !cancelled) {
+            loom_engine_cancel(c->eng, id); /* finishes at the next step */
+            cancelled = 1;
         }
-        int32_t next;
-        if (loom_sampler_sample(c->sampler, c->logits, &next) != LOOM_OK ||
-            loom_sampler_accept(c->sampler, next) != LOOM_OK) {
-            loom_stop_filter_free(stop);
-            return cli_fail("chat", "sampling failed"), -1;
+        const loom_engine_event *ev;
+        int n_ev;
+        if (loom_engine_step(c->eng, &ev, &n_ev) != LOOM_OK) return cli_fail("chat", "forward pass failed"), -1;
+        for (int i = 0; i < n_ev; i++) {
+            if (first) t1 = cli_time_s(), first = 0;
+            if (ev[i].token >= 0) c->hist[c->pos++] = ev[i].token, n_gen++;
+            fwrite(ev[i].text, 1, ev[i].text_len, stdout);
+            fflush(stdout);
+            if (ev[i].finish) why = ev[i].finish;
+            if (ev[i].finish == LOOM_FINISH_ERROR) {
+                fprintf(stderr, "loom chat: %s\n", ev[i].error ? ev[i].error : "the reply failed");
+                return -1;
+            }
         }
-        /* the end of the reply: EOS or any control token (<|im_end|>, ...);
-         * it is not run: the next turn's text starts with the template's close */
-        if (next == eos || loom_tokenizer_is_control(c->tok, next)) break;
-        size_t len = 0, n_out = 0;
-        const char *p = loom_tokenizer_decode(c->tok, prev, next, &len), *out = "";
-        /* a reverse prompt ends the reply and is not printed */
-        int stopped = p && len && loom_stop_filter_push(stop, p, len, &out, &n_out);
-        fwrite(out, 1, n_out, stdout);
-        fflush(stdout);
-        prev = next;
-        n_gen++;
-        if (stopped) break;
-        if (n_gen >= c->n_predict) {
-            cut = 1;
-            break;
-        }
-        if (c->pos + 2 > c->n_ctx) {  /* keep one position for the close */
-            const char *held;
-            size_t n_held;
-            loom_stop_filter_flush(stop, &held, &n_held);
-            fwrite(held, 1, n_held, stdout);
-            fprintf(stdout, "\n");
-            fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
-            break;
-        }
-        if (loom_model_forward(c->model, &next, 1, c->pos, c->logits) != LOOM_OK) {
-            loom_stop_filter_free(stop);
-            return cli_fail("chat", "forward pass failed"), -1;
-        }
-        c->pos++;
     }
-    const char *rest;
-    size_t n_rest;
-    loom_stop_filter_flush(stop, &rest, &n_rest);
-    fwrite(rest, 1, n_rest, stdout);
-    loom_stop_filter_free(stop);
     double t2 = cli_time_s();
+    if (why == LOOM_FINISH_CANCELLED)
+        fprintf(stderr, "%sloom chat: reply stopped (Ctrl-C at the prompt quits)\n", n_gen ? "\n" : "");
     printf("\n");
     fflush(stdout);
+    int cut = why == LOOM_FINISH_LENGTH && n_gen >= c->n_predict;
+    if (why == LOOM_FINISH_LENGTH && !cut)
+        fprintf(stderr, "loom chat: the context of %d tokens is full; reply cut\n", c->n_ctx);
     if (cut && c->verbose) fprintf(stderr, "loom chat: reply cut at -n %d tokens\n", c->n_predict);
-    if (c->verbose)
-        fprintf(stderr, "[prompt %d tokens, %.1f tok/s | reply %d tokens, %.1f tok/s | context %d/%d]\n",
+    if (c->verbose) {
+        loom_engine_stats st = loom_engine_get_stats(c->eng);
+        fprintf(stderr, "[prompt %d tokens, %.1f tok/s | reply %d tokens, %.1f tok/s | context %d/%d | "
+                        "prefix cache: %ld blocks reused]\n",
                 n, n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen,
-                n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, c->pos, c->n_ctx);
+                n_gen > 1 ? (n_gen - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, c->pos, c->n_ctx, st.prefix_hits);
+    }
     return 0;
 }
 
@@ -310,9 +296,13 @@ int cmd_chat(int argc, char **argv) {
     /* --repeat-last-n -1 (the context) is set once the context is known */
     loom_sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed.value,
                               .min_p = min_p, .repeat_penalty = penalty, .repeat_last_n = last_n < 0 ? 1 : last_n};
-    if (loom_sampler_init(&c.sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
-    loom_sampler_free(c.sampler);
-    c.sampler = NULL;
+    loom_sampler *probe_sampler = NULL;
+    if (loom_sampler_init(&probe_sampler, 1, &sp) != LOOM_OK) return cli_fail("chat", "bad sampling option");
+    loom_sampler_free(probe_sampler);
+    if (stops.n > LOOM_MAX_STOPS) {
+        fprintf(stderr, "loom chat: at most %d -r strings, got %d\n", LOOM_MAX_STOPS, stops.n);
+        return 1;
+    }
     loom_stop_filter *probe = NULL;  /* -r's errors before the model loads */
     if (loom_stop_filter_init(&probe, stops.v, stops.n) != LOOM_OK) return cli_fail("chat", "-r");
     loom_stop_filter_free(probe);
@@ -348,18 +338,26 @@ int cmd_chat(int argc, char **argv) {
     }
     loom_model_info info = loom_model_get_info(c.model);
     c.n_ctx = info.n_ctx;
-    c.vocab = info.vocab_size;
     c.system = system;
     c.first = 1;
     c.n_predict = n_predict;
     c.verbose = verbose;
-    c.stops = &stops;
-    sp.repeat_last_n = last_n < 0 ? c.n_ctx : last_n;
-    c.logits = malloc((size_t)c.vocab * sizeof *c.logits);
+    c.rp = loom_request_default_params();
+    c.rp.sampling = sp;
+    c.rp.sampling.repeat_last_n = last_n < 0 ? c.n_ctx : last_n;
+    for (int i = 0; i < stops.n; i++) c.rp.stops[c.rp.n_stops++] = stops.v[i];
     c.ids_cap = (size_t)c.n_ctx + 4;
     c.ids = malloc(c.ids_cap * sizeof *c.ids);
-    if (!c.logits || !c.ids || loom_sampler_init(&c.sampler, c.vocab, &sp) != LOOM_OK) {
-        cli_fail("chat", "cannot set up sampling");
+    c.hist = malloc(((size_t)c.n_ctx + 4) * sizeof *c.hist);
+    if (!c.ids || !c.hist) {
+        cli_fail("chat", "out of memory");
+        goto done;
+    }
+    /* one generation path: the batch engine, one sequence over the context */
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 1, ep.seq_len = c.n_ctx;
+    if (loom_engine_create(c.model, c.tok, &ep, &c.eng) != LOOM_OK) {
+        cli_fail("chat", "cannot start the engine");
         goto done;
     }
     if (catch_sigint() != 0) {
@@ -383,9 +381,9 @@ int cmd_chat(int argc, char **argv) {
     rc = 0;
 done:
     free(system_text);
-    free(c.logits);
+    loom_engine_free(c.eng);
     free(c.ids);
-    loom_sampler_free(c.sampler);
+    free(c.hist);
     loom_chat_template_free(c.tmpl);
     loom_tokenizer_free(c.tok);
     loom_model_free(c.model);

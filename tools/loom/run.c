@@ -18,6 +18,13 @@ static const char *piece_text(const loom_tokenizer *tok, int prev, int token, si
     return p;
 }
 
+/* Whether a generated token's text is printed: llama2.c's run.c skips a
+ * piece that is one unprintable, non-space byte. */
+static int printable(const loom_tokenizer *tok, int token, const char *text, size_t len) {
+    if (len != 1 || token < 0 || strcmp(loom_tokenizer_kind_name(tok), "llama2c")) return 1;
+    return isprint((unsigned char)text[0]) || isspace((unsigned char)text[0]);
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = NULL, *prompt_file = NULL, *mode = NULL,
                *dump = NULL;
@@ -109,21 +116,22 @@ int cmd_run(int argc, char **argv) {
     loom_sampler *sampler = NULL;
     if (loom_sampler_init(&sampler, 1, &sp) != LOOM_OK) return cli_fail("run", "bad sampling option");
     loom_sampler_free(sampler);
-    sampler = NULL;
-    loom_stop_filter *stop = NULL;
+    loom_stop_filter *stop = NULL; /* checks the stop strings: the engine takes up to LOOM_MAX_STOPS */
     if (loom_stop_filter_init(&stop, stops.v, stops.n) != LOOM_OK) return cli_fail("run", "--stop");
-    char *file_text = NULL;
-    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) {
-        loom_stop_filter_free(stop);
+    loom_stop_filter_free(stop);
+    if (stops.n > LOOM_MAX_STOPS) {
+        fprintf(stderr, "loom run: at most %d --stop strings, got %d\n", LOOM_MAX_STOPS, stops.n);
         return 1;
     }
+    char *file_text = NULL;
+    if (prompt_file && cli_read_text("run", "-f", prompt_file, &file_text)) return 1;
     if (file_text) prompt = file_text;
 
     loom_model *model = NULL;
     loom_tokenizer *tok = NULL;
+    loom_engine *eng = NULL;
     int32_t *ids = NULL;
     int n_prompt = 0, rc = 1;
-    float *logits = NULL;
     if (cli_load("run", model_path, tok_path, &mp, &model, &tok)) goto done;
     loom_model_info info = loom_model_get_info(model);
     if (cli_encode("run", tok, prompt ? prompt : "", info.n_ctx, &ids, &n_prompt)) goto done;
@@ -133,59 +141,51 @@ int cmd_run(int argc, char **argv) {
                         "context of %d (-c)\n", n_new, n_prompt, (long)n_prompt + n_new - 1, info.n_ctx);
         goto done;
     }
-    sp.repeat_last_n = last_n < 0 ? info.n_ctx : last_n;
-    logits = malloc((size_t)info.vocab_size * sizeof *logits);
-    if (!logits || loom_sampler_init(&sampler, info.vocab_size, &sp) != LOOM_OK) {
-        cli_fail("run", "cannot set up sampling");
+    /* one generation path: the batch engine, with one sequence */
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 1, ep.seq_len = info.n_ctx;
+    if (loom_engine_create(model, tok, &ep, &eng) != LOOM_OK) {
+        cli_fail("run", "cannot start the engine");
         goto done;
     }
-    int bos = loom_tokenizer_bos(tok), eos = loom_tokenizer_eos(tok);
-    int llama2c = strcmp(loom_tokenizer_kind_name(tok), "llama2c") == 0;
+    loom_request_params rp = loom_request_default_params();
+    rp.sampling = sp;
+    rp.sampling.repeat_last_n = last_n < 0 ? info.n_ctx : last_n;
+    rp.max_tokens = n_new;
+    for (int i = 0; i < stops.n && i < LOOM_MAX_STOPS; i++) rp.stops[rp.n_stops++] = stops.v[i];
+    if (n_new > 0 && loom_engine_add(eng, 0, ids, n_prompt, &rp) != LOOM_OK) {
+        cli_fail("run", "cannot run the prompt");
+        goto done;
+    }
+    int bos = loom_tokenizer_bos(tok);
     for (int i = 0; i < n_prompt; i++) {
         size_t len;
         const char *p = i > 0 || ids[0] != bos ? piece_text(tok, i ? ids[i - 1] : -1, ids[i], &len) : NULL;
         if (p) fwrite(p, 1, len, stdout);
-        if (loom_sampler_accept(sampler, ids[i]) != LOOM_OK) {
-            cli_fail("run", "sampling failed");
-            goto done;
-        }
     }
     fflush(stdout);
 
-    double t0 = cli_time_s();
-    if (loom_model_forward(model, ids, n_prompt, 0, logits) != LOOM_OK) {
-        cli_fail("run", "forward pass failed");
-        goto done;
-    }
-    double t1 = cli_time_s();
-    int prev = ids[n_prompt - 1], pos = n_prompt, n_gen = 0;
-    for (int i = 0; i < n_new; i++) {
-        int32_t next;
-        if (loom_sampler_sample(sampler, logits, &next) != LOOM_OK ||
-            loom_sampler_accept(sampler, next) != LOOM_OK) {
-            cli_fail("run", "sampling failed");
-            goto done;
-        }
-        /* llama2.c: BOS delimits sequences; GGUF vocabularies: any control token
-         * (end of turn, end of text) ends the text */
-        if (next == bos || next == eos || (!llama2c && loom_tokenizer_is_control(tok, next))) break;
-        size_t len = 0, n_out = 0;
-        const char *p = piece_text(tok, prev, next, &len), *out = "";
-        int stopped = p && loom_stop_filter_push(stop, p, len, &out, &n_out);
-        fwrite(out, 1, n_out, stdout);
-        fflush(stdout);
-        n_gen++;
-        prev = next;
-        if (stopped || i + 1 == n_new) break;
-        if (loom_model_forward(model, &next, 1, pos++, logits) != LOOM_OK) {
+    double t0 = cli_time_s(), t1 = t0;
+    int n_gen = 0, first = 1;
+    while (loom_engine_pending(eng)) {
+        const loom_engine_event *ev;
+        int n_ev;
+        if (loom_engine_step(eng, &ev, &n_ev) != LOOM_OK) {
             cli_fail("run", "forward pass failed");
             goto done;
         }
+        for (int i = 0; i < n_ev; i++) {
+            if (first) t1 = cli_time_s(), first = 0;
+            if (ev[i].finish == LOOM_FINISH_ERROR) {
+                fprintf(stderr, "loom run: %s\n", ev[i].error ? ev[i].error : "generation failed");
+                goto done;
+            }
+            n_gen = ev[i].n_generated;
+            if (ev[i].text_len && printable(tok, ev[i].token, ev[i].text, ev[i].text_len))
+                fwrite(ev[i].text, 1, ev[i].text_len, stdout);
+            fflush(stdout);
+        }
     }
-    const char *rest;
-    size_t n_rest;
-    loom_stop_filter_flush(stop, &rest, &n_rest);
-    fwrite(rest, 1, n_rest, stdout);
     double t2 = cli_time_s();
     printf("\n");
     fflush(stdout); /* the statistics start on their own line, after the text */
@@ -198,11 +198,9 @@ int cmd_run(int argc, char **argv) {
     if (mp.mode == LOOM_MODE_FUSED_WITH_CHECKPOINTS) loom_model_report_checkpoints(model);
     rc = 0;
 done:
-    free(logits);
+    loom_engine_free(eng);
     free(ids);
     free(file_text);
-    loom_stop_filter_free(stop);
-    loom_sampler_free(sampler);
     loom_tokenizer_free(tok);
     loom_model_free(model);
     return rc;
