@@ -52,4 +52,17 @@ grep '"sampled"' "$TMP/req.jsonl" | "$LOOM" batch -m "$M" -z "$Z" -f - -o "$TMP/
     && pass "stdin, -o, seeded sampling reproducible" || fail "stdin/-o: $(cat "$TMP/o2" 2>&1)"
 "$LOOM" batch -m "$M" -z "$Z" >/dev/null 2>"$TMP/err"; [ $? -eq 2 ] && pass "no -f: usage error" || fail "no -f"
 expect_error "batch: missing file" "cannot read" "$LOOM" batch -m "$M" -z "$Z" -f "$TMP/none.jsonl"
+
+# --batch-invariant: the sampled texts are byte-identical at -np 1 and -np 4
+# with other budgets and thread counts
+{
+    for i in 1 2 3 4 5 6; do
+        echo "{\"id\": $i, \"prompt\": \"Once upon a time $i\", \"max_tokens\": 24, \"temperature\": 0.9, \"seed\": $i}"
+    done
+} >"$TMP/inv.jsonl"
+"$LOOM" batch -m "$M" -z "$Z" -f "$TMP/inv.jsonl" -np 1 -t 1 --batch-invariant >"$TMP/inv1" 2>"$TMP/err" \
+    && "$LOOM" batch -m "$M" -z "$Z" -f "$TMP/inv.jsonl" -np 4 -b 7 -t 2 --batch-invariant >"$TMP/inv4" 2>>"$TMP/err" \
+    && [ -s "$TMP/inv1" ] && cmp -s "$TMP/inv1" "$TMP/inv4" \
+    && pass "--batch-invariant: -np 1 and -np 4 give the same bytes" \
+    || fail "--batch-invariant: $(diff "$TMP/inv1" "$TMP/inv4" | head -5) $(cat "$TMP/err")"
 finish

@@ -110,7 +110,8 @@ static void progress(int done, int total, double tps, const loom_engine_stats *s
 int cmd_batch(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *in_path = NULL, *out_path = NULL, *mode = NULL,
                *kv_dtype = NULL, *tmpl_name = NULL;
-    int threads = loom_model_default_params().n_threads, parallel = 16, n_ctx = 0, n_batch = 0, no_cache = 0;
+    int threads = loom_model_default_params().n_threads, parallel = 16, n_ctx = 0, n_batch = 0, no_cache = 0,
+        invariant = 0;
     const arg_opt opts[] = {
         {"-m", "--model", ARG_STR, &model_path, "MODEL", "model (default: SmolLM2-135M-Instruct)"},
         {"-z", "--tokenizer", ARG_STR, &tok_path, "TOKENIZER", "tokenizer (default: the model's own)"},
@@ -120,13 +121,15 @@ int cmd_batch(int argc, char **argv) {
         {"-c", "--ctx-size", ARG_INT, &n_ctx, "N", "KV positions of all sequences together (default: the model's context)"},
         {"-b", "--batch-size", ARG_INT, &n_batch, "N", "token rows one step may run (default 512)"},
         {NULL, "--no-prefix-cache", ARG_FLAG, &no_cache, NULL, "do not reuse the KV blocks of shared prompt prefixes"},
+        {NULL, "--batch-invariant", ARG_FLAG, &invariant, NULL,
+         "bit-identical results whatever runs alongside, however chunked, at any thread count (docs/batch.md)"},
         {"-t", "--threads", ARG_INT, &threads, "N", "threads (default: the CPUs loom may run on)"},
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE", "step_by_step, fused or fused_with_checkpoints (default fused)"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
          "chatml or llama2 for \"messages\" (default: the model's tokenizer.chat_template)"},
     };
-    const char *usage = "-f FILE [-o FILE] [-m MODEL] [-z TOKENIZER] [-np N] [-c N] [-b N] [--no-prefix-cache] [-t N] "
+    const char *usage = "-f FILE [-o FILE] [-m MODEL] [-z TOKENIZER] [-np N] [-c N] [-b N] [--no-prefix-cache] [--batch-invariant] [-t N] "
                         "[--kv-dtype T] [--mode MODE] [--chat-template NAME]";
     int r = args_parse("batch", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -165,7 +168,7 @@ int cmd_batch(int argc, char **argv) {
         goto done;
     }
     loom_engine_params ep = loom_engine_default_params();
-    ep.n_seq_max = parallel, ep.n_ctx = n_ctx, ep.prefix_cache = !no_cache;
+    ep.n_seq_max = parallel, ep.n_ctx = n_ctx, ep.prefix_cache = !no_cache, ep.batch_invariant = invariant;
     if (n_batch) ep.n_batch = n_batch;
     if (loom_engine_create(model, tok, &ep, &eng) != LOOM_OK) {
         cli_fail("batch", "cannot start the engine");
