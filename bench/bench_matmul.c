@@ -7,7 +7,7 @@
  * fraction of it that GEMV reaches (W rotated over copies totalling >= 8x L3
  * and >= 1 GiB, so it comes from DRAM). Output is a Markdown table.
  *
- *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode,small]
+ *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode,small,head]
  *                [--act q8,full] [--reps N] [--isa LEVEL] [--quick] [--hot]
  *
  * --act: activation precisions of the quantized dtypes (q8: x quantized to
@@ -40,6 +40,8 @@ static const shape all_shapes[] = {
     /* a small model's decode (SmolLM2-135M: hidden 576, FFN 1536), and 4 rows at once */
     {"small", 1, 576, 576},         {"small", 1, 1536, 576},       {"small", 1, 576, 1536},
     {"small", 4, 1536, 576},        {"small", 512, 1536, 576},     {"small", 512, 576, 1536},
+    /* LM heads at decode: SmolLM2's 49152 x 576 (short rows) and Llama 2's 32000 x 4096 */
+    {"head", 1, 49152, 576},        {"head", 16, 49152, 576},      {"head", 1, 32000, 4096},
 };
 
 /* Decode rows cycle through enough copies of W (at least 8x the L3 size and 1 GiB in

@@ -539,6 +539,8 @@ loom_status loom_gguf_open(const char *path, loom_gguf **out) {
     return open_common(g, out);
 }
 
+int loom_gguf_make_resident(loom_gguf *g) { return g && g->mapped && loom_mapped_file_resident(&g->file); }
+
 void loom_gguf_close(loom_gguf *g) {
     if (!g) return;
     if (g->mapped) loom_mapped_file_close(&g->file);

@@ -104,6 +104,9 @@ loom_status loom_gguf_open_memory(const void *data, size_t size, const char *nam
                                   loom_gguf **out);
 /* Unmaps and frees; NULL is a no-op. Tensor views and strings die with it. */
 void loom_gguf_close(loom_gguf *g);
+/* The file's pages replaced by anonymous huge pages at the same addresses
+ * (loom_mapped_file_resident); 1 when done. A GGUF opened from memory: 0. */
+int loom_gguf_make_resident(loom_gguf *g);
 
 const char *loom_gguf_path(const loom_gguf *g);
 uint32_t loom_gguf_version(const loom_gguf *g);

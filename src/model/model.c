@@ -53,6 +53,8 @@ static loom_status load_weights(const char *path, loom_model *m) {
 
 loom_model_params loom_model_default_params(void) {
     loom_model_params p = {.n_threads = loom_cpu_count(), .n_ctx = 0, .mode = LOOM_MODE_FUSED, .dump_dir = NULL};
+    const char *mm = getenv("LOOM_MMAP");
+    p.use_mmap = mm && *mm && strcmp(mm, "0") != 0;
     return p;
 }
 
@@ -133,6 +135,11 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
     if (s != LOOM_OK) {
         free(m);
         return s;
+    }
+    if (!params.use_mmap) { /* the weights into huge pages, at the same addresses */
+        if (m->gguf) loom_gguf_make_resident(m->gguf);
+        if (m->st) loom_safetensors_make_resident(m->st);
+        if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }
     const loom_llama_config *c = &m->cfg;
     m->n_ctx = params.n_ctx ? params.n_ctx : c->seq_len;

@@ -331,6 +331,12 @@ loom_status loom_safetensors_open(const char *path, loom_safetensors **out) {
     return s;
 }
 
+int loom_safetensors_make_resident(loom_safetensors *st) {
+    int n = 0;
+    for (int i = 0; st && i < st->n_files; i++) n += loom_mapped_file_resident(&st->files[i]);
+    return n;
+}
+
 void loom_safetensors_close(loom_safetensors *st) {
     if (!st) return;
     for (int64_t i = 0; i < st->n; i++) free(st->t[i].name);

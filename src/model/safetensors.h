@@ -45,6 +45,9 @@ loom_status loom_safetensors_open_memory(const void *data, size_t size, const ch
                                          loom_safetensors **out);
 /* Unmaps and frees; NULL is a no-op. */
 void loom_safetensors_close(loom_safetensors *st);
+/* Every shard's pages replaced by anonymous huge pages at the same addresses
+ * (loom_mapped_file_resident); the number of shards made resident. */
+int loom_safetensors_make_resident(loom_safetensors *st);
 
 const char *loom_safetensors_path(const loom_safetensors *st);
 int64_t loom_safetensors_n_tensors(const loom_safetensors *st);
