@@ -62,8 +62,11 @@ enum MHD_Result serve_respond(serve_server *s, struct MHD_Connection *c, serve_c
     MHD_add_response_header(r, "Content-Type", content_type ? content_type : "application/json");
     if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    if (status == 503 && !s->ready) MHD_add_response_header(r, "Retry-After", "1");
-    if (s->stopping) MHD_add_response_header(r, "Connection", "close");
+    pthread_mutex_lock(&s->mu);
+    int ready = s->ready, stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (status == 503 && !ready) MHD_add_response_header(r, "Retry-After", "1");
+    if (stopping) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     sc->answered = 1;
@@ -179,6 +182,9 @@ static enum MHD_Result dispatch(serve_server *s, struct MHD_Connection *c, serve
                                 const char *method) {
     serve_error e;
     int ep = sc->endpoint;
+    pthread_mutex_lock(&s->mu);
+    int ready = s->ready, stopping = s->stopping, load_failed = s->load_failed;
+    pthread_mutex_unlock(&s->mu);
     if (ep == EP_OTHER) {
         serve_fail(&e, 404, NULL, "not_found", "no such endpoint: %s %.200s", method, url);
         return serve_respond_error(s, c, sc, &e);
@@ -208,8 +214,8 @@ static enum MHD_Result dispatch(serve_server *s, struct MHD_Connection *c, serve
         return ret;
     }
     if (ep == EP_HEALTH) {
-        if (!s->ready) {
-            serve_fail(&e, 503, NULL, "loading", s->load_failed ? "the model could not be loaded" : "Loading model");
+        if (!ready) {
+            serve_fail(&e, 503, NULL, "loading", load_failed ? "the model could not be loaded" : "Loading model");
             return serve_respond_error(s, c, sc, &e);
         }
         return serve_respond(s, c, sc, 200, "{\"status\":\"ok\"}", NULL);
@@ -223,9 +229,9 @@ static enum MHD_Result dispatch(serve_server *s, struct MHD_Connection *c, serve
         serve_fail(&e, 413, NULL, "request_too_large", "the request body is larger than %zu bytes", s->p.max_body);
         return serve_respond_error(s, c, sc, &e);
     }
-    if (!s->ready || s->stopping) {
-        serve_fail(&e, 503, NULL, s->stopping ? "shutting_down" : "loading",
-                   s->stopping ? "the server is shutting down" : "Loading model");
+    if (!ready || stopping) {
+        serve_fail(&e, 503, NULL, stopping ? "shutting_down" : "loading",
+                   stopping ? "the server is shutting down" : "Loading model");
         return serve_respond_error(s, c, sc, &e);
     }
     switch (ep) {
@@ -466,9 +472,9 @@ void serve_run(serve_server *s) {
     /* stop accepting: new connections are refused, requests on open ones get 503 */
     MHD_socket ls = MHD_quiesce_daemon(s->daemon);
     if (ls != MHD_INVALID_SOCKET) close(ls);
-    fprintf(stderr, "loom serve: stopping: %d requests in flight, %.0f s to finish\n", s->n_inflight, s->p.grace_s);
     double until = serve_now() + s->p.grace_s;
     pthread_mutex_lock(&s->mu);
+    fprintf(stderr, "loom serve: stopping: %d requests in flight, %.0f s to finish\n", s->n_inflight, s->p.grace_s);
     while ((s->n_inflight > 0 || s->n_embed_waiting > 0) && serve_now() < until) {
         pthread_mutex_unlock(&s->mu);
         usleep(20000);
