@@ -15,6 +15,8 @@
 
 #define WAIT_SLICE_S 0.05   /* how often a waiting connection checks its client and deadline */
 #define PROFILE_EVERY_S 1.0 /* per-layer accounting of a step for /metrics at most this often */
+#define KEEPALIVE_S 15.0    /* a stream waiting this long for a token sends an SSE comment (MHD closes
+                               connections idle for 60 s) */
 
 static void abs_time(struct timespec *ts, double from_now) {
     clock_gettime(CLOCK_REALTIME, ts);
@@ -350,10 +352,13 @@ static cJSON *error_json(const char *message, const char *type, const char *code
 }
 
 /* Waits (under s->mu) until j has news (text, tokens), finished, its deadline
- * passed or its client left; cancels it in the engine in the last two cases. */
-static void wait_news(serve_server *s, gen_job *j, size_t had_text, int had_toks) {
+ * passed, its client left (cancelling it in the engine in these two cases) or
+ * max_wait seconds passed. */
+static void wait_news(serve_server *s, gen_job *j, size_t had_text, int had_toks, double max_wait) {
+    double until = serve_now() + max_wait;
     while (!j->done && j->n_text == had_text && j->n_toks == had_toks && !j->timed_out && !j->gone) {
         double now = serve_now();
+        if (now >= until) return;
         if (j->t_deadline > 0 && now >= j->t_deadline) {
             j->timed_out = 1;
             s->m.timeouts++;
@@ -377,10 +382,20 @@ static void stream_next(serve_server *s, gen_job *j) {
         sse_event(j, chunk_json(s, j, "", 0, 0, 0, NULL, 1));
         return;
     }
-    wait_news(s, j, j->n_sent, j->toks_sent);
-    if (j->gone) return;
     size_t avail = j->n_text - j->n_sent;
     size_t rel = j->done || j->timed_out ? avail : serve_utf8_complete(j->text + j->n_sent, avail);
+    if (!rel && j->n_toks == j->toks_sent && !j->done && !j->timed_out) { /* nothing to send yet */
+        size_t had = j->n_text;
+        int had_toks = j->n_toks;
+        wait_news(s, j, had, had_toks, KEEPALIVE_S);
+        if (j->gone) return;
+        if (!j->done && !j->timed_out && j->n_text == had && j->n_toks == had_toks) {
+            out_append(j, ": keep-alive\n\n", 15); /* an SSE comment: the connection is not idle */
+            return;
+        }
+        avail = j->n_text - j->n_sent;
+        rel = j->done || j->timed_out ? avail : serve_utf8_complete(j->text + j->n_sent, avail);
+    }
     if (rel || j->n_toks > j->toks_sent)
         sse_event(j, chunk_json(s, j, j->text ? j->text + j->n_sent : "", rel, j->toks_sent, j->n_toks, NULL, 0));
     j->n_sent += rel, j->toks_sent = j->n_toks;
@@ -538,7 +553,7 @@ enum MHD_Result serve_generate(serve_server *s, struct MHD_Connection *c, serve_
         return ret;
     }
     pthread_mutex_lock(&s->mu);
-    while (!j->done && !j->timed_out && !j->gone) wait_news(s, j, j->n_text, j->n_toks);
+    while (!j->done && !j->timed_out && !j->gone) wait_news(s, j, j->n_text, j->n_toks, 3600);
     cJSON *answer = NULL;
     int gone = j->gone;
     if (j->timed_out) serve_fail(&e, 504, NULL, "timeout", "the request took longer than the server's --timeout");

@@ -329,10 +329,13 @@ int serve_start(const serve_params *p, serve_server **out) {
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* a connection idle for 60 s (slow headers or body, an unused keep-alive) is closed, so idle
+     * clients cannot hold the 1024 connections; a request that waits for its answer is not idle
+     * (MHD does not time a handler out) and a stream sends a comment every 15 s (generate.c) */
     s->daemon = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                                  ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)600, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
+                                 (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
