@@ -390,7 +390,8 @@ static void stream_next(serve_server *s, gen_job *j) {
         wait_news(s, j, had, had_toks, KEEPALIVE_S);
         if (j->gone) return;
         if (!j->done && !j->timed_out && j->n_text == had && j->n_toks == had_toks) {
-            out_append(j, ": keep-alive\n\n", 15); /* an SSE comment: the connection is not idle */
+            static const char keepalive[] = ": keep-alive\n\n"; /* an SSE comment: the connection is not idle */
+            out_append(j, keepalive, sizeof keepalive - 1);
             return;
         }
         avail = j->n_text - j->n_sent;
@@ -414,7 +415,8 @@ static void stream_next(serve_server *s, gen_job *j) {
             sse_event(j, o);
         }
     }
-    out_append(j, "data: [DONE]\n\n", 14);
+    static const char done[] = "data: [DONE]\n\n";
+    out_append(j, done, sizeof done - 1);
     j->phase = 2;
 }
 
