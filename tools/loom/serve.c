@@ -92,6 +92,8 @@ int cmd_serve(int argc, char **argv) {
     }
     int rc = serve_load(srv);
     if (rc == 0) serve_run(srv);
+    pthread_cancel(sig_thread); /* sigwait is a cancellation point: no signal reaches a freed server */
+    pthread_join(sig_thread, NULL);
     serve_free(srv);
     fprintf(stderr, "loom serve: stopped\n");
     return rc;
