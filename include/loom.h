@@ -850,6 +850,13 @@ int loom_engine_wait(loom_engine *e, int timeout_ms);
 /* Wakes loom_engine_wait (any thread): shutdown. */
 void loom_engine_wake(loom_engine *e);
 loom_engine_stats loom_engine_get_stats(const loom_engine *e);
+/* The per-layer accounting of the last step's forward program (the engine's
+ * thread, between steps): kernels, bytes read and written from main memory
+ * and FLOPs per section (embed, L0.., head), as loom profile reports them,
+ * for the rows that step ran (n_tokens); times are 0 (steps are not timed).
+ * LOOM_ERR_INVALID_ARG before the first step that ran a program (*out
+ * zeroed), LOOM_ERR_NOMEM. Release *out with loom_profile_free. */
+loom_status loom_engine_last_profile(loom_engine *e, loom_profile *out);
 /* One line of `loom batch`'s JSONL input (docs/batch.md): a request object
  *   {"id": ..., "prompt": "..." | "messages": [{"role", "content"}, ...],
  *    "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",

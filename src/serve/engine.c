@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/status.h"
 #include "graph/act_precision.h"
+#include "graph/profile.h"
 
 static const char *const finish_names[] = {"", "stop", "length", "cancelled", "error"};
 
@@ -410,6 +411,15 @@ const loom_graph *loom_engine_last_graph(loom_engine *e) {
     if (!e->last) return NULL;
     loom_program_account(e->last);
     return loom_program_graph(e->last);
+}
+
+loom_status loom_engine_last_profile(loom_engine *e, loom_profile *out) {
+    LOOM_RETURN_IF(!e || !out, LOOM_ERR_INVALID_ARG, "engine_last_profile: NULL argument");
+    memset(out, 0, sizeof *out);
+    const loom_graph *g = loom_engine_last_graph(e);
+    LOOM_RETURN_IF(!g, LOOM_ERR_INVALID_ARG, "engine_last_profile: no step has run a program yet");
+    const char *phase = e->last == e->decode ? "decode" : "prefill";
+    return loom_profile_collect(g, e->m->cfg.n_layers, phase, loom_mode_name(e->m->params.mode), e->last_rows, out);
 }
 
 loom_engine_stats loom_engine_get_stats(const loom_engine *e) {

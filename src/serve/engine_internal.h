@@ -49,6 +49,7 @@ struct loom_engine {
     loom_program *decode;        /* steps where every sequence decodes (up to n_seq_max rows); NULL when
                                     n_batch is no larger */
     loom_program *last;          /* the program of the last step */
+    int last_rows;               /* the rows it ran */
     /* the program's inputs (bound into its graph as external tensors) and the step's batch */
     int32_t *ids, *pos32, *slots, *out_rows, *bt;
     int64_t *positions, *row_start, *seq_of_row, *kv_len;

@@ -194,6 +194,7 @@ static loom_status run_batch(loom_engine *e, int *n_rows, int *n_out) {
     e->batch.n_seqs = e->n_sched, e->batch.n_decode = nd;
     loom_step st = {.n_rows = row, .pos = 0, .n_out = outs, .batch = &e->batch};
     *n_rows = row, *n_out = real_out;
+    e->last_rows = row;
     e->last = nd == e->n_sched && e->decode ? e->decode : e->prog;
     return loom_program_run(e->last, &st);
 }

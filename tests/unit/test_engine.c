@@ -141,16 +141,33 @@ static void test_kv_dtypes(void) {
          * paged attention, attn_out, add + rms_norm, ffn) */
         const loom_graph *g = loom_engine_last_graph(e);
         CHECK(g != NULL);
-        int fused = 0, loose = 0, kernels0 = 0;
+        int fused = 0, loose = 0, kernels0 = 0, launches0 = 0;
         for (int n = 0; g && n < g->n_nodes; n++) {
             const loom_node *nd = &g->nodes[n];
             if (nd->op == LOOM_OP_QKV_ROPE && ((const loom_qkv_rope_attrs *)(const void *)nd->attrs)->paged) fused++;
             if (nd->op == LOOM_OP_ROPE || nd->op == LOOM_OP_KV_WRITE) loose++;
             if (nd->layer == 0 && nd->stats.kernels > 0) kernels0++;
+            if (nd->layer == 0) launches0 += nd->stats.kernels;
         }
         CHECK_MSG(fused == m->cfg.n_layers && loose == 0, "kv %s: %d paged qkv_rope, %d rope/kv_write",
                   loom_dtype_name(dts[d]), fused, loose);
         CHECK_MSG(kernels0 == 6, "kv %s: layer 0 runs %d nodes", loom_dtype_name(dts[d]), kernels0);
+        /* the same accounting per layer through the public API: every layer launches what layer
+         * 0's nodes do and moves bytes; the total is the sum of the sections */
+        loom_profile prof;
+        CHECK_MSG(loom_engine_last_profile(e, &prof) == LOOM_OK, "%s", loom_last_error());
+        CHECK(prof.n_sections == m->cfg.n_layers + 2 && prof.n_tokens >= 1);
+        double bytes = 0;
+        for (int k = 0; k < prof.n_sections; k++) {
+            bytes += prof.sections[k].bytes_read + prof.sections[k].bytes_written;
+            if (k >= 1 && k <= m->cfg.n_layers)
+                CHECK_MSG(prof.sections[k].kernels >= 6 && prof.sections[k].bytes_read > 0, "%s: %d kernels",
+                          prof.sections[k].name, prof.sections[k].kernels);
+        CHECK_MSG(prof.sections[1].kernels == launches0, "L0: %d kernels, its nodes %d", prof.sections[1].kernels,
+                  launches0);
+        }
+        CHECK(bytes > 0 && bytes == prof.total.bytes_read + prof.total.bytes_written);
+        loom_profile_free(&prof);
         loom_engine_free(e);
         for (int i = 0; i < 6; i++) {
             model_text(prompts[i], 40, ref);
@@ -493,6 +510,18 @@ static void test_add_text(void) {
     loom_engine_free(e);
 }
 
+/* Before a step ran a program there is no profile. */
+static void test_profile_before_step(void) {
+    loom_engine *e;
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 2;
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &e) == LOOM_OK);
+    loom_profile prof;
+    CHECK(loom_engine_last_profile(e, &prof) == LOOM_ERR_INVALID_ARG && prof.n_sections == 0);
+    CHECK(loom_engine_last_profile(NULL, &prof) == LOOM_ERR_INVALID_ARG);
+    loom_engine_free(e);
+}
+
 static void test_wait(void) {
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 2;
@@ -529,6 +558,7 @@ int main(void) {
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
     RUN_TEST(test_wait);
+    RUN_TEST(test_profile_before_step);
     RUN_TEST(test_add_text);
     RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);

@@ -16,6 +16,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Prints "loom CMD: <what>: <last error>" to stderr and returns 1. */
 int cli_fail(const char *cmd, const char *what);
