@@ -14,6 +14,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

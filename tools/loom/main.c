@@ -17,6 +17,7 @@ static const struct {
     {"plan", cmd_plan, "per-layer kernels, traffic and roofline time of a model config, no weights"},
     {"batch", cmd_batch, "offline batch inference: JSONL requests through the batch engine"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, embeddings; continuous batching)"},
+    {"perplexity", cmd_perplexity, "perplexity of a model on a text (llama-perplexity's scoring)"},
     {"embed", cmd_embed, "sentence embeddings with a BERT model (one vector per input line)"},
     {"convert", cmd_convert, "safetensors / llama2.c / GGUF -> GGUF, optionally requantized"},
 };
