@@ -151,7 +151,12 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     pthread_cond_init(&e->work, NULL);
     m->exec->invariant = p.batch_invariant != 0;
     loom_status s = alloc_buffers(e);
-    /* the pool: anonymous memory, resident only as blocks are written */
+    /* the pool: anonymous memory, resident only as blocks are written, in 4 KiB
+     * pages: each layer's K and V pool is its own region, so with transparent
+     * huge pages a sequence's first block faults in 2 * n_layers huge pages
+     * (SmolLM2 at its 8192 context: a 5-token prompt took 460 ms instead of
+     * 21 ms), and decode at depth 2048 was no faster with them (np 1: 122-147
+     * t/s either way; np 16: 187-236 without, 200-219 with; noise-level) */
     size_t slots = (size_t)e->n_blocks * (size_t)e->bs;
     e->layer_bytes = (slots * (size_t)e->Hkv * (size_t)e->D * loom_dtype_size(e->kvt) + 4095) & ~(size_t)4095;
     e->scale_layer_bytes = e->kvt == LOOM_I8 ? (slots * (size_t)e->Hkv * sizeof(float) + 4095) & ~(size_t)4095 : 0;
@@ -159,7 +164,7 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     if (s == LOOM_OK) {
         void *mem = mmap(NULL, e->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (mem == MAP_FAILED) s = loom_set_error(LOOM_ERR_NOMEM, "engine: cannot map a KV pool of %zu bytes", e->kv_bytes);
-        else e->kv_mem = mem, loom_advise_huge_pages(mem, e->kv_bytes);
+        else e->kv_mem = mem;
     }
     if (s == LOOM_OK) s = loom_kv_blocks_init(&e->blocks, e->n_blocks, e->bs);
     if (s == LOOM_OK) {
