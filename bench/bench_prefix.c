@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file.h"
 #include "loom.h"
 
 static double now_s(void) {
@@ -54,25 +55,6 @@ static int ttft(loom_engine *e, int64_t id, const int32_t *prompt, int n, double
     return !got;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) free(buf);
-            buf = p;
-        }
-    }
-    fclose(f);
-    if (buf) *len = n;
-    return buf;
-}
-
 int main(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *tok_path = NULL;
     int P = 1000, S = 24, reps = 7, threads = 0;
@@ -95,9 +77,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t len = 0;
-    char *buf = read_file(text, &len);
-    if (!buf) {
-        fprintf(stderr, "bench_prefix: cannot read %s\n", text);
+    char *buf = NULL;
+    if (loom_read_file(text, (size_t)64 << 20, &buf, &len) != LOOM_OK) {
+        fprintf(stderr, "bench_prefix: %s\n", loom_last_error());
         return 1;
     }
     loom_model_params mp = loom_model_default_params();

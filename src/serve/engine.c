@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "base/alloc.h"
 #include "base/status.h"
 #include "graph/act_precision.h"
 #include "graph/profile.h"

@@ -7,21 +7,11 @@
 #include "args.h"
 #include "cli.h"
 
-/* The text of token after prev (NULL when nothing is to be printed). Like
- * run.c, skips pieces that are a single unprintable, non-space byte. */
-static const char *piece_text(const loom_tokenizer *tok, int prev, int token, size_t *len) {
-    const char *p = loom_tokenizer_decode(tok, prev, token, len);
-    if (!p || *len == 0) return NULL;
-    /* byte-level BPE pieces may be parts of a UTF-8 sequence: print them all */
-    int llama2c = strcmp(loom_tokenizer_kind_name(tok), "llama2c") == 0;
-    if (llama2c && *len == 1 && !isprint((unsigned char)p[0]) && !isspace((unsigned char)p[0])) return NULL;
-    return p;
-}
-
-/* Whether a generated token's text is printed: llama2.c's run.c skips a
- * piece that is one unprintable, non-space byte. */
-static int printable(const loom_tokenizer *tok, int token, const char *text, size_t len) {
-    if (len != 1 || token < 0 || strcmp(loom_tokenizer_kind_name(tok), "llama2c")) return 1;
+/* Whether a piece is printed. Like llama2.c's run.c, a llama2.c vocabulary's
+ * piece that is one unprintable, non-space byte is skipped; byte-level BPE
+ * pieces may be parts of a UTF-8 sequence, so every one of them is printed. */
+static int printable(int llama2c, const char *text, size_t len) {
+    if (!llama2c || len != 1) return len > 0;
     return isprint((unsigned char)text[0]) || isspace((unsigned char)text[0]);
 }
 
@@ -157,11 +147,12 @@ int cmd_run(int argc, char **argv) {
         cli_fail("run", "cannot run the prompt");
         goto done;
     }
-    int bos = loom_tokenizer_bos(tok);
+    const int bos = loom_tokenizer_bos(tok), llama2c = strcmp(loom_tokenizer_kind_name(tok), "llama2c") == 0;
     for (int i = 0; i < n_prompt; i++) {
-        size_t len;
-        const char *p = i > 0 || ids[0] != bos ? piece_text(tok, i ? ids[i - 1] : -1, ids[i], &len) : NULL;
-        if (p) fwrite(p, 1, len, stdout);
+        if (i == 0 && ids[0] == bos) continue;
+        size_t len = 0;
+        const char *p = loom_tokenizer_decode(tok, i ? ids[i - 1] : -1, ids[i], &len);
+        if (p && printable(llama2c, p, len)) fwrite(p, 1, len, stdout);
     }
     fflush(stdout);
 
@@ -181,7 +172,7 @@ int cmd_run(int argc, char **argv) {
                 goto done;
             }
             n_gen = ev[i].n_generated;
-            if (ev[i].text_len && printable(tok, ev[i].token, ev[i].text, ev[i].text_len))
+            if (printable(llama2c && ev[i].token >= 0, ev[i].text, ev[i].text_len))
                 fwrite(ev[i].text, 1, ev[i].text_len, stdout);
             fflush(stdout);
         }

@@ -59,6 +59,12 @@ static void head(text *t, const char *name, const char *type, const char *help) 
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric of one unlabelled integer value: its HELP and TYPE lines, then the value. */
+static void metric(text *t, const char *name, const char *type, const char *help, long v) {
+    head(t, name, type, help);
+    put(t, "%s %ld\n", name, v);
+}
+
 static void histogram(text *t, const char *name, const char *help, const serve_histogram *h) {
     head(t, name, "histogram", help);
     long cum = 0;
@@ -88,55 +94,33 @@ enum MHD_Result serve_metrics_answer(serve_server *s, struct MHD_Connection *c, 
             if (m.requests[e][k])
                 put(&t, "loom_requests_total{endpoint=\"%s\",status=\"%s\"} %ld\n", ep_names[e], status_names[k],
                     m.requests[e][k]);
-    head(&t, "loom_prompt_tokens_total", "counter", "prompt tokens of generation requests");
-    put(&t, "loom_prompt_tokens_total %ld\n", m.prompt_tokens);
-    head(&t, "loom_prompt_tokens_cached_total", "counter", "prompt tokens found in the prefix cache");
-    put(&t, "loom_prompt_tokens_cached_total %ld\n", m.cached_prompt_tokens);
-    head(&t, "loom_generation_tokens_total", "counter", "tokens generated");
-    put(&t, "loom_generation_tokens_total %ld\n", m.generated_tokens);
-    head(&t, "loom_requests_in_flight", "gauge", "generation requests admitted and not finished");
-    put(&t, "loom_requests_in_flight %d\n", inflight);
-    head(&t, "loom_queue_depth", "gauge", "generation requests waiting for a sequence slot (as of the last step)");
-    put(&t, "loom_queue_depth %d\n", m.engine.waiting);
-    head(&t, "loom_running_sequences", "gauge", "sequences in the running batch (as of the last step)");
-    put(&t, "loom_running_sequences %d\n", m.engine.running);
-    head(&t, "loom_kv_blocks_used", "gauge", "KV cache blocks held by sequences");
-    put(&t, "loom_kv_blocks_used %d\n", m.engine.blocks_used);
-    head(&t, "loom_kv_blocks_free", "gauge", "KV cache blocks free and holding nothing reusable");
-    put(&t, "loom_kv_blocks_free %d\n", m.engine.blocks_free);
-    head(&t, "loom_kv_blocks_cached", "gauge", "free KV blocks that keep a prompt prefix for reuse");
-    put(&t, "loom_kv_blocks_cached %d\n", m.engine.blocks_cached);
-    head(&t, "loom_kv_blocks_total", "gauge", "KV cache blocks of the pool");
-    put(&t, "loom_kv_blocks_total %d\n", m.engine.n_blocks);
-    head(&t, "loom_kv_block_size", "gauge", "positions per KV block");
-    put(&t, "loom_kv_block_size %d\n", m.engine.block_size);
-    head(&t, "loom_prefix_cache_hits_total", "counter", "full prompt blocks found in the prefix cache");
-    put(&t, "loom_prefix_cache_hits_total %ld\n", m.engine.prefix_hits);
-    head(&t, "loom_prefix_cache_misses_total", "counter", "full prompt blocks not in the prefix cache");
-    put(&t, "loom_prefix_cache_misses_total %ld\n", m.engine.prefix_misses);
+    metric(&t, "loom_prompt_tokens_total", "counter", "prompt tokens of generation requests", m.prompt_tokens);
+    metric(&t, "loom_prompt_tokens_cached_total", "counter", "prompt tokens found in the prefix cache", m.cached_prompt_tokens);
+    metric(&t, "loom_generation_tokens_total", "counter", "tokens generated", m.generated_tokens);
+    metric(&t, "loom_requests_in_flight", "gauge", "generation requests admitted and not finished", inflight);
+    metric(&t, "loom_queue_depth", "gauge", "generation requests waiting for a sequence slot (as of the last step)", m.engine.waiting);
+    metric(&t, "loom_running_sequences", "gauge", "sequences in the running batch (as of the last step)", m.engine.running);
+    metric(&t, "loom_kv_blocks_used", "gauge", "KV cache blocks held by sequences", m.engine.blocks_used);
+    metric(&t, "loom_kv_blocks_free", "gauge", "KV cache blocks free and holding nothing reusable", m.engine.blocks_free);
+    metric(&t, "loom_kv_blocks_cached", "gauge", "free KV blocks that keep a prompt prefix for reuse", m.engine.blocks_cached);
+    metric(&t, "loom_kv_blocks_total", "gauge", "KV cache blocks of the pool", m.engine.n_blocks);
+    metric(&t, "loom_kv_block_size", "gauge", "positions per KV block", m.engine.block_size);
+    metric(&t, "loom_prefix_cache_hits_total", "counter", "full prompt blocks found in the prefix cache", m.engine.prefix_hits);
+    metric(&t, "loom_prefix_cache_misses_total", "counter", "full prompt blocks not in the prefix cache", m.engine.prefix_misses);
     long looked = m.engine.prefix_hits + m.engine.prefix_misses;
     head(&t, "loom_prefix_cache_hit_rate", "gauge", "hits / (hits + misses) of the prefix cache");
     put(&t, "loom_prefix_cache_hit_rate %.6f\n", looked ? (double)m.engine.prefix_hits / (double)looked : 0.0);
-    head(&t, "loom_preemptions_total", "counter", "sequences preempted (recomputed later) when the KV pool ran short");
-    put(&t, "loom_preemptions_total %ld\n", m.engine.preemptions);
-    head(&t, "loom_engine_steps_total", "counter", "forward steps of the batch engine");
-    put(&t, "loom_engine_steps_total %ld\n", m.engine.steps);
-    head(&t, "loom_engine_rows_total", "counter", "token rows the steps ran (decode rows and prompt chunks)");
-    put(&t, "loom_engine_rows_total %ld\n", m.engine.rows);
+    metric(&t, "loom_preemptions_total", "counter", "sequences preempted (recomputed later) when the KV pool ran short", m.engine.preemptions);
+    metric(&t, "loom_engine_steps_total", "counter", "forward steps of the batch engine", m.engine.steps);
+    metric(&t, "loom_engine_rows_total", "counter", "token rows the steps ran (decode rows and prompt chunks)", m.engine.rows);
     histogram(&t, "loom_time_to_first_token_seconds", "from a request's arrival to its first token", &m.ttft);
     histogram(&t, "loom_inter_token_latency_seconds", "between two tokens of one request", &m.itl);
-    head(&t, "loom_request_timeouts_total", "counter", "requests cancelled by --timeout");
-    put(&t, "loom_request_timeouts_total %ld\n", m.timeouts);
-    head(&t, "loom_client_disconnects_total", "counter", "requests cancelled because their client went away");
-    put(&t, "loom_client_disconnects_total %ld\n", m.disconnects);
-    head(&t, "loom_embedding_inputs_total", "counter", "texts embedded");
-    put(&t, "loom_embedding_inputs_total %ld\n", m.embed_inputs);
-    head(&t, "loom_embedding_batches_total", "counter", "encoder calls (the inputs of all waiting requests in one)");
-    put(&t, "loom_embedding_batches_total %ld\n", m.embed_batches);
-    head(&t, "loom_embedding_tokens_total", "counter", "tokens of the texts embedded");
-    put(&t, "loom_embedding_tokens_total %ld\n", m.embed_tokens);
-    head(&t, "loom_embedding_queue_depth", "gauge", "embeddings requests waiting or running");
-    put(&t, "loom_embedding_queue_depth %d\n", embed_waiting);
+    metric(&t, "loom_request_timeouts_total", "counter", "requests cancelled by --timeout", m.timeouts);
+    metric(&t, "loom_client_disconnects_total", "counter", "requests cancelled because their client went away", m.disconnects);
+    metric(&t, "loom_embedding_inputs_total", "counter", "texts embedded", m.embed_inputs);
+    metric(&t, "loom_embedding_batches_total", "counter", "encoder calls (the inputs of all waiting requests in one)", m.embed_batches);
+    metric(&t, "loom_embedding_tokens_total", "counter", "tokens of the texts embedded", m.embed_tokens);
+    metric(&t, "loom_embedding_queue_depth", "gauge", "embeddings requests waiting or running", embed_waiting);
     /* loom's own accounting: a recent step's kernels and main-memory traffic per layer */
     head(&t, "loom_step_rows", "gauge", "token rows of the step the per-layer metrics describe (sampled once a second)");
     put(&t, "loom_step_rows{phase=\"%s\"} %d\n", m.profile_phase[0] ? m.profile_phase : "none", m.profile_tokens);
