@@ -79,6 +79,12 @@ Name a color.<|im_end|>
         fail "chat: second reply '$reply2' but a fresh prefill continues with '$gen'"
     fi
 fi
+# the second turn reuses the first turn's KV blocks through the engine's prefix cache
+printf 'Hi!\nName a color.\n' | "$LOOM" chat -m "$M" -s "$SYS" --temp 0 -n 24 -c 512 -v >/dev/null 2>"$TMP/chatv"
+reused=$(sed -n 's/.*prefix cache: \([0-9]*\) blocks reused.*/\1/p' "$TMP/chatv" | tr '\n' ' ')
+set -- $reused
+[ "$#" -eq 2 ] && [ "$1" -eq 0 ] && [ "$2" -gt 0 ] && pass "chat: the second turn reuses cached blocks ($2)" \
+    || fail "chat -v prefix cache: '$reused' $(cat "$TMP/chatv")"
 printf '' | "$LOOM" chat -m "$M" --temp 0 >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 0 ] && [ ! -s "$TMP/out" ] && pass "chat: empty input ends at once" || fail "chat: empty input"
 # context overflow: a clear message, no crash, the session goes on
