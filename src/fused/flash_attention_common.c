@@ -747,7 +747,8 @@ const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa) {
     const loom_cpu_features *f = loom_cpu_get();
     int has_avx2 = f->avx2 && f->fma && f->f16c;
     if (isa >= LOOM_ISA_AVX512 && has_avx2 && f->avx512f && f->avx512bw && f->avx512vl)
-        return f->avx512_bf16 ? &loom_attn_kernels_avx512_bf16 : &loom_attn_kernels_avx512;
+        return f->avx512_bf16 && loom_variant(LOOM_VF_ATTN_BF16) == 0 ? &loom_attn_kernels_avx512_bf16
+                                                                    : &loom_attn_kernels_avx512;
     if (isa >= LOOM_ISA_AVX2 && has_avx2) return &loom_attn_kernels_avx2;
 #else
     (void)isa;

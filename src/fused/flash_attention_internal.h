@@ -7,6 +7,7 @@
 #define LOOM_FUSED_FLASH_ATTENTION_INTERNAL_H
 
 #include "base/cpu.h"
+#include "base/variants.h"
 #include "fused/attention.h"
 #include "ops/ops.h"
 
@@ -181,6 +182,12 @@ double attn_split_imbalance(int64_t n, int nth, double (*cost)(const void *, int
                             const void *ctx);
 
 static inline int64_t attn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* An i8 decode cache takes the 16-bit integer products (AVX512_VNNI) unless
+ * measurement chose the widening kernels (base/variants.h, attention.i8). */
+static inline int loom_attn_i8_vnni(void) {
+    return loom_cpu_get()->avx512_vnni && loom_variant(LOOM_VF_ATTN_I8) == 0;
+}
 
 /* ------------------------------------------------------------ micro-kernels */
 

@@ -525,7 +525,7 @@ ATTN_T512 void loom_attn_dec_pv_avx512(float *acc, int64_t lda, const float *p, 
         attn_dec_pv_halves(loom_attn_dec_pv_avx512, acc, lda, p, ldp, nr, rows, dt, nc, alpha, pf);
         return;
     }
-    if (dt == LOOM_I8 && loom_cpu_get()->avx512_vnni && d % 64 == 0 && nc <= ATTN_DEC_TILE_MAX) {
+    if (dt == LOOM_I8 && loom_attn_i8_vnni() && d % 64 == 0 && nc <= ATTN_DEC_TILE_MAX) {
         /* four rows at a time with vpdpwssd; rows whose p it cannot take (NaN or
          * inf, a vanishing largest p, or rounding errors over ATTN_DEC_PQ_ERR)
          * through the widening kernel */

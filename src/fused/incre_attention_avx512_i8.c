@@ -153,7 +153,7 @@ static ATTN_T512VNNI void dot_i8_prep(float *s, int64_t lds, const char *qp, int
 ATTN_T512 int loom_attn_dec_qprep_avx512(void *qp, const float *q, int64_t ldq, int nr,
                                          loom_dtype kdt, int d, int hp) {
     (void)hp; /* an i8 K keeps its 16-bit q either way */
-    if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_cpu_get()->avx512_vnni || !attn_rows_finite(q, ldq, nr, d))
+    if (kdt != LOOM_I8 || !DEC_I8_D(d) || !loom_attn_i8_vnni() || !attn_rows_finite(q, ldq, nr, d))
         return 0;
     i8_prep_rows(qp, q, ldq, nr, d / 32);
     return 1;

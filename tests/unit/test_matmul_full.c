@@ -16,6 +16,14 @@
 
 #include "ops/matmul/gemm_kernels.h"
 
+#include "base/variants.h"
+
+/* gemv.q4_full: 1 the bf16-product kernel (where the CPU has AVX512_BF16;
+ * elsewhere the choice is refused and the f32 kernel runs), 0 the f32 one. */
+static void force_q4_variant(int bf16) {
+    (void)loom_variant_set(LOOM_VF_GEMV_Q4_FULL, bf16 ? 0 : 1, LOOM_VS_FORCED);
+}
+
 static const loom_dtype qtypes[3] = {LOOM_Q8_0, LOOM_Q4_0, LOOM_Q4_1};
 
 static void check_full(int64_t M, int64_t N, int64_t K, int pad, loom_dtype wt, int ep_flags, loom_act act,
@@ -36,7 +44,7 @@ static void test_random_shapes(void) {
     loom_rng rng;
     loom_rng_init(&rng, 61, 0);
     for (int bf16 = 1; bf16 >= 0; bf16--) {
-        loom_gemv_full_set_bf16(bf16);
+        force_q4_variant(bf16);
         for (int l = 0; l < n_levels; l++)
             for (int d = 0; d < 3; d++)
                 for (int i = 0; i < 16; i++) {
@@ -49,7 +57,7 @@ static void test_random_shapes(void) {
                     check_full(M, N, K, (int)(loom_rng_u32(&rng) % 4), qtypes[d], ep, act, levels[l], &rng);
                 }
     }
-    loom_gemv_full_set_bf16(1);
+    force_q4_variant(1);
 }
 
 /* Rows longer than the GEMV's chunks of 64 scales (K = 2080, 4128: 65 and
@@ -63,14 +71,14 @@ static void test_long_shapes(void) {
     loom_rng rng;
     loom_rng_init(&rng, 62, 0);
     for (int bf16 = 1; bf16 >= 0; bf16--) {
-        loom_gemv_full_set_bf16(bf16);
+        force_q4_variant(bf16);
         for (int l = 0; l < n_levels; l++)
             for (int d = 0; d < 3; d++)
                 for (int i = 0; i < n; i++)
                     check_full(shapes[i][0], shapes[i][1], shapes[i][2], i % 2 ? 3 : 0, qtypes[d], eps[i],
                                i == 4 ? LOOM_ACT_SILU : LOOM_ACT_NONE, levels[l], &rng);
     }
-    loom_gemv_full_set_bf16(1);
+    force_q4_variant(1);
 }
 
 /* Forced GEMM blocks: kc 40 (rounded up to whole blocks: 64), several row
@@ -92,7 +100,7 @@ static void test_nan_rows(void) {
     loom_rng_init(&rng, 64, 0);
     static const int64_t Ms[3] = {1, 3, 19};
     for (int bf16 = 1; bf16 >= 0; bf16--) {
-        loom_gemv_full_set_bf16(bf16);
+        force_q4_variant(bf16);
         for (int l = 0; l < n_levels; l++)
             for (int d = 0; d < 3; d++)
                 for (int i = 0; i < 3; i++) {
@@ -103,7 +111,7 @@ static void test_nan_rows(void) {
                     mq_free(&p);
                 }
     }
-    loom_gemv_full_set_bf16(1);
+    force_q4_variant(1);
 }
 
 /* The op table: no attributes (or q8) is the q8 path, the attribute full
@@ -175,7 +183,7 @@ static void test_outliers(void) {
                     loom_row_to_f32(p.wt, dst, p.wf + n * K, K);
                 }
                 mq_reference(&p);
-                loom_gemv_full_set_bf16(bf16);
+                force_q4_variant(bf16);
                 double worst[2];
                 for (int f = 0; f < 2; f++) {
                     p.act = f ? LOOM_ACT_PREC_FULL : LOOM_ACT_PREC_Q8;
@@ -191,7 +199,7 @@ static void test_outliers(void) {
                           loom_isa_name(levels[l]), loom_dtype_name(p.wt), (long long)M, worst[0], worst[1]);
                 mq_free(&p);
             }
-    loom_gemv_full_set_bf16(1);
+    force_q4_variant(1);
 }
 
 int main(void) {

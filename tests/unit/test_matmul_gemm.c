@@ -17,6 +17,7 @@
 
 #include "base/cpu.h"
 #include "ops/matmul/gemm_kernels.h"
+#include "base/variants.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
@@ -44,7 +45,8 @@ static void find_levels(void) {
 }
 
 static int bf16_native(loom_isa isa, loom_dtype wt) {
-    return isa == LOOM_ISA_AVX512 && wt == LOOM_BF16 && loom_cpu_get()->avx512_bf16;
+    return isa == LOOM_ISA_AVX512 && wt == LOOM_BF16 && loom_cpu_get()->avx512_bf16 &&
+           loom_variant(LOOM_VF_GEMM_BF16) == 0; /* base/variants.h */
 }
 
 static double tol_for(loom_isa isa, loom_dtype wt, int64_t K) {

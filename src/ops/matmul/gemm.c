@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/cpu.h"
+#include "base/variants.h"
 
 void loom_gemm_tile_ep_scalar(const loom_gemm_tile_ep *t) {
     for (int r = 0; r < t->rows; r++) {
@@ -55,7 +56,9 @@ static const loom_gemm_kset *pick_kset(loom_isa isa, loom_dtype wt) {
     const loom_cpu_features *f = loom_cpu_get();
     const loom_gemm_kset *ks = NULL;
     if (isa >= LOOM_ISA_AVX512 && f->avx512f && f->avx512bw && f->avx512vl && f->fma) {
-        if (wt == LOOM_BF16 && f->avx512_bf16) ks = loom_gemm_kset_avx512_bf16();
+        /* native bf16 products, unless measurement chose widening (base/variants.h) */
+        if (wt == LOOM_BF16 && f->avx512_bf16 && loom_variant(LOOM_VF_GEMM_BF16) == 0)
+            ks = loom_gemm_kset_avx512_bf16();
         if (!ks) ks = loom_gemm_kset_avx512(wt);
     }
     if (!ks && isa >= LOOM_ISA_AVX2 && f->avx2 && f->fma && f->f16c) ks = loom_gemm_kset_avx2(wt);

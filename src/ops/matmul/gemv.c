@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/variants.h"
 
 /* Rows per kernel call: the epilogue then runs on a tile that is still in L1. */
 #define GEMV_CHUNK 64
@@ -32,15 +33,13 @@ static size_t sxo_bytes(const loom_matmul_args *a) {
     return s;
 }
 
-static int bf16_allowed = 1;
 
-void loom_gemv_full_set_bf16(int allowed) { bf16_allowed = allowed != 0; }
-
-/* The bf16-product kernel applies (gemv_full_bf16.c). */
+/* The bf16-product kernel applies (gemv_full_bf16.c), unless measurement
+ * chose the f32 one (base/variants.h, gemv.q4_full). */
 static int use_bf16(const loom_matmul_args *a, loom_isa isa) {
 #if defined(__x86_64__)
-    return bf16_allowed && isa >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && a->M == 1 &&
-           a->wtype != LOOM_Q8_0;
+    return isa >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_bf16 && a->M == 1 && a->wtype != LOOM_Q8_0 &&
+           loom_variant(LOOM_VF_GEMV_Q4_FULL) == 0;
 #else
     (void)a, (void)isa;
     return 0;

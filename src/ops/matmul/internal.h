@@ -20,11 +20,6 @@ size_t loom_gemm_q_scratch_size(const loom_matmul_args *a);
 void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 
-/* Whether the M = 1 q4 GEMV with full activations may use bf16 products on
- * AVX512_BF16 CPUs (default 1); 0 takes the f32 kernel, so tests reach both
- * on one machine. Process-wide and not synchronised: set it while no GEMV runs. */
-void loom_gemv_full_set_bf16(int allowed);
-
 /* Reference product for rows/columns [m0, m1) x [n0, n1) (f64 accumulation,
  * weights converted with loom_row_to_f32) followed by the reference epilogue.
  * rowbuf: K floats. */
