@@ -890,6 +890,48 @@ void loom_batch_request_free(loom_batch_request *r);
  * "ref" (chosen from cpuid; $LOOM_ISA may force a lower one). Never NULL. */
 const char *loom_cpu_isa_name(void);
 
+/* ---------------------------------------------------------- kernel variants (docs/tuning.md) */
+
+/* Op families with several correct kernels whose speed depends on the CPU
+ * model (native bf16 or int8 products against widening to f32 FMAs). Each is
+ * chosen by timing its variants once on this CPU model and kept in a wisdom
+ * file, ~/.cache/loom/wisdom-<cpu>.json ($XDG_CACHE_HOME/loom when set).
+ * $LOOM_WISDOM: "off" (no file, no timing: native instructions wherever the
+ * CPU has them), "readonly" (the file is read, never written), or a path.
+ * $LOOM_VARIANTS="family=variant,...": forced choices, never measured over. */
+enum {
+    LOOM_TUNE_GEMM_BF16 = 1u << 0,    /* "gemm.bf16": native | widen */
+    LOOM_TUNE_GEMV_Q4_FULL = 1u << 1, /* "gemv.q4_full": bf16 | fma */
+    LOOM_TUNE_ATTN_BF16 = 1u << 2,    /* "attention.bf16": native | widen */
+    LOOM_TUNE_ATTN_I8 = 1u << 3,      /* "attention.i8": vnni | widen */
+    LOOM_TUNE_ALL = 15u
+};
+
+/* Makes the choice for the families in the mask (LOOM_TUNE_*): from the
+ * wisdom file, else by timing (under 2 s for all; once per CPU model), or
+ * timed again when remeasure is set (and the file rewritten). Model loading
+ * and engine creation call it for the families their weights and KV cache
+ * use. A wisdom file that cannot be written or read is reported on stderr
+ * and is not an error. Thread-safe; call it while no kernel runs. */
+loom_status loom_tune(unsigned families, int remeasure);
+
+/* The families that weights of these dtypes, a KV cache of dtype kv and
+ * activations act need (a mask for loom_tune). */
+unsigned loom_tune_needs(const loom_dtype *weights, int n, loom_dtype kv, loom_act_precision act);
+
+/* "gemm.bf16=native gemv.q4_full=bf16 ...": the variants in use. Returns the
+ * length it needs (snprintf's convention). */
+size_t loom_variants_describe(char *buf, size_t cap);
+
+/* Forces choices: "family=variant[,family=variant...]" ($LOOM_VARIANTS'
+ * syntax). LOOM_ERR_INVALID_ARG names an unknown family or variant,
+ * LOOM_ERR_UNSUPPORTED a variant this CPU cannot run. */
+loom_status loom_variants_force(const char *spec);
+
+/* The CPU, the wisdom file and every family's timings and choice, as a
+ * markdown table (loom tune). */
+void loom_tune_print(FILE *f);
+
 /* ====================================================================== end of the library API (issue 36) */
 
 /* ---------------------------------------------------------- version */

@@ -76,6 +76,10 @@ loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
     if (s == LOOM_OK && loom_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size)
         s = loom_set_error(LOOM_ERR_FORMAT, "bert: '%s': the tokenizer has %d tokens, the model %d", dir,
                            loom_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+    if (s == LOOM_OK && m->cfg.n_layers > 0) { /* bf16 weights: the GEMM variant (docs/tuning.md) */
+        loom_dtype wdt[2] = {m->w.layers[0].wq.dtype, m->w.layers[0].w_up.dtype};
+        s = loom_tune(loom_tune_needs(wdt, 2, LOOM_F32, LOOM_ACT_PREC_DEFAULT), 0);
+    }
     if (s == LOOM_OK) s = loom_executor_init(&m->exec, n_threads, LOOM_MODE_STEP_BY_STEP);
     if (s == LOOM_OK) s = loom_graph_init(&m->graph);
     if (s != LOOM_OK) {

@@ -114,6 +114,25 @@ static loom_status compile(loom_model *m, const char *name, int rows, int all, l
     return loom_program_compile(m->exec, &d, out);
 }
 
+/* The variant families the matrices (every dtype among them), the KV cache
+ * and the activations of m need (loom_tune_needs). */
+static unsigned weights_tune_needs(const loom_model *m) {
+    loom_dtype seen[LOOM_DTYPE_COUNT];
+    int n = 0;
+    for (int l = -1; l < m->cfg.n_layers; l++) {
+        const loom_llama_layer *y = l >= 0 ? &m->w.layers[l] : NULL;
+        const loom_tensor *ts[7] = {y ? &y->wq : &m->w.output, y ? &y->wk : NULL, y ? &y->wv : NULL,
+                                    y ? &y->wo : NULL, y ? &y->w1 : NULL, y ? &y->w2 : NULL, y ? &y->w3 : NULL};
+        for (int i = 0; i < 7; i++) {
+            if (!ts[i] || !ts[i]->data) continue;
+            int k = 0;
+            while (k < n && seen[k] != ts[i]->dtype) k++;
+            if (k == n && n < LOOM_DTYPE_COUNT) seen[n++] = ts[i]->dtype;
+        }
+    }
+    return loom_tune_needs(seen, n, m->params.kv_dtype, m->params.act_precision);
+}
+
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out) {
     LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "model_load: NULL argument");
     *out = NULL;
@@ -142,6 +161,9 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }
     const loom_llama_config *c = &m->cfg;
+    /* the kernel variants these weights and this cache use: from the wisdom
+     * file, or timed once on this CPU model (docs/tuning.md) */
+    if ((s = loom_tune(weights_tune_needs(m), 0)) != LOOM_OK) goto fail;
     m->n_ctx = params.n_ctx ? params.n_ctx : c->seq_len;
     if (params.n_ctx_clamp && m->n_ctx > c->seq_len) m->n_ctx = c->seq_len;
     if (m->n_ctx > c->seq_len) {
