@@ -168,8 +168,14 @@ void loom_profile_json_section(FILE *f, const loom_profile_section *s, int with_
 }
 
 void loom_profile_print_json(FILE *f, const char *model, const loom_profile *profs, int n) {
+    char variants[256];
+    loom_variants_describe(variants, sizeof variants);
     fprintf(f, "{\"model\":");
     loom_json_str(f, model);
+    fprintf(f, ",\"isa\":");
+    loom_json_str(f, loom_cpu_isa_name());
+    fprintf(f, ",\"kernel_variants\":");
+    loom_json_str(f, variants);
     fprintf(f, ",\"profiles\":[");
     for (int i = 0; i < n; i++) {
         const loom_profile *p = &profs[i];

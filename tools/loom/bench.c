@@ -100,6 +100,7 @@ typedef struct result {
     double *samples;                 /* tokens/s of each repetition (reps of them) */
     double peak_rss_mib, planned_mib;
     char time[32];                   /* when it ran, ISO 8601 UTC */
+    char variants[192]; /* kernel variants in use (loom_variants_describe) */
 } result;
 
 static int cmp_double(const void *a, const void *b) {
@@ -229,6 +230,7 @@ static void print_record(FILE *f, int csv, int hdr, const result *re, int reps, 
         {"model_filename", F_STR, model_path, 0}, {"model_type", F_STR, desc->type, 0},
         {"model_size", F_INT, NULL, desc->bytes}, {"model_n_params", F_INT, NULL, desc->params},
         {"backends", F_STR, "CPU", 0}, {"cpu_info", F_STR, cpu, 0}, {"isa", F_STR, loom_cpu_isa_name(), 0},
+        {"kernel_variants", F_STR, re->variants, 0},
         {"n_threads", F_INT, NULL, re->threads}, {"n_batch", F_INT, NULL, re->n_batch},
         {"n_parallel", F_INT, NULL, re->parallel}, {"type_k", F_STR, re->kv_dtype, 0},
         {"type_v", F_STR, re->kv_dtype, 0}, {"mode", F_STR, re->mode, 0}, {"act_precision", F_STR, re->act, 0},
@@ -490,6 +492,7 @@ int cmd_bench(int argc, char **argv) {
                             re->parallel = B, re->invariant = inv;
                             re->n_batch = engine ? n_batch : pp > 0 ? pp : 1;
                             re->n_prompt = pp, re->n_gen = tg;
+                            loom_variants_describe(re->variants, sizeof re->variants);
                             iso_now(re->time, sizeof re->time);
                             snprintf(re->test, sizeof re->test, "%s%d", pp ? "pp" : "tg", pp ? pp : tg);
                             int ok = engine ? run_engine(eng, toks, B, depth, pp, pp ? 0 : (tg < 2 ? tg : 1), 0,
@@ -535,6 +538,7 @@ int cmd_bench(int argc, char **argv) {
         printf("model %s: %d layers, dim %d, vocab %d; %d repetitions after a warm-up\n", model_path,
                info.n_layers, info.dim, info.vocab_size, reps);
         if (converted[0]) printf("weights converted at load: %s\n", converted);
+        printf("kernel variants: %s\n", res[n_res - 1].variants);
         if (engine) printf("batch engine: -np sequences at once, aggregate tokens/s, steps of up to %d rows\n", n_batch);
         printf("\n");
         printf("| model | size | params | backend | mode | kv | threads | test |%s t/s (median) | min .. max | "

@@ -11,6 +11,7 @@ int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_embed(int argc, char **argv);

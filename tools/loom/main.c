@@ -19,6 +19,7 @@ static const struct {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (chat, completions, embeddings; continuous batching)"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text (llama-perplexity's scoring)"},
     {"embed", cmd_embed, "sentence embeddings with a BERT model (one vector per input line)"},
+    {"tune", cmd_tune, "kernel variants chosen by measurement on this CPU (the wisdom file)"},
     {"convert", cmd_convert, "safetensors / llama2.c / GGUF -> GGUF, optionally requantized"},
 };
 

@@ -189,6 +189,9 @@ int cmd_profile(int argc, char **argv) {
                info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.vocab_size, o.threads,
                o.threads == 1 ? "" : "s");
         if (converted[0]) printf("weights converted at load: %s\n", converted);
+        char variants[256];
+        loom_variants_describe(variants, sizeof variants);
+        printf("kernels: isa %s; variants %s\n", loom_cpu_isa_name(), variants);
         printf("\n");
         loom_profile_print_table(stdout, pre, n_modes);
         printf("\n");
