@@ -37,7 +37,8 @@ loom_status loom_model_describe(const loom_model *m, loom_model_desc *out) {
     add_weight(&w->tok_embd, out, by_type);
     for (int l = 0; l < m->cfg.n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++)
-            add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), out, by_type);
+            if (loom_llama_layer_has(&m->cfg, &loom_llama_layer_tensors[i]))
+                add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), out, by_type);
     add_weight(&w->out_norm, out, by_type);
     if (w->output.data != w->tok_embd.data) add_weight(&w->output, out, by_type);
     int main_type = 0;
