@@ -14,7 +14,10 @@ OUT_DIR/<family>/ with
                                    rope_parameters.rope_theta fails)
   tokenizer.json, tokenizer_config.json
                                    a byte-level BPE trained here on a few
-                                   sentences, ~300 tokens, ChatML specials
+                                   sentences, ~300 tokens, ChatML specials;
+                                   GPT-2's pre-tokenizer for llama, Qwen2's
+                                   Split regex (digits apart) for qwen2/qwen3
+  text.txt, text_ids.txt           a test text and the ids the tokenizer gives
   tokens.txt                       the test sequence: token ids, one line
   logits.f32                       transformers' logits after the last token
                                    (vocab_size little-endian f32)
@@ -23,7 +26,8 @@ OUT_DIR/<family>/ with
 
 llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
 test text's tokens and refuses a vocabulary it does not know, as this trained
-one is; it is told "gpt-2" (the pre-tokenizer the fixture tokenizer has), and
+one is; it is told the pre-tokenizer the fixture tokenizer has ("gpt-2",
+"qwen2"), and
 everything else (metadata, tensor names and layouts) is its own. It imports
 sentencepiece, which a BPE conversion does not use: a stub stands in when the
 package is absent.
@@ -41,7 +45,7 @@ import sys
 import types
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
@@ -56,15 +60,27 @@ TEXT = [
     "1234567890 + 987654321 = 1111111111",
 ]
 N_TOKENS = 24
+# Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+            r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TEST_TEXT = ("Hello world! I'LL pay 12345 dollars, don't you?\n\n  Qwen2.5 costs 3.14 - na\u00efve caf\u00e9 "
+             "\u4e2d\u6587 ok   end\r\n\tTabs and 7 8 9.")
 
 
-def train_tokenizer(vocab_size=300):
+def train_tokenizer(qwen, vocab_size=300):
+    """Trained with GPT-2's pre-tokenizer, whose digit runs give merges of
+    digits; the Qwen tokenizers then split with Qwen2's regex, so a pre-
+    tokenizer that kept digits together (Llama 3's) would encode differently."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(TEXT * 4, trainer)
+    if qwen:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_RE), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                                    chat_template=CHATML)
 
@@ -111,13 +127,17 @@ def make(family, out, tokenizer):
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
     with open(os.path.join(d, "logits.f32"), "wb") as f:
         f.write(struct.pack("<%df" % logits.numel(), *logits.tolist()))
+    with open(os.path.join(d, "text.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(TEST_TEXT)
+    with open(os.path.join(d, "text_ids.txt"), "w") as f:
+        f.write(" ".join(str(i) for i in tokenizer.encode(TEST_TEXT, add_special_tokens=False)) + "\n")
     with open(os.path.join(d, "config.json")) as f:
         rope = json.load(f).get("rope_parameters")
     print("%s: %s, vocab %d, rope_parameters %s, max |logit| %.3f" % (
         family, d, cfg.vocab_size, rope, float(logits.abs().max())))
 
 
-def llama_cpp_convert(llama_cpp, model_dir, outfile):
+def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
     """Runs llama.cpp's convert_hf_to_gguf.py (in this process: see the module doc)."""
     sys.path[:0] = [llama_cpp, os.path.join(llama_cpp, "gguf-py")]
     try:
@@ -129,7 +149,7 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile):
         sys.modules["sentencepiece"] = stub
     import convert_hf_to_gguf
     from conversion import base
-    base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+    base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
     argv = sys.argv
     sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", "f32"]
     try:
@@ -146,12 +166,11 @@ def main():
     elif len(args) != 1:
         sys.exit("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]")
     torch.manual_seed(0)
-    tokenizer = train_tokenizer()
     for family in ("llama", "qwen2", "qwen3"):
-        make(family, args[0], tokenizer)
+        make(family, args[0], train_tokenizer(qwen=family != "llama"))
     for family in ("llama", "qwen2", "qwen3") if llama_cpp else ():
         d = os.path.join(args[0], family)
-        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"))
+        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), "gpt-2" if family == "llama" else "qwen2")
 
 
 if __name__ == "__main__":

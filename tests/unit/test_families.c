@@ -11,7 +11,10 @@
  *   - by a prefill of all but the last 3 tokens, then 3 decode steps,
  *   - by the batch engine (paged KV cache, the graph `loom run` uses),
  * with an f32 KV cache; with bf16 and i8 caches (fused, the prefill) within
- * 1e-2 and 2e-2, their rounding.
+ * 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
+ * the GGUF's metadata) must encode the fixture's text.txt to the ids the
+ * Hugging Face tokenizer gives (text_ids.txt): GPT-2's pre-tokenizer for
+ * llama, Qwen2's regex for qwen2/qwen3.
  *
  * The fixtures: LOOM_FAMILY_FIXTURES=DIR (made beforehand by the script), else
  * the script run now into a temporary folder by the first Python that has
@@ -168,6 +171,46 @@ static void check_model(const fixture *f, const char *path, const char *what, lo
     loom_model_free(m);
 }
 
+/* The tokenizer of the model at path encodes text.txt to text_ids.txt. */
+static void check_tokenizer(const fixture *f, const char *path, const char *what) {
+    char p[800];
+    char *text = NULL;
+    size_t len = 0;
+    int32_t want[1024], got[1024];
+    int n_want = 0, n_got = 0;
+    snprintf(p, sizeof p, "%s/text_ids.txt", f->dir);
+    FILE *t = fopen(p, "r");
+    CHECK_MSG(t != NULL, "%s missing", p);
+    if (!t) return;
+    while (n_want < 1024 && fscanf(t, "%d", &want[n_want]) == 1) n_want++;
+    fclose(t);
+    snprintf(p, sizeof p, "%s/text.txt", f->dir);
+    t = fopen(p, "rb");
+    CHECK_MSG(t != NULL, "%s missing", p);
+    if (!t) return;
+    fseek(t, 0, SEEK_END);
+    len = (size_t)ftell(t);
+    fseek(t, 0, SEEK_SET);
+    text = malloc(len + 1);
+    CHECK(text && fread(text, 1, len, t) == len);
+    fclose(t);
+    loom_model_params mp = loom_model_default_params();
+    mp.n_threads = 1;
+    mp.n_ctx = 16;
+    loom_model *m = NULL;
+    loom_tokenizer *tok = NULL;
+    loom_status s = loom_model_load(path, &mp, &m);
+    if (s == LOOM_OK) s = loom_tokenizer_from_model(m, &tok);
+    if (s == LOOM_OK) s = loom_tokenizer_encode_ex(tok, text, len, 0, got, 1024, &n_got);
+    CHECK_MSG(s == LOOM_OK, "%s: tokenizer: %s", what, loom_last_error());
+    int same = s == LOOM_OK && n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_got) == 0;
+    CHECK_MSG(same, "%s: text.txt encodes to %d ids, the Hugging Face tokenizer's %d differ", what, n_got, n_want);
+    fprintf(stderr, "  %-46s tokenizer: %d ids %s\n", what, n_got, same ? "equal" : "DIFFER");
+    loom_tokenizer_free(tok);
+    loom_model_free(m);
+    free(text);
+}
+
 static void check_family(const char *root, const char *family, const char *tmp) {
     fixture f;
     CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
@@ -188,6 +231,8 @@ static void check_family(const char *root, const char *family, const char *tmp) 
     if (n_paths == 2) fprintf(stderr, "  %s: no llama-cpp.gguf (LOOM_LLAMA_CPP_DIR unset): not checked\n", family);
     char what[160];
     for (int p = 0; p < n_paths; p++) {
+        snprintf(what, sizeof what, "%s %s", family, kinds[p]);
+        check_tokenizer(&f, paths[p], what);
         for (int mode = 0; mode < LOOM_MODE_COUNT; mode++) {
             snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
             check_model(&f, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
