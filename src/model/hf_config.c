@@ -134,6 +134,7 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     LOOM_TRY(get_bool(root, name, "tie_word_embeddings", &c->tie_word_embeddings));
     LOOM_TRY(get_bool(root, name, "attention_bias", &c->attention_bias));
     LOOM_TRY(get_bool(root, name, "use_sliding_window", &c->use_sliding_window));
+    LOOM_TRY(get_int(root, name, "sliding_window", 0, 1, 1 << 26, &c->sliding_window));
     c->rms_norm_eps = 1e-6f;
     c->layer_norm_eps = 1e-12f;
     c->rope_theta = 10000.0f;

@@ -30,6 +30,7 @@ typedef struct loom_hf_config {
     float rope_scaling_factor;   /* its "factor"; default 1 */
     int   attention_bias;        /* default 0 */
     int   use_sliding_window;    /* Qwen2/3's switch; default 0 */
+    int   sliding_window;        /* attention window (Mistral); 0 when absent or null */
     int   bos_token_id, eos_token_id, pad_token_id;  /* -1 when absent */
 } loom_hf_config;
 

@@ -102,6 +102,10 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     c->n_kv_heads = h.num_key_value_heads;
     c->vocab_size = h.vocab_size;
     c->seq_len = h.max_position_embeddings;
+    /* Mistral's sliding window is not implemented; within one window full
+     * attention is the same, so the context stops there */
+    if (strcmp(h.model_type, "mistral") == 0 && h.sliding_window > 0 && h.sliding_window < c->seq_len)
+        c->seq_len = h.sliding_window;
     c->head_dim = h.head_dim;
     c->rope_theta = h.rope_theta;
     c->rms_eps = h.rms_norm_eps;
