@@ -10,8 +10,8 @@
  *   - by one prefill of the whole sequence (loom_model_forward),
  *   - by a prefill of all but the last 3 tokens, then 3 decode steps,
  *   - by the batch engine (paged KV cache, the graph `loom run` uses),
- * with an f32 KV cache; with bf16 and i8 caches (fused, the prefill) within
- * 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
+ * with an f32 KV cache; with f16, bf16 and i8 caches (fused, the prefill)
+ * within 2e-3, 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
  * the GGUF's metadata) must encode the fixture's text.txt to the ids the
  * Hugging Face tokenizer gives (text_ids.txt): GPT-2's pre-tokenizer for
  * llama, Qwen2's regex for qwen2/qwen3.
@@ -237,6 +237,8 @@ static void check_family(const char *root, const char *family, const char *tmp) 
             snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
             check_model(&f, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
         }
+        snprintf(what, sizeof what, "%s %s fused, f16 KV", family, kinds[p]);
+        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
         snprintf(what, sizeof what, "%s %s fused, bf16 KV", family, kinds[p]);
         check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
         snprintf(what, sizeof what, "%s %s fused, i8 KV", family, kinds[p]);
