@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -36,7 +37,8 @@ loom_status loom_model_describe(const loom_model *m, loom_model_desc *out) {
     add_weight(&w->tok_embd, out, by_type);
     for (int l = 0; l < m->cfg.n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++)
-            add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), out, by_type);
+            if (loom_llama_layer_has(&m->cfg, &loom_llama_layer_tensors[i]))
+                add_weight(loom_llama_layer_field(&w->layers[l], &loom_llama_layer_tensors[i]), out, by_type);
     add_weight(&w->out_norm, out, by_type);
     if (w->output.data != w->tok_embd.data) add_weight(&w->output, out, by_type);
     int main_type = 0;
@@ -96,11 +98,14 @@ loom_status loom_tokenizer_from_model(const loom_model *m, loom_tokenizer **out)
     switch (m->format) {
     case LOOM_MODEL_GGUF: return loom_tokenizer_from_gguf(m->gguf, out);
     case LOOM_MODEL_SAFETENSORS: {
-        /* tokenizer.json beside the weights (the folder of the file or index opened) */
+        /* tokenizer.json in the folder opened, or beside the file or index opened */
         const char *path = loom_safetensors_path(m->st);
         const char *slash = strrchr(path, '/');
+        struct stat sb;
+        int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
         char json[1200];
-        int n = snprintf(json, sizeof json, "%.*stokenizer.json", slash ? (int)(slash - path + 1) : 0, path);
+        int n = dir ? snprintf(json, sizeof json, "%s/tokenizer.json", path)
+                    : snprintf(json, sizeof json, "%.*stokenizer.json", slash ? (int)(slash - path + 1) : 0, path);
         LOOM_RETURN_IF(n < 0 || (size_t)n >= sizeof json, LOOM_ERR_INVALID_ARG,
                        "tokenizer_from_model: the path '%s' is too long", path);
         return loom_tokenizer_load_hf_json(json, out);

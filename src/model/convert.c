@@ -142,24 +142,35 @@ static loom_status add(loom_gguf_writer *w, conv_list *L, const char *name, cons
     return loom_gguf_writer_add_tensor_fn(w, name, (uint32_t)gt, t->ndim, t->shape, fill, j);
 }
 
+/* "<arch>.<suffix>" for the family's GGUF architecture name. */
+static const char *arch_key(char key[96], const loom_llama_config *c, const char *suffix) {
+    snprintf(key, 96, "%s.%s", loom_llama_family_name(c->family), suffix);
+    return key;
+}
+
 static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, const char *name,
                               const loom_convert_params *p, loom_dtype src_type) {
-    LOOM_TRY(loom_gguf_writer_set_str(w, "general.architecture", "llama"));
+    char k[96];
+    LOOM_TRY(loom_gguf_writer_set_str(w, "general.architecture", loom_llama_family_name(c->family)));
     LOOM_TRY(loom_gguf_writer_set_str(w, "general.name", name));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)c->seq_len));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)c->dim));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)c->n_layers));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads));
-    LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps));
-    LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_theta));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.rope.dimension_count",
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "context_length"), (uint32_t)c->seq_len));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "embedding_length"), (uint32_t)c->dim));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "block_count"), (uint32_t)c->n_layers));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "feed_forward_length"), (uint32_t)c->hidden_dim));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.head_count"), (uint32_t)c->n_heads));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.head_count_kv"), (uint32_t)c->n_kv_heads));
+    if ((int64_t)c->head_dim * c->n_heads != c->dim) { /* as llama.cpp's converter: only when not width / heads */
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.key_length"), (uint32_t)c->head_dim));
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.value_length"), (uint32_t)c->head_dim));
+    }
+    LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "attention.layer_norm_rms_epsilon"), c->rms_eps));
+    LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "rope.freq_base"), c->rope_theta));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "rope.dimension_count"),
                                       (uint32_t)(c->n_rot ? c->n_rot : c->head_dim)));
-    LOOM_TRY(loom_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size));
+    LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "vocab_size"), (uint32_t)c->vocab_size));
     if (c->rope_freq_scale > 0 && c->rope_freq_scale != 1.0f) {
-        LOOM_TRY(loom_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear"));
-        LOOM_TRY(loom_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 1.0f / c->rope_freq_scale));
+        LOOM_TRY(loom_gguf_writer_set_str(w, arch_key(k, c, "rope.scaling.type"), "linear"));
+        LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "rope.scaling.factor"), 1.0f / c->rope_freq_scale));
     }
     loom_dtype ft = p->type_set ? p->type : src_type;
     return loom_gguf_writer_set_u32(w, "general.file_type", file_type(ft));
@@ -173,13 +184,16 @@ static loom_status llama_tensors(loom_gguf_writer *w, conv_list *L, const loom_l
     LOOM_TRY(add(w, L, "token_embd.weight", &lw->tok_embd, p, 0, 0));
     LOOM_TRY(add(w, L, "output_norm.weight", &lw->out_norm, p, 0, 0));
     if (!c->shared_classifier) LOOM_TRY(add(w, L, "output.weight", &lw->output, p, 0, 0));
+    /* llama.cpp's llama models rotate adjacent pairs: HF's half-split Q/K rows
+     * are permuted to that order; its qwen2/qwen3 models keep HF's rows */
+    int permute = from_half && c->family == LOOM_FAMILY_LLAMA;
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            if (!loom_llama_layer_has(c, lt)) continue;
             char n[64];
-            snprintf(n, sizeof n, "blk.%d.%s.weight", l, lt->gguf);
-            /* half-split RoPE rows (HF layout) are permuted to GGUF's interleaved order */
-            int heads = from_half && lt->rope ? (int)(loom_llama_dim_size(c, lt->rows) / c->head_dim) : 0;
+            snprintf(n, sizeof n, "blk.%d.%s", l, lt->gguf);
+            int heads = permute && lt->rope ? (int)(loom_llama_dim_size(c, lt->rows) / c->head_dim) : 0;
             LOOM_TRY(add(w, L, n, loom_llama_layer_field(&lw->layers[l], lt), p, heads,
                          heads ? c->head_dim : 0));
         }

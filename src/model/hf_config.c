@@ -63,6 +63,48 @@ static loom_status get_token_id(const cJSON *root, const char *name, const char 
     return LOOM_OK;
 }
 
+static loom_status get_bool(const cJSON *root, const char *name, const char *key, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return LOOM_OK;
+    LOOM_RETURN_IF(!cJSON_IsBool(v), LOOM_ERR_FORMAT, "config '%s': field \"%s\" must be true or false", name,
+                   key);
+    *out = cJSON_IsTrue(v);
+    return LOOM_OK;
+}
+
+/* The RoPE object key, "rope_scaling" (transformers 4: the scaling alone) or
+ * "rope_parameters" (transformers 5: theta, type and scaling in one; read
+ * second, it wins): its type, factor and, in rope_parameters, rope_theta,
+ * which must agree with a top-level rope_theta. A type is required in
+ * rope_scaling and defaults to "default" in rope_parameters. */
+static loom_status rope_params(const cJSON *root, const char *name, const char *key, loom_hf_config *c) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!rp || cJSON_IsNull(rp)) return LOOM_OK;
+    LOOM_RETURN_IF(!cJSON_IsObject(rp), LOOM_ERR_FORMAT, "config '%s': field \"%s\" must be an object or null",
+                   name, key);
+    for (const cJSON *it = rp->child; it; it = it->next) /* Gemma 3: {"full_attention": {...}, ...} */
+        LOOM_RETURN_IF(cJSON_IsObject(it), LOOM_ERR_UNSUPPORTED, "config '%s': %s per layer type (\"%s\": {...}) "
+                       "is not supported", name, key, it->string ? it->string : "?");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+    if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rp, "type");
+    int params = strcmp(key, "rope_parameters") == 0;
+    LOOM_RETURN_IF(!(params && !ty) && (!cJSON_IsString(ty) || strlen(ty->valuestring) >= sizeof c->rope_scaling_type),
+                   LOOM_ERR_FORMAT, "config '%s': %s needs a \"rope_type\" string", name, key);
+    snprintf(c->rope_scaling_type, sizeof c->rope_scaling_type, "%s", ty ? ty->valuestring : "default");
+    c->rope_scaling_factor = 1.0f;
+    LOOM_TRY(get_float(rp, name, "factor", &c->rope_scaling_factor));
+    if (!params) return LOOM_OK;
+    float theta = 0.0f;
+    LOOM_TRY(get_float(rp, name, "rope_theta", &theta));
+    if (theta == 0.0f) return LOOM_OK;
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    LOOM_RETURN_IF(top && !cJSON_IsNull(top) && c->rope_theta != theta, LOOM_ERR_FORMAT,
+                   "config '%s': rope_theta %g and rope_parameters.rope_theta %g differ", name,
+                   (double)c->rope_theta, (double)theta);
+    c->rope_theta = theta;
+    return LOOM_OK;
+}
+
 static loom_status parse_root(const cJSON *root, const char *name, loom_hf_config *c) {
     LOOM_RETURN_IF(!cJSON_IsObject(root), LOOM_ERR_FORMAT, "config '%s' is not a JSON object", name);
     LOOM_TRY(get_str(root, name, "model_type", c->model_type, sizeof c->model_type));
@@ -88,13 +130,11 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     LOOM_TRY(get_int(root, name, "type_vocab_size", 0, 0, 1 << 16, &c->type_vocab_size));
     c->head_dim = c->hidden_size / c->num_attention_heads;
     LOOM_TRY(get_int(root, name, "head_dim", 0, 1, 4096, &c->head_dim));
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     c->tie_word_embeddings = bert ? 1 : 0;
-    if (tie && !cJSON_IsNull(tie)) {
-        LOOM_RETURN_IF(!cJSON_IsBool(tie), LOOM_ERR_FORMAT,
-                       "config '%s': field \"tie_word_embeddings\" must be true or false", name);
-        c->tie_word_embeddings = cJSON_IsTrue(tie);
-    }
+    LOOM_TRY(get_bool(root, name, "tie_word_embeddings", &c->tie_word_embeddings));
+    LOOM_TRY(get_bool(root, name, "attention_bias", &c->attention_bias));
+    LOOM_TRY(get_bool(root, name, "use_sliding_window", &c->use_sliding_window));
+    LOOM_TRY(get_int(root, name, "sliding_window", 0, 1, 1 << 26, &c->sliding_window));
     c->rms_norm_eps = 1e-6f;
     c->layer_norm_eps = 1e-12f;
     c->rope_theta = 10000.0f;
@@ -104,17 +144,8 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     snprintf(c->hidden_act, sizeof c->hidden_act, "%s", bert ? "gelu" : "silu");
     LOOM_TRY(get_str(root, name, "hidden_act", c->hidden_act, sizeof c->hidden_act));
     c->rope_scaling_factor = 1.0f;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs)) {
-        LOOM_RETURN_IF(!cJSON_IsObject(rs), LOOM_ERR_FORMAT,
-                       "config '%s': field \"rope_scaling\" must be an object or null", name);
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        LOOM_RETURN_IF(!cJSON_IsString(ty) || strlen(ty->valuestring) >= sizeof c->rope_scaling_type,
-                       LOOM_ERR_FORMAT, "config '%s': rope_scaling needs a \"rope_type\" string", name);
-        snprintf(c->rope_scaling_type, sizeof c->rope_scaling_type, "%s", ty->valuestring);
-        LOOM_TRY(get_float(rs, name, "factor", &c->rope_scaling_factor));
-    }
+    LOOM_TRY(rope_params(root, name, "rope_scaling", c));
+    LOOM_TRY(rope_params(root, name, "rope_parameters", c));
     c->bos_token_id = c->eos_token_id = c->pad_token_id = -1;
     LOOM_TRY(get_token_id(root, name, "bos_token_id", &c->bos_token_id));
     LOOM_TRY(get_token_id(root, name, "eos_token_id", &c->eos_token_id));

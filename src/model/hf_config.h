@@ -22,17 +22,23 @@ typedef struct loom_hf_config {
     int  tie_word_embeddings;    /* default 1 for BERT-like, 0 for Llama (HF's defaults) */
     float rms_norm_eps;          /* Llama, default 1e-6 */
     float layer_norm_eps;        /* BERT, default 1e-12 */
-    float rope_theta;            /* default 10000 */
+    float rope_theta;            /* rope_theta or rope_parameters.rope_theta; default 10000 */
     char hidden_act[32];         /* "silu", "gelu", "gelu_new", ... */
-    /* rope_scaling (null when absent): type "" means none. */
-    char  rope_scaling_type[32]; /* "linear", "dynamic", "llama3", "yarn", ... */
-    float rope_scaling_factor;   /* default 1 */
+    /* The RoPE type: rope_parameters.rope_type (transformers 5), else
+     * rope_scaling's rope_type or type; "" when neither is given. */
+    char  rope_scaling_type[32]; /* "default", "linear", "dynamic", "llama3", "yarn", ... */
+    float rope_scaling_factor;   /* its "factor"; default 1 */
+    int   attention_bias;        /* default 0 */
+    int   use_sliding_window;    /* Qwen2/3's switch; default 0 */
+    int   sliding_window;        /* attention window (Mistral); 0 when absent or null */
     int   bos_token_id, eos_token_id, pad_token_id;  /* -1 when absent */
 } loom_hf_config;
 
 /* Parses config.json text[0..len); name is used in messages. Errors:
- * LOOM_ERR_FORMAT for invalid JSON, a missing required field or a field of the
- * wrong type or range (the message names the field). */
+ * LOOM_ERR_FORMAT for invalid JSON, a missing required field, a field of the
+ * wrong type or range (the message names the field), or rope_theta and
+ * rope_parameters.rope_theta that differ; LOOM_ERR_UNSUPPORTED for
+ * rope_parameters per layer type (Gemma 3's). */
 loom_status loom_hf_config_parse(const char *text, size_t len, const char *name, loom_hf_config *out);
 /* Reads and parses path (a config.json, or a folder holding one). Errors as
  * above, plus LOOM_ERR_IO. */

@@ -8,7 +8,21 @@
 #include "model/gguf.h"
 #include "model/mapped_file.h"
 
+/* The families that share the Llama forward pass, told apart by what they add
+ * to the attention's inputs. The GGUF architecture name (general.architecture,
+ * the metadata prefix) is loom_llama_family_name's. */
+typedef enum {
+    LOOM_FAMILY_LLAMA,  /* "llama": Llama 2/3, SmolLM2, TinyLlama, Mistral without a window */
+    LOOM_FAMILY_QWEN2,  /* "qwen2": Qwen2, Qwen2.5: a bias on Q, K and V */
+    LOOM_FAMILY_QWEN3,  /* "qwen3": Qwen3 dense: per-head RMSNorm on Q and K before RoPE */
+    LOOM_FAMILY_COUNT
+} loom_llama_family;
+
+/* "llama", "qwen2", "qwen3" ("?" out of range). */
+const char *loom_llama_family_name(loom_llama_family f);
+
 typedef struct loom_llama_config {
+    loom_llama_family family;
     int   dim;          /* model width */
     int   hidden_dim;   /* FFN width */
     int   n_layers;
@@ -16,13 +30,15 @@ typedef struct loom_llama_config {
     int   n_kv_heads;   /* key/value heads (GQA when < n_heads) */
     int   vocab_size;
     int   seq_len;      /* maximum context the model was trained for */
-    int   head_dim;     /* dim / n_heads */
+    int   head_dim;     /* per head; dim / n_heads unless the model says otherwise (Qwen3) */
     float rope_theta;
     float rms_eps;
     loom_rope_mode rope_mode;
     int   n_rot;        /* rotated dims per head; 0 = head_dim */
     float rope_freq_scale;  /* linear RoPE scaling: positions times this; 0 = 1 */
     int   shared_classifier;  /* output projection is the token embedding */
+    int   qkv_bias;     /* Q, K and V projections add a bias (Qwen2) */
+    int   qk_norm;      /* RMSNorm (eps rms_eps) of each Q and K head before RoPE (Qwen3) */
 } loom_llama_config;
 
 typedef struct loom_llama_layer {
@@ -30,6 +46,9 @@ typedef struct loom_llama_layer {
     loom_tensor wq;         /* [n_heads*head_dim, dim] */
     loom_tensor wk;         /* [n_kv_heads*head_dim, dim] */
     loom_tensor wv;         /* [n_kv_heads*head_dim, dim] */
+    loom_tensor bq, bk, bv; /* qkv_bias: [n_heads*head_dim], [n_kv_heads*head_dim] x 2 */
+    loom_tensor q_norm;     /* qk_norm: [head_dim], shared by the heads */
+    loom_tensor k_norm;     /* qk_norm: [head_dim] */
     loom_tensor wo;         /* [dim, n_heads*head_dim] */
     loom_tensor ffn_norm;   /* [dim] */
     loom_tensor w1;         /* gate [hidden_dim, dim] */
@@ -53,20 +72,26 @@ typedef struct loom_llama_weights {
 int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t n);
 
 /* The tensors of one layer, for every format: the field of loom_llama_layer,
- * the GGUF name (blk.N.<gguf>.weight), the Hugging Face name
- * (model.layers.N.<hf>), and the shape in config dims: matrices [rows, cols],
- * norms [rows]. In the order loom convert writes them and the GGUF loader
- * checks them (the first missing or misshaped one is the one reported). */
-typedef enum { LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H } loom_llama_dim;
+ * the GGUF name (blk.N.<gguf>), the Hugging Face name (model.layers.N.<hf>),
+ * and the shape in config dims: matrices [rows, cols], vectors (norms, biases)
+ * [rows]. In the order loom convert writes them and the GGUF loader checks
+ * them (the first missing or misshaped one is the one reported). A tensor
+ * with a condition exists only in the models whose config sets it
+ * (loom_llama_layer_has). */
+typedef enum { LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H, LOOM_LLAMA_HD } loom_llama_dim;
+typedef enum { LOOM_LLAMA_ALWAYS, LOOM_LLAMA_IF_QKV_BIAS, LOOM_LLAMA_IF_QK_NORM } loom_llama_cond;
 typedef struct loom_llama_layer_tensor {
     size_t field;              /* offsetof(loom_llama_layer, ...) */
-    const char *gguf, *hf;
-    int norm;                  /* 1: a norm vector [rows] */
+    const char *gguf, *hf;     /* with their suffix: "attn_q.weight", "self_attn.q_proj.bias" */
+    int norm;                  /* 1: a vector [rows] (a norm or a bias), kept in f32 */
     loom_llama_dim rows, cols;
     int rope;                  /* 1: the rows are RoPE'd heads (rows / head_dim of them) */
+    loom_llama_cond cond;
 } loom_llama_layer_tensor;
-#define LOOM_LLAMA_LAYER_TENSORS 9
+#define LOOM_LLAMA_LAYER_TENSORS 14
 extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];
+/* 1 when the models of config c have tensor t. */
+int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tensor *t);
 /* The size of dim d under config c. */
 int64_t loom_llama_dim_size(const loom_llama_config *c, loom_llama_dim d);
 /* The tensor of layer y that t describes. */

@@ -1,18 +1,23 @@
 /*
- * Llama-architecture models from GGUF (llama.cpp's format and tensor names).
+ * Llama-family models from GGUF (llama.cpp's format and tensor names).
  *
- * Metadata: general.architecture = "llama", then "llama."-prefixed keys:
+ * Metadata: general.architecture = "llama", "qwen2" or "qwen3" (the family,
+ * loom_llama_family_name), then keys prefixed with it ("qwen2.context_length"):
  * context_length, embedding_length, block_count, feed_forward_length,
  * attention.head_count, attention.head_count_kv (default head_count),
+ * attention.key_length / value_length (default width / heads; equal),
  * attention.layer_norm_rms_epsilon, rope.freq_base (default 10000),
  * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
  * linear), vocab_size (default: rows of token_embd).
  *
  * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
- * token_embd). llama.cpp's converter permutes the rows of attn_q/attn_k so that
- * RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
- * LOOM_ROPE_INTERLEAVED. Weights stay in the mapping; nothing is copied.
+ * token_embd); qwen2 also blk.N.attn_{q,k,v}.bias, qwen3 blk.N.attn_{q,k}_norm.
+ * llama.cpp's converter permutes the rows of a llama model's attn_q/attn_k so
+ * that RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
+ * LOOM_ROPE_INTERLEAVED; qwen2 and qwen3 keep Hugging Face's rows and rotate
+ * the two halves of a head (ggml's NeoX RoPE, LOOM_ROPE_HALF). Weights stay in
+ * the mapping; nothing is copied.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,21 +31,23 @@
 
 #define MAX_DIM (1 << 20)
 
-/* Key "llama.<suffix>" into key; *present = 0 when g lacks it, an error when
- * it is required. */
-static loom_status meta_key(const loom_gguf *g, const char *suffix, int required, char key[128], int *present) {
-    snprintf(key, 128, "llama.%s", suffix);
+/* Key "<arch>.<suffix>" (arch: the family's name, c->family) into key;
+ * *present = 0 when g lacks it, an error when it is required. */
+static loom_status meta_key(const loom_gguf *g, const loom_llama_config *c, const char *suffix, int required,
+                            char key[128], int *present) {
+    snprintf(key, 128, "%s.%s", loom_llama_family_name(c->family), suffix);
     *present = loom_gguf_find_key(g, key) >= 0;
     LOOM_RETURN_IF(!*present && required, LOOM_ERR_FORMAT, "%s: missing metadata key '%s'", loom_gguf_path(g),
                    key);
     return LOOM_OK;
 }
 
-/* Integer key "llama.<suffix>" in 1..MAX_DIM; def < 0 means required. */
-static loom_status get_int(const loom_gguf *g, const char *suffix, int64_t def, int *out) {
+/* Integer key "<arch>.<suffix>" in 1..MAX_DIM; def < 0 means required. */
+static loom_status get_int(const loom_gguf *g, const loom_llama_config *c, const char *suffix, int64_t def,
+                           int *out) {
     char key[128];
     int present;
-    LOOM_TRY(meta_key(g, suffix, def < 0, key, &present));
+    LOOM_TRY(meta_key(g, c, suffix, def < 0, key, &present));
     int64_t v = def;
     if (present) LOOM_TRY(loom_gguf_get_i64(g, key, &v));
     LOOM_RETURN_IF(present && (v <= 0 || v > MAX_DIM), LOOM_ERR_FORMAT,
@@ -49,11 +56,12 @@ static loom_status get_int(const loom_gguf *g, const char *suffix, int64_t def, 
     return LOOM_OK;
 }
 
-/* Positive float key "llama.<suffix>"; def < 0 means required. */
-static loom_status get_float(const loom_gguf *g, const char *suffix, float def, float *out) {
+/* Positive float key "<arch>.<suffix>"; def < 0 means required. */
+static loom_status get_float(const loom_gguf *g, const loom_llama_config *c, const char *suffix, float def,
+                             float *out) {
     char key[128];
     int present;
-    LOOM_TRY(meta_key(g, suffix, def < 0, key, &present));
+    LOOM_TRY(meta_key(g, c, suffix, def < 0, key, &present));
     *out = def;
     if (present) LOOM_TRY(loom_gguf_get_f32(g, key, out));
     LOOM_RETURN_IF(present && (!(*out > 0) || *out > 1e30f), LOOM_ERR_FORMAT, "%s: impossible %s = %g",
@@ -69,49 +77,56 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     const char *path = loom_gguf_path(g), *arch;
     size_t alen;
     LOOM_TRY(loom_gguf_get_str(g, "general.architecture", &arch, &alen));
-    LOOM_RETURN_IF(!str_is(arch, alen, "llama"), LOOM_ERR_UNSUPPORTED,
+    c->family = LOOM_FAMILY_COUNT;
+    for (int f = 0; f < LOOM_FAMILY_COUNT; f++)
+        if (str_is(arch, alen, loom_llama_family_name((loom_llama_family)f))) c->family = (loom_llama_family)f;
+    LOOM_RETURN_IF(c->family == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED,
                    "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
-                   "models (Llama 2/3, SmolLM2, TinyLlama)", path, (int)(alen > 64 ? 64 : alen), arch);
-    LOOM_TRY(get_int(g, "embedding_length", -1, &c->dim));
-    LOOM_TRY(get_int(g, "feed_forward_length", -1, &c->hidden_dim));
-    LOOM_TRY(get_int(g, "block_count", -1, &c->n_layers));
-    LOOM_TRY(get_int(g, "attention.head_count", -1, &c->n_heads));
-    LOOM_TRY(get_int(g, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
-    LOOM_TRY(get_int(g, "context_length", -1, &c->seq_len));
-    LOOM_TRY(get_int(g, "attention.key_length", c->dim / c->n_heads, &c->head_dim));
+                   "(Llama 2/3, SmolLM2, TinyLlama), 'qwen2' and 'qwen3' models", path,
+                   (int)(alen > 64 ? 64 : alen), arch);
+    const char *fam = loom_llama_family_name(c->family);
+    LOOM_TRY(get_int(g, c, "embedding_length", -1, &c->dim));
+    LOOM_TRY(get_int(g, c, "feed_forward_length", -1, &c->hidden_dim));
+    LOOM_TRY(get_int(g, c, "block_count", -1, &c->n_layers));
+    LOOM_TRY(get_int(g, c, "attention.head_count", -1, &c->n_heads));
+    LOOM_TRY(get_int(g, c, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
+    LOOM_TRY(get_int(g, c, "context_length", -1, &c->seq_len));
+    LOOM_TRY(get_int(g, c, "attention.key_length", c->dim / c->n_heads, &c->head_dim));
     int vlen;
-    LOOM_TRY(get_int(g, "attention.value_length", c->head_dim, &vlen));
-    LOOM_RETURN_IF(vlen != c->head_dim || (int64_t)c->head_dim * c->n_heads != c->dim,
-                   LOOM_ERR_UNSUPPORTED,
-                   "%s: head sizes key %d / value %d with %d heads and width %d are not supported "
-                   "(loom needs key = value = width / heads)", path, c->head_dim, vlen, c->n_heads,
-                   c->dim);
-    LOOM_TRY(get_int(g, "rope.dimension_count", c->head_dim, &c->n_rot));
+    LOOM_TRY(get_int(g, c, "attention.value_length", c->head_dim, &vlen));
+    LOOM_RETURN_IF(vlen != c->head_dim, LOOM_ERR_UNSUPPORTED,
+                   "%s: head sizes key %d / value %d differ (loom needs them equal)", path, c->head_dim, vlen);
+    LOOM_TRY(get_int(g, c, "rope.dimension_count", c->head_dim, &c->n_rot));
     LOOM_RETURN_IF(c->n_rot > c->head_dim || c->n_rot % 2, LOOM_ERR_FORMAT,
-                   "%s: llama.rope.dimension_count %d must be even and <= head size %d", path,
+                   "%s: %s.rope.dimension_count %d must be even and <= head size %d", path, fam,
                    c->n_rot, c->head_dim);
-    LOOM_TRY(get_float(g, "rope.freq_base", 10000.0f, &c->rope_theta));
-    LOOM_TRY(get_float(g, "attention.layer_norm_rms_epsilon", -1.0f, &c->rms_eps));
+    LOOM_TRY(get_float(g, c, "rope.freq_base", 10000.0f, &c->rope_theta));
+    LOOM_TRY(get_float(g, c, "attention.layer_norm_rms_epsilon", -1.0f, &c->rms_eps));
     /* linear RoPE scaling: type "linear", or (older files) a factor alone */
     c->rope_freq_scale = 1.0f;
-    int linear = loom_gguf_find_key(g, "llama.rope.scaling.factor") >= 0;
-    if (loom_gguf_find_key(g, "llama.rope.scaling.type") >= 0) {
+    char key[128];
+    int linear, typed;
+    LOOM_TRY(meta_key(g, c, "rope.scaling.factor", 0, key, &linear));
+    LOOM_TRY(meta_key(g, c, "rope.scaling.type", 0, key, &typed));
+    if (typed) {
         const char *t;
         size_t tl;
-        LOOM_TRY(loom_gguf_get_str(g, "llama.rope.scaling.type", &t, &tl));
+        LOOM_TRY(loom_gguf_get_str(g, key, &t, &tl));
         linear = str_is(t, tl, "linear");
         LOOM_RETURN_IF(!linear && !str_is(t, tl, "none"), LOOM_ERR_UNSUPPORTED,
-                       "%s: llama.rope.scaling.type '%.*s' is not supported (none, linear)", path,
-                       (int)(tl > 32 ? 32 : tl), t);
+                       "%s: %s '%.*s' is not supported (none, linear)", path, key, (int)(tl > 32 ? 32 : tl), t);
     }
     if (linear) {
         float f;
-        LOOM_TRY(get_float(g, "rope.scaling.factor", -1.0f, &f));
+        LOOM_TRY(get_float(g, c, "rope.scaling.factor", -1.0f, &f));
         c->rope_freq_scale = 1.0f / f;
     }
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
                    "%s: tensor rope_freqs.weight (Llama 3.1 frequency factors) is not supported", path);
-    c->rope_mode = LOOM_ROPE_INTERLEAVED;
+    /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's keep HF's halves */
+    c->rope_mode = c->family == LOOM_FAMILY_LLAMA ? LOOM_ROPE_INTERLEAVED : LOOM_ROPE_HALF;
+    c->qkv_bias = c->family == LOOM_FAMILY_QWEN2;
+    c->qk_norm = c->family == LOOM_FAMILY_QWEN3;
     return LOOM_OK;
 }
 
@@ -225,7 +240,7 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
     }
     if (norm) {
         LOOM_RETURN_IF(t->dtype != LOOM_F32, LOOM_ERR_DTYPE,
-                       "%s: tensor '%s' is %s; norm weights must be f32", path, name,
+                       "%s: tensor '%s' is %s; vectors (norms, biases) must be f32", path, name,
                        loom_dtype_name(t->dtype));
         if (t->ndim != 1) {
             const int64_t s1[1] = {d0};
@@ -259,7 +274,8 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, lt->gguf);
+            if (!loom_llama_layer_has(c, lt)) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, lt->gguf);
             LOOM_TRY(take(g, nm, lt->norm ? 1 : 2, loom_llama_dim_size(c, lt->rows),
                           lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm, &cv,
                           loom_llama_layer_field(&w->layers[l], lt)));
@@ -300,7 +316,7 @@ loom_status loom_llama_config_from_gguf(const loom_gguf *g, loom_llama_config *c
     loom_gguf_tensor_info info;
     LOOM_TRY(loom_gguf_tensor_info_at(g, ti, &info));
     int64_t rows = info.n_dims >= 2 ? info.ne[1] : 0;
-    LOOM_TRY(get_int(g, "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1, &cfg->vocab_size));
+    LOOM_TRY(get_int(g, cfg, "vocab_size", rows > 0 && rows <= MAX_DIM ? rows : -1, &cfg->vocab_size));
     cfg->shared_classifier = loom_gguf_find_tensor(g, "output.weight") < 0;
     return loom_llama_config_check(cfg, path);
 }

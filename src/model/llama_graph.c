@@ -29,6 +29,33 @@ static int ffn_block(loom_graph *g, const loom_llama_config *c, const loom_llama
 #undef NAME
 }
 
+/* Q, K and V of layer l over the n rows of xn, as heads [n, H, HD] and
+ * [n, HKV, HD], before RoPE: the projections, plus their biases (Qwen2) and
+ * the per-head RMSNorm of Q and K (Qwen3). Without either the graph is the
+ * plain Llama one, matmul -> rope, which the qkv_rope fusion rules match;
+ * with them those rules do not match and the projections, RoPE and cache
+ * writes run as primitive kernels (docs/models.md). */
+static void qkv_heads(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int xn,
+                      int n, int out[3]) {
+    char nm[LOOM_NAME_MAX];
+    const loom_tensor *w[3] = {&L->wq, &L->wk, &L->wv}, *b[3] = {&L->bq, &L->bk, &L->bv};
+    const loom_tensor *norm[2] = {&L->q_norm, &L->k_norm};
+    static const char *names[3][3] = {{"q", "q_bias", "q_norm"}, {"k", "k_bias", "k_norm"},
+                                      {"v", "v_bias", ""}};
+    for (int i = 0; i < 3; i++) {
+        const int64_t heads[3] = {n, i == 0 ? c->n_heads : c->n_kv_heads, c->head_dim};
+        int y = loom_g_matmul(g, xn, loom_graph_external(g, w[i]), layer_name(nm, l, names[i][0]));
+        if (c->qkv_bias) {
+            const int src[2] = {y, loom_graph_external(g, b[i])};
+            y = loom_graph_op(g, LOOM_OP_ADD_BIAS, src, 2, NULL, "L%d.%s", l, names[i][1]);
+        }
+        y = loom_graph_reshape(g, y, 3, heads);
+        if (c->qk_norm && i < 2)
+            y = loom_g_rms_norm(g, y, loom_graph_external(g, norm[i]), c->rms_eps, layer_name(nm, l, names[i][2]));
+        out[i] = y;
+    }
+}
+
 /* The final norm and the classifier over the rows of x. */
 static int head(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w, int x) {
     loom_graph_set_layer(g, LOOM_LAYER_POST);
@@ -51,7 +78,6 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
                             .theta = c->rope_theta,
                             .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f, .pos_offset = pos};
     loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos};
-    const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD};
     const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
     const int64_t sc3[3] = {1, pos + n, HKV}; /* i8 caches: the scales of rows [0, pos + n) */
 
@@ -60,12 +86,11 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         loom_graph_set_layer(g, l);
 #define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
-        int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));
-        int k = loom_g_matmul(g, xn, loom_graph_external(g, &L->wk), NAME("k"));
-        int v = loom_g_matmul(g, xn, loom_graph_external(g, &L->wv), NAME("v"));
-        q = loom_g_rope(g, loom_graph_reshape(g, q, 3, q_shape), &rope, NAME("q_rope"));
-        k = loom_g_rope(g, loom_graph_reshape(g, k, 3, kv_shape), &rope, NAME("k_rope"));
-        v = loom_graph_reshape(g, v, 3, kv_shape);
+        int qkv[3];
+        qkv_heads(g, c, L, l, xn, n, qkv);
+        int q = loom_g_rope(g, qkv[0], &rope, NAME("q_rope"));
+        int k = loom_g_rope(g, qkv[1], &rope, NAME("k_rope"));
+        int v = qkv[2];
         q = loom_graph_reshape(g, q, 4, q4);
         /* i8 caches: each append writes its rows' scales too, and attention reads them */
         int kst = ksc ? ksc[l] : -1, vst = vsc ? vsc[l] : -1, kscale = -1, vscale = -1;
@@ -90,7 +115,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
 int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w,
                            const loom_llama_paged_io *io, int n, int n_out) {
     const int H = c->n_heads, HKV = c->n_kv_heads, HD = c->head_dim;
-    const int64_t q_shape[3] = {n, H, HD}, kv_shape[3] = {n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
+    const int64_t flat[2] = {n, (int64_t)H * HD};
     const int64_t paged[4] = {io->n_blocks, io->block_size, HKV, HD}, paged_sc[3] = {io->n_blocks, io->block_size, HKV};
     loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD, .theta = c->rope_theta,
                             .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f};
@@ -103,12 +128,11 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
         loom_graph_set_layer(g, l);
 #define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
-        int q = loom_g_matmul(g, xn, loom_graph_external(g, &L->wq), NAME("q"));
-        int k = loom_g_matmul(g, xn, loom_graph_external(g, &L->wk), NAME("k"));
-        int v = loom_g_matmul(g, xn, loom_graph_external(g, &L->wv), NAME("v"));
-        q = loom_g_rope_at(g, loom_graph_reshape(g, q, 3, q_shape), io->positions, &rope, NAME("q_rope"));
-        k = loom_g_rope_at(g, loom_graph_reshape(g, k, 3, kv_shape), io->positions, &rope, NAME("k_rope"));
-        v = loom_graph_reshape(g, v, 3, kv_shape);
+        int qkv[3];
+        qkv_heads(g, c, L, l, xn, n, qkv);
+        int q = loom_g_rope_at(g, qkv[0], io->positions, &rope, NAME("q_rope"));
+        int k = loom_g_rope_at(g, qkv[1], io->positions, &rope, NAME("k_rope"));
+        int v = qkv[2];
         int i8 = io->k_scale != NULL;
         int kc = loom_g_kv_write(g, io->k_cache[l], k, io->slots, i8 ? io->k_scale[l] : -1, NAME("k_cache"));
         int vc = loom_g_kv_write(g, io->v_cache[l], v, io->slots, i8 ? io->v_scale[l] : -1, NAME("v_cache"));

@@ -24,12 +24,19 @@ void loom_rope_permute_rows(void *dst, const void *src, int n_head, int head_dim
             }
 }
 
-static int is_llama(const loom_hf_config *h) {
-    static const char *archs[] = {"LlamaForCausalLM", "MistralForCausalLM"};
-    if (strcmp(h->model_type, "llama") == 0 || strcmp(h->model_type, "mistral") == 0) return 1;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (strcmp(h->architecture, archs[i]) == 0) return 1;
-    return 0;
+/* The family a config.json describes (model_type, else architectures[0]);
+ * LOOM_FAMILY_COUNT when none. */
+static loom_llama_family family_of(const loom_hf_config *h) {
+    static const struct { const char *type, *arch; loom_llama_family f; } known[] = {
+        {"llama", "LlamaForCausalLM", LOOM_FAMILY_LLAMA},
+        {"mistral", "MistralForCausalLM", LOOM_FAMILY_LLAMA},
+        {"qwen2", "Qwen2ForCausalLM", LOOM_FAMILY_QWEN2},
+        {"qwen3", "Qwen3ForCausalLM", LOOM_FAMILY_QWEN3},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(h->model_type, known[i].type) == 0 || strcmp(h->architecture, known[i].arch) == 0)
+            return known[i].f;
+    return LOOM_FAMILY_COUNT;
 }
 
 static loom_status shape_is(const loom_tensor *t, const char *name, int64_t d0, int64_t d1) {
@@ -71,12 +78,23 @@ static loom_status config(const char *cfg_path, loom_llama_config *c) {
 
 loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_path, loom_llama_config *c) {
     const loom_hf_config h = *hc;
-    LOOM_RETURN_IF(!is_llama(&h), LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
-                   "(model_type '%s'); only Llama-architecture models load from safetensors", cfg_path,
+    loom_llama_family fam = family_of(&h);
+    LOOM_RETURN_IF(fam == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
+                   "(model_type '%s'); the models that load from safetensors are Llama, Mistral (without "
+                   "its sliding window), Qwen2/2.5 and Qwen3", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
+    /* Llama's and Qwen3's attention_bias adds a bias to the output projection too */
+    LOOM_RETURN_IF(h.attention_bias && fam != LOOM_FAMILY_QWEN2, LOOM_ERR_UNSUPPORTED,
+                   "llama: '%s': attention_bias (biases on the Q, K, V and output projections) is not "
+                   "supported for model_type '%s'", cfg_path, h.model_type[0] ? h.model_type : "?");
+    LOOM_RETURN_IF(h.use_sliding_window, LOOM_ERR_UNSUPPORTED,
+                   "llama: '%s': use_sliding_window (sliding-window attention) is not supported", cfg_path);
     LOOM_RETURN_IF(strcmp(h.hidden_act, "silu") != 0, LOOM_ERR_UNSUPPORTED,
                    "llama: '%s': hidden_act '%s' (only silu is supported)", cfg_path, h.hidden_act);
     memset(c, 0, sizeof *c);
+    c->family = fam;
+    c->qkv_bias = fam == LOOM_FAMILY_QWEN2;
+    c->qk_norm = fam == LOOM_FAMILY_QWEN3;
     c->dim = h.hidden_size;
     c->hidden_dim = h.intermediate_size;
     c->n_layers = h.num_hidden_layers;
@@ -84,20 +102,21 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     c->n_kv_heads = h.num_key_value_heads;
     c->vocab_size = h.vocab_size;
     c->seq_len = h.max_position_embeddings;
+    /* Mistral's sliding window is not implemented; within one window full
+     * attention is the same, so the context stops there */
+    if (strcmp(h.model_type, "mistral") == 0 && h.sliding_window > 0 && h.sliding_window < c->seq_len)
+        c->seq_len = h.sliding_window;
     c->head_dim = h.head_dim;
     c->rope_theta = h.rope_theta;
     c->rms_eps = h.rms_norm_eps;
     c->rope_mode = LOOM_ROPE_HALF;
     c->shared_classifier = h.tie_word_embeddings;
-    if (h.rope_scaling_type[0]) {
+    if (h.rope_scaling_type[0] && strcmp(h.rope_scaling_type, "default") != 0) {
         LOOM_RETURN_IF(strcmp(h.rope_scaling_type, "linear") != 0, LOOM_ERR_UNSUPPORTED,
-                       "llama: '%s': rope_scaling type '%s' is not supported (linear is)", cfg_path,
+                       "llama: '%s': rope type '%s' is not supported (default and linear are)", cfg_path,
                        h.rope_scaling_type);
         c->rope_freq_scale = 1.0f / h.rope_scaling_factor;
     }
-    LOOM_RETURN_IF(c->head_dim * c->n_heads != c->dim, LOOM_ERR_UNSUPPORTED,
-                   "llama: '%s': head_dim %d x %d heads differs from hidden_size %d", cfg_path, c->head_dim,
-                   c->n_heads, c->dim);
     return loom_llama_config_check(c, cfg_path);
 }
 
@@ -118,8 +137,11 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
     }
     LOOM_TRY(config(dir, c));
     LOOM_TRY(loom_safetensors_open(path, st));
-    int64_t D = c->dim;
-    float *buf = malloc(sizeof(float) * (size_t)(D * (2 * (int64_t)c->n_layers + 1)));
+    int64_t D = c->dim, vec_elems = D; /* the vectors, copied to f32: output norm, then the layers' */
+    for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++)
+        if (loom_llama_layer_tensors[i].norm && loom_llama_layer_has(c, &loom_llama_layer_tensors[i]))
+            vec_elems += loom_llama_dim_size(c, loom_llama_layer_tensors[i].rows) * c->n_layers;
+    float *buf = malloc(sizeof(float) * (size_t)vec_elems);
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     loom_status s = buf && w->layers ? LOOM_OK : loom_set_error(LOOM_ERR_NOMEM, "llama: out of memory");
     float *next = buf;
@@ -136,6 +158,7 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
     for (int l = 0; l < c->n_layers && s == LOOM_OK; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS && s == LOOM_OK; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            if (!loom_llama_layer_has(c, lt)) continue;
             loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
             char n[128];
             snprintf(n, sizeof n, "model.layers.%d.%s", l, lt->hf);

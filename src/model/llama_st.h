@@ -7,14 +7,17 @@
 #include "model/safetensors.h"
 
 /* Loads path (a folder with config.json and model.safetensors or a sharded
- * index, or a .safetensors file with config.json beside it). model_type must
- * be "llama" (or a *LlamaForCausalLM / MistralForCausalLM architecture);
- * others are LOOM_ERR_UNSUPPORTED. HF's q/k projections use the NeoX ("half")
- * RoPE pairing, so cfg->rope_mode = LOOM_ROPE_HALF. Linear rope_scaling sets
- * rope_freq_scale = 1/factor; other scaling types are LOOM_ERR_UNSUPPORTED.
- * Matrices are f32/f16/bf16 views into *st (close it after use); the RMSNorm
- * weights are f32 copies in *owned (free()); layers is malloc'd. Errors name
- * the missing tensor or the one with the wrong shape (LOOM_ERR_SHAPE). */
+ * index, or a .safetensors file with config.json beside it). model_type (or
+ * architectures[0]) must be Llama's or Mistral's (LOOM_FAMILY_LLAMA), Qwen2's
+ * (q/k/v biases) or Qwen3's (q/k norms); others are LOOM_ERR_UNSUPPORTED, as
+ * are attention_bias outside Qwen2 and use_sliding_window. HF's q/k
+ * projections use the NeoX ("half") RoPE pairing, so cfg->rope_mode =
+ * LOOM_ROPE_HALF. A linear rope type (rope_parameters or rope_scaling) sets
+ * rope_freq_scale = 1/factor; rope types other than default and linear are
+ * LOOM_ERR_UNSUPPORTED. Matrices are f32/f16/bf16 views into *st (close it
+ * after use); the vectors (norms, biases) are f32 copies in *owned (free());
+ * layers is malloc'd. Errors name the missing tensor or the one with the wrong
+ * shape (LOOM_ERR_SHAPE). */
 loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st, float **owned,
                                         loom_llama_config *cfg, loom_llama_weights *w);
 

@@ -1,28 +1,49 @@
 /* The one list of a Llama layer's tensors (llama.h), used by the GGUF and
- * safetensors loaders and by loom convert. */
+ * safetensors loaders, loom convert and loom plan. */
 #include "model/llama.h"
 
 #include <stddef.h>
 
 #define F(x) offsetof(loom_llama_layer, x)
+#define D LOOM_LLAMA_D
 const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS] = {
-    {F(attn_norm), "attn_norm", "input_layernorm.weight", 1, LOOM_LLAMA_D, LOOM_LLAMA_D, 0},
-    {F(wq), "attn_q", "self_attn.q_proj.weight", 0, LOOM_LLAMA_QD, LOOM_LLAMA_D, 1},
-    {F(wk), "attn_k", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, LOOM_LLAMA_D, 1},
-    {F(wv), "attn_v", "self_attn.v_proj.weight", 0, LOOM_LLAMA_KVD, LOOM_LLAMA_D, 0},
-    {F(wo), "attn_output", "self_attn.o_proj.weight", 0, LOOM_LLAMA_D, LOOM_LLAMA_QD, 0},
-    {F(ffn_norm), "ffn_norm", "post_attention_layernorm.weight", 1, LOOM_LLAMA_D, LOOM_LLAMA_D, 0},
-    {F(w1), "ffn_gate", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, LOOM_LLAMA_D, 0},
-    {F(w2), "ffn_down", "mlp.down_proj.weight", 0, LOOM_LLAMA_D, LOOM_LLAMA_H, 0},
-    {F(w3), "ffn_up", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, LOOM_LLAMA_D, 0},
+    {F(attn_norm), "attn_norm.weight", "input_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(wq), "attn_q.weight", "self_attn.q_proj.weight", 0, LOOM_LLAMA_QD, D, 1, LOOM_LLAMA_ALWAYS},
+    {F(bq), "attn_q.bias", "self_attn.q_proj.bias", 1, LOOM_LLAMA_QD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
+    {F(wk), "attn_k.weight", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, D, 1, LOOM_LLAMA_ALWAYS},
+    {F(bk), "attn_k.bias", "self_attn.k_proj.bias", 1, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
+    {F(wv), "attn_v.weight", "self_attn.v_proj.weight", 0, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(bv), "attn_v.bias", "self_attn.v_proj.bias", 1, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
+    {F(q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
+    {F(k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
+    {F(wo), "attn_output.weight", "self_attn.o_proj.weight", 0, D, LOOM_LLAMA_QD, 0, LOOM_LLAMA_ALWAYS},
+    {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(w1), "ffn_gate.weight", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(w2), "ffn_down.weight", "mlp.down_proj.weight", 0, D, LOOM_LLAMA_H, 0, LOOM_LLAMA_ALWAYS},
+    {F(w3), "ffn_up.weight", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_ALWAYS},
 };
+#undef D
 #undef F
+
+int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tensor *t) {
+    switch (t->cond) {
+    case LOOM_LLAMA_IF_QKV_BIAS: return c->qkv_bias;
+    case LOOM_LLAMA_IF_QK_NORM: return c->qk_norm;
+    default: return 1;
+    }
+}
 
 int64_t loom_llama_dim_size(const loom_llama_config *c, loom_llama_dim d) {
     switch (d) {
     case LOOM_LLAMA_QD: return (int64_t)c->n_heads * c->head_dim;
     case LOOM_LLAMA_KVD: return (int64_t)c->n_kv_heads * c->head_dim;
     case LOOM_LLAMA_H: return c->hidden_dim;
+    case LOOM_LLAMA_HD: return c->head_dim;
     default: return c->dim;
     }
+}
+
+const char *loom_llama_family_name(loom_llama_family f) {
+    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3"};
+    return (unsigned)f < LOOM_FAMILY_COUNT ? names[f] : "?";
 }

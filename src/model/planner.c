@@ -50,6 +50,7 @@ static loom_status make_weights(const loom_llama_config *c, loom_dtype wt, loom_
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            if (!loom_llama_layer_has(c, lt)) continue;
             loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
             int64_t rows = loom_llama_dim_size(c, lt->rows);
             LOOM_TRY(lt->norm ? tensor1(t, rows, lt->gguf)

@@ -152,8 +152,9 @@ static size_t gpt2_next(const uint32_t *cp, const uint8_t *cl, size_t i, size_t 
 static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t llama3_next(const uint32_t *cp, const uint8_t *cl, size_t i, size_t m) {
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen2 is the same with \p{N} for \p{N}{1,3}: max_digits 1 instead of 3. */
+static size_t llama3_next(const uint32_t *cp, const uint8_t *cl, size_t i, size_t m, size_t max_digits) {
     if (cp[i] == '\'' && i + 1 < m) {
         uint32_t a = ascii_lower(cp[i + 1]), b = i + 2 < m ? ascii_lower(cp[i + 2]) : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
@@ -165,7 +166,7 @@ static size_t llama3_next(const uint32_t *cp, const uint8_t *cl, size_t i, size_
         return run_of(cl, i + 1, m, CL_LETTER);
     if (cl[i] == CL_NUMBER) {
         size_t e = i + 1;
-        while (e < m && e < i + 3 && cl[e] == CL_NUMBER) e++;
+        while (e < m && e < i + max_digits && cl[e] == CL_NUMBER) e++;
         return e;
     }
     size_t s = cp[i] == ' ' && i + 1 < m && cl[i + 1] == CL_OTHER ? i + 1 : i;
@@ -186,8 +187,8 @@ static size_t pre_split(tok_pre pre, const uint32_t *cp, const uint8_t *cl, size
     size_t n = 0, seg = 0;  /* SmolLM: the first digit at or after i (m if none) */
     for (size_t i = 0; i < m;) {
         size_t e;
-        if (pre == TOK_PRE_LLAMA3) {
-            e = llama3_next(cp, cl, i, m);
+        if (pre == TOK_PRE_LLAMA3 || pre == TOK_PRE_QWEN2) {
+            e = llama3_next(cp, cl, i, m, pre == TOK_PRE_LLAMA3 ? 3 : 1);
         } else if (pre == TOK_PRE_SMOLLM && cl[i] == CL_NUMBER) {
             e = i + 1;  /* every digit stands alone; the regex runs between them */
         } else if (pre == TOK_PRE_SMOLLM) {

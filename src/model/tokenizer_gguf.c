@@ -280,9 +280,11 @@ static loom_status setup_bpe(const loom_gguf *g, loom_tokenizer *t) {
     } else if (str_is(pre, pl, "llama-bpe") || str_is(pre, pl, "llama3")) {
         t->pre = TOK_PRE_LLAMA3;
         t->ignore_merges = 1;  /* Llama 3 keeps a pre-token that is a piece whole */
+    } else if (str_is(pre, pl, "qwen2")) {
+        t->pre = TOK_PRE_QWEN2;
     } else {
         return loom_set_error(LOOM_ERR_UNSUPPORTED, "tokenizer '%s': pre-tokenizer '%.*s' "
-                              "(tokenizer.ggml.pre) is not supported (gpt-2, smollm, llama-bpe are)",
+                              "(tokenizer.ggml.pre) is not supported (gpt-2, smollm, llama-bpe, qwen2 are)",
                               loom_gguf_path(g), (int)(pl < 64 ? pl : 64), pre);
     }
     loom_gguf_type et;

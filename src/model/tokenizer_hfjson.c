@@ -6,8 +6,8 @@
  * translation gives `loom convert` the metadata of the files it writes.
  *
  * Supported: WordPiece with BertNormalizer(lowercase) + BertPreTokenizer
- * ("bert"), and byte-level BPE ("gpt2") with GPT-2's, SmolLM's (digits apart)
- * or Llama 3's pre-tokenizer. */
+ * ("bert"), and byte-level BPE ("gpt2") with GPT-2's, SmolLM's (digits apart),
+ * Llama 3's or Qwen2's pre-tokenizer. */
 #include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +121,9 @@ static loom_status wordpiece(const cJSON *root, const char *name, loom_gguf_writ
     return loom_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
 }
 
+/* Qwen2's Split pattern (Qwen3's too), as its tokenizer.json writes it (tokenizer_bpe.c implements it). */
+#define QWEN2_RE "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 static loom_status byte_bpe(const cJSON *root, const cJSON *model, const char *name, loom_gguf_writer *w) {
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     LOOM_RETURN_IF(!find_node(pre, "ByteLevel", 0), LOOM_ERR_UNSUPPORTED,
@@ -137,9 +140,11 @@ static loom_status byte_bpe(const cJSON *root, const cJSON *model, const char *n
         if (cJSON_IsString(re) && strstr(re->valuestring, "(?i:'s|'t|'re|'ve|'m|'ll|'d)") &&
             strstr(re->valuestring, "\\p{N}{1,3}"))
             family = "llama-bpe";
+        else if (cJSON_IsString(re) && strcmp(re->valuestring, QWEN2_RE) == 0)
+            family = "qwen2";
         else
             return loom_set_error(LOOM_ERR_UNSUPPORTED, "tokenizer '%s': the pre-tokenizer's Split "
-                                  "pattern is not one loom knows (GPT-2, SmolLM, Llama 3)", name);
+                                  "pattern is not one loom knows (GPT-2, SmolLM, Llama 3, Qwen2)", name);
     }
     LOOM_TRY(loom_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
     LOOM_TRY(loom_gguf_writer_set_str(w, "tokenizer.ggml.pre", family));

@@ -31,6 +31,7 @@ typedef enum tok_pre {
     TOK_PRE_GPT2 = 0,    /* GPT-2's regex */
     TOK_PRE_SMOLLM,      /* every digit apart, then GPT-2's regex */
     TOK_PRE_LLAMA3,      /* Llama 3's regex: case-insensitive contractions, digits in threes */
+    TOK_PRE_QWEN2,       /* Qwen2's (and Qwen3's): Llama 3's with every digit apart */
 } tok_pre;
 
 typedef struct tok_merges tok_merges;  /* byte-level BPE pair table (tokenizer_bpe.c) */

@@ -74,7 +74,15 @@ static void add(loom_gguf_writer *w, buf_list *bl, const opts *o, const char *na
     CHECK(loom_gguf_writer_add_tensor(w, name, type, nd, shape, q, rb * (size_t)rows) == LOOM_OK);
 }
 
-static void set_u32(loom_gguf_writer *w, const opts *o, const char *key, uint32_t v) {
+/* "<arch>.<suffix>": the metadata keys take the architecture's name */
+static const char *arch_key(const opts *o, const char *suffix) {
+    static char k[96];
+    snprintf(k, sizeof k, "%s.%s", o->arch ? o->arch : "llama", suffix);
+    return k;
+}
+
+static void set_u32(loom_gguf_writer *w, const opts *o, const char *suffix, uint32_t v) {
+    const char *key = arch_key(o, suffix);
     if (!o->drop_key || strcmp(o->drop_key, key) != 0) CHECK(loom_gguf_writer_set_u32(w, key, v) == LOOM_OK);
 }
 
@@ -84,19 +92,19 @@ static void write_gguf(const char *path, const loom_llama_config *c, const loom_
     buf_list bl = {.n = 0};
     CHECK(loom_gguf_writer_init(&w) == LOOM_OK);
     CHECK(loom_gguf_writer_set_str(w, "general.architecture", o->arch ? o->arch : "llama") == LOOM_OK);
-    set_u32(w, o, "llama.context_length", (uint32_t)c->seq_len);
-    set_u32(w, o, "llama.embedding_length", (uint32_t)c->dim);
-    set_u32(w, o, "llama.block_count", (uint32_t)c->n_layers);
-    set_u32(w, o, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
-    set_u32(w, o, "llama.attention.head_count", (uint32_t)c->n_heads);
-    set_u32(w, o, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    set_u32(w, o, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    CHECK(loom_gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_theta) == LOOM_OK);
-    if (!o->drop_key || strcmp(o->drop_key, "llama.attention.layer_norm_rms_epsilon") != 0)
-        CHECK(loom_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps) == LOOM_OK);
+    set_u32(w, o, "context_length", (uint32_t)c->seq_len);
+    set_u32(w, o, "embedding_length", (uint32_t)c->dim);
+    set_u32(w, o, "block_count", (uint32_t)c->n_layers);
+    set_u32(w, o, "feed_forward_length", (uint32_t)c->hidden_dim);
+    set_u32(w, o, "attention.head_count", (uint32_t)c->n_heads);
+    set_u32(w, o, "attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    set_u32(w, o, "rope.dimension_count", (uint32_t)c->head_dim);
+    CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "rope.freq_base"), c->rope_theta) == LOOM_OK);
+    if (!o->drop_key || strcmp(o->drop_key, arch_key(o, "attention.layer_norm_rms_epsilon")) != 0)
+        CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "attention.layer_norm_rms_epsilon"), c->rms_eps) == LOOM_OK);
     if (o->rope_scaling) {
-        CHECK(loom_gguf_writer_set_str(w, "llama.rope.scaling.type", o->rope_scaling) == LOOM_OK);
-        CHECK(loom_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 2.0f) == LOOM_OK);
+        CHECK(loom_gguf_writer_set_str(w, arch_key(o, "rope.scaling.type"), o->rope_scaling) == LOOM_OK);
+        CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "rope.scaling.factor"), 2.0f) == LOOM_OK);
     }
     add(w, &bl, o, "token_embd.weight", &lw->tok_embd, 1);
     char nm[64];
@@ -267,6 +275,11 @@ int main(void) {
         {{.drop_key = "llama.block_count"}, LOOM_ERR_FORMAT, "llama.block_count"},
         {{.drop_key = "llama.attention.layer_norm_rms_epsilon"}, LOOM_ERR_FORMAT, "layer_norm_rms_epsilon"},
         {{.rope_scaling = "yarn"}, LOOM_ERR_UNSUPPORTED, "yarn"},
+        /* the Qwen architectures: their keys' prefix, and the tensors they add */
+        {{.arch = "qwen2"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q.bias'"},
+        {{.arch = "qwen3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},
+        {{.arch = "qwen2", .drop_key = "qwen2.block_count"}, LOOM_ERR_FORMAT, "qwen2.block_count"},
+        {{.arch = "qwen3", .rope_scaling = "yarn"}, LOOM_ERR_UNSUPPORTED, "qwen3.rope.scaling.type 'yarn'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(path, sizeof path, "%s/bad%zu.gguf", dir, i);

@@ -135,11 +135,14 @@ static void test_formats_agree(const char *legacy, const char *v1) {
     CHECK(a->cfg.seq_len == 512 && a->cfg.shared_classifier == 1);
     CHECK(memcmp(a->w.tok_embd.data, b->w.tok_embd.data, loom_tensor_nbytes(&a->w.tok_embd)) == 0);
     CHECK(memcmp(a->w.out_norm.data, b->w.out_norm.data, loom_tensor_nbytes(&a->w.out_norm)) == 0);
-    for (int l = 0; l < a->cfg.n_layers; l++) {
-        const loom_tensor *ta = &a->w.layers[l].attn_norm, *tb = &b->w.layers[l].attn_norm;
-        for (int k = 0; k < 9; k++)  /* every tensor of the layer struct */
-            CHECK(memcmp(ta[k].data, tb[k].data, loom_tensor_nbytes(&ta[k])) == 0);
-    }
+    for (int l = 0; l < a->cfg.n_layers; l++)
+        for (int k = 0; k < LOOM_LLAMA_LAYER_TENSORS; k++) { /* every tensor a Llama layer has */
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[k];
+            if (!loom_llama_layer_has(&a->cfg, lt)) continue;
+            const loom_tensor *ta = loom_llama_layer_field(&a->w.layers[l], lt);
+            const loom_tensor *tb = loom_llama_layer_field(&b->w.layers[l], lt);
+            CHECK(memcmp(ta->data, tb->data, loom_tensor_nbytes(ta)) == 0);
+        }
     loom_model_free(a);
     loom_model_free(b);
 }

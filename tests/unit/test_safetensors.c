@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "model/hf_config.h"
+#include "model/llama_st.h"
 #include "model/safetensors.h"
 
 /* 8-byte length + header (padded with spaces to a multiple of 8) + data. */
@@ -251,11 +252,75 @@ static void test_hf_config(void) {
     CHECK(loom_hf_config_load("/nonexistent/config.json", &c) == LOOM_ERR_IO);
 }
 
+/* transformers 5's rope_parameters: theta, type and scaling in one object. */
+#define TINY "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4," \
+             "\"vocab_size\":100"
+static void test_hf_rope_parameters(void) {
+    loom_hf_config c;
+    const char *p5 = "{" TINY ",\"rope_parameters\":{\"rope_theta\":1000000.0,\"rope_type\":\"default\"}}";
+    CHECK(loom_hf_config_parse(p5, strlen(p5), "p5", &c) == LOOM_OK);
+    CHECK(c.rope_theta == 1e6f && strcmp(c.rope_scaling_type, "default") == 0 && c.rope_scaling_factor == 1.0f);
+    const char *both = "{" TINY ",\"rope_theta\":5e5,\"rope_parameters\":{\"rope_theta\":500000}}";
+    CHECK(loom_hf_config_parse(both, strlen(both), "both", &c) == LOOM_OK);
+    CHECK(c.rope_theta == 5e5f && strcmp(c.rope_scaling_type, "default") == 0);
+    const char *lin = "{" TINY ",\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2,\"rope_theta\":1e4}}";
+    CHECK(loom_hf_config_parse(lin, strlen(lin), "lin", &c) == LOOM_OK);
+    CHECK(strcmp(c.rope_scaling_type, "linear") == 0 && c.rope_scaling_factor == 2.0f && c.rope_theta == 1e4f);
+    const char *differ = "{" TINY ",\"rope_theta\":10000,\"rope_parameters\":{\"rope_theta\":1e6}}";
+    CHECK(loom_hf_config_parse(differ, strlen(differ), "differ", &c) == LOOM_ERR_FORMAT);
+    CHECK_MSG(strstr(loom_last_error(), "differ") != NULL, "%s", loom_last_error());
+    const char *per_layer = "{" TINY ",\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6},"
+                            "\"sliding_attention\":{\"rope_theta\":1e4}}}";
+    CHECK(loom_hf_config_parse(per_layer, strlen(per_layer), "gemma3", &c) == LOOM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(loom_last_error(), "full_attention") != NULL, "%s", loom_last_error());
+
+    /* what the Llama-family loader makes of them */
+    loom_llama_config lc;
+    struct { const char *json; loom_status want; const char *msg; int bias, norm, head_dim; float theta; } cases[] = {
+        {"{\"model_type\":\"qwen2\"," TINY ",\"rope_parameters\":{\"rope_theta\":1e6,\"rope_type\":\"default\"}}",
+         LOOM_OK, NULL, 1, 0, 16, 1e6f},
+        {"{\"architectures\":[\"Qwen3ForCausalLM\"]," TINY ",\"head_dim\":32}", LOOM_OK, NULL, 0, 1, 32, 1e4f},
+        {"{\"model_type\":\"llama\"," TINY ",\"rope_scaling\":{\"rope_type\":\"default\"}}", LOOM_OK, NULL, 0, 0,
+         16, 1e4f},
+        {"{\"model_type\":\"qwen3\"," TINY ",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}",
+         LOOM_ERR_UNSUPPORTED, "rope type 'yarn'", 0, 0, 0, 0},
+        {"{\"model_type\":\"llama\"," TINY ",\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8}}",
+         LOOM_ERR_UNSUPPORTED, "rope type 'llama3'", 0, 0, 0, 0},
+        {"{\"model_type\":\"llama\"," TINY ",\"attention_bias\":true}", LOOM_ERR_UNSUPPORTED, "attention_bias", 0, 0,
+         0, 0},
+        {"{\"model_type\":\"qwen2\"," TINY ",\"use_sliding_window\":true}", LOOM_ERR_UNSUPPORTED,
+         "use_sliding_window", 0, 0, 0, 0},
+        {"{\"model_type\":\"gemma2\"," TINY "}", LOOM_ERR_UNSUPPORTED, "gemma2", 0, 0, 0, 0},
+    };
+    /* Mistral's window: the context stops at it (full attention is the same within it) */
+    const char *mistral = "{\"model_type\":\"mistral\"," TINY ",\"max_position_embeddings\":32768,"
+                          "\"sliding_window\":4096}";
+    CHECK(loom_hf_config_parse(mistral, strlen(mistral), "mistral", &c) == LOOM_OK && c.sliding_window == 4096);
+    CHECK(loom_llama_config_from_hf(&c, "mistral", &lc) == LOOM_OK && lc.seq_len == 4096);
+    const char *no_window = "{\"model_type\":\"mistral\"," TINY ",\"sliding_window\":null}";
+    CHECK(loom_hf_config_parse(no_window, strlen(no_window), "m", &c) == LOOM_OK && c.sliding_window == 0);
+    CHECK(loom_llama_config_from_hf(&c, "m", &lc) == LOOM_OK && lc.seq_len == 2048);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_MSG(loom_hf_config_parse(cases[i].json, strlen(cases[i].json), "cfg", &c) == LOOM_OK, "%s",
+                  loom_last_error());
+        loom_status s = loom_llama_config_from_hf(&c, "cfg", &lc);
+        CHECK_MSG(s == cases[i].want, "%s: status %d: %s", cases[i].json, (int)s, loom_last_error());
+        if (cases[i].msg)
+            CHECK_MSG(strstr(loom_last_error(), cases[i].msg) != NULL, "'%s' not in '%s'", cases[i].msg,
+                      loom_last_error());
+        else if (s == LOOM_OK)
+            CHECK_MSG(lc.qkv_bias == cases[i].bias && lc.qk_norm == cases[i].norm && lc.head_dim == cases[i].head_dim &&
+                      lc.rope_theta == cases[i].theta && lc.rope_mode == LOOM_ROPE_HALF, "%s", cases[i].json);
+    }
+}
+#undef TINY
+
 int main(void) {
     RUN_TEST(test_valid);
     RUN_TEST(test_bad_headers);
     RUN_TEST(test_truncated);
     RUN_TEST(test_files_and_shards);
     RUN_TEST(test_hf_config);
+    RUN_TEST(test_hf_rope_parameters);
     return TEST_SUMMARY();
 }

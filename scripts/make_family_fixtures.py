@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Tiny random models of the Llama-like families loom runs, and the logits
+transformers computes for them: the fixtures of tests/cli/test_families.sh.
+
+    python3 scripts/make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]
+
+Needs torch, transformers and tokenizers (test-only: not dependencies of
+loom). For each family (llama as the control, qwen2, qwen3) it writes
+OUT_DIR/<family>/ with
+
+  config.json, model.safetensors   a random model of 2 layers, width 64, GQA
+                                   (4 query heads, 2 KV heads), f32 weights,
+                                   RoPE theta not 10000 (so a reader that drops
+                                   rope_parameters.rope_theta fails)
+  tokenizer.json, tokenizer_config.json
+                                   a byte-level BPE trained here on a few
+                                   sentences, ~300 tokens, ChatML specials;
+                                   GPT-2's pre-tokenizer for llama, Qwen2's
+                                   Split regex (digits apart) for qwen2/qwen3
+  text.txt, text_ids.txt           a test text and the ids the tokenizer gives
+  tokens.txt                       the test sequence: token ids, one line
+  logits.f32                       transformers' logits after the last token
+                                   (vocab_size little-endian f32)
+  llama-cpp.gguf                   with --llama-cpp: the folder converted by
+                                   llama.cpp's own convert_hf_to_gguf.py (f32)
+
+llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
+test text's tokens and refuses a vocabulary it does not know, as this trained
+one is; it is told the pre-tokenizer the fixture tokenizer has ("gpt-2",
+"qwen2"), and
+everything else (metadata, tensor names and layouts) is its own. It imports
+sentencepiece, which a BPE conversion does not use: a stub stands in when the
+package is absent.
+
+The weights are drawn larger than the models' own initialisation (which gives
+nearly flat logits at this size): matrices N(0, 1/fan_in), embeddings N(0, 1),
+norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2). Everything is seeded: two
+runs write the same files.
+"""
+import importlib.machinery
+import json
+import os
+import struct
+import sys
+import types
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Once upon a time there was a little model that ran on a CPU.",
+    "Attention is all you need, said the paper; the cache said otherwise.",
+    "Qwen, Llama and friends: rotary positions, grouped queries, biases and norms.",
+    "1234567890 + 987654321 = 1111111111",
+]
+N_TOKENS = 24
+# Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+            r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TEST_TEXT = ("Hello world! I'LL pay 12345 dollars, don't you?\n\n  Qwen2.5 costs 3.14 - na\u00efve caf\u00e9 "
+             "\u4e2d\u6587 ok   end\r\n\tTabs and 7 8 9.")
+
+
+def train_tokenizer(qwen, vocab_size=300):
+    """Trained with GPT-2's pre-tokenizer, whose digit runs give merges of
+    digits; the Qwen tokenizers then split with Qwen2's regex, so a pre-
+    tokenizer that kept digits together (Llama 3's) would encode differently."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(TEXT * 4, trainer)
+    if qwen:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_RE), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   chat_template=CHATML)
+
+
+def config_for(family, vocab):
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, eos_token_id=0)
+    if family == "llama":
+        return LlamaConfig(rope_theta=500000.0, **common), LlamaForCausalLM
+    if family == "qwen2":
+        return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
+    # Qwen3: an explicit head_dim, 4 x 32 = 128 query dims against a width of 64
+    return Qwen3Config(rope_theta=1000000.0, head_dim=32, **common), Qwen3ForCausalLM
+
+
+@torch.no_grad()
+def randomise(model, gen):
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight") or "layernorm" in name:
+            p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".bias"):
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+        elif "embed_tokens" in name:
+            p.copy_(torch.randn(p.shape, generator=gen))
+        else:  # [out, in] matrices
+            p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+
+
+@torch.no_grad()
+def make(family, out, tokenizer):
+    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3}[family])
+    cfg, cls = config_for(family, len(tokenizer))
+    cfg._attn_implementation = "eager"
+    model = cls(cfg).eval()
+    randomise(model, gen)
+    d = os.path.join(out, family)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    tokenizer.save_pretrained(d)
+    tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
+    logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+    with open(os.path.join(d, "tokens.txt"), "w") as f:
+        f.write(" ".join(str(int(t)) for t in tokens) + "\n")
+    with open(os.path.join(d, "logits.f32"), "wb") as f:
+        f.write(struct.pack("<%df" % logits.numel(), *logits.tolist()))
+    with open(os.path.join(d, "text.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(TEST_TEXT)
+    with open(os.path.join(d, "text_ids.txt"), "w") as f:
+        f.write(" ".join(str(i) for i in tokenizer.encode(TEST_TEXT, add_special_tokens=False)) + "\n")
+    with open(os.path.join(d, "config.json")) as f:
+        rope = json.load(f).get("rope_parameters")
+    print("%s: %s, vocab %d, rope_parameters %s, max |logit| %.3f" % (
+        family, d, cfg.vocab_size, rope, float(logits.abs().max())))
+
+
+def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
+    """Runs llama.cpp's convert_hf_to_gguf.py (in this process: see the module doc)."""
+    sys.path[:0] = [llama_cpp, os.path.join(llama_cpp, "gguf-py")]
+    try:
+        import sentencepiece  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("sentencepiece")
+        stub.SentencePieceProcessor = object
+        stub.__spec__ = importlib.machinery.ModuleSpec("sentencepiece", None)
+        sys.modules["sentencepiece"] = stub
+    import convert_hf_to_gguf
+    from conversion import base
+    base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+    argv = sys.argv
+    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", "f32"]
+    try:
+        convert_hf_to_gguf.main()
+    finally:
+        sys.argv = argv
+
+
+def main():
+    args = sys.argv[1:]
+    llama_cpp = None
+    if len(args) == 3 and args[1] == "--llama-cpp":
+        llama_cpp = args[2]
+    elif len(args) != 1:
+        sys.exit("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]")
+    torch.manual_seed(0)
+    for family in ("llama", "qwen2", "qwen3"):
+        make(family, args[0], train_tokenizer(qwen=family != "llama"))
+    for family in ("llama", "qwen2", "qwen3") if llama_cpp else ():
+        d = os.path.join(args[0], family)
+        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), "gpt-2" if family == "llama" else "qwen2")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+/* The Llama-like families (Qwen2: Q/K/V biases; Qwen3: per-head Q/K norms and
+ * an explicit head_dim; Llama as the control) against transformers.
+ *
+ * scripts/make_family_fixtures.py writes a tiny random model of each family
+ * (a Hugging Face folder, RoPE theta given in rope_parameters) with the
+ * logits transformers computes after a fixed token sequence. For each family,
+ * from the folder and from the GGUF loom_convert writes of it, in every mode
+ * (step_by_step, fused, fused_with_checkpoints), loom's last-position logits
+ * must agree to 1e-4 relative (max |loom - ref| / max |ref|) when computed
+ *   - by one prefill of the whole sequence (loom_model_forward),
+ *   - by a prefill of all but the last 3 tokens, then 3 decode steps,
+ *   - by the batch engine (paged KV cache, the graph `loom run` uses),
+ * with an f32 KV cache; with f16, bf16 and i8 caches (fused, the prefill)
+ * within 2e-3, 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
+ * the GGUF's metadata) must encode the fixture's text.txt to the ids the
+ * Hugging Face tokenizer gives (text_ids.txt): GPT-2's pre-tokenizer for
+ * llama, Qwen2's regex for qwen2/qwen3.
+ *
+ * The fixtures: LOOM_FAMILY_FIXTURES=DIR (made beforehand by the script), else
+ * the script run now into a temporary folder by the first Python that has
+ * torch and transformers: $LOOM_HF_PYTHON, the repository's .venv, python3.
+ * Neither is a dependency of loom: without them the test skips, visibly.
+ * With LOOM_LLAMA_CPP_DIR (a llama.cpp source tree) the script also converts
+ * each folder with llama.cpp's own convert_hf_to_gguf.py, and that GGUF is
+ * checked the same way: real llama.cpp metadata and tensor layouts. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "loom.h"
+
+#ifndef LOOM_SOURCE_DIR
+#define LOOM_SOURCE_DIR "."
+#endif
+
+#define MAX_TOK 64
+#define N_DECODE 3
+
+typedef struct fixture {
+    char dir[700];
+    int32_t tokens[MAX_TOK];
+    int n;
+    float *ref; /* [vocab] */
+    int vocab;
+} fixture;
+
+/* The first interpreter that imports torch and transformers, or NULL. */
+static const char *find_python(void) {
+    static char py[600];
+    const char *env = getenv("LOOM_HF_PYTHON");
+    const char *cand[3] = {env && *env ? env : NULL, LOOM_SOURCE_DIR "/.venv/bin/python", "python3"};
+    for (int i = 0; i < 3; i++) {
+        if (!cand[i]) continue;
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch, transformers, tokenizers' >/dev/null 2>&1", cand[i]);
+        if (system(cmd) == 0) {
+            snprintf(py, sizeof py, "%s", cand[i]);
+            return py;
+        }
+    }
+    return NULL;
+}
+
+static int read_fixture(const char *root, const char *family, fixture *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "%s/%s", root, family);
+    char path[800];
+    snprintf(path, sizeof path, "%s/tokens.txt", f->dir);
+    FILE *t = fopen(path, "r");
+    if (!t) return -1;
+    while (f->n < MAX_TOK && fscanf(t, "%d", &f->tokens[f->n]) == 1) f->n++;
+    fclose(t);
+    snprintf(path, sizeof path, "%s/logits.f32", f->dir);
+    FILE *l = fopen(path, "rb");
+    if (!l) return -1;
+    fseek(l, 0, SEEK_END);
+    f->vocab = (int)(ftell(l) / 4);
+    fseek(l, 0, SEEK_SET);
+    f->ref = malloc(sizeof(float) * (size_t)(f->vocab ? f->vocab : 1));
+    int ok = f->ref && fread(f->ref, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
+    fclose(l);
+    return ok && f->n > N_DECODE + 1 && f->vocab > 0 ? 0 : -1;
+}
+
+/* max |got - ref| / max |ref| */
+static double rel_err(const float *got, const float *ref, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= d)) d = e; /* NaN counts as an error */
+        if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* The last-position logits by the batch engine: the sequence as a prompt,
+ * one token generated; the logits it was sampled from. */
+static loom_status engine_logits(loom_model *m, const fixture *f, float *out) {
+    loom_tokenizer *tok;
+    loom_status ts = loom_tokenizer_from_model(m, &tok);
+    if (ts != LOOM_OK) return ts;
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 1;
+    ep.seq_len = 64;
+    loom_engine *e = NULL;
+    loom_status s = loom_engine_create(m, tok, &ep, &e);
+    loom_request_params rp = loom_request_default_params();
+    rp.max_tokens = 1;
+    rp.sampling.temperature = 0;
+    rp.ignore_eos = 1;
+    if (s == LOOM_OK) s = loom_engine_add(e, 1, f->tokens, f->n, &rp);
+    int got = 0;
+    for (int steps = 0; s == LOOM_OK && !got && steps < 100; steps++) {
+        const loom_engine_event *ev;
+        int n;
+        s = loom_engine_step(e, &ev, &n);
+        for (int i = 0; s == LOOM_OK && i < n && !got; i++)
+            if (ev[i].token >= 0 && ev[i].logits) {
+                memcpy(out, ev[i].logits, sizeof(float) * (size_t)f->vocab);
+                got = 1;
+            }
+    }
+    if (s == LOOM_OK && !got) s = LOOM_ERR_INTERNAL;
+    loom_engine_free(e);
+    loom_tokenizer_free(tok);
+    return s;
+}
+
+static void check_model(const fixture *f, const char *path, const char *what, loom_exec_mode mode, loom_dtype kv,
+                        double tol) {
+    loom_model_params p = loom_model_default_params();
+    p.n_threads = 2;
+    p.n_ctx = 64;
+    p.mode = mode;
+    p.kv_dtype = kv;
+    loom_model *m = NULL;
+    loom_status s = loom_model_load(path, &p, &m);
+    CHECK_MSG(s == LOOM_OK, "%s: load: %s", what, loom_last_error());
+    if (s != LOOM_OK) return;
+    CHECK_MSG(loom_model_get_info(m).vocab_size == f->vocab, "%s: vocab %d, fixture %d", what,
+              loom_model_get_info(m).vocab_size, f->vocab);
+    if (loom_model_get_info(m).vocab_size != f->vocab) {
+        loom_model_free(m);
+        return;
+    }
+    float *got = malloc(sizeof(float) * (size_t)f->vocab);
+    s = loom_model_forward(m, f->tokens, f->n, 0, got);
+    CHECK_MSG(s == LOOM_OK, "%s: forward: %s", what, loom_last_error());
+    double e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
+    CHECK_MSG(e <= tol, "%s, prefill: relative error %.3g > %g", what, e, tol);
+    fprintf(stderr, "  %-46s prefill %.2e", what, e);
+    if (kv == LOOM_F32) { /* the decode program, and the engine's paged graph */
+        int n0 = f->n - N_DECODE;
+        s = loom_model_forward(m, f->tokens, n0, 0, got);
+        for (int i = n0; s == LOOM_OK && i < f->n; i++) s = loom_model_forward(m, f->tokens + i, 1, i, got);
+        CHECK_MSG(s == LOOM_OK, "%s: decode: %s", what, loom_last_error());
+        e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
+        CHECK_MSG(e <= tol, "%s, prefill + %d decode steps: relative error %.3g > %g", what, N_DECODE, e, tol);
+        fprintf(stderr, "  decode %.2e", e);
+        s = engine_logits(m, f, got);
+        CHECK_MSG(s == LOOM_OK, "%s: engine: %s", what, loom_last_error());
+        e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
+        CHECK_MSG(e <= tol, "%s, batch engine: relative error %.3g > %g", what, e, tol);
+        fprintf(stderr, "  engine %.2e", e);
+    }
+    fputc('\n', stderr);
+    free(got);
+    loom_model_free(m);
+}
+
+/* The tokenizer of the model at path encodes text.txt to text_ids.txt. */
+static void check_tokenizer(const fixture *f, const char *path, const char *what) {
+    char p[800];
+    char *text = NULL;
+    size_t len = 0;
+    int32_t want[1024], got[1024];
+    int n_want = 0, n_got = 0;
+    snprintf(p, sizeof p, "%s/text_ids.txt", f->dir);
+    FILE *t = fopen(p, "r");
+    CHECK_MSG(t != NULL, "%s missing", p);
+    if (!t) return;
+    while (n_want < 1024 && fscanf(t, "%d", &want[n_want]) == 1) n_want++;
+    fclose(t);
+    snprintf(p, sizeof p, "%s/text.txt", f->dir);
+    t = fopen(p, "rb");
+    CHECK_MSG(t != NULL, "%s missing", p);
+    if (!t) return;
+    fseek(t, 0, SEEK_END);
+    len = (size_t)ftell(t);
+    fseek(t, 0, SEEK_SET);
+    text = malloc(len + 1);
+    CHECK(text && fread(text, 1, len, t) == len);
+    fclose(t);
+    loom_model_params mp = loom_model_default_params();
+    mp.n_threads = 1;
+    mp.n_ctx = 16;
+    loom_model *m = NULL;
+    loom_tokenizer *tok = NULL;
+    loom_status s = loom_model_load(path, &mp, &m);
+    if (s == LOOM_OK) s = loom_tokenizer_from_model(m, &tok);
+    if (s == LOOM_OK) s = loom_tokenizer_encode_ex(tok, text, len, 0, got, 1024, &n_got);
+    CHECK_MSG(s == LOOM_OK, "%s: tokenizer: %s", what, loom_last_error());
+    int same = s == LOOM_OK && n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_got) == 0;
+    CHECK_MSG(same, "%s: text.txt encodes to %d ids, the Hugging Face tokenizer's %d differ", what, n_got, n_want);
+    fprintf(stderr, "  %-46s tokenizer: %d ids %s\n", what, n_got, same ? "equal" : "DIFFER");
+    loom_tokenizer_free(tok);
+    loom_model_free(m);
+    free(text);
+}
+
+static void check_family(const char *root, const char *family, const char *tmp) {
+    fixture f;
+    CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
+              family);
+    if (!f.ref || f.vocab == 0) {
+        free(f.ref);
+        return;
+    }
+    char gguf[700];
+    snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, family);
+    loom_convert_params cp = loom_convert_default_params();
+    CHECK_MSG(loom_convert(f.dir, gguf, &cp) == LOOM_OK, "%s: convert: %s", family, loom_last_error());
+    static const char *mode_names[] = {"step_by_step", "fused", "fused_with_checkpoints"};
+    char lc[800];
+    snprintf(lc, sizeof lc, "%s/llama-cpp.gguf", f.dir);
+    const char *paths[3] = {f.dir, gguf, lc}, *kinds[3] = {"safetensors", "gguf", "llama.cpp gguf"};
+    int n_paths = access(lc, R_OK) == 0 ? 3 : 2;
+    if (n_paths == 2) fprintf(stderr, "  %s: no llama-cpp.gguf (LOOM_LLAMA_CPP_DIR unset): not checked\n", family);
+    char what[160];
+    for (int p = 0; p < n_paths; p++) {
+        snprintf(what, sizeof what, "%s %s", family, kinds[p]);
+        check_tokenizer(&f, paths[p], what);
+        for (int mode = 0; mode < LOOM_MODE_COUNT; mode++) {
+            snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
+            check_model(&f, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
+        }
+        snprintf(what, sizeof what, "%s %s fused, f16 KV", family, kinds[p]);
+        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
+        snprintf(what, sizeof what, "%s %s fused, bf16 KV", family, kinds[p]);
+        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
+        snprintf(what, sizeof what, "%s %s fused, i8 KV", family, kinds[p]);
+        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
+    }
+    free(f.ref);
+}
+
+int main(void) {
+    const char *root = getenv("LOOM_FAMILY_FIXTURES");
+    char tmp[] = "/tmp/loom_families_XXXXXX";
+    if (!mkdtemp(tmp)) {
+        fprintf(stderr, "cannot make a temporary folder\n");
+        return 1;
+    }
+    char cmd[2048];
+    if (!root || !*root) {
+        const char *py = find_python();
+        if (!py) {
+            fprintf(stderr, "SKIP: no Python with torch and transformers for scripts/make_family_fixtures.py "
+                            "(set LOOM_HF_PYTHON, or LOOM_FAMILY_FIXTURES to fixtures made elsewhere)\n");
+            rmdir(tmp);
+            return 77;
+        }
+        const char *lc = getenv("LOOM_LLAMA_CPP_DIR");
+        char lc_arg[700] = "";
+        if (lc && *lc) snprintf(lc_arg, sizeof lc_arg, " --llama-cpp '%s'", lc);
+        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/make_family_fixtures.py' '%s/fixtures'%s >'%s/make.log' 2>&1",
+                 py, LOOM_SOURCE_DIR, tmp, lc_arg, tmp);
+        fprintf(stderr, "fixtures: %s scripts/make_family_fixtures.py\n", py);
+        if (system(cmd) != 0) {
+            snprintf(cmd, sizeof cmd, "cat '%s/make.log' >&2; rm -rf '%s'", tmp, tmp);
+            (void)system(cmd);
+            fprintf(stderr, "FAIL: scripts/make_family_fixtures.py failed\n");
+            return 1;
+        }
+    }
+    char fixtures[600];
+    snprintf(fixtures, sizeof fixtures, "%s/fixtures", tmp);
+    if (root && *root) snprintf(fixtures, sizeof fixtures, "%s", root);
+    static const char *families[] = {"llama", "qwen2", "qwen3"};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(fixtures, families[i], tmp);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return TEST_SUMMARY();
+}
