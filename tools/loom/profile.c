@@ -57,7 +57,8 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
         if (!ids) goto done;
         /* BOS then cycling ordinary tokens: the cost does not depend on which */
         for (int i = 0; i < o->prompt_len; i++)
-            ids[i] = i == 0 ? loom_tokenizer_bos(tok) : 3 + (i % (info.vocab_size - 3));
+            ids[i] = i == 0 && loom_tokenizer_bos(tok) >= 0 ? loom_tokenizer_bos(tok) /* none: a plain id */
+                                                             : 3 + (i % (info.vocab_size - 3));
         n = o->prompt_len;
     } else if (cli_encode("profile", tok, o->prompt ? o->prompt : "Once upon a time",
                           info.n_ctx - o->decode_steps, &ids, &n)) {
