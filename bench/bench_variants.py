@@ -4,6 +4,7 @@ each family's variants timed on real work with the choice forced
 (LOOM_VARIANTS), side by side in one run, medians.
 
     python3 bench/bench_variants.py --build build --model MODEL.gguf [--reps 3]
+    python3 bench/bench_variants.py --build build --model MODEL.gguf --fa-vs-gemm
 
 Prints markdown: the tune table, then per family and test the speed of each
 variant, the one measurement picked, and picked / best (the target: >= 0.95).
@@ -67,12 +68,39 @@ def attention(args, variants):
     return rows
 
 
+def fa_vs_gemm(args):
+    """f32 FlashAttention prefill at S = 2048 (fused, causal, MHA and GQA) against loom's f32 GEMM
+    (2048^3 and the 512 x 4096 x 4096 prefill shape) in the same run, 1 and 2 threads."""
+    env = {"LOOM_WISDOM": "off"}
+    out = run([os.path.join(args.build, "bench", "bench_matmul"), "--threads", "1,2", "--dtypes", "f32",
+               "--sets", "square,prefill", "--reps", "3"], env)
+    gemm = {}
+    for line in out.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) > 8 and c[4] == "f32" and (c[1:4] == ["2048", "2048", "2048"] or c[1:4] == ["512", "4096", "4096"]):
+            gemm.setdefault(int(c[6]), []).append(float(c[8]))
+    out = run([os.path.join(args.build, "bench", "bench_attention"), "--threads", "1,2", "--dtypes", "f32",
+               "--sets", "prefill", "--seqs", "2048", "--reps", "3", "--fused-only"], env)
+    print("| N/N_kv | threads | FA prefill GFLOP/s | GEMM GFLOP/s (2048^3, 512x4096x4096) | FA / best GEMM |")
+    print("|---|---:|---:|---:|---:|")
+    for line in out.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) > 5 and c[0] == "f32" and c[1] == "2048":
+            t, fa = int(c[3]), float(c[5])
+            g = gemm.get(t, [0])
+            print("| %s | %d | %.0f | %s | %.2f |" % (c[2], t, fa, ", ".join("%.0f" % x for x in g), fa / max(g)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--model", required=True, help="a GGUF (SmolLM2-135M Q4_1: converted to bf16 here)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fa-vs-gemm", action="store_true", help="only the FlashAttention / GEMM table")
     args = ap.parse_args()
+    if args.fa_vs_gemm:
+        fa_vs_gemm(args)
+        return
     loom = os.path.join(args.build, "loom")
     with tempfile.TemporaryDirectory() as tmp:
         print("```")
