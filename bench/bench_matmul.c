@@ -15,6 +15,9 @@
  *
  * --hot: M = 1 rows read one copy of W, from the caches when it fits (the
  * kernel's compute ceiling rather than DRAM's).
+ *
+ * The OpenBLAS core: see blas_pick_core. The header names the core OpenBLAS
+ * chose first and the one the ratios were measured against.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,10 @@
 
 #ifdef LOOM_BENCH_OPENBLAS
 #include <cblas.h>
+#include <strings.h>
+#include <unistd.h>
+/* Declared here too for cblas.h files without it (OpenBLAS has exported it since 0.2.x). */
+char *openblas_get_corename(void);
 #endif
 
 typedef struct { const char *set; int64_t M, N, K; } shape;
@@ -84,6 +91,101 @@ static void run_blas(void *arg) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->M, b->N, b->K, 1.0f, b->x, b->K,
                     b->w, b->K, 0.0f, b->y, b->N);
 }
+
+/* The OpenBLAS core (its set of kernels) the ratios are measured against. A
+ * DYNAMIC_ARCH OpenBLAS picks its core from cpuid when it loads; a release that
+ * does not know the CPU falls back to generic kernels (0.3.21 on a Xeon of
+ * family 6 model 207: 33 GFLOP/s instead of ~160), and loom would look 4-5x
+ * ahead of an OpenBLAS that can do far better. OPENBLAS_CORETYPE chooses the
+ * core, but only before the library initialises, which it does before main:
+ * so on an AVX-512 CPU whose chosen core is not an AVX-512 one, the program
+ * runs itself again with OPENBLAS_CORETYPE set. BLAS_REEXEC marks those runs
+ * ("FIRST;TRIED,TRIED": the core OpenBLAS chose in the first run, the names
+ * asked for so far), so each candidate is asked for at most once: 0.3.21
+ * refuses the name Cooperlake ("Core not found") and falls back to cpuid, so
+ * where cpuid fails, SkylakeX is asked for next. An OPENBLAS_CORETYPE the user
+ * set is kept, with a warning if it throws away AVX-512. */
+#define BLAS_REEXEC "LOOM_BENCH_BLAS_REEXEC"
+
+typedef struct {
+    char first[32];  /* the core OpenBLAS chose in the first run */
+    char final[32];  /* the core this run measures */
+    char how[256];   /* how the final core came to be chosen */
+} blas_core;
+
+static int blas_core_has_avx512(const char *name) {
+    static const char *const cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
+        if (strcasecmp(name, cores[i]) == 0) return 1;
+    return 0;
+}
+
+/* Whether name is one of the comma-separated names in list. */
+static int in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncasecmp(p, name, n) == 0) return 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* Fills *bc; returns only if this run keeps its core (execv replaces the process). */
+static void blas_pick_core(char **argv, blas_core *bc) {
+    const loom_cpu_features *f = loom_cpu_get();
+    const char *now = openblas_get_corename(), *mark = getenv(BLAS_REEXEC);
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    char tried[128] = "";
+    snprintf(bc->final, sizeof bc->final, "%s", now ? now : "unknown");
+    snprintf(bc->first, sizeof bc->first, "%s", bc->final);
+    if (mark) {
+        const char *semi = strchr(mark, ';');
+        size_t len = semi ? (size_t)(semi - mark) : strlen(mark);
+        snprintf(bc->first, sizeof bc->first, "%.*s", (int)(len < 31 ? len : 31), mark);
+        if (semi) snprintf(tried, sizeof tried, "%s", semi + 1);
+    }
+    if (mark && blas_core_has_avx512(bc->final)) {
+        snprintf(bc->how, sizeof bc->how, "bench_matmul ran itself again with OPENBLAS_CORETYPE=%s: %s has no AVX-512 kernels",
+                 env ? env : "?", bc->first);
+        return;
+    }
+    if (!f->avx512f || blas_core_has_avx512(bc->final)) {
+        if (env) snprintf(bc->how, sizeof bc->how, "OPENBLAS_CORETYPE=%s, set by the user", env);
+        else snprintf(bc->how, sizeof bc->how, "OpenBLAS's own choice%s", f->avx512f ? "" : "; no AVX-512 on this CPU");
+        return;
+    }
+    if (env && !mark) {
+        fprintf(stderr, "bench_matmul: warning: OPENBLAS_CORETYPE=%s gives OpenBLAS's %s kernels, without AVX-512, "
+                        "on an AVX-512 CPU: loom/OpenBLAS flatters loom\n", env, bc->final);
+        snprintf(bc->how, sizeof bc->how, "OPENBLAS_CORETYPE=%s, set by the user; not an AVX-512 core: the ratios flatter loom", env);
+        return;
+    }
+    const char *want[2];
+    int n_want = 0;
+    if (f->avx512_bf16) want[n_want++] = "Cooperlake";
+    want[n_want++] = "SkylakeX";
+    for (int i = 0; i < n_want; i++) {
+        if (in_list(tried, want[i])) continue;
+        char next[256];
+        snprintf(next, sizeof next, "%s;%s%s%s", bc->first, tried, tried[0] ? "," : "", want[i]);
+        fprintf(stderr, "bench_matmul: OpenBLAS runs its %s kernels, without AVX-512, on an AVX-512 CPU: "
+                        "running again with OPENBLAS_CORETYPE=%s\n", bc->final, want[i]);
+        fflush(stdout);
+        fflush(stderr);
+        if (setenv(BLAS_REEXEC, next, 1) == 0 && setenv("OPENBLAS_CORETYPE", want[i], 1) == 0)
+            execv("/proc/self/exe", argv);
+        fprintf(stderr, "bench_matmul: warning: cannot run again with OPENBLAS_CORETYPE=%s\n", want[i]);
+        snprintf(bc->how, sizeof bc->how, "no AVX-512 core: running again failed; the ratios flatter loom");
+        return;
+    }
+    fprintf(stderr, "bench_matmul: warning: OpenBLAS gave no AVX-512 core for OPENBLAS_CORETYPE=%s: "
+                    "loom/OpenBLAS flatters loom\n", tried);
+    snprintf(bc->how, sizeof bc->how, "no AVX-512 core: OpenBLAS refused OPENBLAS_CORETYPE=%s; the ratios flatter loom",
+             tried);
+}
 #endif
 
 static int parse_dtype(const char *s, loom_dtype *t) {
@@ -119,6 +221,16 @@ int main(int argc, char **argv) {
     const char *acts = "q8";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: bench_matmul [--threads 1,2] [--dtypes f32,f16,bf16,q8_0,q4_0,q4_1]\n"
+                   "                    [--sets square,prefill,decode,small,head] [--act q8,full] [--reps N]\n"
+                   "                    [--isa ref|generic|avx2|avx512] [--quick] [--hot]\n"
+                   "Defaults: --threads 1,2, all dtypes, --sets square,prefill,decode, --act q8, --reps 5.\n"
+                   "Built with -DLOOM_BENCH_OPENBLAS=ON, f32 rows also run OpenBLAS; on an AVX-512 CPU the\n"
+                   "program runs itself again with OPENBLAS_CORETYPE set if OpenBLAS chose a core without\n"
+                   "AVX-512 (a user's OPENBLAS_CORETYPE is kept, with a warning).\n");
+            return 0;
+        }
         if (strcmp(a, "--quick") == 0) { quick = 1; continue; }
         if (strcmp(a, "--hot") == 0) { hot = 1; continue; }
         if (!v) { fprintf(stderr, "bench_matmul: %s needs a value\n", a); return 2; }
@@ -138,11 +250,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     const loom_cpu_features *f = loom_cpu_get();
+#ifdef LOOM_BENCH_OPENBLAS
+    blas_core bc;
+    blas_pick_core(argv, &bc);
+#endif
     printf("# bench_matmul\n\n");
     bench_print_cpu();
-    printf("isa %s; avx512f %d bf16 %d vnni %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)\n\n",
+    printf("isa %s; avx512f %d bf16 %d vnni %d; L1d %d KiB, L2 %d KiB, L3 %d KiB; reps %d (median after 1 warm-up)\n",
            loom_isa_name(isa), f->avx512f, f->avx512_bf16, f->avx512_vnni, f->l1d_bytes >> 10,
            f->l2_bytes >> 10, f->l3_bytes >> 10, reps);
+#ifdef LOOM_BENCH_OPENBLAS
+    printf("openblas %s\n", openblas_get_config());
+    printf("openblas core: first %s, final %s (%s)\n\n", bc.first, bc.final, bc.how);
+#else
+    printf("openblas: not linked (configure with -DLOOM_BENCH_OPENBLAS=ON for the f32 comparison)\n\n");
+#endif
 
     double read_bw[8];
     for (int t = 0; t < n_threads; t++) {
@@ -161,6 +283,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_matmul: %s\n", loom_last_error());
             return 2;
         }
+#ifdef LOOM_BENCH_OPENBLAS
+    printf("\nOpenBLAS GFLOP/s and loom/OpenBLAS: OpenBLAS's %s kernels\n", bc.final);
+#endif
     printf("\n| set | M | N | K | dtype | act | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
