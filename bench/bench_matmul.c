@@ -8,13 +8,21 @@
  * and >= 1 GiB, so it comes from DRAM). Output is a Markdown table.
  *
  *   bench_matmul [--threads 1,2] [--dtypes f32,bf16,...] [--sets square,prefill,decode,small,head]
- *                [--act q8,full] [--reps N] [--isa LEVEL] [--quick] [--hot]
+ *                [--act q8,full] [--reps N] [--isa LEVEL] [--quick] [--hot] [--ab]
  *
  * --act: activation precisions of the quantized dtypes (q8: x quantized to
  * 8 bits, int8 products; full: f32 x, blocks dequantized in the kernel).
  *
  * --hot: M = 1 rows read one copy of W, from the caches when it fits (the
  * kernel's compute ceiling rather than DRAM's).
+ *
+ * --ab: f32 rows time loom and OpenBLAS alternately, in rounds A B B A, and
+ * the ratio is the median of the rounds' ratios (bench_time_ab), so a drift
+ * of the host weighs on both alike. OpenBLAS's idle threads spin for about
+ * 2^28 cycles after a call and would take a core from loom's next call (2-thread
+ * decode rows fell to 0.66-0.68x); OPENBLAS_THREAD_TIMEOUT=4 puts them to
+ * sleep at once, for a wake-up per OpenBLAS call (tens of microseconds, against
+ * 2-9 ms for a decode row).
  *
  * The OpenBLAS core: see blas_pick_core. The header names the core OpenBLAS
  * chose first and the one the ratios were measured against.
@@ -81,10 +89,12 @@ static void run_loom(void *arg) {
 }
 
 #ifdef LOOM_BENCH_OPENBLAS
-typedef struct { const float *x, *w; float *y; int M, N, K; void **copies; int n_copies, next; } blas_ctx;
+/* next: the rotation counter of W's copies, shared with loom's run_ctx, so that
+ * with --ab neither side reads the copy the other has just pulled into L3. */
+typedef struct { const float *x, *w; float *y; int M, N, K; void **copies; int n_copies, *next; } blas_ctx;
 static void run_blas(void *arg) {
     blas_ctx *b = arg;
-    b->w = b->copies[b->next++ % b->n_copies];
+    b->w = b->copies[(*b->next)++ % b->n_copies];
     if (b->M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, b->N, b->K, 1.0f, b->w, b->K, b->x, 1, 0.0f, b->y, 1);
     else
@@ -216,7 +226,7 @@ static void *make_weights(loom_dtype t, const float *w32, int64_t N, int64_t K) 
 }
 
 int main(int argc, char **argv) {
-    int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0, hot = 0;
+    int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0, hot = 0, ab = 0;
     const char *dtypes = "f32,f16,bf16,q8_0,q4_0,q4_1", *sets = "square,prefill,decode", *isa_name = NULL;
     const char *acts = "q8";
     for (int i = 1; i < argc; i++) {
@@ -224,15 +234,18 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: bench_matmul [--threads 1,2] [--dtypes f32,f16,bf16,q8_0,q4_0,q4_1]\n"
                    "                    [--sets square,prefill,decode,small,head] [--act q8,full] [--reps N]\n"
-                   "                    [--isa ref|generic|avx2|avx512] [--quick] [--hot]\n"
+                   "                    [--isa ref|generic|avx2|avx512] [--quick] [--hot] [--ab]\n"
                    "Defaults: --threads 1,2, all dtypes, --sets square,prefill,decode, --act q8, --reps 5.\n"
                    "Built with -DLOOM_BENCH_OPENBLAS=ON, f32 rows also run OpenBLAS; on an AVX-512 CPU the\n"
                    "program runs itself again with OPENBLAS_CORETYPE set if OpenBLAS chose a core without\n"
-                   "AVX-512 (a user's OPENBLAS_CORETYPE is kept, with a warning).\n");
+                   "AVX-512 (a user's OPENBLAS_CORETYPE is kept, with a warning). --ab: f32 rows time loom\n"
+                   "and OpenBLAS alternately (rounds A B B A; the ratio is the median of the rounds'),\n"
+                   "to be run with OPENBLAS_THREAD_TIMEOUT=4.\n");
             return 0;
         }
         if (strcmp(a, "--quick") == 0) { quick = 1; continue; }
         if (strcmp(a, "--hot") == 0) { hot = 1; continue; }
+        if (strcmp(a, "--ab") == 0) { ab = 1; continue; }
         if (!v) { fprintf(stderr, "bench_matmul: %s needs a value\n", a); return 2; }
         if (strcmp(a, "--threads") == 0) n_threads = bench_parse_ints(v, threads, 8);
         else if (strcmp(a, "--dtypes") == 0) dtypes = v;
@@ -243,6 +256,13 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "bench_matmul: unknown option %s\n", a); return 2; }
         i++;
     }
+#ifdef LOOM_BENCH_OPENBLAS
+    if (ab && !getenv("OPENBLAS_THREAD_TIMEOUT"))
+        fprintf(stderr, "bench_matmul: warning: --ab without OPENBLAS_THREAD_TIMEOUT=4: OpenBLAS's idle threads "
+                        "spin after each call and take a core from loom's next one\n");
+#else
+    if (ab) { fprintf(stderr, "bench_matmul: --ab compares with OpenBLAS: configure with -DLOOM_BENCH_OPENBLAS=ON\n"); return 2; }
+#endif
     if (n_threads < 1 || reps < 1) { fprintf(stderr, "bench_matmul: bad --threads or --reps\n"); return 2; }
     loom_isa isa = loom_cpu_isa();
     if (isa_name && (loom_isa_parse(isa_name, &isa) != LOOM_OK || loom_cpu_set_isa(isa) != LOOM_OK)) {
@@ -333,19 +353,24 @@ int main(int argc, char **argv) {
                 if (loom_pool_init(&c.pool, nt) != LOOM_OK) return 1;
                 c.scratch_per = (loom_matmul_scratch_size(&c.a) + 63) & ~(size_t)63;
                 c.scratch = loom_alloc_aligned(c.scratch_per * (size_t)nt, 64);
-                double sec = bench_time(run_loom, &c, 1, reps);
+                double sec = 0;
+#ifdef LOOM_BENCH_OPENBLAS
+                double bsec = 0, ratio_ab = 0;
+                blas_ctx b = {x, w32, y, (int)M, (int)N, (int)K, copies, n_copies, &c.next};
+                if (t == LOOM_F32) openblas_set_num_threads(nt);
+                if (t == LOOM_F32 && ab) bench_time_ab(run_loom, &c, run_blas, &b, 1, reps, 0, &sec, &bsec, &ratio_ab);
+                else
+#endif
+                    sec = bench_time(run_loom, &c, 1, reps);
                 if (c.failed) { fprintf(stderr, "bench_matmul: matmul failed: %s\n", loom_last_error()); return 1; }
                 double gflops = 2.0 * M * N * K / sec / 1e9;
                 double gbs = (wbytes + 4.0 * (M * K + M * N)) / sec / 1e9;
                 char blas[32] = "-", ratio[32] = "-", frac[32] = "-";
 #ifdef LOOM_BENCH_OPENBLAS
-                if (t == LOOM_F32) {
-                    openblas_set_num_threads(nt);
-                    /* the f32 copies are exactly w32 */
-                    blas_ctx b = {x, w32, y, (int)M, (int)N, (int)K, copies, n_copies, 0};
-                    double bsec = bench_time(run_blas, &b, 1, reps);
+                if (t == LOOM_F32) { /* the f32 copies are exactly w32 */
+                    if (!ab) bsec = bench_time(run_blas, &b, 1, reps);
                     snprintf(blas, sizeof blas, "%.1f", 2.0 * M * N * K / bsec / 1e9);
-                    snprintf(ratio, sizeof ratio, "%.2f", bsec / sec);
+                    snprintf(ratio, sizeof ratio, "%.2f", ab ? ratio_ab : bsec / sec);
                 }
 #endif
                 if (M == 1 && !hot) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / read_bw[ti]);
