@@ -304,7 +304,9 @@ int main(int argc, char **argv) {
             return 2;
         }
 #ifdef LOOM_BENCH_OPENBLAS
-    printf("\nOpenBLAS GFLOP/s and loom/OpenBLAS: OpenBLAS's %s kernels\n", bc.final);
+    printf("\nOpenBLAS GFLOP/s and loom/OpenBLAS: OpenBLAS's %s kernels; %s\n", bc.final,
+           ab ? "loom and OpenBLAS alternate (--ab: rounds A B B A, medians over rounds)"
+              : "all of loom's calls, then all of OpenBLAS's");
 #endif
     printf("\n| set | M | N | K | dtype | act | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
