@@ -20,7 +20,7 @@
  * the ratio is the median of the rounds' ratios (bench_time_ab), so a drift
  * of the host weighs on both alike. OpenBLAS's idle threads spin for about
  * 2^28 cycles after a call and would take a core from loom's next call (2-thread
- * decode rows fell to 0.66-0.68x); OPENBLAS_THREAD_TIMEOUT=4 puts them to
+ * decode rows fell to 0.66-0.68x from ~1.0); OPENBLAS_THREAD_TIMEOUT=4 puts them to
  * sleep at once, for a wake-up per OpenBLAS call (tens of microseconds, against
  * 2-9 ms for a decode row).
  *
