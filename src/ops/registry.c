@@ -41,7 +41,8 @@ static loom_op_info op_table[] = {
                            .attr_size = sizeof(loom_kv_append_attrs), REF(kv_append),
                            .dst_views_src0 = 1, .pos_attr = LOOM_POS_ATTR(loom_kv_append_attrs, pos)},
     [LOOM_OP_LAYER_NORM] = {.name = "layer_norm", .n_src_min = 1, .n_src_max = 3,
-                            .attr_size = sizeof(loom_layer_norm_attrs), REF(layer_norm)},
+                            .attr_size = sizeof(loom_layer_norm_attrs), REF(layer_norm),
+                            .opt = {[LOOM_ISA_GENERIC] = loom_layer_norm_generic}},
     [LOOM_OP_GELU] = {.name = "gelu", .n_src_min = 1, .n_src_max = 1,
                       .attr_size = sizeof(loom_gelu_attrs), REF(gelu),
                       .opt = {[LOOM_ISA_GENERIC] = loom_gelu_generic,
@@ -49,7 +50,8 @@ static loom_op_info op_table[] = {
                               [LOOM_ISA_AVX512] = loom_gelu_avx512,
 #endif
                       }},
-    [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias)},
+    [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias),
+                          .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,

@@ -133,9 +133,66 @@ static void test_gelu_fast_vs_ref(void) {
     }
 }
 
+/* The fast layer_norm and add_bias against the reference: rows of lengths
+ * that are no multiple of 16 (1..700), values with a large common offset
+ * (the two-pass variance must not cancel), with and without gamma/beta, and
+ * the same bits whatever the thread split (1, 2, 3 threads). */
+static void test_layer_norm_add_bias_fast_vs_ref(void) {
+    const loom_op_info *ln = loom_op_get(LOOM_OP_LAYER_NORM), *ab = loom_op_get(LOOM_OP_ADD_BIAS);
+    CHECK(ln->opt[LOOM_ISA_GENERIC] && ab->opt[LOOM_ISA_GENERIC]);
+    uint32_t s = 777;
+    static const int64_t dims[] = {1, 7, 16, 17, 100, 384, 385, 700};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int64_t D = dims[di], R = 1 + (int64_t)(di % 5);
+        float *x = malloc(sizeof(float) * (size_t)(R * D)), *g = malloc(sizeof(float) * (size_t)D);
+        float *b = malloc(sizeof(float) * (size_t)D), *yr = malloc(sizeof(float) * (size_t)(R * D));
+        float *y1 = malloc(sizeof(float) * (size_t)(R * D)), *yn = malloc(sizeof(float) * (size_t)(R * D));
+        float offset = di % 2 ? 1000.0f : 0.0f;
+        for (int64_t i = 0; i < R * D; i++) {
+            s = s * 1664525u + 1013904223u;
+            x[i] = offset + ((float)(s >> 8) / 16777216.0f - 0.5f) * 8.0f;
+        }
+        for (int64_t i = 0; i < D; i++) {
+            s = s * 1664525u + 1013904223u;
+            g[i] = (float)(s >> 8) / 16777216.0f + 0.5f;
+            b[i] = (float)(s >> 12) / 1048576.0f - 0.5f;
+        }
+        int64_t shape[2] = {R, D};
+        loom_tensor tx, tg, tb, tr, t1, tn;
+        loom_tensor_init(&tx, LOOM_F32, 2, shape, x);
+        loom_tensor_init(&tg, LOOM_F32, 1, &D, g);
+        loom_tensor_init(&tb, LOOM_F32, 1, &D, b);
+        loom_tensor_init(&tr, LOOM_F32, 2, shape, yr);
+        loom_tensor_init(&t1, LOOM_F32, 2, shape, y1);
+        loom_tensor_init(&tn, LOOM_F32, 2, shape, yn);
+        loom_layer_norm_attrs at = {1e-5f};
+        for (int nsrc = 1; nsrc <= 3; nsrc++) {
+            const loom_tensor *src[3] = {&tx, &tg, &tb};
+            CHECK(loom_op_run(LOOM_OP_LAYER_NORM, src, nsrc, &at, &tr, LOOM_ISA_REF) == LOOM_OK);
+            for (int nth = 1; nth <= 3; nth++) {
+                float *out = nth == 1 ? y1 : yn;
+                loom_kernel_args a = {.src = {&tx, &tg, &tb}, .n_src = nsrc, .dst = nth == 1 ? &t1 : &tn,
+                                      .attrs = &at, .nth = nth};
+                for (a.ith = 0; a.ith < nth; a.ith++) CHECK(ln->opt[LOOM_ISA_GENERIC](&a) == LOOM_OK);
+                int bad = 0;
+                for (int64_t i = 0; i < R * D; i++) bad += !check_close(out[i], yr[i], 1.0 / 2048);
+                CHECK_MSG(bad == 0, "layer_norm D=%lld src=%d nth=%d: %d outside 2^-11", (long long)D, nsrc, nth, bad);
+                if (nth > 1) CHECK_MSG(memcmp(y1, yn, sizeof(float) * (size_t)(R * D)) == 0, "layer_norm nth=%d", nth);
+            }
+        }
+        const loom_tensor *bs[2] = {&tx, &tb};
+        CHECK(loom_op_run(LOOM_OP_ADD_BIAS, bs, 2, NULL, &tr, LOOM_ISA_REF) == LOOM_OK);
+        loom_kernel_args a = {.src = {&tx, &tb}, .n_src = 2, .dst = &t1, .nth = 2};
+        for (a.ith = 0; a.ith < 2; a.ith++) CHECK(ab->opt[LOOM_ISA_GENERIC](&a) == LOOM_OK);
+        CHECK_MSG(memcmp(y1, yr, sizeof(float) * (size_t)(R * D)) == 0, "add_bias D=%lld", (long long)D);
+        free(x), free(g), free(b), free(yr), free(y1), free(yn);
+    }
+}
+
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_gelu_fast_vs_ref);
+    RUN_TEST(test_layer_norm_add_bias_fast_vs_ref);
     RUN_TEST(test_layer_norm_hand);
     RUN_TEST(test_layer_norm_errors);
     RUN_TEST(test_gelu_hand);

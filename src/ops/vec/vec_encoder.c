@@ -1,7 +1,9 @@
 /* Fast kernels of the encoder ops: GELU with a polynomial erf (Abramowitz &
- * Stegun 7.1.26, |error| <= 1.5e-7) in float, loops the compiler vectorises.
- * Registered at the generic level (so every ISA level uses it); tested
- * against the reference in tests/unit/test_ops_encoder.c. */
+ * Stegun 7.1.26, |error| <= 1.5e-7) in float, LayerNorm with float sums, and
+ * add_bias, loops the compiler vectorises. Registered at the generic level (so
+ * every ISA level uses them; GELU has an AVX-512 kernel too); tested against
+ * the reference in tests/unit/test_ops_encoder.c. Rows are independent, each
+ * summed in one fixed order: results do not depend on the thread split. */
 #include <math.h>
 
 #include "ops/ref/ref_encoder.h"
@@ -39,6 +41,69 @@ loom_status loom_gelu_generic(const loom_kernel_args *a) {
                 yr[d * ys] = 0.5f * v * (1.0f + erf_as(v * 0.70710678f));
             }
         }
+    }
+    return LOOM_OK;
+}
+
+/* LayerNorm over contiguous rows (else the reference): mean and variance in
+ * float over 16 lanes (two passes: no cancellation of a large mean), then
+ * (x - mean) * inv * gamma + beta. */
+loom_status loom_layer_norm_generic(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[0], *y = a->dst;
+    const loom_tensor *g = a->n_src >= 2 ? a->src[1] : NULL, *b = a->n_src >= 3 ? a->src[2] : NULL;
+    int last = x->ndim - 1;
+    if (x->stride[last] != 1 || y->stride[last] != 1 || (g && g->stride[0] != 1) || (b && b->stride[0] != 1))
+        return loom_ref_layer_norm(a);
+    const loom_layer_norm_attrs *at = a->attrs;
+    int64_t D = x->shape[last];
+    const float *gd = g ? g->data : NULL, *bd = b ? b->data : NULL;
+    int64_t lo, hi;
+    loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = (const float *)x->data + loom_ref_row_offset(x, last, r);
+        float *yr = (float *)y->data + loom_ref_row_offset(y, last, r);
+        float acc[16] = {0}, sum = 0.0f, ss = 0.0f;
+        int64_t d = 0;
+        for (; d + 16 <= D; d += 16)
+            for (int l = 0; l < 16; l++) acc[l] += xr[d + l];
+        for (int l = 0; l < 16; l++) sum += acc[l];
+        for (; d < D; d++) sum += xr[d];
+        float mean = sum / (float)D;
+        for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+        for (d = 0; d + 16 <= D; d += 16)
+            for (int l = 0; l < 16; l++) {
+                float v = xr[d + l] - mean;
+                acc[l] += v * v;
+            }
+        for (int l = 0; l < 16; l++) ss += acc[l];
+        for (; d < D; d++) ss += (xr[d] - mean) * (xr[d] - mean);
+        float inv = 1.0f / sqrtf(ss / (float)D + at->eps);
+        if (gd && bd)
+            for (d = 0; d < D; d++) yr[d] = (xr[d] - mean) * inv * gd[d] + bd[d];
+        else
+            for (d = 0; d < D; d++) {
+                float v = (xr[d] - mean) * inv;
+                if (gd) v *= gd[d];
+                if (bd) v += bd[d];
+                yr[d] = v;
+            }
+    }
+    return LOOM_OK;
+}
+
+/* x + bias over contiguous rows (else the reference). */
+loom_status loom_add_bias_generic(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[0], *b = a->src[1], *y = a->dst;
+    int last = x->ndim - 1;
+    if (x->stride[last] != 1 || y->stride[last] != 1 || b->stride[0] != 1) return loom_ref_add_bias(a);
+    int64_t N = x->shape[last];
+    const float *bd = b->data;
+    int64_t lo, hi;
+    loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = (const float *)x->data + loom_ref_row_offset(x, last, r);
+        float *yr = (float *)y->data + loom_ref_row_offset(y, last, r);
+        for (int64_t d = 0; d < N; d++) yr[d] = xr[d] + bd[d];
     }
     return LOOM_OK;
 }

@@ -7,6 +7,12 @@
 /* gelu in float (polynomial erf); within 2^-20 of the reference's output scale. */
 loom_status loom_gelu_generic(const loom_kernel_args *a);
 
+/* layer_norm with float sums over 16 lanes (two passes); within the f32
+ * tolerance (2^-11) of the reference. */
+loom_status loom_layer_norm_generic(const loom_kernel_args *a);
+/* add_bias; exact (one float addition, as the reference). */
+loom_status loom_add_bias_generic(const loom_kernel_args *a);
+
 #if defined(__x86_64__)
 /* The same with AVX-512 F/BW/VL + FMA (same polynomial erf, vec.h's exp). */
 loom_status loom_gelu_avx512(const loom_kernel_args *a);
