@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """Tiny random models of the Llama-like families loom runs, and the logits
-transformers computes for them: the fixtures of tests/cli/test_families.sh.
+transformers computes for them: the fixtures of tests/unit/test_families.c,
+committed in tests/fixtures/families/ (CI has no torch).
 
     python3 scripts/make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]
+    python3 scripts/make_family_fixtures.py --llama-cpp-only LLAMA_CPP_DIR FIXTURES OUT_DIR
+
+The first form writes the fixtures (tests/fixtures/families is made with
+OUT_DIR = tests/fixtures/families, without --llama-cpp: the GGUFs are not
+committed); the second converts fixtures made before with llama.cpp's
+converter only, into OUT_DIR/<family>.gguf (test_families runs it when
+LOOM_LLAMA_CPP_DIR is set).
 
 Needs torch, transformers and tokenizers (test-only: not dependencies of
 loom). For each family (llama as the control, qwen2, qwen3) it writes
 OUT_DIR/<family>/ with
 
-  config.json, model.safetensors   a random model of 2 layers, width 64, GQA
-                                   (4 query heads, 2 KV heads), f32 weights,
-                                   RoPE theta not 10000 (so a reader that drops
+  config.json, model.safetensors   a random model of 2 layers, width 32, GQA
+                                   (4 query heads of 8, 2 KV heads), FFN 64,
+                                   weights stored as f16 (drawn in f32, rounded
+                                   to f16, and transformers' logits computed in
+                                   f32 from exactly those values), RoPE theta
+                                   not 10000 (so a reader that drops
                                    rope_parameters.rope_theta fails)
   tokenizer.json, tokenizer_config.json
                                    a byte-level BPE trained here on a few
@@ -24,6 +35,8 @@ OUT_DIR/<family>/ with
   llama-cpp.gguf                   with --llama-cpp: the folder converted by
                                    llama.cpp's own convert_hf_to_gguf.py (f32)
 
+About 90 KB a family.
+
 llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
 test text's tokens and refuses a vocabulary it does not know, as this trained
 one is; it is told the pre-tokenizer the fixture tokenizer has ("gpt-2",
@@ -34,8 +47,8 @@ package is absent.
 
 The weights are drawn larger than the models' own initialisation (which gives
 nearly flat logits at this size): matrices N(0, 1/fan_in), embeddings N(0, 1),
-norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2). Everything is seeded: two
-runs write the same files.
+norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2), each rounded to f16.
+Everything is seeded: two runs write the same files.
 """
 import importlib.machinery
 import json
@@ -86,15 +99,15 @@ def train_tokenizer(qwen, vocab_size=300):
 
 
 def config_for(family, vocab):
-    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
                   tie_word_embeddings=False, eos_token_id=0)
     if family == "llama":
         return LlamaConfig(rope_theta=500000.0, **common), LlamaForCausalLM
     if family == "qwen2":
         return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
-    # Qwen3: an explicit head_dim, 4 x 32 = 128 query dims against a width of 64
-    return Qwen3Config(rope_theta=1000000.0, head_dim=32, **common), Qwen3ForCausalLM
+    # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
+    return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
 
 @torch.no_grad()
@@ -108,6 +121,7 @@ def randomise(model, gen):
             p.copy_(torch.randn(p.shape, generator=gen))
         else:  # [out, in] matrices
             p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+        p.copy_(p.to(torch.float16).to(torch.float32))  # stored as f16: exact in f32
 
 
 @torch.no_grad()
@@ -119,10 +133,10 @@ def make(family, out, tokenizer):
     randomise(model, gen)
     d = os.path.join(out, family)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    tokenizer.save_pretrained(d)
     tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+    model.to(torch.float16).save_pretrained(d, safe_serialization=True)
+    tokenizer.save_pretrained(d)
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
     with open(os.path.join(d, "logits.f32"), "wb") as f:
@@ -158,19 +172,30 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
+FAMILIES = ("llama", "qwen2", "qwen3")
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2"}  # the fixture tokenizers' pre-tokenizers
+
+
 def main():
     args = sys.argv[1:]
+    usage = ("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]\n"
+             "       make_family_fixtures.py --llama-cpp-only LLAMA_CPP_DIR FIXTURES OUT_DIR")
+    if len(args) == 4 and args[0] == "--llama-cpp-only":
+        for family in FAMILIES:
+            llama_cpp_convert(args[1], os.path.join(args[2], family), os.path.join(args[3], family + ".gguf"),
+                              PRE[family])
+        return
     llama_cpp = None
     if len(args) == 3 and args[1] == "--llama-cpp":
         llama_cpp = args[2]
     elif len(args) != 1:
-        sys.exit("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]")
+        sys.exit(usage)
     torch.manual_seed(0)
-    for family in ("llama", "qwen2", "qwen3"):
+    for family in FAMILIES:
         make(family, args[0], train_tokenizer(qwen=family != "llama"))
-    for family in ("llama", "qwen2", "qwen3") if llama_cpp else ():
+    for family in FAMILIES if llama_cpp else ():
         d = os.path.join(args[0], family)
-        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), "gpt-2" if family == "llama" else "qwen2")
+        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), PRE[family])
 
 
 if __name__ == "__main__":

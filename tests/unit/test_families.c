@@ -16,13 +16,18 @@
  * Hugging Face tokenizer gives (text_ids.txt): GPT-2's pre-tokenizer for
  * llama, Qwen2's regex for qwen2/qwen3.
  *
- * The fixtures: LOOM_FAMILY_FIXTURES=DIR (made beforehand by the script), else
- * the script run now into a temporary folder by the first Python that has
- * torch and transformers: $LOOM_HF_PYTHON, the repository's .venv, python3.
- * Neither is a dependency of loom: without them the test skips, visibly.
- * With LOOM_LLAMA_CPP_DIR (a llama.cpp source tree) the script also converts
- * each folder with llama.cpp's own convert_hf_to_gguf.py, and that GGUF is
- * checked the same way: real llama.cpp metadata and tensor layouts. */
+ * The fixtures: tests/fixtures/families (committed, made by the script, so
+ * that CI compares against transformers without torch); LOOM_FAMILY_FIXTURES=DIR
+ * uses fixtures made elsewhere, and LOOM_FAMILY_FIXTURES=regenerate (or the
+ * argument --regenerate) runs the script now into a temporary folder with the
+ * first Python that has torch and transformers: $LOOM_HF_PYTHON, the
+ * repository's .venv, python3 (neither is a dependency of loom: without them a
+ * regeneration skips, visibly).
+ * llama.cpp's GGUF: a fixture folder's llama-cpp.gguf if it has one, else with
+ * LOOM_LLAMA_CPP_DIR (a llama.cpp source tree) and such a Python, each folder
+ * converted now by llama.cpp's own convert_hf_to_gguf.py; it is checked the
+ * same way: real llama.cpp metadata and tensor layouts. Without them that part
+ * is skipped, and says so ("skip: llama.cpp GGUF"). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,7 +216,18 @@ static void check_tokenizer(const fixture *f, const char *path, const char *what
     free(text);
 }
 
-static void check_family(const char *root, const char *family, const char *tmp) {
+/* llama.cpp's GGUF of the family: the fixture's llama-cpp.gguf, else lc_dir/<family>.gguf
+ * (converted by the test), else none. */
+static int llama_cpp_gguf(const fixture *f, const char *family, const char *lc_dir, char *out, size_t n) {
+    snprintf(out, n, "%s/llama-cpp.gguf", f->dir);
+    if (access(out, R_OK) == 0) return 1;
+    if (!lc_dir) return 0;
+    snprintf(out, n, "%s/%s.gguf", lc_dir, family);
+    return access(out, R_OK) == 0;
+}
+
+static void check_family(const char *root, const char *family, const char *tmp, const char *lc_dir,
+                         const char *lc_why) {
     fixture f;
     CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
               family);
@@ -225,10 +241,9 @@ static void check_family(const char *root, const char *family, const char *tmp) 
     CHECK_MSG(loom_convert(f.dir, gguf, &cp) == LOOM_OK, "%s: convert: %s", family, loom_last_error());
     static const char *mode_names[] = {"step_by_step", "fused", "fused_with_checkpoints"};
     char lc[800];
-    snprintf(lc, sizeof lc, "%s/llama-cpp.gguf", f.dir);
     const char *paths[3] = {f.dir, gguf, lc}, *kinds[3] = {"safetensors", "gguf", "llama.cpp gguf"};
-    int n_paths = access(lc, R_OK) == 0 ? 3 : 2;
-    if (n_paths == 2) fprintf(stderr, "  %s: no llama-cpp.gguf (LOOM_LLAMA_CPP_DIR unset): not checked\n", family);
+    int n_paths = llama_cpp_gguf(&f, family, lc_dir, lc, sizeof lc) ? 3 : 2;
+    if (n_paths == 2) fprintf(stderr, "  %s: skip: llama.cpp GGUF (%s)\n", family, lc_why);
     char what[160];
     for (int p = 0; p < n_paths; p++) {
         snprintf(what, sizeof what, "%s %s", family, kinds[p]);
@@ -247,41 +262,67 @@ static void check_family(const char *root, const char *family, const char *tmp) 
     free(f.ref);
 }
 
-int main(void) {
-    const char *root = getenv("LOOM_FAMILY_FIXTURES");
+/* Runs scripts/make_family_fixtures.py ARGS with Python py, its output into tmp/make.log. */
+static int run_script(const char *py, const char *args, const char *tmp) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/make_family_fixtures.py' %s >'%s/make.log' 2>&1", py,
+             LOOM_SOURCE_DIR, args, tmp);
+    fprintf(stderr, "fixtures: %s scripts/make_family_fixtures.py %s\n", py, args);
+    if (system(cmd) == 0) return 0;
+    snprintf(cmd, sizeof cmd, "cat '%s/make.log' >&2", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
+    return -1;
+}
+
+static void remove_dir(const char *tmp) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+}
+
+int main(int argc, char **argv) {
+    const char *env = getenv("LOOM_FAMILY_FIXTURES");
+    int regenerate = (argc > 1 && strcmp(argv[1], "--regenerate") == 0) || (env && strcmp(env, "regenerate") == 0);
     char tmp[] = "/tmp/loom_families_XXXXXX";
     if (!mkdtemp(tmp)) {
         fprintf(stderr, "cannot make a temporary folder\n");
         return 1;
     }
-    char cmd[2048];
-    if (!root || !*root) {
-        const char *py = find_python();
+    char fixtures[600], args[1600];
+    snprintf(fixtures, sizeof fixtures, "%s", env && *env && !regenerate ? env : LOOM_SOURCE_DIR "/tests/fixtures/families");
+    const char *lc = getenv("LOOM_LLAMA_CPP_DIR");
+    const char *py = regenerate || (lc && *lc) ? find_python() : NULL;
+    if (regenerate) {
         if (!py) {
             fprintf(stderr, "SKIP: no Python with torch and transformers for scripts/make_family_fixtures.py "
-                            "(set LOOM_HF_PYTHON, or LOOM_FAMILY_FIXTURES to fixtures made elsewhere)\n");
-            rmdir(tmp);
+                            "(set LOOM_HF_PYTHON, or run without --regenerate: the committed fixtures)\n");
+            remove_dir(tmp);
             return 77;
         }
-        const char *lc = getenv("LOOM_LLAMA_CPP_DIR");
-        char lc_arg[700] = "";
-        if (lc && *lc) snprintf(lc_arg, sizeof lc_arg, " --llama-cpp '%s'", lc);
-        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/make_family_fixtures.py' '%s/fixtures'%s >'%s/make.log' 2>&1",
-                 py, LOOM_SOURCE_DIR, tmp, lc_arg, tmp);
-        fprintf(stderr, "fixtures: %s scripts/make_family_fixtures.py\n", py);
-        if (system(cmd) != 0) {
-            snprintf(cmd, sizeof cmd, "cat '%s/make.log' >&2; rm -rf '%s'", tmp, tmp);
-            (void)system(cmd);
+        snprintf(fixtures, sizeof fixtures, "%s/fixtures", tmp);
+        snprintf(args, sizeof args, "'%s'", fixtures);
+        if (run_script(py, args, tmp) != 0) {
             fprintf(stderr, "FAIL: scripts/make_family_fixtures.py failed\n");
+            remove_dir(tmp);
             return 1;
         }
     }
-    char fixtures[600];
-    snprintf(fixtures, sizeof fixtures, "%s/fixtures", tmp);
-    if (root && *root) snprintf(fixtures, sizeof fixtures, "%s", root);
+    /* llama.cpp's converter over the fixtures, when there is one to run */
+    char lc_dir[600];
+    const char *lc_why = "LOOM_LLAMA_CPP_DIR unset";
+    snprintf(lc_dir, sizeof lc_dir, "%s/llama-cpp", tmp);
+    int have_lc = 0;
+    if (lc && *lc && !py) lc_why = "no Python with torch and transformers to run its converter";
+    if (lc && *lc && py) {
+        snprintf(args, sizeof args, "--llama-cpp-only '%s' '%s' '%s'", lc, fixtures, lc_dir);
+        have_lc = mkdir(lc_dir, 0700) == 0 && run_script(py, args, tmp) == 0;
+        CHECK_MSG(have_lc, "llama.cpp's convert_hf_to_gguf.py failed on %s", fixtures);
+        lc_why = "its conversion failed";
+    }
+    fprintf(stderr, "fixtures: %s\n", fixtures);
     static const char *families[] = {"llama", "qwen2", "qwen3"};
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(fixtures, families[i], tmp);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
+    remove_dir(tmp);
     return TEST_SUMMARY();
 }
