@@ -39,6 +39,8 @@ typedef struct loom_llama_config {
     int   shared_classifier;  /* output projection is the token embedding */
     int   qkv_bias;     /* Q, K and V projections add a bias (Qwen2) */
     int   qk_norm;      /* RMSNorm (eps rms_eps) of each Q and K head before RoPE (Qwen3) */
+    int   sliding_window; /* > 0: every layer's queries see their last sliding_window keys,
+                             themselves included (Mistral); 0: all earlier keys */
 } loom_llama_config;
 
 typedef struct loom_llama_layer {

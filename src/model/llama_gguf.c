@@ -8,7 +8,9 @@
  * attention.key_length / value_length (default width / heads; equal),
  * attention.layer_norm_rms_epsilon, rope.freq_base (default 10000),
  * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
- * linear), vocab_size (default: rows of token_embd).
+ * linear), attention.sliding_window (default 0: none; the same window in every
+ * layer, so a per-layer attention.sliding_window_pattern is refused), vocab_size
+ * (default: rows of token_embd).
  *
  * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
@@ -121,6 +123,17 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
         LOOM_TRY(get_float(g, c, "rope.scaling.factor", -1.0f, &f));
         c->rope_freq_scale = 1.0f / f;
     }
+    /* a sliding window (Mistral as loom convert writes it; 0 is llama.cpp's "none") */
+    int window;
+    LOOM_TRY(meta_key(g, c, "attention.sliding_window", 0, key, &window));
+    int64_t w = 0;
+    if (window) LOOM_TRY(loom_gguf_get_i64(g, key, &w));
+    LOOM_RETURN_IF(w < 0 || w > MAX_DIM, LOOM_ERR_FORMAT, "%s: impossible %s = %lld (expected 0..%d)", path, key,
+                   (long long)w, MAX_DIM);
+    c->sliding_window = (int)w;
+    LOOM_TRY(meta_key(g, c, "attention.sliding_window_pattern", 0, key, &window));
+    LOOM_RETURN_IF(window, LOOM_ERR_UNSUPPORTED,
+                   "%s: %s (sliding-window attention in some layers only) is not supported", path, key);
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
                    "%s: tensor rope_freqs.weight (Llama 3.1 frequency factors) is not supported", path);
     /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's keep HF's halves */

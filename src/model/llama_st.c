@@ -80,8 +80,8 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     const loom_hf_config h = *hc;
     loom_llama_family fam = family_of(&h);
     LOOM_RETURN_IF(fam == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
-                   "(model_type '%s'); the models that load from safetensors are Llama, Mistral (without "
-                   "its sliding window), Qwen2/2.5 and Qwen3", cfg_path,
+                   "(model_type '%s'); the models that load from safetensors are Llama, Mistral, "
+                   "Qwen2/2.5 and Qwen3", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
     /* Llama's and Qwen3's attention_bias adds a bias to the output projection too */
     LOOM_RETURN_IF(h.attention_bias && fam != LOOM_FAMILY_QWEN2, LOOM_ERR_UNSUPPORTED,
@@ -102,10 +102,10 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     c->n_kv_heads = h.num_key_value_heads;
     c->vocab_size = h.vocab_size;
     c->seq_len = h.max_position_embeddings;
-    /* Mistral's sliding window is not implemented; within one window full
-     * attention is the same, so the context stops there */
-    if (strcmp(h.model_type, "mistral") == 0 && h.sliding_window > 0 && h.sliding_window < c->seq_len)
-        c->seq_len = h.sliding_window;
+    /* Mistral's sliding window (Qwen2/3 configs carry one too, used only under
+     * use_sliding_window, refused above) */
+    if (strcmp(h.model_type, "mistral") == 0 || strcmp(h.architecture, "MistralForCausalLM") == 0)
+        c->sliding_window = h.sliding_window;
     c->head_dim = h.head_dim;
     c->rope_theta = h.rope_theta;
     c->rms_eps = h.rms_norm_eps;
