@@ -13,8 +13,8 @@ converter only, into OUT_DIR/<family>.gguf (test_families runs it when
 LOOM_LLAMA_CPP_DIR is set).
 
 Needs torch, transformers and tokenizers (test-only: not dependencies of
-loom). For each family (llama as the control, qwen2, qwen3) it writes
-OUT_DIR/<family>/ with
+loom). For each family (llama as the control, qwen2, qwen3, mistral) it
+writes OUT_DIR/<family>/ with
 
   config.json, model.safetensors   a random model of 2 layers, width 32, GQA
                                    (4 query heads of 8, 2 KV heads), FFN 64,
@@ -32,6 +32,13 @@ OUT_DIR/<family>/ with
   tokens.txt                       the test sequence: token ids, one line
   logits.f32                       transformers' logits after the last token
                                    (vocab_size little-endian f32)
+  logits_full.f32                  mistral: the same without its sliding
+                                   window (8 keys, a third of the sequence),
+                                   which must differ (else the fixture could
+                                   not catch a window ignored); llama.cpp's
+                                   converter writes no window for Mistral and
+                                   llama.cpp runs it with full attention, so
+                                   its GGUF is checked against these
   llama-cpp.gguf                   with --llama-cpp: the folder converted by
                                    llama.cpp's own convert_hf_to_gguf.py (f32)
 
@@ -59,8 +66,8 @@ import types
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -73,6 +80,7 @@ TEXT = [
     "1234567890 + 987654321 = 1111111111",
 ]
 N_TOKENS = 24
+WINDOW = 8  # Mistral's sliding window: the last 16 positions see only part of the sequence
 # Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
             r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -106,6 +114,8 @@ def config_for(family, vocab):
         return LlamaConfig(rope_theta=500000.0, **common), LlamaForCausalLM
     if family == "qwen2":
         return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
+    if family == "mistral":
+        return MistralConfig(rope_theta=1000000.0, sliding_window=WINDOW, **common), MistralForCausalLM
     # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
     return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
@@ -124,9 +134,14 @@ def randomise(model, gen):
         p.copy_(p.to(torch.float16).to(torch.float32))  # stored as f16: exact in f32
 
 
+def write_f32(path, t):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%df" % t.numel(), *t.tolist()))
+
+
 @torch.no_grad()
 def make(family, out, tokenizer):
-    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3}[family])
+    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4}[family])
     cfg, cls = config_for(family, len(tokenizer))
     cfg._attn_implementation = "eager"
     model = cls(cfg).eval()
@@ -135,12 +150,20 @@ def make(family, out, tokenizer):
     os.makedirs(d, exist_ok=True)
     tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+    if getattr(cfg, "sliding_window", None):  # the same model with full attention (read per call)
+        model.config.sliding_window = None
+        full = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+        model.config.sliding_window = WINDOW
+        diff = float((full - logits).abs().max() / logits.abs().max())
+        if diff < 1e-2:
+            sys.exit("%s: the window changes the logits by %.3g only: the fixture would not test it" % (family, diff))
+        print("%s: sliding window %d: logits %.3g (relative) from full attention's" % (family, WINDOW, diff))
+        write_f32(os.path.join(d, "logits_full.f32"), full)
     model.to(torch.float16).save_pretrained(d, safe_serialization=True)
     tokenizer.save_pretrained(d)
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
-    with open(os.path.join(d, "logits.f32"), "wb") as f:
-        f.write(struct.pack("<%df" % logits.numel(), *logits.tolist()))
+    write_f32(os.path.join(d, "logits.f32"), logits)
     with open(os.path.join(d, "text.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(TEST_TEXT)
     with open(os.path.join(d, "text_ids.txt"), "w") as f:
@@ -172,8 +195,9 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
-FAMILIES = ("llama", "qwen2", "qwen3")
-PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2"}  # the fixture tokenizers' pre-tokenizers
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+QWEN_TOKENIZER = ("qwen2", "qwen3")
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2"}  # the tokenizers' pre-tokenizers
 
 
 def main():
@@ -192,7 +216,7 @@ def main():
         sys.exit(usage)
     torch.manual_seed(0)
     for family in FAMILIES:
-        make(family, args[0], train_tokenizer(qwen=family != "llama"))
+        make(family, args[0], train_tokenizer(qwen=family in QWEN_TOKENIZER))
     for family in FAMILIES if llama_cpp else ():
         d = os.path.join(args[0], family)
         llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), PRE[family])

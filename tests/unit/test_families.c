@@ -1,5 +1,6 @@
 /* The Llama-like families (Qwen2: Q/K/V biases; Qwen3: per-head Q/K norms and
- * an explicit head_dim; Llama as the control) against transformers.
+ * an explicit head_dim; Mistral: a sliding window of 8 keys over 24 tokens;
+ * Llama as the control) against transformers.
  *
  * scripts/make_family_fixtures.py writes a tiny random model of each family
  * (a Hugging Face folder, RoPE theta given in rope_parameters) with the
@@ -9,7 +10,8 @@
  * must agree to 1e-4 relative (max |loom - ref| / max |ref|) when computed
  *   - by one prefill of the whole sequence (loom_model_forward),
  *   - by a prefill of all but the last 3 tokens, then 3 decode steps,
- *   - by the batch engine (paged KV cache, the graph `loom run` uses),
+ *   - by the batch engine (paged KV cache, the graph `loom run` uses), the
+ *     prompt in one step and in chunks of 7 over KV blocks of 4,
  * with an f32 KV cache; with f16, bf16 and i8 caches (fused, the prefill)
  * within 2e-3, 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
  * the GGUF's metadata) must encode the fixture's text.txt to the ids the
@@ -48,7 +50,8 @@ typedef struct fixture {
     char dir[700];
     int32_t tokens[MAX_TOK];
     int n;
-    float *ref; /* [vocab] */
+    float *ref;      /* [vocab] */
+    float *ref_full; /* [vocab], a model with a sliding window: its logits with full attention; or NULL */
     int vocab;
 } fixture;
 
@@ -87,6 +90,12 @@ static int read_fixture(const char *root, const char *family, fixture *f) {
     f->ref = malloc(sizeof(float) * (size_t)(f->vocab ? f->vocab : 1));
     int ok = f->ref && fread(f->ref, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
     fclose(l);
+    snprintf(path, sizeof path, "%s/logits_full.f32", f->dir);
+    if (ok && (l = fopen(path, "rb")) != NULL) {
+        f->ref_full = malloc(sizeof(float) * (size_t)f->vocab);
+        ok = f->ref_full && fread(f->ref_full, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
+        fclose(l);
+    }
     return ok && f->n > N_DECODE + 1 && f->vocab > 0 ? 0 : -1;
 }
 
@@ -101,15 +110,18 @@ static double rel_err(const float *got, const float *ref, int n) {
     return m > 0 ? d / m : d;
 }
 
-/* The last-position logits by the batch engine: the sequence as a prompt,
- * one token generated; the logits it was sampled from. */
-static loom_status engine_logits(loom_model *m, const fixture *f, float *out) {
+/* The last-position logits by the batch engine: the sequence as a prompt
+ * (in chunks of n_batch rows over blocks of block_size positions; 0: the
+ * defaults), one token generated; the logits it was sampled from. */
+static loom_status engine_logits(loom_model *m, const fixture *f, int n_batch, int block_size, float *out) {
     loom_tokenizer *tok;
     loom_status ts = loom_tokenizer_from_model(m, &tok);
     if (ts != LOOM_OK) return ts;
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 1;
     ep.seq_len = 64;
+    ep.n_batch = n_batch;
+    ep.block_size = block_size;
     loom_engine *e = NULL;
     loom_status s = loom_engine_create(m, tok, &ep, &e);
     loom_request_params rp = loom_request_default_params();
@@ -165,11 +177,17 @@ static void check_model(const fixture *f, const char *path, const char *what, lo
         e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
         CHECK_MSG(e <= tol, "%s, prefill + %d decode steps: relative error %.3g > %g", what, N_DECODE, e, tol);
         fprintf(stderr, "  decode %.2e", e);
-        s = engine_logits(m, f, got);
+        s = engine_logits(m, f, 0, 0, got);
         CHECK_MSG(s == LOOM_OK, "%s: engine: %s", what, loom_last_error());
         e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
         CHECK_MSG(e <= tol, "%s, batch engine: relative error %.3g > %g", what, e, tol);
         fprintf(stderr, "  engine %.2e", e);
+        /* chunked prefill: chunks of 7 over blocks of 4, each chunk attending to the cached blocks */
+        s = engine_logits(m, f, 7, 4, got);
+        CHECK_MSG(s == LOOM_OK, "%s: engine, chunks of 7: %s", what, loom_last_error());
+        e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
+        CHECK_MSG(e <= tol, "%s, batch engine, chunks of 7: relative error %.3g > %g", what, e, tol);
+        fprintf(stderr, "  chunked %.2e", e);
     }
     fputc('\n', stderr);
     free(got);
@@ -232,7 +250,7 @@ static void check_family(const char *root, const char *family, const char *tmp, 
     CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
               family);
     if (!f.ref || f.vocab == 0) {
-        free(f.ref);
+        free(f.ref), free(f.ref_full);
         return;
     }
     char gguf[700];
@@ -248,18 +266,25 @@ static void check_family(const char *root, const char *family, const char *tmp, 
     for (int p = 0; p < n_paths; p++) {
         snprintf(what, sizeof what, "%s %s", family, kinds[p]);
         check_tokenizer(&f, paths[p], what);
+        /* llama.cpp's converter writes no sliding window for Mistral (llama.cpp runs it with
+         * full attention): its GGUF must give the full-attention logits */
+        fixture fp = f;
+        if (p == 2 && f.ref_full) {
+            fp.ref = f.ref_full;
+            fprintf(stderr, "  %s: llama.cpp's GGUF has no sliding window: against full attention\n", family);
+        }
         for (int mode = 0; mode < LOOM_MODE_COUNT; mode++) {
             snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
-            check_model(&f, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
+            check_model(&fp, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
         }
         snprintf(what, sizeof what, "%s %s fused, f16 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
         snprintf(what, sizeof what, "%s %s fused, bf16 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
         snprintf(what, sizeof what, "%s %s fused, i8 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
     }
-    free(f.ref);
+    free(f.ref), free(f.ref_full);
 }
 
 /* Runs scripts/make_family_fixtures.py ARGS with Python py, its output into tmp/make.log. */
@@ -320,7 +345,7 @@ int main(int argc, char **argv) {
         lc_why = "its conversion failed";
     }
     fprintf(stderr, "fixtures: %s\n", fixtures);
-    static const char *families[] = {"llama", "qwen2", "qwen3"};
+    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
     remove_dir(tmp);
