@@ -291,6 +291,8 @@ int main(void) {
         {{.drop_key = "llama.attention.layer_norm_rms_epsilon"}, LOOM_ERR_FORMAT, "layer_norm_rms_epsilon"},
         {{.rope_scaling = "yarn"}, LOOM_ERR_UNSUPPORTED, "yarn"},
         {{.window = 4, .window_pattern = 1}, LOOM_ERR_UNSUPPORTED, "llama.attention.sliding_window_pattern"},
+        /* phi3: the merged Q/K/V matrix, not three */
+        {{.arch = "phi3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_qkv.weight'"},
         /* the Qwen architectures: their keys' prefix, and the tensors they add */
         {{.arch = "qwen2"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q.bias'"},
         {{.arch = "qwen3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},
