@@ -13,8 +13,8 @@ converter only, into OUT_DIR/<family>.gguf (test_families runs it when
 LOOM_LLAMA_CPP_DIR is set).
 
 Needs torch, transformers and tokenizers (test-only: not dependencies of
-loom). For each family (llama as the control, qwen2, qwen3, mistral) it
-writes OUT_DIR/<family>/ with
+loom). For each family (llama as the control, qwen2, qwen3, mistral, phi3)
+it writes OUT_DIR/<family>/ with
 
   config.json, model.safetensors   a random model of 2 layers, width 32, GQA
                                    (4 query heads of 8, 2 KV heads), FFN 64,
@@ -66,8 +66,9 @@ import types
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -81,6 +82,7 @@ TEXT = [
 ]
 N_TOKENS = 24
 WINDOW = 8  # Mistral's sliding window: the last 16 positions see only part of the sequence
+PHI3_WINDOW = 12
 # Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
             r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -116,6 +118,9 @@ def config_for(family, vocab):
         return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
     if family == "mistral":
         return MistralConfig(rope_theta=1000000.0, sliding_window=WINDOW, **common), MistralForCausalLM
+    if family == "phi3":  # merged qkv_proj and gate_up_proj; Phi-3-mini has a window too (2047 of 4096)
+        common.update(pad_token_id=None, bos_token_id=None)
+        return Phi3Config(rope_theta=250000.0, sliding_window=PHI3_WINDOW, **common), Phi3ForCausalLM
     # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
     return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
@@ -141,7 +146,7 @@ def write_f32(path, t):
 
 @torch.no_grad()
 def make(family, out, tokenizer):
-    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4}[family])
+    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5}[family])
     cfg, cls = config_for(family, len(tokenizer))
     cfg._attn_implementation = "eager"
     model = cls(cfg).eval()
@@ -150,17 +155,26 @@ def make(family, out, tokenizer):
     os.makedirs(d, exist_ok=True)
     tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
-    if getattr(cfg, "sliding_window", None):  # the same model with full attention (read per call)
+    window = getattr(cfg, "sliding_window", None)
+    if window:  # the same model with full attention (the config is read per call)
         model.config.sliding_window = None
         full = model(tokens[None, :]).logits[0, -1].to(torch.float32)
-        model.config.sliding_window = WINDOW
+        model.config.sliding_window = window
         diff = float((full - logits).abs().max() / logits.abs().max())
         if diff < 1e-2:
             sys.exit("%s: the window changes the logits by %.3g only: the fixture would not test it" % (family, diff))
-        print("%s: sliding window %d: logits %.3g (relative) from full attention's" % (family, WINDOW, diff))
-        write_f32(os.path.join(d, "logits_full.f32"), full)
+        print("%s: sliding window %d: logits %.3g (relative) from full attention's" % (family, window, diff))
+        if family == "mistral":  # llama.cpp's GGUF of it has no window (phi3's has)
+            write_f32(os.path.join(d, "logits_full.f32"), full)
     model.to(torch.float16).save_pretrained(d, safe_serialization=True)
     tokenizer.save_pretrained(d)
+    if family == "phi3":  # llama.cpp's phi3 converter reads a byte-level BPE only under this class (Phi-4's)
+        path = os.path.join(d, "tokenizer_config.json")
+        with open(path) as f:
+            tc = json.load(f)
+        tc["tokenizer_class"] = "GPT2Tokenizer"
+        with open(path, "w") as f:
+            json.dump(tc, f, indent=2)
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
     write_f32(os.path.join(d, "logits.f32"), logits)
@@ -195,9 +209,9 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")
 QWEN_TOKENIZER = ("qwen2", "qwen3")
-PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2"}  # the tokenizers' pre-tokenizers
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2"}  # the tokenizers' pre-tokenizers
 
 
 def main():

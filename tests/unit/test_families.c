@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
         lc_why = "its conversion failed";
     }
     fprintf(stderr, "fixtures: %s\n", fixtures);
-    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral"};
+    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3"};
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
     remove_dir(tmp);
