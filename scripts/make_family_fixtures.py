@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """Tiny random models of the Llama-like families loom runs, and the logits
-transformers computes for them: the fixtures of tests/cli/test_families.sh.
+transformers computes for them: the fixtures of tests/unit/test_families.c,
+committed in tests/fixtures/families/ (CI has no torch).
 
     python3 scripts/make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]
+    python3 scripts/make_family_fixtures.py --llama-cpp-only LLAMA_CPP_DIR FIXTURES OUT_DIR
+
+The first form writes the fixtures (tests/fixtures/families is made with
+OUT_DIR = tests/fixtures/families, without --llama-cpp: the GGUFs are not
+committed); the second converts fixtures made before with llama.cpp's
+converter only, into OUT_DIR/<family>.gguf (test_families runs it when
+LOOM_LLAMA_CPP_DIR is set).
 
 Needs torch, transformers and tokenizers (test-only: not dependencies of
-loom). For each family (llama as the control, qwen2, qwen3) it writes
-OUT_DIR/<family>/ with
+loom). For each family (llama as the control, qwen2, qwen3, mistral, phi3)
+it writes OUT_DIR/<family>/ with
 
-  config.json, model.safetensors   a random model of 2 layers, width 64, GQA
-                                   (4 query heads, 2 KV heads), f32 weights,
-                                   RoPE theta not 10000 (so a reader that drops
+  config.json, model.safetensors   a random model of 2 layers, width 32, GQA
+                                   (4 query heads of 8, 2 KV heads), FFN 64,
+                                   weights stored as f16 (drawn in f32, rounded
+                                   to f16, and transformers' logits computed in
+                                   f32 from exactly those values), RoPE theta
+                                   not 10000 (so a reader that drops
                                    rope_parameters.rope_theta fails)
   tokenizer.json, tokenizer_config.json
                                    a byte-level BPE trained here on a few
@@ -21,8 +32,17 @@ OUT_DIR/<family>/ with
   tokens.txt                       the test sequence: token ids, one line
   logits.f32                       transformers' logits after the last token
                                    (vocab_size little-endian f32)
+  logits_full.f32                  mistral: the same without its sliding
+                                   window (8 keys, a third of the sequence),
+                                   which must differ (else the fixture could
+                                   not catch a window ignored); llama.cpp's
+                                   converter writes no window for Mistral and
+                                   llama.cpp runs it with full attention, so
+                                   its GGUF is checked against these
   llama-cpp.gguf                   with --llama-cpp: the folder converted by
                                    llama.cpp's own convert_hf_to_gguf.py (f32)
+
+About 90 KB a family.
 
 llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
 test text's tokens and refuses a vocabulary it does not know, as this trained
@@ -34,8 +54,8 @@ package is absent.
 
 The weights are drawn larger than the models' own initialisation (which gives
 nearly flat logits at this size): matrices N(0, 1/fan_in), embeddings N(0, 1),
-norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2). Everything is seeded: two
-runs write the same files.
+norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2), each rounded to f16.
+Everything is seeded: two runs write the same files.
 """
 import importlib.machinery
 import json
@@ -46,8 +66,9 @@ import types
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -60,6 +81,8 @@ TEXT = [
     "1234567890 + 987654321 = 1111111111",
 ]
 N_TOKENS = 24
+WINDOW = 8  # Mistral's sliding window: the last 16 positions see only part of the sequence
+PHI3_WINDOW = 12
 # Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
             r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -86,15 +109,20 @@ def train_tokenizer(qwen, vocab_size=300):
 
 
 def config_for(family, vocab):
-    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
                   tie_word_embeddings=False, eos_token_id=0)
     if family == "llama":
         return LlamaConfig(rope_theta=500000.0, **common), LlamaForCausalLM
     if family == "qwen2":
         return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
-    # Qwen3: an explicit head_dim, 4 x 32 = 128 query dims against a width of 64
-    return Qwen3Config(rope_theta=1000000.0, head_dim=32, **common), Qwen3ForCausalLM
+    if family == "mistral":
+        return MistralConfig(rope_theta=1000000.0, sliding_window=WINDOW, **common), MistralForCausalLM
+    if family == "phi3":  # merged qkv_proj and gate_up_proj; Phi-3-mini has a window too (2047 of 4096)
+        common.update(pad_token_id=None, bos_token_id=None)
+        return Phi3Config(rope_theta=250000.0, sliding_window=PHI3_WINDOW, **common), Phi3ForCausalLM
+    # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
+    return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
 
 @torch.no_grad()
@@ -108,25 +136,48 @@ def randomise(model, gen):
             p.copy_(torch.randn(p.shape, generator=gen))
         else:  # [out, in] matrices
             p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+        p.copy_(p.to(torch.float16).to(torch.float32))  # stored as f16: exact in f32
+
+
+def write_f32(path, t):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%df" % t.numel(), *t.tolist()))
 
 
 @torch.no_grad()
 def make(family, out, tokenizer):
-    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3}[family])
+    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5}[family])
     cfg, cls = config_for(family, len(tokenizer))
     cfg._attn_implementation = "eager"
     model = cls(cfg).eval()
     randomise(model, gen)
     d = os.path.join(out, family)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    tokenizer.save_pretrained(d)
     tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+    window = getattr(cfg, "sliding_window", None)
+    if window:  # the same model with full attention (the config is read per call)
+        model.config.sliding_window = None
+        full = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+        model.config.sliding_window = window
+        diff = float((full - logits).abs().max() / logits.abs().max())
+        if diff < 1e-2:
+            sys.exit("%s: the window changes the logits by %.3g only: the fixture would not test it" % (family, diff))
+        print("%s: sliding window %d: logits %.3g (relative) from full attention's" % (family, window, diff))
+        if family == "mistral":  # llama.cpp's GGUF of it has no window (phi3's has)
+            write_f32(os.path.join(d, "logits_full.f32"), full)
+    model.to(torch.float16).save_pretrained(d, safe_serialization=True)
+    tokenizer.save_pretrained(d)
+    if family == "phi3":  # llama.cpp's phi3 converter reads a byte-level BPE only under this class (Phi-4's)
+        path = os.path.join(d, "tokenizer_config.json")
+        with open(path) as f:
+            tc = json.load(f)
+        tc["tokenizer_class"] = "GPT2Tokenizer"
+        with open(path, "w") as f:
+            json.dump(tc, f, indent=2)
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
-    with open(os.path.join(d, "logits.f32"), "wb") as f:
-        f.write(struct.pack("<%df" % logits.numel(), *logits.tolist()))
+    write_f32(os.path.join(d, "logits.f32"), logits)
     with open(os.path.join(d, "text.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(TEST_TEXT)
     with open(os.path.join(d, "text_ids.txt"), "w") as f:
@@ -158,19 +209,31 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")
+QWEN_TOKENIZER = ("qwen2", "qwen3")
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2"}  # the tokenizers' pre-tokenizers
+
+
 def main():
     args = sys.argv[1:]
+    usage = ("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]\n"
+             "       make_family_fixtures.py --llama-cpp-only LLAMA_CPP_DIR FIXTURES OUT_DIR")
+    if len(args) == 4 and args[0] == "--llama-cpp-only":
+        for family in FAMILIES:
+            llama_cpp_convert(args[1], os.path.join(args[2], family), os.path.join(args[3], family + ".gguf"),
+                              PRE[family])
+        return
     llama_cpp = None
     if len(args) == 3 and args[1] == "--llama-cpp":
         llama_cpp = args[2]
     elif len(args) != 1:
-        sys.exit("usage: make_family_fixtures.py OUT_DIR [--llama-cpp LLAMA_CPP_DIR]")
+        sys.exit(usage)
     torch.manual_seed(0)
-    for family in ("llama", "qwen2", "qwen3"):
-        make(family, args[0], train_tokenizer(qwen=family != "llama"))
-    for family in ("llama", "qwen2", "qwen3") if llama_cpp else ():
+    for family in FAMILIES:
+        make(family, args[0], train_tokenizer(qwen=family in QWEN_TOKENIZER))
+    for family in FAMILIES if llama_cpp else ():
         d = os.path.join(args[0], family)
-        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), "gpt-2" if family == "llama" else "qwen2")
+        llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), PRE[family])
 
 
 if __name__ == "__main__":

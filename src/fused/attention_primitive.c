@@ -10,7 +10,8 @@
  *
  * Mapping: q/k/v [B, S, H, D] are BSND; causal with q_pos_offset p makes key
  * j visible to query i when j <= p + i, which is sparse_mode 0's band with
- * next_tokens = p; an f32 mask [Sq, Skv] is the additive atten_mask. */
+ * next_tokens = p (and a sliding window its pre_tokens); an f32 mask
+ * [Sq, Skv] is the additive atten_mask. */
 #include "fused/flash_attention_internal.h"
 #include "fused/fused_internal.h"
 
@@ -30,6 +31,9 @@ static loom_flash_attention_params prim_params(const void *attrs) {
     p.sparse_mode = LOOM_SPARSE_DEFAULT;
     p.pre_tokens = LOOM_ATTN_TOKENS_ALL;
     p.next_tokens = a->causal ? (int64_t)a->q_pos_offset : LOOM_ATTN_TOKENS_ALL;
+    /* a window: key j visible to query i from p + i - (window - 1) on, i.e.
+     * i - pre_tokens with pre_tokens = window - 1 - p (negative past the first window) */
+    if (a->causal && a->window > 0) p.pre_tokens = (int64_t)a->window - 1 - a->q_pos_offset;
     return p;
 }
 

@@ -5,7 +5,9 @@
  * row each and run through the split-KV decode kernel as one batch (phases 0
  * and 1: split, merge); the others are prompt chunks and run through the
  * FlashAttention prefill kernel in layout TND over the same paged cache
- * (phase 2), causal with the mask aligned to each sequence's last key. Both
+ * (phase 2), causal with the mask aligned to each sequence's last key (with a
+ * sliding window, attrs.window, the band of that many keys ending there:
+ * sparse_mode 4 in both kernels, which then read only the window). Both
  * are the fused attention ops of flash_attention_op.c on views of the node's
  * tensors: nothing is copied.
  *
@@ -95,39 +97,57 @@ static void pa_setup(const loom_kernel_args *a, int64_t r0, int64_t n, int64_t s
     if (a->batch && a->batch->block_table) loom_tensor_view_rows(a->batch->block_table, s0, ns, &v->bt);
 }
 
+/* The decode op's tensors and parameters of rows v (one per sequence, KV lengths kv_len). */
+static void pa_decode_args(const loom_kernel_args *a, const pa_views *v, const int64_t *kv_len,
+                           loom_incre_flash_attention_tensors *t, loom_incre_flash_attention_params *p) {
+    const loom_paged_attention_attrs *at = a->attrs;
+    *p = loom_incre_flash_attention_default_params();
+    p->scale_value = at->scale;
+    p->kv_chunk = at->kv_chunk;
+    p->inner_precise = at->inner_precise;
+    p->actual_seq_lengths = kv_len;
+    if (at->window > 0) p->sparse_mode = LOOM_SPARSE_BAND, p->pre_tokens = at->window - 1, p->next_tokens = 0;
+    *t = (loom_incre_flash_attention_tensors){.query = &v->q, .key = &v->k, .value = &v->v,
+                                              .block_table = &v->bt, .attention_out = (loom_tensor *)&v->out};
+    if (a->n_src == 5) {
+        t->key_antiquant_scale = &v->ks, t->value_antiquant_scale = &v->vs;
+        p->key_antiquant_mode = p->value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+    }
+}
+
+/* The prefill op's (TND over the paged cache) of prompt rows v: ns sequences, cumulative ends cu_q, cu_kv. */
+static void pa_prefill_args(const loom_kernel_args *a, const pa_views *v, const int64_t *cu_q, const int64_t *cu_kv,
+                            int64_t ns, loom_flash_attention_tensors *t, loom_flash_attention_params *p) {
+    const loom_paged_attention_attrs *at = a->attrs;
+    *p = loom_flash_attention_default_params();
+    p->input_layout = LOOM_ATTN_TND;
+    p->scale_value = at->scale;
+    p->sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
+    if (at->window > 0) p->sparse_mode = LOOM_SPARSE_BAND, p->pre_tokens = at->window - 1, p->next_tokens = 0;
+    p->inner_precise = at->inner_precise;
+    if (a->invariant) p->block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV; /* tiles from the position alone */
+    p->actual_seq_qlen = cu_q, p->actual_seq_kvlen = cu_kv, p->num_seqs = ns;
+    *t = (loom_flash_attention_tensors){.query = &v->q, .key = &v->k, .value = &v->v, .block_table = &v->bt,
+                                        .attention_out = (loom_tensor *)&v->out};
+    if (a->n_src == 5) {
+        t->key_antiquant_scale = &v->ks, t->value_antiquant_scale = &v->vs;
+        p->key_antiquant_mode = p->value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
+    }
+}
+
 static loom_status pa_decode_problem(const loom_kernel_args *a, const pa_views *v, const int64_t *kv_len,
                                      attn_problem *pr) {
-    const loom_paged_attention_attrs *at = a->attrs;
-    loom_incre_flash_attention_params p = loom_incre_flash_attention_default_params();
-    p.scale_value = at->scale;
-    p.kv_chunk = at->kv_chunk;
-    p.inner_precise = at->inner_precise;
-    p.actual_seq_lengths = kv_len;
-    loom_incre_flash_attention_tensors t = {.query = &v->q, .key = &v->k, .value = &v->v, .block_table = &v->bt,
-                                            .attention_out = (loom_tensor *)&v->out};
-    if (a->n_src == 5) {
-        t.key_antiquant_scale = &v->ks, t.value_antiquant_scale = &v->vs;
-        p.key_antiquant_mode = p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
-    }
+    loom_incre_flash_attention_tensors t;
+    loom_incre_flash_attention_params p;
+    pa_decode_args(a, v, kv_len, &t, &p);
     return attn_resolve_decode(&t, &p, NULL, pr);
 }
 
 static loom_status pa_prefill_problem(const loom_kernel_args *a, const pa_views *v, const int64_t *cu_q,
                                       const int64_t *cu_kv, int64_t ns, attn_problem *pr) {
-    const loom_paged_attention_attrs *at = a->attrs;
-    loom_flash_attention_params p = loom_flash_attention_default_params();
-    p.input_layout = LOOM_ATTN_TND;
-    p.scale_value = at->scale;
-    p.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
-    p.inner_precise = at->inner_precise;
-    if (a->invariant) p.block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV; /* tiles from the position alone */
-    p.actual_seq_qlen = cu_q, p.actual_seq_kvlen = cu_kv, p.num_seqs = ns;
-    loom_flash_attention_tensors t = {.query = &v->q, .key = &v->k, .value = &v->v, .block_table = &v->bt,
-                                      .attention_out = (loom_tensor *)&v->out};
-    if (a->n_src == 5) {
-        t.key_antiquant_scale = &v->ks, t.value_antiquant_scale = &v->vs;
-        p.key_antiquant_mode = p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
-    }
+    loom_flash_attention_tensors t;
+    loom_flash_attention_params p;
+    pa_prefill_args(a, v, cu_q, cu_kv, ns, &t, &p);
     return attn_resolve_prefill(&t, &p, pr);
 }
 
@@ -190,13 +210,14 @@ static size_t pa_shared(const loom_tensor *const *src, int n_src, const loom_ten
 }
 
 /* Without the batch the op cannot know which keys a row reads: q's rows each
- * against max_kv keys, the bound a plan can use. */
+ * against max_kv keys (or the window), the bound a plan can use. */
 static void pa_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
                     loom_cost *c) {
     const loom_paged_attention_attrs *at = attrs;
     const loom_tensor *q = src[0], *k = src[1];
     double T = (double)q->shape[0], H = (double)q->shape[1], D = (double)q->shape[2];
-    double kv = at ? (double)at->max_kv : 0.0, Hkv = (double)k->shape[2];
+    double kv = at ? (double)(at->window > 0 && at->window < at->max_kv ? at->window : at->max_kv) : 0.0;
+    double Hkv = (double)k->shape[2];
     double es = (double)loom_dtype_size(k->dtype);
     c->flops = 4.0 * T * H * D * kv;
     c->bytes_read = 4.0 * T * H * D + 2.0 * T * kv * Hkv * D * es;
@@ -225,14 +246,9 @@ static loom_status pa_kernel(const loom_kernel_args *a, loom_isa isa) {
                        "paged_attention: decode needs %zu + %zu bytes, the program planned %zu + %zu", bytes,
                        attn_decode_workspace(&pr), a->scratch_bytes, a->shared_bytes);
         if (!kern) {
-            loom_incre_flash_attention_params p = loom_incre_flash_attention_default_params();
-            p.scale_value = at->scale, p.kv_chunk = at->kv_chunk, p.actual_seq_lengths = b->kv_len;
-            loom_incre_flash_attention_tensors t = {.query = &v.q, .key = &v.k, .value = &v.v, .block_table = &v.bt,
-                                                    .attention_out = &v.out};
-            if (a->n_src == 5) {
-                t.key_antiquant_scale = &v.ks, t.value_antiquant_scale = &v.vs;
-                p.key_antiquant_mode = p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
-            }
+            loom_incre_flash_attention_tensors t;
+            loom_incre_flash_attention_params p;
+            pa_decode_args(a, &v, b->kv_len, &t, &p);
             return a->phase ? LOOM_OK : loom_attn_ref_incre(&t, &p, NULL, a->ith, a->nth, a->scratch, bytes);
         }
         if (a->phase == 1 && !attn_decode_splits(&pr, a->nth)) return LOOM_OK; /* phase 0 did it all */
@@ -254,16 +270,9 @@ static loom_status pa_kernel(const loom_kernel_args *a, loom_isa isa) {
                    "paged_attention: a prefill needs %zu bytes of scratch, the program planned %zu", bytes,
                    a->scratch_bytes);
     if (!kern) {
-        loom_flash_attention_params p = loom_flash_attention_default_params();
-        p.input_layout = LOOM_ATTN_TND, p.scale_value = at->scale, p.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
-        if (a->invariant) p.block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV;
-        p.actual_seq_qlen = cu_q, p.actual_seq_kvlen = cu_kv, p.num_seqs = ns - nd;
-        loom_flash_attention_tensors t = {.query = &v.q, .key = &v.k, .value = &v.v, .block_table = &v.bt,
-                                          .attention_out = &v.out};
-        if (a->n_src == 5) {
-            t.key_antiquant_scale = &v.ks, t.value_antiquant_scale = &v.vs;
-            p.key_antiquant_mode = p.value_antiquant_mode = LOOM_ANTIQUANT_PER_TOKEN;
-        }
+        loom_flash_attention_tensors t;
+        loom_flash_attention_params p;
+        pa_prefill_args(a, &v, cu_q, cu_kv, ns - nd, &t, &p);
         return loom_attn_ref_flash(&t, &p, a->ith, a->nth, a->scratch, bytes);
     }
     return attn_prefill_run(&pr, kern, a->ith, a->nth, a->scratch, bytes);

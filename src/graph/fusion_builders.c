@@ -160,12 +160,15 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         f->n_src = 5;
     }
     f->dst = at->dst;
+    /* a sliding window: the band below the same diagonal, window - 1 keys before it */
+    int band = aa->causal && aa->window > 0;
     int decode = !strcmp(c->rule->fused_op, "incre_flash_attention") ||
                  (!strcmp(c->rule->fused_op, "fused_infer_attention") && sq <= fr_opt(c, "decode_max_q_len", 16));
     if (decode) {
         loom_incre_flash_attention_attrs a = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
         a.scale_value = aa->scale;
         a.sparse_mode = aa->causal && sq > 1 ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
+        if (band) a.sparse_mode = LOOM_SPARSE_BAND, a.pre_tokens = aa->window - 1, a.next_tokens = 0;
         a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0); /* a bf16 K: q rounded to bf16 */
         f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
@@ -174,6 +177,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         loom_flash_attention_attrs a = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
         a.scale_value = aa->scale;
         a.sparse_mode = aa->causal ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
+        if (band) a.sparse_mode = LOOM_SPARSE_BAND, a.pre_tokens = aa->window - 1, a.next_tokens = 0;
         a.block_q = (int32_t)fr_opt(c, "block_q", 0);
         a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);

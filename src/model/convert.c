@@ -172,6 +172,8 @@ static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, c
         LOOM_TRY(loom_gguf_writer_set_str(w, arch_key(k, c, "rope.scaling.type"), "linear"));
         LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "rope.scaling.factor"), 1.0f / c->rope_freq_scale));
     }
+    if (c->sliding_window > 0) /* llama.cpp's key; its own converter writes none for Mistral */
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.sliding_window"), (uint32_t)c->sliding_window));
     loom_dtype ft = p->type_set ? p->type : src_type;
     return loom_gguf_writer_set_u32(w, "general.file_type", file_type(ft));
 }

@@ -94,6 +94,7 @@ static loom_status rope_params(const cJSON *root, const char *name, const char *
     c->rope_scaling_factor = 1.0f;
     LOOM_TRY(get_float(rp, name, "factor", &c->rope_scaling_factor));
     if (!params) return LOOM_OK;
+    LOOM_TRY(get_float(rp, name, "partial_rotary_factor", &c->partial_rotary_factor));
     float theta = 0.0f;
     LOOM_TRY(get_float(rp, name, "rope_theta", &theta));
     if (theta == 0.0f) return LOOM_OK;
@@ -144,6 +145,8 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     snprintf(c->hidden_act, sizeof c->hidden_act, "%s", bert ? "gelu" : "silu");
     LOOM_TRY(get_str(root, name, "hidden_act", c->hidden_act, sizeof c->hidden_act));
     c->rope_scaling_factor = 1.0f;
+    c->partial_rotary_factor = 1.0f;
+    LOOM_TRY(get_float(root, name, "partial_rotary_factor", &c->partial_rotary_factor));
     LOOM_TRY(rope_params(root, name, "rope_scaling", c));
     LOOM_TRY(rope_params(root, name, "rope_parameters", c));
     c->bos_token_id = c->eos_token_id = c->pad_token_id = -1;

@@ -28,6 +28,8 @@ typedef struct loom_hf_config {
      * rope_scaling's rope_type or type; "" when neither is given. */
     char  rope_scaling_type[32]; /* "default", "linear", "dynamic", "llama3", "yarn", ... */
     float rope_scaling_factor;   /* its "factor"; default 1 */
+    float partial_rotary_factor; /* the share of a head RoPE rotates (top level or in
+                                    rope_parameters, which wins); default 1 */
     int   attention_bias;        /* default 0 */
     int   use_sliding_window;    /* Qwen2/3's switch; default 0 */
     int   sliding_window;        /* attention window (Mistral); 0 when absent or null */

@@ -9,12 +9,14 @@
 #include "model/mapped_file.h"
 
 /* The families that share the Llama forward pass, told apart by what they add
- * to the attention's inputs. The GGUF architecture name (general.architecture,
- * the metadata prefix) is loom_llama_family_name's. */
+ * to the attention's inputs or how their weights are stored. The GGUF
+ * architecture name (general.architecture, the metadata prefix) is
+ * loom_llama_family_name's. */
 typedef enum {
-    LOOM_FAMILY_LLAMA,  /* "llama": Llama 2/3, SmolLM2, TinyLlama, Mistral without a window */
+    LOOM_FAMILY_LLAMA,  /* "llama": Llama 2/3, SmolLM2, TinyLlama, Mistral (sliding_window) */
     LOOM_FAMILY_QWEN2,  /* "qwen2": Qwen2, Qwen2.5: a bias on Q, K and V */
     LOOM_FAMILY_QWEN3,  /* "qwen3": Qwen3 dense: per-head RMSNorm on Q and K before RoPE */
+    LOOM_FAMILY_PHI3,   /* "phi3": Phi-3: Q, K, V in one matrix, gate and up in another */
     LOOM_FAMILY_COUNT
 } loom_llama_family;
 
@@ -39,6 +41,10 @@ typedef struct loom_llama_config {
     int   shared_classifier;  /* output projection is the token embedding */
     int   qkv_bias;     /* Q, K and V projections add a bias (Qwen2) */
     int   qk_norm;      /* RMSNorm (eps rms_eps) of each Q and K head before RoPE (Qwen3) */
+    int   sliding_window; /* > 0: every layer's queries see their last sliding_window keys,
+                             themselves included (Mistral, Phi-3); 0: all earlier keys */
+    int   merged;       /* the weights hold Q/K/V as one matrix (wqkv) and gate/up as one (w13),
+                           and wq, wk, wv, w1, w3 are row views into them (Phi-3) */
 } loom_llama_config;
 
 typedef struct loom_llama_layer {
@@ -54,6 +60,8 @@ typedef struct loom_llama_layer {
     loom_tensor w1;         /* gate [hidden_dim, dim] */
     loom_tensor w2;         /* down [dim, hidden_dim] */
     loom_tensor w3;         /* up   [hidden_dim, dim] */
+    loom_tensor wqkv;       /* merged: [(n_heads + 2*n_kv_heads)*head_dim, dim]: wq, wk, wv rows */
+    loom_tensor w13;        /* merged: [2*hidden_dim, dim]: w1 (gate) rows, then w3 (up) rows */
 } loom_llama_layer;
 
 typedef struct loom_llama_weights {
@@ -78,8 +86,16 @@ int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t 
  * them (the first missing or misshaped one is the one reported). A tensor
  * with a condition exists only in the models whose config sets it
  * (loom_llama_layer_has). */
-typedef enum { LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H, LOOM_LLAMA_HD } loom_llama_dim;
-typedef enum { LOOM_LLAMA_ALWAYS, LOOM_LLAMA_IF_QKV_BIAS, LOOM_LLAMA_IF_QK_NORM } loom_llama_cond;
+typedef enum {
+    LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H, LOOM_LLAMA_HD,
+    LOOM_LLAMA_QKVD, /* QD + 2 KVD: merged Q/K/V */
+    LOOM_LLAMA_H2,   /* 2 H: merged gate/up */
+} loom_llama_dim;
+typedef enum {
+    LOOM_LLAMA_ALWAYS, LOOM_LLAMA_IF_QKV_BIAS, LOOM_LLAMA_IF_QK_NORM,
+    LOOM_LLAMA_IF_SPLIT,  /* separate Q, K, V, gate and up matrices (all but merged models) */
+    LOOM_LLAMA_IF_MERGED, /* the merged ones (config.merged) */
+} loom_llama_cond;
 typedef struct loom_llama_layer_tensor {
     size_t field;              /* offsetof(loom_llama_layer, ...) */
     const char *gguf, *hf;     /* with their suffix: "attn_q.weight", "self_attn.q_proj.bias" */
@@ -88,7 +104,7 @@ typedef struct loom_llama_layer_tensor {
     int rope;                  /* 1: the rows are RoPE'd heads (rows / head_dim of them) */
     loom_llama_cond cond;
 } loom_llama_layer_tensor;
-#define LOOM_LLAMA_LAYER_TENSORS 14
+#define LOOM_LLAMA_LAYER_TENSORS 16
 extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];
 /* 1 when the models of config c have tensor t. */
 int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tensor *t);
@@ -98,6 +114,11 @@ int64_t loom_llama_dim_size(const loom_llama_config *c, loom_llama_dim d);
 static inline loom_tensor *loom_llama_layer_field(loom_llama_layer *y, const loom_llama_layer_tensor *t) {
     return (loom_tensor *)(void *)((char *)y + t->field);
 }
+
+/* A merged model's layer (config.merged): wq, wk, wv and w1, w3 set as row
+ * views of wqkv and w13 (no copy); other models' layers are left as they are.
+ * Errors: a merged tensor without the rows the config implies. */
+loom_status loom_llama_layer_views(const loom_llama_config *c, loom_llama_layer *y);
 
 /* Checks a configuration for impossible values; the message names the field. */
 loom_status loom_llama_config_check(const loom_llama_config *c, const char *what);

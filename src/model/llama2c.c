@@ -39,6 +39,9 @@ loom_status loom_llama_config_check(const loom_llama_config *c, const char *what
                    c->n_kv_heads);
     LOOM_RETURN_IF(c->head_dim % 2 != 0, LOOM_ERR_FORMAT,
                    "%s: head_dim %d is odd; RoPE needs pairs", what, c->head_dim);
+    LOOM_RETURN_IF(c->n_rot < 0 || c->n_rot > c->head_dim || c->n_rot % 2 != 0, LOOM_ERR_FORMAT,
+                   "%s: %d rotated dims per head (partial_rotary_factor) with head_dim %d: expected an even "
+                   "number up to head_dim", what, c->n_rot, c->head_dim);
     LOOM_RETURN_IF(!(c->rms_eps > 0) || !(c->rope_theta > 0), LOOM_ERR_FORMAT,
                    "%s: rms_eps and rope_theta must be positive", what);
     return LOOM_OK;

@@ -8,11 +8,16 @@
  * attention.key_length / value_length (default width / heads; equal),
  * attention.layer_norm_rms_epsilon, rope.freq_base (default 10000),
  * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
- * linear), vocab_size (default: rows of token_embd).
+ * linear), attention.sliding_window (default 0: none; the same window in every
+ * layer, so a per-layer attention.sliding_window_pattern is refused), vocab_size
+ * (default: rows of token_embd).
  *
  * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
- * token_embd); qwen2 also blk.N.attn_{q,k,v}.bias, qwen3 blk.N.attn_{q,k}_norm.
+ * token_embd); qwen2 also blk.N.attn_{q,k,v}.bias, qwen3 blk.N.attn_{q,k}_norm;
+ * phi3 has blk.N.attn_qkv (Q, K, V rows) instead of attn_{q,k,v} and ffn_up of
+ * [2 H, D] (gate rows, then up) instead of ffn_gate and ffn_up, used through
+ * row views (loom_llama_layer_views).
  * llama.cpp's converter permutes the rows of a llama model's attn_q/attn_k so
  * that RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
  * LOOM_ROPE_INTERLEAVED; qwen2 and qwen3 keep Hugging Face's rows and rotate
@@ -82,7 +87,7 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
         if (str_is(arch, alen, loom_llama_family_name((loom_llama_family)f))) c->family = (loom_llama_family)f;
     LOOM_RETURN_IF(c->family == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED,
                    "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
-                   "(Llama 2/3, SmolLM2, TinyLlama), 'qwen2' and 'qwen3' models", path,
+                   "(Llama 2/3, SmolLM2, TinyLlama, Mistral), 'qwen2', 'qwen3' and 'phi3' models", path,
                    (int)(alen > 64 ? 64 : alen), arch);
     const char *fam = loom_llama_family_name(c->family);
     LOOM_TRY(get_int(g, c, "embedding_length", -1, &c->dim));
@@ -121,12 +126,27 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
         LOOM_TRY(get_float(g, c, "rope.scaling.factor", -1.0f, &f));
         c->rope_freq_scale = 1.0f / f;
     }
+    /* a sliding window (Mistral as loom convert writes it; 0 is llama.cpp's "none") */
+    int window;
+    LOOM_TRY(meta_key(g, c, "attention.sliding_window", 0, key, &window));
+    int64_t w = 0;
+    if (window) LOOM_TRY(loom_gguf_get_i64(g, key, &w));
+    LOOM_RETURN_IF(w < 0 || w > MAX_DIM, LOOM_ERR_FORMAT, "%s: impossible %s = %lld (expected 0..%d)", path, key,
+                   (long long)w, MAX_DIM);
+    c->sliding_window = (int)w;
+    LOOM_TRY(meta_key(g, c, "attention.sliding_window_pattern", 0, key, &window));
+    LOOM_RETURN_IF(window, LOOM_ERR_UNSUPPORTED,
+                   "%s: %s (sliding-window attention in some layers only) is not supported", path, key);
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
                    "%s: tensor rope_freqs.weight (Llama 3.1 frequency factors) is not supported", path);
+    LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_factors_long.weight") >= 0, LOOM_ERR_UNSUPPORTED,
+                   "%s: tensor rope_factors_long.weight (Phi-3's long-context RoPE, longrope) is not supported",
+                   path);
     /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's keep HF's halves */
     c->rope_mode = c->family == LOOM_FAMILY_LLAMA ? LOOM_ROPE_INTERLEAVED : LOOM_ROPE_HALF;
     c->qkv_bias = c->family == LOOM_FAMILY_QWEN2;
     c->qk_norm = c->family == LOOM_FAMILY_QWEN3;
+    c->merged = c->family == LOOM_FAMILY_PHI3; /* blk.N.attn_qkv, blk.N.ffn_up of [2 H, D] */
     return LOOM_OK;
 }
 
@@ -271,7 +291,7 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
     }
     LOOM_TRY(take(g, "token_embd.weight", 2, V, D, 0, &cv, &w->tok_embd));
     char nm[LOOM_NAME_MAX];
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < c->n_layers; l++) {
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
             if (!loom_llama_layer_has(c, lt)) continue;
@@ -280,6 +300,8 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
                           lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm, &cv,
                           loom_llama_layer_field(&w->layers[l], lt)));
         }
+        LOOM_TRY(loom_llama_layer_views(c, &w->layers[l]));
+    }
     LOOM_TRY(take(g, "output_norm.weight", 1, D, 1, 1, &cv, &w->out_norm));
     if (loom_gguf_find_tensor(g, "output.weight") >= 0) {
         LOOM_TRY(take(g, "output.weight", 2, V, D, 0, &cv, &w->output));

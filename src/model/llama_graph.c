@@ -77,7 +77,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
     loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD,
                             .theta = c->rope_theta,
                             .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f, .pos_offset = pos};
-    loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos};
+    loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos, .window = c->sliding_window};
     const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
     const int64_t sc3[3] = {1, pos + n, HKV}; /* i8 caches: the scales of rows [0, pos + n) */
 
@@ -119,7 +119,7 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
     const int64_t paged[4] = {io->n_blocks, io->block_size, HKV, HD}, paged_sc[3] = {io->n_blocks, io->block_size, HKV};
     loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD, .theta = c->rope_theta,
                             .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f};
-    loom_paged_attention_attrs att = {.max_seqs = io->max_seqs, .max_kv = io->max_kv};
+    loom_paged_attention_attrs att = {.max_seqs = io->max_seqs, .max_kv = io->max_kv, .window = c->sliding_window};
     char nm[LOOM_NAME_MAX];
     loom_graph_set_layer(g, LOOM_LAYER_PRE);
     int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), io->ids, "embd");

@@ -32,6 +32,7 @@ static loom_llama_family family_of(const loom_hf_config *h) {
         {"mistral", "MistralForCausalLM", LOOM_FAMILY_LLAMA},
         {"qwen2", "Qwen2ForCausalLM", LOOM_FAMILY_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", LOOM_FAMILY_QWEN3},
+        {"phi3", "Phi3ForCausalLM", LOOM_FAMILY_PHI3},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(h->model_type, known[i].type) == 0 || strcmp(h->architecture, known[i].arch) == 0)
@@ -80,8 +81,8 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     const loom_hf_config h = *hc;
     loom_llama_family fam = family_of(&h);
     LOOM_RETURN_IF(fam == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
-                   "(model_type '%s'); the models that load from safetensors are Llama, Mistral (without "
-                   "its sliding window), Qwen2/2.5 and Qwen3", cfg_path,
+                   "(model_type '%s'); the models that load from safetensors are Llama, Mistral, "
+                   "Qwen2/2.5, Qwen3 and Phi-3", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
     /* Llama's and Qwen3's attention_bias adds a bias to the output projection too */
     LOOM_RETURN_IF(h.attention_bias && fam != LOOM_FAMILY_QWEN2, LOOM_ERR_UNSUPPORTED,
@@ -95,6 +96,7 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     c->family = fam;
     c->qkv_bias = fam == LOOM_FAMILY_QWEN2;
     c->qk_norm = fam == LOOM_FAMILY_QWEN3;
+    c->merged = fam == LOOM_FAMILY_PHI3; /* qkv_proj, gate_up_proj */
     c->dim = h.hidden_size;
     c->hidden_dim = h.intermediate_size;
     c->n_layers = h.num_hidden_layers;
@@ -102,14 +104,21 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     c->n_kv_heads = h.num_key_value_heads;
     c->vocab_size = h.vocab_size;
     c->seq_len = h.max_position_embeddings;
-    /* Mistral's sliding window is not implemented; within one window full
-     * attention is the same, so the context stops there */
-    if (strcmp(h.model_type, "mistral") == 0 && h.sliding_window > 0 && h.sliding_window < c->seq_len)
-        c->seq_len = h.sliding_window;
+    /* Mistral's and Phi-3's sliding window (Qwen2/3 configs carry one too, used only
+     * under use_sliding_window, refused above) */
+    if (strcmp(h.model_type, "mistral") == 0 || strcmp(h.architecture, "MistralForCausalLM") == 0 ||
+        fam == LOOM_FAMILY_PHI3)
+        c->sliding_window = h.sliding_window;
     c->head_dim = h.head_dim;
     c->rope_theta = h.rope_theta;
     c->rms_eps = h.rms_norm_eps;
     c->rope_mode = LOOM_ROPE_HALF;
+    /* a partial rotation (Phi-4-mini): the first int(head_dim * factor) dims, as transformers */
+    if (h.partial_rotary_factor != 1.0f) {
+        c->n_rot = (int)((float)h.head_dim * h.partial_rotary_factor);
+        LOOM_RETURN_IF(c->n_rot < 2, LOOM_ERR_FORMAT, "llama: '%s': partial_rotary_factor %g rotates no pair of "
+                       "a head of %d", cfg_path, (double)h.partial_rotary_factor, h.head_dim);
+    }
     c->shared_classifier = h.tie_word_embeddings;
     if (h.rope_scaling_type[0] && strcmp(h.rope_scaling_type, "default") != 0) {
         LOOM_RETURN_IF(strcmp(h.rope_scaling_type, "linear") != 0, LOOM_ERR_UNSUPPORTED,
@@ -155,7 +164,7 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
                                "tie_word_embeddings is false", path);
         else w->output = w->tok_embd;
     }
-    for (int l = 0; l < c->n_layers && s == LOOM_OK; l++)
+    for (int l = 0; l < c->n_layers && s == LOOM_OK; l++) {
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS && s == LOOM_OK; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
             if (!loom_llama_layer_has(c, lt)) continue;
@@ -165,6 +174,8 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
             int64_t rows = loom_llama_dim_size(c, lt->rows);
             s = lt->norm ? vec(*st, n, rows, &next, t) : mat(*st, n, rows, loom_llama_dim_size(c, lt->cols), t);
         }
+        if (s == LOOM_OK) s = loom_llama_layer_views(c, &w->layers[l]); /* merged: row views */
+    }
     if (s != LOOM_OK) {
         free(buf);
         free(w->layers);

@@ -4,23 +4,28 @@
 
 #include <stddef.h>
 
+#include "base/status.h"
+
 #define F(x) offsetof(loom_llama_layer, x)
 #define D LOOM_LLAMA_D
 const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS] = {
     {F(attn_norm), "attn_norm.weight", "input_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS},
-    {F(wq), "attn_q.weight", "self_attn.q_proj.weight", 0, LOOM_LLAMA_QD, D, 1, LOOM_LLAMA_ALWAYS},
+    {F(wqkv), "attn_qkv.weight", "self_attn.qkv_proj.weight", 0, LOOM_LLAMA_QKVD, D, 0, LOOM_LLAMA_IF_MERGED},
+    {F(wq), "attn_q.weight", "self_attn.q_proj.weight", 0, LOOM_LLAMA_QD, D, 1, LOOM_LLAMA_IF_SPLIT},
     {F(bq), "attn_q.bias", "self_attn.q_proj.bias", 1, LOOM_LLAMA_QD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
-    {F(wk), "attn_k.weight", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, D, 1, LOOM_LLAMA_ALWAYS},
+    {F(wk), "attn_k.weight", "self_attn.k_proj.weight", 0, LOOM_LLAMA_KVD, D, 1, LOOM_LLAMA_IF_SPLIT},
     {F(bk), "attn_k.bias", "self_attn.k_proj.bias", 1, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
-    {F(wv), "attn_v.weight", "self_attn.v_proj.weight", 0, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(wv), "attn_v.weight", "self_attn.v_proj.weight", 0, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_IF_SPLIT},
     {F(bv), "attn_v.bias", "self_attn.v_proj.bias", 1, LOOM_LLAMA_KVD, D, 0, LOOM_LLAMA_IF_QKV_BIAS},
     {F(q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
     {F(k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
     {F(wo), "attn_output.weight", "self_attn.o_proj.weight", 0, D, LOOM_LLAMA_QD, 0, LOOM_LLAMA_ALWAYS},
     {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS},
-    {F(w1), "ffn_gate.weight", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(w1), "ffn_gate.weight", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT},
     {F(w2), "ffn_down.weight", "mlp.down_proj.weight", 0, D, LOOM_LLAMA_H, 0, LOOM_LLAMA_ALWAYS},
-    {F(w3), "ffn_up.weight", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(w3), "ffn_up.weight", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT},
+    /* llama.cpp's phi3 keeps the merged gate/up under ffn_up's name, [2 H, D] */
+    {F(w13), "ffn_up.weight", "mlp.gate_up_proj.weight", 0, LOOM_LLAMA_H2, D, 0, LOOM_LLAMA_IF_MERGED},
 };
 #undef D
 #undef F
@@ -29,6 +34,8 @@ int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tens
     switch (t->cond) {
     case LOOM_LLAMA_IF_QKV_BIAS: return c->qkv_bias;
     case LOOM_LLAMA_IF_QK_NORM: return c->qk_norm;
+    case LOOM_LLAMA_IF_SPLIT: return !c->merged;
+    case LOOM_LLAMA_IF_MERGED: return c->merged;
     default: return 1;
     }
 }
@@ -39,11 +46,23 @@ int64_t loom_llama_dim_size(const loom_llama_config *c, loom_llama_dim d) {
     case LOOM_LLAMA_KVD: return (int64_t)c->n_kv_heads * c->head_dim;
     case LOOM_LLAMA_H: return c->hidden_dim;
     case LOOM_LLAMA_HD: return c->head_dim;
+    case LOOM_LLAMA_QKVD: return (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    case LOOM_LLAMA_H2: return 2 * (int64_t)c->hidden_dim;
     default: return c->dim;
     }
 }
 
+loom_status loom_llama_layer_views(const loom_llama_config *c, loom_llama_layer *y) {
+    if (!c->merged) return LOOM_OK;
+    const int64_t qd = loom_llama_dim_size(c, LOOM_LLAMA_QD), kvd = loom_llama_dim_size(c, LOOM_LLAMA_KVD);
+    LOOM_TRY(loom_tensor_view_rows(&y->wqkv, 0, qd, &y->wq));
+    LOOM_TRY(loom_tensor_view_rows(&y->wqkv, qd, kvd, &y->wk));
+    LOOM_TRY(loom_tensor_view_rows(&y->wqkv, qd + kvd, kvd, &y->wv));
+    LOOM_TRY(loom_tensor_view_rows(&y->w13, 0, c->hidden_dim, &y->w1));
+    return loom_tensor_view_rows(&y->w13, c->hidden_dim, c->hidden_dim, &y->w3);
+}
+
 const char *loom_llama_family_name(loom_llama_family f) {
-    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3"};
+    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "phi3"};
     return (unsigned)f < LOOM_FAMILY_COUNT ? names[f] : "?";
 }

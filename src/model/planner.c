@@ -56,6 +56,7 @@ static loom_status make_weights(const loom_llama_config *c, loom_dtype wt, loom_
             LOOM_TRY(lt->norm ? tensor1(t, rows, lt->gguf)
                               : tensor2(t, wt, rows, loom_llama_dim_size(c, lt->cols), lt->gguf));
         }
+    for (int l = 0; l < c->n_layers; l++) LOOM_TRY(loom_llama_layer_views(c, &w->layers[l]));
     return LOOM_OK;
 }
 

@@ -104,6 +104,8 @@ typedef struct {
     float scale;        /* 0 means 1/sqrt(D) */
     int   causal;       /* key j is masked for query i when j > q_pos_offset + i */
     int   q_pos_offset; /* absolute position of query row 0 (keys start at 0) */
+    int   window;       /* causal only: > 0 also masks j <= q_pos_offset + i - window (sliding
+                           window: each query sees its last `window` keys, itself included); 0: none */
 } loom_attention_attrs;
 
 /* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
@@ -156,6 +158,8 @@ typedef struct {
     int32_t inner_precise;  /* as the fused attention ops' */
     int32_t max_seqs;       /* sequences of a step, at most (scratch bounds) */
     int32_t max_kv;         /* keys of a sequence, at most (scratch bounds) */
+    int32_t window;         /* > 0: a row sees its sequence's last `window` keys, itself
+                               included (sliding-window attention); 0: every earlier key */
 } loom_paged_attention_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */

@@ -1,5 +1,6 @@
 /* The Llama-like families (Qwen2: Q/K/V biases; Qwen3: per-head Q/K norms and
- * an explicit head_dim; Llama as the control) against transformers.
+ * an explicit head_dim; Mistral: a sliding window of 8 keys over 24 tokens;
+ * Llama as the control) against transformers.
  *
  * scripts/make_family_fixtures.py writes a tiny random model of each family
  * (a Hugging Face folder, RoPE theta given in rope_parameters) with the
@@ -9,20 +10,26 @@
  * must agree to 1e-4 relative (max |loom - ref| / max |ref|) when computed
  *   - by one prefill of the whole sequence (loom_model_forward),
  *   - by a prefill of all but the last 3 tokens, then 3 decode steps,
- *   - by the batch engine (paged KV cache, the graph `loom run` uses),
+ *   - by the batch engine (paged KV cache, the graph `loom run` uses), the
+ *     prompt in one step and in chunks of 7 over KV blocks of 4,
  * with an f32 KV cache; with f16, bf16 and i8 caches (fused, the prefill)
  * within 2e-3, 1e-2 and 2e-2, their rounding. The model's tokenizer (tokenizer.json, or
  * the GGUF's metadata) must encode the fixture's text.txt to the ids the
  * Hugging Face tokenizer gives (text_ids.txt): GPT-2's pre-tokenizer for
  * llama, Qwen2's regex for qwen2/qwen3.
  *
- * The fixtures: LOOM_FAMILY_FIXTURES=DIR (made beforehand by the script), else
- * the script run now into a temporary folder by the first Python that has
- * torch and transformers: $LOOM_HF_PYTHON, the repository's .venv, python3.
- * Neither is a dependency of loom: without them the test skips, visibly.
- * With LOOM_LLAMA_CPP_DIR (a llama.cpp source tree) the script also converts
- * each folder with llama.cpp's own convert_hf_to_gguf.py, and that GGUF is
- * checked the same way: real llama.cpp metadata and tensor layouts. */
+ * The fixtures: tests/fixtures/families (committed, made by the script, so
+ * that CI compares against transformers without torch); LOOM_FAMILY_FIXTURES=DIR
+ * uses fixtures made elsewhere, and LOOM_FAMILY_FIXTURES=regenerate (or the
+ * argument --regenerate) runs the script now into a temporary folder with the
+ * first Python that has torch and transformers: $LOOM_HF_PYTHON, the
+ * repository's .venv, python3 (neither is a dependency of loom: without them a
+ * regeneration skips, visibly).
+ * llama.cpp's GGUF: a fixture folder's llama-cpp.gguf if it has one, else with
+ * LOOM_LLAMA_CPP_DIR (a llama.cpp source tree) and such a Python, each folder
+ * converted now by llama.cpp's own convert_hf_to_gguf.py; it is checked the
+ * same way: real llama.cpp metadata and tensor layouts. Without them that part
+ * is skipped, and says so ("skip: llama.cpp GGUF"). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +50,8 @@ typedef struct fixture {
     char dir[700];
     int32_t tokens[MAX_TOK];
     int n;
-    float *ref; /* [vocab] */
+    float *ref;      /* [vocab] */
+    float *ref_full; /* [vocab], a model with a sliding window: its logits with full attention; or NULL */
     int vocab;
 } fixture;
 
@@ -82,6 +90,12 @@ static int read_fixture(const char *root, const char *family, fixture *f) {
     f->ref = malloc(sizeof(float) * (size_t)(f->vocab ? f->vocab : 1));
     int ok = f->ref && fread(f->ref, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
     fclose(l);
+    snprintf(path, sizeof path, "%s/logits_full.f32", f->dir);
+    if (ok && (l = fopen(path, "rb")) != NULL) {
+        f->ref_full = malloc(sizeof(float) * (size_t)f->vocab);
+        ok = f->ref_full && fread(f->ref_full, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
+        fclose(l);
+    }
     return ok && f->n > N_DECODE + 1 && f->vocab > 0 ? 0 : -1;
 }
 
@@ -96,15 +110,18 @@ static double rel_err(const float *got, const float *ref, int n) {
     return m > 0 ? d / m : d;
 }
 
-/* The last-position logits by the batch engine: the sequence as a prompt,
- * one token generated; the logits it was sampled from. */
-static loom_status engine_logits(loom_model *m, const fixture *f, float *out) {
+/* The last-position logits by the batch engine: the sequence as a prompt
+ * (in chunks of n_batch rows over blocks of block_size positions; 0: the
+ * defaults), one token generated; the logits it was sampled from. */
+static loom_status engine_logits(loom_model *m, const fixture *f, int n_batch, int block_size, float *out) {
     loom_tokenizer *tok;
     loom_status ts = loom_tokenizer_from_model(m, &tok);
     if (ts != LOOM_OK) return ts;
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 1;
     ep.seq_len = 64;
+    ep.n_batch = n_batch;
+    ep.block_size = block_size;
     loom_engine *e = NULL;
     loom_status s = loom_engine_create(m, tok, &ep, &e);
     loom_request_params rp = loom_request_default_params();
@@ -160,11 +177,17 @@ static void check_model(const fixture *f, const char *path, const char *what, lo
         e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
         CHECK_MSG(e <= tol, "%s, prefill + %d decode steps: relative error %.3g > %g", what, N_DECODE, e, tol);
         fprintf(stderr, "  decode %.2e", e);
-        s = engine_logits(m, f, got);
+        s = engine_logits(m, f, 0, 0, got);
         CHECK_MSG(s == LOOM_OK, "%s: engine: %s", what, loom_last_error());
         e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
         CHECK_MSG(e <= tol, "%s, batch engine: relative error %.3g > %g", what, e, tol);
         fprintf(stderr, "  engine %.2e", e);
+        /* chunked prefill: chunks of 7 over blocks of 4, each chunk attending to the cached blocks */
+        s = engine_logits(m, f, 7, 4, got);
+        CHECK_MSG(s == LOOM_OK, "%s: engine, chunks of 7: %s", what, loom_last_error());
+        e = s == LOOM_OK ? rel_err(got, f->ref, f->vocab) : 1;
+        CHECK_MSG(e <= tol, "%s, batch engine, chunks of 7: relative error %.3g > %g", what, e, tol);
+        fprintf(stderr, "  chunked %.2e", e);
     }
     fputc('\n', stderr);
     free(got);
@@ -211,12 +234,23 @@ static void check_tokenizer(const fixture *f, const char *path, const char *what
     free(text);
 }
 
-static void check_family(const char *root, const char *family, const char *tmp) {
+/* llama.cpp's GGUF of the family: the fixture's llama-cpp.gguf, else lc_dir/<family>.gguf
+ * (converted by the test), else none. */
+static int llama_cpp_gguf(const fixture *f, const char *family, const char *lc_dir, char *out, size_t n) {
+    snprintf(out, n, "%s/llama-cpp.gguf", f->dir);
+    if (access(out, R_OK) == 0) return 1;
+    if (!lc_dir) return 0;
+    snprintf(out, n, "%s/%s.gguf", lc_dir, family);
+    return access(out, R_OK) == 0;
+}
+
+static void check_family(const char *root, const char *family, const char *tmp, const char *lc_dir,
+                         const char *lc_why) {
     fixture f;
     CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
               family);
     if (!f.ref || f.vocab == 0) {
-        free(f.ref);
+        free(f.ref), free(f.ref_full);
         return;
     }
     char gguf[700];
@@ -225,63 +259,95 @@ static void check_family(const char *root, const char *family, const char *tmp) 
     CHECK_MSG(loom_convert(f.dir, gguf, &cp) == LOOM_OK, "%s: convert: %s", family, loom_last_error());
     static const char *mode_names[] = {"step_by_step", "fused", "fused_with_checkpoints"};
     char lc[800];
-    snprintf(lc, sizeof lc, "%s/llama-cpp.gguf", f.dir);
     const char *paths[3] = {f.dir, gguf, lc}, *kinds[3] = {"safetensors", "gguf", "llama.cpp gguf"};
-    int n_paths = access(lc, R_OK) == 0 ? 3 : 2;
-    if (n_paths == 2) fprintf(stderr, "  %s: no llama-cpp.gguf (LOOM_LLAMA_CPP_DIR unset): not checked\n", family);
+    int n_paths = llama_cpp_gguf(&f, family, lc_dir, lc, sizeof lc) ? 3 : 2;
+    if (n_paths == 2) fprintf(stderr, "  %s: skip: llama.cpp GGUF (%s)\n", family, lc_why);
     char what[160];
     for (int p = 0; p < n_paths; p++) {
         snprintf(what, sizeof what, "%s %s", family, kinds[p]);
         check_tokenizer(&f, paths[p], what);
+        /* llama.cpp's converter writes no sliding window for Mistral (llama.cpp runs it with
+         * full attention): its GGUF must give the full-attention logits */
+        fixture fp = f;
+        if (p == 2 && f.ref_full) {
+            fp.ref = f.ref_full;
+            fprintf(stderr, "  %s: llama.cpp's GGUF has no sliding window: against full attention\n", family);
+        }
         for (int mode = 0; mode < LOOM_MODE_COUNT; mode++) {
             snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
-            check_model(&f, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
+            check_model(&fp, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
         }
         snprintf(what, sizeof what, "%s %s fused, f16 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_F16, 2e-3);
         snprintf(what, sizeof what, "%s %s fused, bf16 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_BF16, 1e-2);
         snprintf(what, sizeof what, "%s %s fused, i8 KV", family, kinds[p]);
-        check_model(&f, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
+        check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
     }
-    free(f.ref);
+    free(f.ref), free(f.ref_full);
 }
 
-int main(void) {
-    const char *root = getenv("LOOM_FAMILY_FIXTURES");
+/* Runs scripts/make_family_fixtures.py ARGS with Python py, its output into tmp/make.log. */
+static int run_script(const char *py, const char *args, const char *tmp) {
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/make_family_fixtures.py' %s >'%s/make.log' 2>&1", py,
+             LOOM_SOURCE_DIR, args, tmp);
+    fprintf(stderr, "fixtures: %s scripts/make_family_fixtures.py %s\n", py, args);
+    if (system(cmd) == 0) return 0;
+    snprintf(cmd, sizeof cmd, "cat '%s/make.log' >&2", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
+    return -1;
+}
+
+static void remove_dir(const char *tmp) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+}
+
+int main(int argc, char **argv) {
+    const char *env = getenv("LOOM_FAMILY_FIXTURES");
+    int regenerate = (argc > 1 && strcmp(argv[1], "--regenerate") == 0) || (env && strcmp(env, "regenerate") == 0);
     char tmp[] = "/tmp/loom_families_XXXXXX";
     if (!mkdtemp(tmp)) {
         fprintf(stderr, "cannot make a temporary folder\n");
         return 1;
     }
-    char cmd[2048];
-    if (!root || !*root) {
-        const char *py = find_python();
+    char fixtures[600], args[1600];
+    snprintf(fixtures, sizeof fixtures, "%s", env && *env && !regenerate ? env : LOOM_SOURCE_DIR "/tests/fixtures/families");
+    const char *lc = getenv("LOOM_LLAMA_CPP_DIR");
+    const char *py = regenerate || (lc && *lc) ? find_python() : NULL;
+    if (regenerate) {
         if (!py) {
             fprintf(stderr, "SKIP: no Python with torch and transformers for scripts/make_family_fixtures.py "
-                            "(set LOOM_HF_PYTHON, or LOOM_FAMILY_FIXTURES to fixtures made elsewhere)\n");
-            rmdir(tmp);
+                            "(set LOOM_HF_PYTHON, or run without --regenerate: the committed fixtures)\n");
+            remove_dir(tmp);
             return 77;
         }
-        const char *lc = getenv("LOOM_LLAMA_CPP_DIR");
-        char lc_arg[700] = "";
-        if (lc && *lc) snprintf(lc_arg, sizeof lc_arg, " --llama-cpp '%s'", lc);
-        snprintf(cmd, sizeof cmd, "'%s' '%s/scripts/make_family_fixtures.py' '%s/fixtures'%s >'%s/make.log' 2>&1",
-                 py, LOOM_SOURCE_DIR, tmp, lc_arg, tmp);
-        fprintf(stderr, "fixtures: %s scripts/make_family_fixtures.py\n", py);
-        if (system(cmd) != 0) {
-            snprintf(cmd, sizeof cmd, "cat '%s/make.log' >&2; rm -rf '%s'", tmp, tmp);
-            (void)system(cmd);
+        snprintf(fixtures, sizeof fixtures, "%s/fixtures", tmp);
+        snprintf(args, sizeof args, "'%s'", fixtures);
+        if (run_script(py, args, tmp) != 0) {
             fprintf(stderr, "FAIL: scripts/make_family_fixtures.py failed\n");
+            remove_dir(tmp);
             return 1;
         }
     }
-    char fixtures[600];
-    snprintf(fixtures, sizeof fixtures, "%s/fixtures", tmp);
-    if (root && *root) snprintf(fixtures, sizeof fixtures, "%s", root);
-    static const char *families[] = {"llama", "qwen2", "qwen3"};
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(fixtures, families[i], tmp);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    /* llama.cpp's converter over the fixtures, when there is one to run */
+    char lc_dir[600];
+    const char *lc_why = "LOOM_LLAMA_CPP_DIR unset";
+    snprintf(lc_dir, sizeof lc_dir, "%s/llama-cpp", tmp);
+    int have_lc = 0;
+    if (lc && *lc && !py) lc_why = "no Python with torch and transformers to run its converter";
+    if (lc && *lc && py) {
+        snprintf(args, sizeof args, "--llama-cpp-only '%s' '%s' '%s'", lc, fixtures, lc_dir);
+        have_lc = mkdir(lc_dir, 0700) == 0 && run_script(py, args, tmp) == 0;
+        CHECK_MSG(have_lc, "llama.cpp's convert_hf_to_gguf.py failed on %s", fixtures);
+        lc_why = "its conversion failed";
+    }
+    fprintf(stderr, "fixtures: %s\n", fixtures);
+    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3"};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
+    remove_dir(tmp);
     return TEST_SUMMARY();
 }

@@ -586,7 +586,7 @@ static void test_incre_op_table(void) {
     loom_incre_flash_attention_attrs at = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
     at.sparse_mode = 3, at.kv_chunk = 16;
     const loom_tensor *src[3] = {&d.q, &d.k, &d.v};
-    loom_attention_attrs prim = {0.0f, 1, (int)(c.Smax - c.Sq)};
+    loom_attention_attrs prim = {0.0f, 1, (int)(c.Smax - c.Sq), 0};
     CHECK(loom_op_run(LOOM_OP_ATTENTION, src, 3, &prim, &d.rout, LOOM_ISA_REF) == LOOM_OK);
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
         CHECK_MSG(loom_op_run(LOOM_OP_INCRE_FLASH_ATTENTION, src, 3, &at, &d.out, (loom_isa)isa) == LOOM_OK,
@@ -610,7 +610,7 @@ static void test_incre_op_table(void) {
     c.kvdt = LOOM_BF16, c.Smax = 57, c.lse = 0, c.D = 128;
     inc_setup(&c, &d, &r);
     const loom_tensor *sb[3] = {&d.q, &d.k, &d.v};
-    loom_attention_attrs pb = {0.0f, 0, 0};
+    loom_attention_attrs pb = {0.0f, 0, 0, 0};
     CHECK(loom_op_run(LOOM_OP_ATTENTION, sb, 3, &pb, &d.rout, LOOM_ISA_REF) == LOOM_OK);
     size_t ob0 = (size_t)tensor_count(&d.out) * sizeof(float);
     float *hp = malloc(ob0);

@@ -29,6 +29,8 @@ typedef struct opts {
     const char *f16_tensor;  /* write this (norm) tensor as f16 */
     const char *rope_scaling;/* rope.scaling.type, factor 2 */
     int untied;              /* write output.weight explicitly */
+    int window;              /* attention.sliding_window (-1: 0, llama.cpp's "none"; 0: absent) */
+    int window_pattern;      /* write attention.sliding_window_pattern */
 } opts;
 
 typedef struct buf_list { void *p[512]; int n; } buf_list;
@@ -102,6 +104,8 @@ static void write_gguf(const char *path, const loom_llama_config *c, const loom_
     CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "rope.freq_base"), c->rope_theta) == LOOM_OK);
     if (!o->drop_key || strcmp(o->drop_key, arch_key(o, "attention.layer_norm_rms_epsilon")) != 0)
         CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "attention.layer_norm_rms_epsilon"), c->rms_eps) == LOOM_OK);
+    if (o->window) set_u32(w, o, "attention.sliding_window", o->window < 0 ? 0u : (uint32_t)o->window);
+    if (o->window_pattern) set_u32(w, o, "attention.sliding_window_pattern", 1);
     if (o->rope_scaling) {
         CHECK(loom_gguf_writer_set_str(w, arch_key(o, "rope.scaling.type"), o->rope_scaling) == LOOM_OK);
         CHECK(loom_gguf_writer_set_f32(w, arch_key(o, "rope.scaling.factor"), 2.0f) == LOOM_OK);
@@ -262,6 +266,17 @@ int main(void) {
         if (m) CHECK(m->cfg.rope_freq_scale == 0.5f && m->format == LOOM_MODEL_GGUF);
         loom_model_free(m);
     }
+    /* a sliding window (Mistral as loom convert writes it), and 0 as none */
+    const int windows[2][2] = {{5, 5}, {-1, 0}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/window.gguf", dir);
+        write_gguf(path, &c, &lw, &(opts){.wtype = LOOM_GGML_F32, .window = windows[i][0]});
+        loom_model *m = NULL;
+        loom_model_params p = loom_model_default_params();
+        CHECK(loom_model_load(path, &p, &m) == LOOM_OK);
+        if (m) CHECK_MSG(m->cfg.sliding_window == windows[i][1], "window %d", m->cfg.sliding_window);
+        loom_model_free(m);
+    }
 
     /* bad files: status and a message naming the problem */
     const struct { opts o; loom_status s; const char *needle; } bad[] = {
@@ -275,6 +290,9 @@ int main(void) {
         {{.drop_key = "llama.block_count"}, LOOM_ERR_FORMAT, "llama.block_count"},
         {{.drop_key = "llama.attention.layer_norm_rms_epsilon"}, LOOM_ERR_FORMAT, "layer_norm_rms_epsilon"},
         {{.rope_scaling = "yarn"}, LOOM_ERR_UNSUPPORTED, "yarn"},
+        {{.window = 4, .window_pattern = 1}, LOOM_ERR_UNSUPPORTED, "llama.attention.sliding_window_pattern"},
+        /* phi3: the merged Q/K/V matrix, not three */
+        {{.arch = "phi3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_qkv.weight'"},
         /* the Qwen architectures: their keys' prefix, and the tensors they add */
         {{.arch = "qwen2"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q.bias'"},
         {{.arch = "qwen3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},

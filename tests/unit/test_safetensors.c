@@ -292,14 +292,27 @@ static void test_hf_rope_parameters(void) {
          "use_sliding_window", 0, 0, 0, 0},
         {"{\"model_type\":\"gemma2\"," TINY "}", LOOM_ERR_UNSUPPORTED, "gemma2", 0, 0, 0, 0},
     };
-    /* Mistral's window: the context stops at it (full attention is the same within it) */
+    /* Mistral's window: kept as the model's sliding window, the context is the model's */
     const char *mistral = "{\"model_type\":\"mistral\"," TINY ",\"max_position_embeddings\":32768,"
                           "\"sliding_window\":4096}";
     CHECK(loom_hf_config_parse(mistral, strlen(mistral), "mistral", &c) == LOOM_OK && c.sliding_window == 4096);
-    CHECK(loom_llama_config_from_hf(&c, "mistral", &lc) == LOOM_OK && lc.seq_len == 4096);
+    CHECK(loom_llama_config_from_hf(&c, "mistral", &lc) == LOOM_OK && lc.seq_len == 32768 && lc.sliding_window == 4096);
+    /* Phi-3: merged weights, its window, a partial rotation (Phi-4-mini's form, top level or in
+     * rope_parameters) as int(head_dim * factor) dims */
+    const char *phi3 = "{\"model_type\":\"phi3\"," TINY ",\"sliding_window\":2047,\"partial_rotary_factor\":0.75}";
+    CHECK(loom_hf_config_parse(phi3, strlen(phi3), "phi3", &c) == LOOM_OK);
+    CHECK(loom_llama_config_from_hf(&c, "phi3", &lc) == LOOM_OK && lc.merged && lc.sliding_window == 2047 &&
+          lc.n_rot == 12 && lc.family == LOOM_FAMILY_PHI3);
+    const char *phi3p = "{\"model_type\":\"phi3\"," TINY ",\"rope_parameters\":{\"rope_theta\":1e4,"
+                        "\"partial_rotary_factor\":0.5}}";
+    CHECK(loom_hf_config_parse(phi3p, strlen(phi3p), "phi3", &c) == LOOM_OK);
+    CHECK(loom_llama_config_from_hf(&c, "phi3", &lc) == LOOM_OK && lc.n_rot == 8 && lc.sliding_window == 0);
+    const char *odd = "{\"model_type\":\"phi3\"," TINY ",\"partial_rotary_factor\":0.35}";  /* 5 dims: odd */
+    CHECK(loom_hf_config_parse(odd, strlen(odd), "phi3", &c) == LOOM_OK);
+    CHECK(loom_llama_config_from_hf(&c, "odd", &lc) == LOOM_ERR_FORMAT && strstr(loom_last_error(), "rotated dims"));
     const char *no_window = "{\"model_type\":\"mistral\"," TINY ",\"sliding_window\":null}";
     CHECK(loom_hf_config_parse(no_window, strlen(no_window), "m", &c) == LOOM_OK && c.sliding_window == 0);
-    CHECK(loom_llama_config_from_hf(&c, "m", &lc) == LOOM_OK && lc.seq_len == 2048);
+    CHECK(loom_llama_config_from_hf(&c, "m", &lc) == LOOM_OK && lc.seq_len == 2048 && lc.sliding_window == 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK_MSG(loom_hf_config_parse(cases[i].json, strlen(cases[i].json), "cfg", &c) == LOOM_OK, "%s",
                   loom_last_error());

@@ -8,11 +8,14 @@
 
 static const loom_attention_attrs default_attrs = {0};
 
-/* Number of keys query row i may see. */
-static int64_t visible_keys(const loom_attention_attrs *at, int64_t i, int64_t Skv) {
-    if (!at->causal) return Skv;
-    int64_t v = (int64_t)at->q_pos_offset + i + 1;
-    return v < 0 ? 0 : v > Skv ? Skv : v;
+/* Keys [*lo, *hi) query row i may see: all, or up to its position (causal),
+ * and from window - 1 before it (a sliding window). */
+static void visible_keys(const loom_attention_attrs *at, int64_t i, int64_t Skv, int64_t *lo, int64_t *hi) {
+    *lo = 0, *hi = Skv;
+    if (!at->causal) return;
+    int64_t e = (int64_t)at->q_pos_offset + i + 1, a = at->window > 0 ? e - at->window : 0;
+    *hi = e < 0 ? 0 : e > Skv ? Skv : e;
+    *lo = a < 0 ? 0 : a > *hi ? *hi : a;
 }
 
 const loom_tensor *loom_ref_attention_mask(const loom_tensor *const *src, int n_src) {
@@ -81,12 +84,15 @@ void loom_ref_attention_cost(const loom_tensor *const *src, int n_src, const loo
     double B = (double)q->shape[0], Hq = (double)q->shape[2], D = (double)q->shape[3];
     int64_t Sq = q->shape[1], Skv = k->shape[1];
     double pairs = 0.0;      /* (query, visible key) pairs per (b, h) */
-    int64_t kv_rows = 0;     /* key rows any query sees: the part of k and v read */
+    int64_t kv_lo = Skv, kv_hi = 0; /* key rows any query sees: the part of k and v read */
     for (int64_t i = 0; i < Sq; i++) {
-        int64_t vis = visible_keys(at, i, Skv);
-        pairs += (double)vis;
-        if (vis > kv_rows) kv_rows = vis;
+        int64_t lo, hi;
+        visible_keys(at, i, Skv, &lo, &hi);
+        pairs += (double)(hi - lo);
+        if (lo < kv_lo) kv_lo = lo;
+        if (hi > kv_hi) kv_hi = hi;
     }
+    int64_t kv_rows = kv_hi > kv_lo ? kv_hi - kv_lo : 0;
     double kv_elems = B * (double)kv_rows * (double)k->shape[2] * D;
     c->flops = B * Hq * pairs * (4.0 * D + 5.0); /* q.k and p.v, plus the softmax */
     const loom_tensor *m = loom_ref_attention_mask(src, n_src);
@@ -123,11 +129,12 @@ loom_status loom_ref_attention(const loom_kernel_args *a) {
         int64_t hk = h / group; /* GQA: each kv head serves `group` query heads */
         int64_t qo = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
         int64_t yo = b * y->stride[0] + i * y->stride[1] + h * y->stride[2];
-        int64_t vis = visible_keys(at, i, Skv);
+        int64_t j0, j1;
+        visible_keys(at, i, Skv, &j0, &j1);
         double mx = -INFINITY;
         for (int64_t j = 0; j < Skv; j++) {
             double s = -INFINITY;
-            if (j < vis) {
+            if (j >= j0 && j < j1) {
                 int64_t ko = b * k->stride[0] + j * k->stride[1] + hk * k->stride[2];
                 double dot = 0.0;
                 for (int64_t d = 0; d < D; d++)
