@@ -141,4 +141,8 @@ then pass "i8 KV cache: cache bytes and scales in the accounting"; else fail "i8
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
     && grep -q "^prefill: traffic .* kernels 94 -> 39" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"
+# --prompt-len on a vocabulary without BOS (the Qwen2 fixture): plain ids, no -1
+QW="$(dirname "$0")/../fixtures/families/qwen2"
+"$LOOM" profile -m "$QW" --prompt-len 8 -t 1 >"$TMP/qw" 2>"$TMP/err" && grep -q "^prefill: 8 tokens" "$TMP/qw" \
+    && pass "--prompt-len without a BOS token" || fail "--prompt-len without BOS: $(cat "$TMP/err")"
 finish
