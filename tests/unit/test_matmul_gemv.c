@@ -71,6 +71,25 @@ static void test_m1_long_k(void) {
             }
 }
 
+/* M = 1 with float W: rows of K >= 8192 go two at a time (gemv_avx512.c), the
+ * rest one by one: both sides of the limit, odd K, an odd row count (the last
+ * row alone), with y past one 64-row chunk. */
+static void test_m1_long_float_rows(void) {
+    static const int64_t shapes[][2] = {{3, 8191}, {5, 8192}, {7, 8193}, {67, 11008}};
+    loom_rng rng;
+    loom_rng_init(&rng, 27, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < (SANITIZED ? 2 : 4); i++) {
+                mq p;
+                mq_init(&p, 1, shapes[i][0], shapes[i][1], i % 2, all_types[d], &rng);
+                mq_set_ep(&p, i == 3 ? EP_BIAS | EP_RES : 0, LOOM_ACT_NONE);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
 /* Each epilogue step alone and all together, with every activation; the
  * epilogue reading y in place (SwiGLU's y = silu(x.Wg^T) * y). */
 static void test_epilogue_steps(void) {
@@ -135,6 +154,7 @@ int main(void) {
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_long_rows);
     RUN_TEST(test_m1_long_k);
+    RUN_TEST(test_m1_long_float_rows);
     RUN_TEST(test_epilogue_steps);
     RUN_TEST(test_registry);
     RUN_TEST(test_nan_rows);
