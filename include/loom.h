@@ -445,6 +445,12 @@ const char *loom_chat_template_name(const loom_chat_template *t);
  * content; LOOM_ERR_NOMEM. */
 loom_status loom_chat_render(const loom_chat_template *t, const loom_chat_msg *msgs, int n,
                              int add_generation_prompt, char **out);
+/* The length of the text that stands for the BOS token at the start of a
+ * rendering: "<|begin_of_text|>" (llama3) or "<s>" (llama2, mistral), 0 when
+ * text does not start with it or the format writes none. A caller whose
+ * tokenizer adds BOS itself (loom_tokenizer_add_bos) skips it, so that the
+ * prompt does not start with two, as llama.cpp's chat path does. */
+size_t loom_chat_bos_length(const loom_chat_template *t, const char *text);
 /* One turn of a conversation whose earlier turns are already in the KV
  * cache: the close of the previous reply (unless first), the system message
  * (first turn only; NULL or "" = the template's default), the user message

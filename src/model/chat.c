@@ -121,7 +121,8 @@ loom_status loom_chat_template_from_jinja(const char *src, size_t len, loom_chat
     }
     if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) {
         out->format = LOOM_CHAT_LLAMA3;
-        if (HAS("Cutting Knowledge Date")) out->dating = HAS("strftime_now") ? LOOM_CHAT_DATED_TODAY : LOOM_CHAT_DATED_FIXED;
+        if (HAS("Cutting Knowledge Date"))
+            out->dating = HAS("strftime_now") ? LOOM_CHAT_DATED_TODAY : LOOM_CHAT_DATED_FIXED;
         return LOOM_OK;
     }
 #undef HAS
@@ -478,4 +479,13 @@ loom_status loom_chat_render(const loom_chat_template *t, const loom_chat_msg *m
         return loom_set_error(LOOM_ERR_INVALID_ARG, "chat template: unknown format %d", (int)t->format);
     }
     return finish(&b, out);
+}
+
+size_t loom_chat_bos_length(const loom_chat_template *t, const char *text) {
+    if (!t || !text) return 0;
+    const char *bos = t->format == LOOM_CHAT_LLAMA3                                    ? "<|begin_of_text|>"
+                      : t->format == LOOM_CHAT_LLAMA2 || t->format == LOOM_CHAT_MISTRAL ? "<s>"
+                                                                                         : NULL;
+    size_t n = bos ? strlen(bos) : 0;
+    return n && strncmp(text, bos, n) == 0 ? n : 0;
 }

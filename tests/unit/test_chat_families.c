@@ -236,6 +236,13 @@ int main(void) {
         loom_model_free(m);
     }
 
+    /* the BOS text a caller whose tokenizer adds BOS skips */
+    CHECK(loom_chat_template_from_name("llama3", &t) == LOOM_OK);
+    CHECK(loom_chat_bos_length(&t, "<|begin_of_text|><|start_header_id|>") == 17);
+    CHECK(loom_chat_bos_length(&t, "<s>") == 0);
+    CHECK(loom_chat_template_from_name("mistral", &t) == LOOM_OK && loom_chat_bos_length(&t, "<s>[INST]") == 3);
+    CHECK(loom_chat_template_from_name("chatml", &t) == LOOM_OK && loom_chat_bos_length(&t, "<s>") == 0);
+
     /* every format has a name and comes back by it */
     for (int f = 0; f < LOOM_CHAT_COUNT; f++) {
         CHECK(loom_chat_template_from_name(loom_chat_format_name((loom_chat_format)f), &t) == LOOM_OK);

@@ -219,7 +219,9 @@ int cmd_batch(int argc, char **argv) {
             j->error = dup_msg(msg);
             continue;
         }
-        const char *src = text ? text : rendered;
+        /* the engine adds BOS when the vocabulary asks: not a second one from the template */
+        const char *src = text ? text
+                               : rendered + (loom_tokenizer_add_bos(tok) ? loom_chat_bos_length(tmpl, rendered) : 0);
         if (!j->req.has_seed) j->req.params.sampling.seed = seed0 + (uint64_t)line_no;
         loom_status s = loom_engine_add_text(eng, n_jobs - 1, src, strlen(src), &j->req.params, &j->n_prompt);
         free(rendered);
