@@ -236,6 +236,27 @@ int main(void) {
         loom_model_free(m);
     }
 
+    /* loom convert carries the folder's chat_template.jinja into the GGUF */
+    char gguf[64];
+    snprintf(gguf, sizeof gguf, "%s/qwen3.gguf", tmp);
+    CHECK(mkdir(tmp, 0700) == 0);
+    loom_convert_params cp = loom_convert_default_params();
+    CHECK_MSG(loom_convert(LOOM_SOURCE_DIR "/tests/fixtures/families/qwen3", gguf, &cp) == LOOM_OK, "%s",
+              loom_last_error());
+    loom_gguf *g = NULL;
+    CHECK_MSG(loom_gguf_open(gguf, &g) == LOOM_OK, "%s", loom_last_error());
+    if (g) {
+        const char *src;
+        size_t n;
+        CHECK(loom_gguf_find_key(g, "tokenizer.chat_template") >= 0 &&
+              loom_gguf_get_str(g, "tokenizer.chat_template", &src, &n) == LOOM_OK && n > 0 &&
+              strstr(src, "<|im_start|>") != NULL);
+        CHECK(loom_chat_template_from_gguf(g, &t) == LOOM_OK && t.format == LOOM_CHAT_CHATML);
+        loom_gguf_close(g);
+    }
+    remove(gguf);
+    rmdir(tmp);
+
     /* the BOS text a caller whose tokenizer adds BOS skips */
     CHECK(loom_chat_template_from_name("llama3", &t) == LOOM_OK);
     CHECK(loom_chat_bos_length(&t, "<|begin_of_text|><|start_header_id|>") == 17);
