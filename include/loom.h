@@ -404,10 +404,13 @@ int loom_stop_filter_push(loom_stop_filter *f, const char *piece, size_t len, co
 void loom_stop_filter_flush(loom_stop_filter *f, const char **out, size_t *n_out);
 
 /* ---------------------------------------------------------- chat templates */
-/* How a conversation becomes the text a chat model was trained on: "chatml"
- * (<|im_start|>ROLE\n...<|im_end|>: SmolLM2, Qwen) or "llama2" ([INST] ...
- * [/INST]). Control tokens appear as text: encode the result with
- * LOOM_TOK_PARSE_SPECIAL. */
+/* How a conversation becomes the text a chat model was trained on, as its own
+ * Jinja template renders it: "chatml" (<|im_start|>ROLE\n...<|im_end|>:
+ * SmolLM2, Qwen2/2.5), "qwen3" (chatml with Qwen3's <think> blocks), "llama2"
+ * ([INST] ... [/INST]), "llama3" (<|start_header_id|>ROLE<|end_header_id|>),
+ * "mistral" (Mistral-7B-Instruct-v0.3's [INST]...[/INST]) or "phi3"
+ * (<|user|>\n...<|end|>). Control tokens appear as text: encode the result
+ * with LOOM_TOK_PARSE_SPECIAL. */
 
 typedef struct loom_chat_template loom_chat_template;
 
@@ -417,31 +420,46 @@ typedef struct loom_chat_msg {
     const char *content;
 } loom_chat_msg;
 
-/* The template called name ("chatml" or "llama2"); LOOM_ERR_INVALID_ARG
- * naming the accepted names otherwise. */
+/* The template called name (one of the six above; no default system message,
+ * llama3 without 3.1's dated system turn); LOOM_ERR_INVALID_ARG naming the
+ * accepted names otherwise. */
 loom_status loom_chat_template_init(const char *name, loom_chat_template **out);
-/* A model's own template: a GGUF's tokenizer.chat_template (recognised as
- * chatml or llama2; LOOM_ERR_UNSUPPORTED for other Jinja templates), else
- * llama2 for SentencePiece vocabularies and chatml otherwise. Models of other
- * formats carry none: LOOM_ERR_UNSUPPORTED (choose one by name). */
+/* A model's own template, recognised in its Jinja source by llama.cpp's
+ * marker strings (LOOM_ERR_UNSUPPORTED for other templates, naming the
+ * choices): a GGUF's tokenizer.chat_template, else llama2 for SentencePiece
+ * vocabularies and chatml otherwise; a Hugging Face folder's
+ * chat_template.jinja, else its tokenizer_config.json's chat_template
+ * (LOOM_ERR_UNSUPPORTED when it has neither). llama2.c checkpoints carry
+ * none: LOOM_ERR_UNSUPPORTED (choose one by name). */
 loom_status loom_chat_template_from_model(const loom_model *m, loom_chat_template **out);
 /* Releases t; NULL is a no-op. */
 void loom_chat_template_free(loom_chat_template *t);
-/* "chatml" or "llama2". */
+/* "chatml", "qwen3", "llama2", "llama3", "mistral" or "phi3". */
 const char *loom_chat_template_name(const loom_chat_template *t);
 /* A whole conversation msgs[0..n) (an optional system message first, then
  * user and assistant messages in turn), with the assistant's prefix at the
- * end when add_generation_prompt, as the models' own Jinja templates render
- * it, into a malloc'd *out (free()). Errors: LOOM_ERR_INVALID_ARG naming a
+ * end when add_generation_prompt (mistral has none; without it phi3 ends with
+ * <|endoftext|>), as the models' own Jinja templates render it (tested
+ * against transformers' apply_chat_template), into a malloc'd *out (free()). Errors: LOOM_ERR_INVALID_ARG naming a
  * message with another role, a system message after the first, or no
  * content; LOOM_ERR_NOMEM. */
 loom_status loom_chat_render(const loom_chat_template *t, const loom_chat_msg *msgs, int n,
                              int add_generation_prompt, char **out);
+/* The length of the text that stands for the BOS token at the start of a
+ * rendering: "<|begin_of_text|>" (llama3) or "<s>" (llama2, mistral), 0 when
+ * text does not start with it or the format writes none. A caller whose
+ * tokenizer adds BOS itself (loom_tokenizer_add_bos) skips it, so that the
+ * prompt does not start with two, as llama.cpp's chat path does. */
+size_t loom_chat_bos_length(const loom_chat_template *t, const char *text);
 /* One turn of a conversation whose earlier turns are already in the KV
  * cache: the close of the previous reply (unless first), the system message
  * (first turn only; NULL or "" = the template's default), the user message
  * and the assistant prefix, into a malloc'd *out (free()). The turns
- * concatenated with the replies are loom_chat_render's text. */
+ * concatenated with the replies are loom_chat_render's text, except where a
+ * template rewrites earlier turns: mistral's system message stays in the
+ * first turn (the template moves it to the last user message), and qwen3's
+ * replies keep their <think> blocks (the template drops them from replies
+ * before the last user message). */
 loom_status loom_chat_render_turn(const loom_chat_template *t, int first, const char *system,
                                   const char *user, char **out);
 

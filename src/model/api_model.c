@@ -119,10 +119,24 @@ loom_status loom_tokenizer_from_model(const loom_model *m, loom_tokenizer **out)
 loom_status loom_chat_template_from_model(const loom_model *m, loom_chat_template **out) {
     LOOM_RETURN_IF(!m || !out, LOOM_ERR_INVALID_ARG, "chat_template_from_model: NULL argument");
     *out = NULL;
-    LOOM_RETURN_IF(m->format != LOOM_MODEL_GGUF, LOOM_ERR_UNSUPPORTED,
-                   "a %s model has no chat template; choose one by name (chatml or llama2)",
-                   loom_model_format_name(m->format));
     loom_chat_template t;
+    if (m->format == LOOM_MODEL_SAFETENSORS) {
+        /* the folder opened, or the one holding the file or index opened */
+        const char *path = loom_safetensors_path(m->st);
+        const char *slash = strrchr(path, '/');
+        struct stat sb;
+        char dir[1200];
+        int n = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)
+                    ? snprintf(dir, sizeof dir, "%s", path)
+                    : snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        LOOM_RETURN_IF(n < 0 || (size_t)n >= sizeof dir, LOOM_ERR_INVALID_ARG,
+                       "chat_template_from_model: the path '%s' is too long", path);
+        LOOM_TRY(loom_chat_template_from_hf(dir, &t));
+        return loom_chat_template_dup(&t, out);
+    }
+    LOOM_RETURN_IF(m->format != LOOM_MODEL_GGUF, LOOM_ERR_UNSUPPORTED,
+                   "a %s model has no chat template; choose one by name (chatml, llama2, llama3, "
+                   "mistral, phi3 or qwen3)", loom_model_format_name(m->format));
     LOOM_TRY(loom_chat_template_from_gguf(m->gguf, &t));
     return loom_chat_template_dup(&t, out);
 }

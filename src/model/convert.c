@@ -2,6 +2,7 @@
  * GGUF, with tensors re-encoded row by row at write time. */
 #include "model/convert.h"
 
+#include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "model/chat.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/llama.h"
@@ -260,7 +262,9 @@ static loom_status llama2c_vocab(loom_gguf_writer *w, const char *path, int voca
     return s;
 }
 
-/* tokenizer.json (+ tokenizer_config.json) of an HF folder. */
+/* tokenizer.json (+ tokenizer_config.json) of an HF folder; the chat
+ * template also from chat_template.jinja or tokenizer_config.json's list form
+ * when tokenizer_config.json has no string one (which the tokenizer writes). */
 static loom_status hf_vocab(loom_gguf_writer *w, const char *dir) {
     char path[1100];
     char *text = NULL, *cfg = NULL;
@@ -272,6 +276,21 @@ static loom_status hf_vocab(loom_gguf_writer *w, const char *dir) {
     struct stat sb;
     if (stat(cpath, &sb) == 0 && loom_read_text_file(cpath, &cfg, &cfg_len) != LOOM_OK) loom_clear_error();
     loom_status s = loom_tokenizer_hf_json_to_gguf(text, len, cfg, cfg_len, path, w);
+    int has_string_template = 0;
+    if (cfg) {
+        cJSON *c = cJSON_ParseWithLength(cfg, cfg_len);
+        has_string_template = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "chat_template"));
+        cJSON_Delete(c);
+    }
+    char *tmpl = NULL;
+    size_t tmpl_len = 0;
+    if (s == LOOM_OK && !has_string_template) {
+        if (loom_chat_template_source_hf(dir, &tmpl, &tmpl_len) == LOOM_OK)
+            s = loom_gguf_writer_set_str_n(w, "tokenizer.chat_template", tmpl, tmpl_len);
+        else
+            loom_clear_error();  /* no template: the GGUF has none either */
+    }
+    free(tmpl);
     free(text);
     free(cfg);
     return s;

@@ -127,7 +127,7 @@ int cmd_batch(int argc, char **argv) {
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE", "step_by_step, fused or fused_with_checkpoints (default fused)"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
-         "chatml or llama2 for \"messages\" (default: the model's tokenizer.chat_template)"},
+         "chatml, qwen3, llama2, llama3, mistral or phi3 for \"messages\" (default: the model's own)"},
     };
     const char *usage = "-f FILE [-o FILE] [-m MODEL] [-z TOKENIZER] [-np N] [-c N] [-b N] [--no-prefix-cache] [--batch-invariant] [-t N] "
                         "[--kv-dtype T] [--mode MODE] [--chat-template NAME]";
@@ -219,7 +219,9 @@ int cmd_batch(int argc, char **argv) {
             j->error = dup_msg(msg);
             continue;
         }
-        const char *src = text ? text : rendered;
+        /* the engine adds BOS when the vocabulary asks: not a second one from the template */
+        const char *src = text ? text
+                               : rendered + (loom_tokenizer_add_bos(tok) ? loom_chat_bos_length(tmpl, rendered) : 0);
         if (!j->req.has_seed) j->req.params.sampling.seed = seed0 + (uint64_t)line_no;
         loom_status s = loom_engine_add_text(eng, n_jobs - 1, src, strlen(src), &j->req.params, &j->n_prompt);
         free(rendered);

@@ -114,9 +114,11 @@ static int encode_turn(chat_state *c, const char *text, int *n) {
     }
     *n = 0;
     int flags = LOOM_TOK_PARSE_SPECIAL;
-    if (strcmp(loom_chat_template_name(c->tmpl), "chatml") == 0) {
-        /* chatml carries no BOS in its text: add it when the vocabulary asks */
-        if (c->first && loom_tokenizer_add_bos(c->tok)) flags |= LOOM_TOK_BOS;
+    const char *name = loom_chat_template_name(c->tmpl);
+    if (strcmp(name, "llama2") != 0 && strcmp(name, "mistral") != 0) {
+        /* chatml, qwen3 and phi3 carry no BOS in their text: add it when the
+         * vocabulary asks; llama3's text starts with <|begin_of_text|> */
+        if (c->first && strcmp(name, "llama3") != 0 && loom_tokenizer_add_bos(c->tok)) flags |= LOOM_TOK_BOS;
         return encode_piece(c, text, len, flags, n);
     }
     const char *p = text, *end = text + len;
@@ -237,7 +239,7 @@ int cmd_chat(int argc, char **argv) {
         {"-s", "--system", ARG_STR, &system, "TEXT", "system message (default: the template's)"},
         {"-sysf", "--system-prompt-file", ARG_STR, &system_file, "FILE", "the system message from FILE"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
-         "chatml or llama2 (default: from the model's tokenizer.chat_template)"},
+         "chatml, qwen3, llama2, llama3, mistral or phi3 (default: from the model's template)"},
         {"-n", "--n-predict", ARG_INT, &n_predict, "N", "longest reply in tokens (default 512)"},
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 0.7)"},
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},
@@ -258,7 +260,7 @@ int cmd_chat(int argc, char **argv) {
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules', fused)"},
         {"-v", "--verbose", ARG_FLAG, &verbose, NULL, "print speed and context use after each reply"},
     };
-    const char *usage = "[-m MODEL] [-s SYSTEM | -sysf FILE] [--chat-template chatml|llama2] [-n N] [--temp T] "
+    const char *usage = "[-m MODEL] [-s SYSTEM | -sysf FILE] [--chat-template NAME] [-n N] [--temp T] "
                         "[--top-k K] [--top-p P] [--min-p P] [--repeat-penalty X] [--repeat-last-n N] "
                         "[-r TEXT].. [--seed S] [-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [-v]";
     int r = args_parse("chat", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
@@ -325,12 +327,6 @@ int cmd_chat(int argc, char **argv) {
             goto done;
         }
     } else {
-        loom_model_desc desc;
-        if (loom_model_describe(c.model, &desc) == LOOM_OK && desc.format != LOOM_MODEL_GGUF) {
-            fprintf(stderr, "loom chat: %s has no chat template; choose one with --chat-template\n",
-                    model_path);
-            goto done;
-        }
         if (loom_chat_template_from_model(c.model, &c.tmpl) != LOOM_OK) {
             cli_fail("chat", "chat template");
             goto done;

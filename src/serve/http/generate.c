@@ -520,10 +520,12 @@ enum MHD_Result serve_generate(serve_server *s, struct MHD_Connection *c, serve_
     s->n_inflight++;
     pthread_mutex_unlock(&s->mu);
     if (!j->req.has_seed) j->req.params.sampling.seed = s->seed_base + (uint64_t)j->id;
+    /* the engine adds BOS when the vocabulary asks: not a second one from the template */
+    const char *text = chat ? rendered + (loom_tokenizer_add_bos(s->tok) ? loom_chat_bos_length(s->tmpl, rendered) : 0)
+                            : j->req.prompt;
     loom_status st = j->req.prompt_ids
                          ? loom_engine_add(s->engine, j->id, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.params)
-                         : loom_engine_add_text(s->engine, j->id, chat ? rendered : j->req.prompt,
-                                                strlen(chat ? rendered : j->req.prompt), &j->req.params, NULL);
+                         : loom_engine_add_text(s->engine, j->id, text, strlen(text), &j->req.params, NULL);
     free(rendered);
     rendered = NULL;
     if (st != LOOM_OK) {

@@ -20,7 +20,7 @@ typedef struct serve_params {
     const char *tokenizer;      /* the Llama model's tokenizer when it has none (llama2.c); NULL = its own */
     const char *embed_model;    /* a BERT folder for /v1/embeddings beside the chat model; NULL = none */
     const char *alias;          /* the id of `model` in the API; NULL = its file or folder name */
-    const char *chat_template;  /* "chatml" or "llama2"; NULL = the model's own */
+    const char *chat_template;  /* a template name (loom_chat_template_init); NULL = the model's own */
     const char *host;           /* address to bind (default 127.0.0.1) */
     int port;                   /* 0 = any free port (printed) */
     int n_threads;              /* compute threads of each model */
