@@ -58,6 +58,8 @@ int loom_variant_available(loom_variant_family f, int v) {
     return f == LOOM_VF_ATTN_I8 ? c->avx512_vnni : c->avx512_bf16;
 }
 
+int loom_variant_default(loom_variant_family f) { return loom_variant_available(f, 0) ? 0 : 1; }
+
 const char *loom_variant_source_name(loom_variant_source s) {
     switch (s) {
     case LOOM_VS_DEFAULT: return "default";
@@ -106,9 +108,12 @@ static loom_status force_list(const char *spec, int *forced) {
         LOOM_RETURN_IF(!eq, LOOM_ERR_INVALID_ARG, "kernel variants: '%s' is not family=variant", e);
         *eq = '\0';
         int f = loom_variant_family_parse(e);
-        LOOM_RETURN_IF(f < 0, LOOM_ERR_INVALID_ARG,
-                       "kernel variants: unknown family '%s' (gemm.bf16, gemv.q4_full, attention.bf16, attention.i8)",
-                       e);
+        if (f < 0) {
+            char known[160] = "";
+            for (int k = 0, n = 0; k < LOOM_VF_COUNT && n >= 0 && (size_t)n < sizeof known; k++)
+                n += snprintf(known + n, sizeof known - (size_t)n, "%s%s", k ? ", " : "", families[k].name);
+            return loom_set_error(LOOM_ERR_INVALID_ARG, "kernel variants: unknown family '%s' (%s)", e, known);
+        }
         int v = loom_variant_parse((loom_variant_family)f, eq + 1);
         LOOM_RETURN_IF(v < 0, LOOM_ERR_INVALID_ARG, "kernel variants: %s has no variant '%s' (%s, %s)", e, eq + 1,
                        families[f].variants[0], families[f].variants[1]);
@@ -139,7 +144,7 @@ static void apply_env_once(void) {
         return;
     }
     for (int f = 0; f < LOOM_VF_COUNT; f++) /* the default: variant 0 where the CPU has it */
-        atomic_store(&choice[f], loom_variant_available((loom_variant_family)f, 0) ? 0 : 1);
+        atomic_store(&choice[f], loom_variant_default((loom_variant_family)f));
     const char *spec = getenv("LOOM_VARIANTS");
     if (spec && *spec && force_list(spec, env_forced) != LOOM_OK)
         fprintf(stderr, "loom: LOOM_VARIANTS ignored from the bad entry on: %s\n", loom_last_error());

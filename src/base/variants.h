@@ -59,6 +59,8 @@ const char *loom_variant_source_name(loom_variant_source s);
 /* 1 when this CPU runs variant v of f (variant 0 needs AVX512_BF16, or
  * AVX512_VNNI for attention.i8; the others run everywhere). */
 int loom_variant_available(loom_variant_family f, int v);
+/* The default: variant 0 where this CPU runs it, else variant 1. */
+int loom_variant_default(loom_variant_family f);
 /* Number of variants, and names: "gemm.bf16" / "native". NULL when out of range. */
 int loom_variant_count(loom_variant_family f);
 const char *loom_variant_family_name(loom_variant_family f);

@@ -250,7 +250,7 @@ static loom_status time_family(loom_variant_family f, double *us) {
 /* The fastest of the timed variants, the default kept unless another is
  * clearly faster. */
 static int pick(loom_variant_family f, const double *us) {
-    int best = loom_variant_available(f, 0) ? 0 : 1;
+    int best = loom_variant_default(f);
     for (int v = 0; v < loom_variant_count(f); v++)
         if (us[v] > 0 && us[best] > 0 && us[v] < TUNE_MARGIN * us[best]) best = v;
     return best;
@@ -388,7 +388,7 @@ void loom_tune_reset_for_tests(void) {
     for (int f = 0; f < LOOM_VF_COUNT; f++) {
         loom_variant_family fam = (loom_variant_family)f;
         if (!loom_variant_env_forced(fam))
-            loom_variant_set(fam, loom_variant_available(fam, 0) ? 0 : 1, LOOM_VS_DEFAULT);
+            loom_variant_set(fam, loom_variant_default(fam), LOOM_VS_DEFAULT);
     }
     pthread_mutex_unlock(&tune_lock);
 }

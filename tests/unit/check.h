@@ -9,6 +9,19 @@
 #include <unistd.h>
 #include <math.h>
 
+/* 1 in AddressSanitizer builds (gcc's macro or clang's feature test): tests
+ * keep their sanitizer runs short, and skip time budgets there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 static int check_failures_ = 0;
 static int check_count_ = 0;
 

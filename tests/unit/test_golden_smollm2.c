@@ -30,15 +30,6 @@
 #include "model/convert.h"
 #include "model/model.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-
-
 #define MAX_PROMPTS 8
 #define MAX_TOK 64
 #define MAX_TOPK 64
@@ -174,14 +165,14 @@ int main(void) {
     const char *isa = getenv("LOOM_ISA");
     double tol_q = isa && strcmp(isa, "ref") == 0 ? 1e-3 : 1.5;
     compare("q4_1", mpath, gp, np, topk, tol_q, 1);
-#ifndef SANITIZED  /* keep the sanitizer run short: one pass over the quantized file */
+#if !SANITIZED  /* keep the sanitizer run short: one pass over the quantized file */
     compare("q4_1", mpath, gp, np, topk, tol_q, 2);
 #endif
     /* full activations (f32 x against the dequantized blocks): the reference's
      * computation up to the order of f32 sums, in both modes (observed 1e-4;
      * the sanitizer run takes fused only) */
     for (int md = 1; md >= 0; md--) {
-#ifdef SANITIZED
+#if SANITIZED
         if (md == 0) break;
 #endif
         compare_act("q4_1", mpath, gp, np, topk, 1e-3, 2, LOOM_F32, md ? LOOM_MODE_FUSED : LOOM_MODE_STEP_BY_STEP,
@@ -199,7 +190,7 @@ int main(void) {
         loom_status cs = loom_convert(mpath, f16, &cp);
         CHECK_MSG(cs == LOOM_OK, "could not write the f16 copy: %s", loom_last_error());
         if (cs == LOOM_OK) compare("f16 copy", f16, gp, np, topk, 0.1, 1);
-#ifndef SANITIZED
+#if !SANITIZED
         /* f16 and bf16 KV caches (--kv-dtype), both modes: f16 rounds K and V to 2^-11 (observed: no
          * change, 0.021); bf16 to 2^-9, and P to bf16 where it reads V (observed 0.072): bound 0.15 */
         if (cs == LOOM_OK)

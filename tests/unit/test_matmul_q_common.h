@@ -31,16 +31,6 @@
 #include "ops/matmul/matmul.h"
 #include "ops/quant.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 #define GUARD 64
 static const uint32_t SENTINEL = 0x7fc0beefu; /* a quiet NaN with a payload */

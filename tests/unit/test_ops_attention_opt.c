@@ -9,15 +9,6 @@
 #include "graph/ops_init.h"
 #include "test_ops_common.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-
-
 typedef struct { int B, Sq, Skv, Hq, Hkv, D, causal, off, mask, view; float scale; int i8, window; } acase;
 
 static void run_case(const acase *c, loom_rng *rng) {
@@ -277,7 +268,7 @@ int main(void) {
         {1, 5, 21, 4, 2, 16, 1, 16, 1, 1, 0.0f, 1, 6}, /* window: i8 chunk after 16, mask */
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) run_case(&fixed[i], &rng);
-#ifdef SANITIZED
+#if SANITIZED
     const int n_random = 6;
 #else
     const int n_random = 40;

@@ -16,17 +16,6 @@
 #include "base/variants.h"
 #include "graph/tune.h"
 
-/* sanitizer builds run the timed kernels several times slower: no time budget there */
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 static char dir[256];
 
