@@ -35,7 +35,7 @@ pass "cmake --install --prefix"
 
 # What is installed: the public headers only, the libraries, loom.pc, the CMake package, the CLI.
 headers=$(cd "$PREFIX/include" && ls)
-[ "$headers" = "$(printf 'loom.h\nloom_ops.h')" ] && pass "include/ holds loom.h and loom_ops.h only" \
+[ "$headers" = "$(printf 'loom.h\nloom_engine.h\nloom_ops.h')" ] && pass "include/ holds loom.h, loom_engine.h and loom_ops.h only" \
     || fail "installed headers: $headers"
 so=$(readlink "$PREFIX/lib/libloom.so")
 soname=$(objdump -p "$PREFIX/lib/libloom.so" | awk '$1 == "SONAME" {print $2}')
@@ -56,19 +56,23 @@ if [ -s "$TMP/foreign" ]; then fail "libloom.so exports non-loom symbols: $(head
 elif [ "$n_exported" -lt 100 ]; then fail "libloom.so exports only $n_exported loom_ symbols"
 else pass "libloom.so exports $n_exported loom_* symbols and nothing else"; fi
 # every function the headers name is exported, and every export is named there
-cat "$PREFIX/include/loom.h" "$PREFIX/include/loom_ops.h" | grep -oE '\bloom_[a-z0-9_]+\(' | tr -d '(' \
+cat "$PREFIX/include/loom.h" "$PREFIX/include/loom_engine.h" "$PREFIX/include/loom_ops.h" | grep -oE '\bloom_[a-z0-9_]+\(' | tr -d '(' \
     | sort -u >"$TMP/declared"
 nm -D --defined-only "$PREFIX/lib/libloom.so" | awk '{print $NF}' | grep '^loom_' | sort -u >"$TMP/exported"
-if cmp -s "$TMP/declared" "$TMP/exported"; then pass "the exports are the functions loom.h and loom_ops.h name"
+if cmp -s "$TMP/declared" "$TMP/exported"; then pass "the exports are the functions the public headers name"
 else fail "declared but not exported: $(comm -23 "$TMP/declared" "$TMP/exported" | tr '\n' ' '); exported but not declared: $(comm -13 "$TMP/declared" "$TMP/exported" | tr '\n' ' ')"; fi
 nm -D --defined-only "$PREFIX/lib/libloom.so" | grep -q " loom_set_error\$" \
     && fail "libloom.so exports the internal loom_set_error"
 
 # The headers stand alone: C99 and C11, all warnings.
 printf '#include <loom.h>\n#include <loom_ops.h>\nint main(void) { return loom_version()[0] ? 0 : 1; }\n' >"$TMP/h.c"
+# loom_engine.h first: it brings loom.h with it
+printf '#include <loom_engine.h>\nint main(void) { loom_engine_params p = loom_engine_default_params(); return p.n_seq_max < 0; }\n' >"$TMP/e.c"
 for std in c99 c11; do
     run "headers compile alone (-std=$std -Wall -Wextra -Werror)" \
         $CC -std=$std -Wall -Wextra -Werror -I"$PREFIX/include" -c "$TMP/h.c" -o "$TMP/h.o"
+    run "loom_engine.h compiles alone (-std=$std)" \
+        $CC -std=$std -Wall -Wextra -Werror -I"$PREFIX/include" -c "$TMP/e.c" -o "$TMP/e.o"
 done
 
 # 1. pkg-config.
