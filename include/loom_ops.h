@@ -399,6 +399,61 @@ loom_status loom_ffn_ws(const loom_tensor *x, const loom_tensor *w_gate, const l
                         const loom_ffn_params *p, loom_tensor *y, void *workspace, size_t bytes,
                         loom_pool *pool);
 
+/* ================================================================ Mixture of experts */
+
+/*
+ * The MoE family of ops-transformer: gating, routing, grouped matmul and
+ * finalisation. A slot s = t * k + j is rank j of token t (rank 0 the largest
+ * router weight); routing sorts the slots by expert, in slot order within an
+ * expert, so every result is bit-identical for any thread count, and a row's
+ * result depends only on that row (with params.invariant, the default) — not
+ * on which other tokens are in the batch.
+ */
+typedef struct loom_moe_gating_params {
+    int top_k;      /* experts per token, 1..E */
+    int renorm;     /* 1: the top_k weights are divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob) */
+} loom_moe_gating_params;
+
+/* Router logits f32 [T, E] -> softmax per row -> the top_k experts (largest
+ * first, ties to the lower id) in expert_ids i32 [T, top_k] and their
+ * probabilities (renormalised if asked) in weights f32 [T, top_k]. */
+loom_status loom_moe_gating_top_k_softmax(const loom_tensor *logits, const loom_moe_gating_params *p,
+                                          loom_tensor *weights, loom_tensor *expert_ids, loom_pool *pool);
+
+/* Groups the token rows by expert: x f32 [T, D], expert_ids i32 [T, k] (each in
+ * [0, n_experts), else LOOM_ERR_INVALID_ARG naming the token) -> expanded_x f32
+ * [T*k, D] (row i = x[expanded_row_idx[i] / k]), expanded_row_idx i32 [1, T*k]
+ * (the slot of each expanded row), expert_offsets i32 [1, E+1] (expert e owns
+ * expanded rows offsets[e] .. offsets[e+1]). */
+loom_status loom_moe_init_routing(const loom_tensor *x, const loom_tensor *expert_ids, int64_t n_experts,
+                                  loom_tensor *expanded_x, loom_tensor *expanded_row_idx,
+                                  loom_tensor *expert_offsets, loom_pool *pool);
+
+typedef struct loom_grouped_matmul_params {
+    int64_t block_n;                  /* output columns per work item, 0 = auto */
+    loom_act_precision act_precision; /* quantized weights: LOOM_ACT_PREC_FULL (f32 x) or q8 (default) */
+    int     invariant;                /* 1 (default): each expert's GEMM path does not depend on its row count */
+} loom_grouped_matmul_params;
+loom_grouped_matmul_params loom_grouped_matmul_default_params(void);
+
+/* The experts' SwiGLU FFNs over rows grouped by expert, all experts in one
+ * call: y[i] = down_e(silu(gate_e(x[i])) * up_e(x[i])) for the rows i of expert
+ * e. x, y f32 [R, D]; expert_offsets i32 [1, E+1] from 0 to R; w_gate, w_up
+ * [E, H, D] (one dtype), w_down [E, D, H], contiguous, any weight dtype of the
+ * matmul family. Each expert's weights are read once for all its rows;
+ * experts without rows are not read. p NULL: defaults. */
+loom_status loom_grouped_matmul_swiglu(const loom_tensor *x, const loom_tensor *expert_offsets,
+                                       const loom_tensor *w_gate, const loom_tensor *w_up, const loom_tensor *w_down,
+                                       const loom_grouped_matmul_params *p, loom_tensor *y, loom_pool *pool);
+
+/* y[t] = residual[t] + sum_j weights[t, j] * expanded_y[row of slot t*k+j],
+ * summed in rank order j = 0, 1, ..: expanded_y f32 [T*k, D], expanded_row_idx
+ * i32 [1, T*k] (a permutation, else LOOM_ERR_INVALID_ARG), weights f32 [T, k],
+ * residual f32 [T, D] or NULL, y f32 [T, D]. */
+loom_status loom_moe_finalize_routing(const loom_tensor *expanded_y, const loom_tensor *expanded_row_idx,
+                                      const loom_tensor *weights, const loom_tensor *residual, loom_tensor *y,
+                                      loom_pool *pool);
+
 /* ================================================================ KV cache write, QKV + RoPE */
 
 /*

@@ -27,7 +27,7 @@ void loom_graph_set_act_precision(loom_graph *g, loom_act_precision p) {
     _Static_assert(sizeof a <= LOOM_ATTR_MAX, "matmul attributes fit a node");
     for (int i = 0; i < g->n_nodes; i++) {
         loom_node *n = &g->nodes[i];
-        if (n->op != LOOM_OP_MATMUL || !loom_dtype_is_quantized(g->tensors[n->src[1]].t.dtype)) continue;
+        if ((n->op != LOOM_OP_MATMUL && n->op != LOOM_OP_MATMUL_ID) || !loom_dtype_is_quantized(g->tensors[n->src[1]].t.dtype)) continue;
         memcpy(n->attrs, &a, sizeof a);
         n->has_attrs = 1;
     }

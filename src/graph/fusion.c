@@ -251,13 +251,14 @@ static int commit_match(loom_graph *g, fr_state *st, int ri, int last, fr_fused 
                         int *n_pend, loom_status *s) {
     fr_fused f = *fp;
     const fr_rule *r = st->rule;
-    if (f.hidden_rows > 0) {
+    for (int i = 0; i < f.n_hidden; i++) {
         loom_tensor h;
-        const int64_t shape[2] = {f.hidden_rows, f.hidden_cols};
+        const int64_t shape[2] = {f.hidden_rows[i], f.hidden_cols[i]};
         if (loom_tensor_init(&h, LOOM_F32, 2, shape, NULL) != LOOM_OK) return 0;
-        size_t nl = strnlen(g->tensors[f.dst].t.name, 40); /* "<name, 40 at most>.hidden" */
+        size_t nl = strnlen(g->tensors[f.dst].t.name, 40); /* "<name, 40 at most>.hidden[i]" */
         memcpy(h.name, g->tensors[f.dst].t.name, nl);
         memcpy(h.name + nl, ".hidden", sizeof ".hidden");
+        if (i > 0) h.name[nl + 7] = (char)('0' + i), h.name[nl + 8] = '\0';
         int id = loom_graph_intermediate(g, &h);
         if (id < 0 || f.n_extra >= LOOM_MAX_EXTRA_DST) {
             *s = loom_graph_status(g);

@@ -239,8 +239,59 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
         f->dst = r->dst;
     }
     memcpy(f->attrs, &at, sizeof at);
-    f->hidden_rows = x->shape[0];
-    f->hidden_cols = wg->shape[0];
+    f->n_hidden = 1;
+    f->hidden_rows[0] = (int)x->shape[0];
+    f->hidden_cols[0] = (int)wg->shape[0];
+    return 1;
+}
+
+/* ------------------------------------------------------------ moe */
+
+static int build_moe_gating(const fr_ctx *c, fr_fused *f) {
+    const loom_node *probs = gnode(c, "probs"), *ids = gnode(c, "ids"), *w = gnode(c, "weights");
+    const loom_softmax_attrs *sa = probs->has_attrs ? (const void *)probs->attrs : NULL;
+    /* a plain softmax of each row: no scale, mask or causal masking */
+    if (probs->n_src != 1 || (sa && ((sa->scale != 0.0f && sa->scale != 1.0f) || sa->causal))) return 0;
+    if (gt(c, fr_var(c, "logits"))->ndim != 2) return 0;
+    loom_moe_gating_attrs at = {.k = ((const loom_top_k_attrs *)(const void *)ids->attrs)->k,
+                                .renorm = w->has_attrs && ((const loom_moe_weights_attrs *)(const void *)w->attrs)->renorm};
+    f->op = LOOM_OP_MOE_GATING;
+    f->n_src = 1;
+    f->src[0] = fr_var(c, "logits");
+    memcpy(f->attrs, &at, sizeof at);
+    f->dst = w->dst;
+    f->extra[0] = ids->dst;
+    f->n_extra = 1;
+    return 1;
+}
+
+static int build_moe_ffn(const fr_ctx *c, fr_fused *f) {
+    const loom_node *sum = gnode(c, "sum");
+    int res = fr_node(c, "residual");
+    const loom_tensor *x = gt(c, fr_var(c, "x")), *wg = gt(c, fr_var(c, "w_gate")), *ids = gt(c, fr_var(c, "ids"));
+    int32_t prec = fused_act(c, "gate up down");
+    if (prec < 0 || x->ndim != 2 || x->stride[1] != 1 || wg->ndim != 3 || ids->ndim != 2) return 0;
+    loom_moe_ffn_attrs at = {.block_n = (int32_t)fr_opt(c, "block_n", 0), .act_precision = prec};
+    f->op = LOOM_OP_MOE_FFN;
+    f->n_src = 6;
+    f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
+    f->src[3] = fr_var(c, "w_down"), f->src[4] = fr_var(c, "ids"), f->src[5] = fr_var(c, "weights");
+    f->dst = sum->dst;
+    if (res >= 0) {
+        const loom_node *r = &c->g->nodes[res];
+        int other = r->src[0] == sum->dst ? r->src[1] : r->src[0];
+        const loom_tensor *rt = gt(c, other);
+        if (rt->ndim != 2 || rt->stride[1] != 1) return 0;
+        f->src[f->n_src++] = other;
+        f->dst = r->dst;
+    }
+    memcpy(f->attrs, &at, sizeof at);
+    /* the phase buffers: x sorted by expert, h, the experts' outputs */
+    int rows = (int)(x->shape[0] * ids->shape[1]);
+    f->n_hidden = 3;
+    f->hidden_rows[0] = f->hidden_rows[1] = f->hidden_rows[2] = rows;
+    f->hidden_cols[0] = f->hidden_cols[2] = (int)x->shape[1];
+    f->hidden_cols[1] = (int)wg->shape[1];
     return 1;
 }
 
@@ -370,6 +421,10 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define FFN_ROLES                                                                                \
     "gate=matmul($x,$w_gate) up=matmul($x,$w_up) act=*(gate) mul=mul(act,up) "                  \
     "down=matmul(mul,$w_down) residual=add(_,down)"
+#define MOE_GATING_ROLES "probs=softmax($logits) ids=top_k(probs) weights=moe_weights(probs,ids)"
+#define MOE_FFN_ROLES                                                                            \
+    "gate=matmul_id($x,$w_gate,$ids) up=matmul_id($x,$w_up,$ids) act=silu(gate) mul=mul(act,up) " \
+    "down=matmul_id(mul,$w_down,$ids) sum=moe_sum(down,$weights) residual=add(_,sum)"
 
 static fr_builder builders[MAX_BUILDERS] = {
     {"qkv_rope", "q k v q_rope k_rope k_cache v_cache", "x wq wk wv", "block_heads", build_qkv, QKV_ROLES},
@@ -381,8 +436,11 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn, FFN_ROLES},
+    {"moe_gating_top_k_softmax", "probs ids weights", "logits", "", build_moe_gating, MOE_GATING_ROLES},
+    {"moe_ffn", "gate up act mul down sum", "x w_gate w_up w_down ids weights", "block_n", build_moe_ffn,
+     MOE_FFN_ROLES},
 };
-static int n_builders = 7;
+static int n_builders = 9;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

@@ -72,7 +72,10 @@ typedef struct fr_fused {
     _Alignas(16) unsigned char attrs[LOOM_ATTR_MAX];
     int     dst;
     int     extra[LOOM_MAX_EXTRA_DST], n_extra;
-    int     hidden_rows, hidden_cols;   /* > 0: make a new f32 [rows, cols] intermediate as extra */
+    /* New f32 [rows, cols] intermediates appended to the extras (phase buffers:
+     * ffn's hidden activations, moe_ffn's three), rows > 0 each. */
+    int     n_hidden;
+    int     hidden_rows[LOOM_MAX_EXTRA_DST], hidden_cols[LOOM_MAX_EXTRA_DST];
 } fr_fused;
 
 typedef struct fr_ctx {

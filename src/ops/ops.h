@@ -49,6 +49,19 @@ typedef enum loom_op {
                                                                     slots i32 [T] (< 0: row skipped);
                            an i8 cache also takes scale f32 [n_slots, ...] (the cache's dims but the
                            last) and writes each last-dim row quantized with its scale */
+    /* Mixture of experts (src/ops/ref/moe.c, grouped kernels in src/ops/matmul/matmul_id.c) */
+    LOOM_OP_TOP_K,      /* ids of the k largest values of each row, largest first, ties to the lower
+                           index                              src: x f32 [T, E]; dst: i32 [T, k] */
+    LOOM_OP_MOE_WEIGHTS,/* w[t, j] = p[t, ids[t, j]], divided by their sum when renorm
+                                                                   src: p f32 [T, E], ids i32 [T, k];
+                                                                   dst: f32 [T, k] */
+    LOOM_OP_MATMUL_ID,  /* y[t, j, :] = x[t(, j), :] . W[ids[t, j]]^T: each row by its expert's matrix
+                                                                   src: x f32 [T, K] or [T, k, K],
+                                                                   W [E, N, K], ids i32 [T, k];
+                                                                   dst: f32 [T, k, N] */
+    LOOM_OP_MOE_SUM,    /* y[t, :] = sum_j w[t, j] * x[t, j, :], j = 0, 1, .. in order
+                                                                   src: x f32 [T, k, D], w f32 [T, k];
+                                                                   dst: f32 [T, D] */
     /* fused (src/fused/attention.h; kernels registered by loom_register_attention_kernels) */
     LOOM_OP_FLASH_ATTENTION,       /* prefill FlashAttention      src: q, k, v, atten_mask (optional)
                                       in input_layout; dst: like q */
@@ -69,6 +82,12 @@ typedef enum loom_op {
     LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
                              src: x[M, D], w_gate[H, D], w_up[H, D], w_down[D, H] (+ residual);
                              dst: y; extra dst: h [M, H] (the phase-0 buffer) */
+    LOOM_OP_MOE_GATING,   /* moe_gating_top_k_softmax: softmax -> top_k -> moe_weights, per row
+                             src: logits f32 [T, E]; dst: weights f32 [T, k]; extra dst: ids i32 [T, k] */
+    LOOM_OP_MOE_FFN,      /* experts' SwiGLU FFNs over the routed rows, 3 phases (src/fused/moe_op.c):
+                             src: x [T, D], w_gate, w_up [E, H, D], w_down [E, D, H], ids i32 [T, k],
+                             weights f32 [T, k] (+ residual [T, D]); dst: y [T, D];
+                             extra dst: h [T*k, H], down rows [T*k, D] (the phase buffers) */
     /* slots for fused ops registered at run time (loom_register_fused_op) */
     LOOM_OP_CUSTOM0,
     LOOM_OP_CUSTOM_LAST = LOOM_OP_CUSTOM0 + 7,
@@ -167,6 +186,14 @@ typedef struct {
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
+
+typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */
+typedef struct { int32_t renorm; } loom_moe_weights_attrs;         /* 1: the k weights sum to 1 */
+typedef struct { int32_t k, renorm; } loom_moe_gating_attrs;       /* as top_k's and moe_weights' */
+typedef struct {
+    int32_t block_n;        /* output columns per work item of both grouped GEMMs, 0 = auto */
+    int32_t act_precision;  /* loom_act_precision of the three matmul_id (as loom_matmul_attrs) */
+} loom_moe_ffn_attrs;
 
 typedef struct { float eps; } loom_layer_norm_attrs;               /* eps > 0 */
 typedef struct { int approximate; } loom_gelu_attrs;  /* 0: x*Phi(x) with erf (HF "gelu"); 1: tanh form */

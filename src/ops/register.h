@@ -7,6 +7,7 @@
 #include "ops/ops.h"
 
 void loom_register_matmul_kernels(loom_op_info *table);  /* src/ops/matmul/ */
+void loom_register_matmul_id_kernels(loom_op_info *table); /* src/ops/matmul/matmul_id.c */
 void loom_register_vec_kernels(loom_op_info *table);     /* src/ops/vec/ */
 /* The op table with the primitive families registered, for the layers above
  * that fill in their ops (src/fused through loom_ops_init in src/graph) and

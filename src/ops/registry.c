@@ -53,6 +53,13 @@ static loom_op_info op_table[] = {
     [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias),
                           .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
+    [LOOM_OP_TOP_K] = {.name = "top_k", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_top_k_attrs),
+                       REF(top_k)},
+    [LOOM_OP_MOE_WEIGHTS] = {.name = "moe_weights", .n_src_min = 2, .n_src_max = 2,
+                             .attr_size = sizeof(loom_moe_weights_attrs), REF(moe_weights)},
+    [LOOM_OP_MATMUL_ID] = {.name = "matmul_id", .n_src_min = 3, .n_src_max = 3,
+                           .attr_size = sizeof(loom_matmul_attrs), REF(matmul_id)},
+    [LOOM_OP_MOE_SUM] = {.name = "moe_sum", .n_src_min = 2, .n_src_max = 2, REF(moe_sum)},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},
@@ -69,6 +76,9 @@ static loom_op_info op_table[] = {
                               .attr_size = sizeof(loom_add_rms_norm_attrs)},
     [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 5,
                      .attr_size = sizeof(loom_ffn_attrs)},
+    [LOOM_OP_MOE_GATING] = {.name = "moe_gating_top_k_softmax", .n_src_min = 1, .n_src_max = 1,
+                            .attr_size = sizeof(loom_moe_gating_attrs)},
+    [LOOM_OP_MOE_FFN] = {.name = "moe_ffn", .n_src_min = 6, .n_src_max = 7, .attr_size = sizeof(loom_moe_ffn_attrs)},
     [LOOM_OP_CUSTOM0 + 0] = {.name = "custom0", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
     [LOOM_OP_CUSTOM0 + 1] = {.name = "custom1", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
     [LOOM_OP_CUSTOM0 + 2] = {.name = "custom2", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
@@ -109,6 +119,7 @@ static void register_optimised(void) {
         if (!op_table[op].ref) op_table[op].ref = unregistered_kernel;
     }
     loom_register_matmul_kernels(op_table);
+    loom_register_matmul_id_kernels(op_table);
     loom_register_vec_kernels(op_table);
 }
 

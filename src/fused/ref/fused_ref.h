@@ -17,4 +17,19 @@ loom_status loom_ffn_ref(const loom_tensor *x, const loom_tensor *w_gate, const 
                          const loom_tensor *w_down, const loom_tensor *residual,
                          const loom_ffn_params *p, loom_tensor *y);
 
+/* Mixture of experts (loom_ops.h). softmax -> top_k -> moe_weights */
+loom_status loom_moe_gating_ref(const loom_tensor *logits, const loom_moe_gating_params *p, loom_tensor *weights,
+                                loom_tensor *expert_ids);
+/* experts in order, each expert's slots in slot order; rows copied */
+loom_status loom_moe_init_routing_ref(const loom_tensor *x, const loom_tensor *expert_ids, int64_t n_experts,
+                                      loom_tensor *expanded_x, loom_tensor *expanded_row_idx,
+                                      loom_tensor *expert_offsets);
+/* matmul_id(gate), matmul_id(up) -> silu -> mul -> matmul_id(down), each row by its expert */
+loom_status loom_grouped_matmul_swiglu_ref(const loom_tensor *x, const loom_tensor *expert_offsets,
+                                           const loom_tensor *w_gate, const loom_tensor *w_up,
+                                           const loom_tensor *w_down, loom_tensor *y);
+/* un-permute -> moe_sum [-> add(residual)] */
+loom_status loom_moe_finalize_routing_ref(const loom_tensor *expanded_y, const loom_tensor *expanded_row_idx,
+                                          const loom_tensor *weights, const loom_tensor *residual, loom_tensor *y);
+
 #endif
