@@ -13,7 +13,8 @@ converter only, into OUT_DIR/<family>.gguf (test_families runs it when
 LOOM_LLAMA_CPP_DIR is set).
 
 Needs torch, transformers and tokenizers (test-only: not dependencies of
-loom). For each family (llama as the control, qwen2, qwen3, mistral, phi3)
+loom). For each family (llama as the control, qwen2, qwen3, mistral, phi3,
+mixtral, qwen3moe)
 it writes OUT_DIR/<family>/ with
 
   config.json, model.safetensors   a random model of 2 layers, width 32, GQA
@@ -42,7 +43,12 @@ it writes OUT_DIR/<family>/ with
   llama-cpp.gguf                   with --llama-cpp: the folder converted by
                                    llama.cpp's own convert_hf_to_gguf.py (f32)
 
-About 90 KB a family.
+mixtral and qwen3moe are mixtures of 4 experts (FFN width 64 and 32), the
+top 2 of each token, renormalised; their routers are drawn 3x larger, and
+the seed is the first (of seed, seed + 1000, ...) whose routers keep every
+token's second choice at least MIN_ROUTER_GAP (in logits) from the third, so
+that lossy KV caches cannot switch a token's experts. About 90 KB a family (the
+mixtures about 150 KB).
 
 llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
 test text's tokens and refuses a vocabulary it does not know, as this trained
@@ -66,7 +72,8 @@ import types
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
                           Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -121,6 +128,13 @@ def config_for(family, vocab):
     if family == "phi3":  # merged qkv_proj and gate_up_proj; Phi-3-mini has a window too (2047 of 4096)
         common.update(pad_token_id=None, bos_token_id=None)
         return Phi3Config(rope_theta=250000.0, sliding_window=PHI3_WINDOW, **common), Phi3ForCausalLM
+    if family == "mixtral":  # 4 experts of width 64, the top 2 of each token (renormalised)
+        return MixtralConfig(rope_theta=1000000.0, num_local_experts=4, num_experts_per_tok=2, **common), \
+            MixtralForCausalLM
+    if family == "qwen3moe":  # Qwen3's attention; 4 experts of width 32, top 2, norm_topk_prob as Qwen3-30B-A3B
+        return Qwen3MoeConfig(rope_theta=1000000.0, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                              mlp_only_layers=[], **common), Qwen3MoeForCausalLM
     # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
     return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
@@ -134,9 +148,31 @@ def randomise(model, gen):
             p.copy_(0.5 * torch.randn(p.shape, generator=gen))
         elif "embed_tokens" in name:
             p.copy_(torch.randn(p.shape, generator=gen))
-        else:  # [out, in] matrices
-            p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+        elif name.endswith("gate.weight") and p.shape[0] <= 16:  # MoE routers: clear top-k margins
+            p.copy_(3.0 * torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
+        else:  # [out, in] matrices ([experts, out, in] for stacked experts)
+            p.copy_(torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
         p.copy_(p.to(torch.float16).to(torch.float32))  # stored as f16: exact in f32
+
+
+# A mixture of experts is discontinuous: a token whose k-th and (k+1)-th router
+# logits are nearly equal may switch experts under a rounding difference (an
+# f16 or i8 KV cache, loom's own summation order). The fixtures keep every
+# token's k-th choice at least this far (in router logits) from the next.
+MIN_ROUTER_GAP = 0.1
+
+
+def router_gap(model, tokens, cfg):
+    """Smallest gap, over tokens and layers, between the k-th and (k+1)-th router logit (None: no experts)."""
+    k = getattr(cfg, "num_experts_per_tok", None)
+    if not k:
+        return None
+    out = model(tokens[None, :], output_router_logits=True)
+    gap = float("inf")
+    for rl in out.router_logits:
+        s = rl.float().sort(-1, descending=True).values
+        gap = min(gap, float((s[:, k - 1] - s[:, k]).min()))
+    return gap
 
 
 def write_f32(path, t):
@@ -146,14 +182,24 @@ def write_f32(path, t):
 
 @torch.no_grad()
 def make(family, out, tokenizer):
-    gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5}[family])
-    cfg, cls = config_for(family, len(tokenizer))
-    cfg._attn_implementation = "eager"
-    model = cls(cfg).eval()
-    randomise(model, gen)
+    seed = {"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5, "mixtral": 6, "qwen3moe": 7}[family]
+    for attempt in range(200):
+        gen = torch.Generator().manual_seed(seed + 1000 * attempt)
+        cfg, cls = config_for(family, len(tokenizer))
+        cfg._attn_implementation = "eager"
+        model = cls(cfg).eval()
+        randomise(model, gen)
+        tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
+        gap = router_gap(model, tokens, cfg)
+        if gap is None or gap >= MIN_ROUTER_GAP:
+            break
+    else:
+        sys.exit("%s: no seed gives routers whose top-k is clear of the next expert" % family)
+    if gap is not None:
+        print("%s: seed %d: smallest router logit gap between the last chosen and the next expert %.3f" % (
+            family, seed + 1000 * attempt, gap))
     d = os.path.join(out, family)
     os.makedirs(d, exist_ok=True)
-    tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
     window = getattr(cfg, "sliding_window", None)
     if window:  # the same model with full attention (the config is read per call)
@@ -209,9 +255,10 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")
-QWEN_TOKENIZER = ("qwen2", "qwen3")
-PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2"}  # the tokenizers' pre-tokenizers
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen3moe")
+QWEN_TOKENIZER = ("qwen2", "qwen3", "qwen3moe")
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2", "mixtral": "gpt-2",
+       "qwen3moe": "qwen2"}  # the tokenizers' pre-tokenizers
 
 
 def main():

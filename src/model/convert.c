@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "model/chat.h"
 #include "model/gguf.h"
@@ -176,6 +177,12 @@ static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, c
     }
     if (c->sliding_window > 0) /* llama.cpp's key; its own converter writes none for Mistral */
         LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.sliding_window"), (uint32_t)c->sliding_window));
+    if (c->n_experts > 0) { /* llama.cpp's keys; the experts' width is feed_forward_length too */
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "expert_count"), (uint32_t)c->n_experts));
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "expert_used_count"), (uint32_t)c->n_experts_used));
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "expert_feed_forward_length"), (uint32_t)c->hidden_dim));
+        LOOM_TRY(loom_gguf_writer_set_bool(w, arch_key(k, c, "expert_weights_norm"), c->moe_renorm));
+    }
     loom_dtype ft = p->type_set ? p->type : src_type;
     return loom_gguf_writer_set_u32(w, "general.file_type", file_type(ft));
 }
@@ -432,6 +439,7 @@ loom_status loom_convert(const char *in, const char *out, const loom_convert_par
     loom_gguf_writer_free(w);
     free(L.jobs);
     free(lw.layers);
+    loom_free_aligned(lw.owned); /* experts stacked from a Hugging Face folder */
     free(owned);
     loom_safetensors_close(st);
     loom_gguf_close(g);

@@ -149,6 +149,19 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     LOOM_TRY(get_float(root, name, "partial_rotary_factor", &c->partial_rotary_factor));
     LOOM_TRY(rope_params(root, name, "rope_scaling", c));
     LOOM_TRY(rope_params(root, name, "rope_parameters", c));
+    LOOM_TRY(get_int(root, name, "num_experts", 0, 1, 1 << 16, &c->num_experts));
+    LOOM_TRY(get_int(root, name, "num_local_experts", 0, 1, 1 << 16, &c->num_experts));
+    LOOM_TRY(get_int(root, name, "num_experts_per_tok", 0, 1, 1 << 16, &c->num_experts_per_tok));
+    LOOM_TRY(get_int(root, name, "moe_intermediate_size", 0, 1, big, &c->moe_intermediate_size));
+    LOOM_TRY(get_int(root, name, "shared_expert_intermediate_size", 0, 0, big, &c->shared_expert_intermediate_size));
+    c->norm_topk_prob = -1;
+    LOOM_TRY(get_bool(root, name, "norm_topk_prob", &c->norm_topk_prob));
+    c->decoder_sparse_step = 1;
+    LOOM_TRY(get_int(root, name, "decoder_sparse_step", 0, 0, 4096, &c->decoder_sparse_step));
+    const cJSON *mlp_only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    LOOM_RETURN_IF(mlp_only && !cJSON_IsNull(mlp_only) && !cJSON_IsArray(mlp_only), LOOM_ERR_FORMAT,
+                   "config '%s': field \"mlp_only_layers\" must be a list", name);
+    c->n_mlp_only_layers = cJSON_IsArray(mlp_only) ? cJSON_GetArraySize(mlp_only) : 0;
     c->bos_token_id = c->eos_token_id = c->pad_token_id = -1;
     LOOM_TRY(get_token_id(root, name, "bos_token_id", &c->bos_token_id));
     LOOM_TRY(get_token_id(root, name, "eos_token_id", &c->eos_token_id));

@@ -34,6 +34,14 @@ typedef struct loom_hf_config {
     int   use_sliding_window;    /* Qwen2/3's switch; default 0 */
     int   sliding_window;        /* attention window (Mistral); 0 when absent or null */
     int   bos_token_id, eos_token_id, pad_token_id;  /* -1 when absent */
+    /* mixtures of experts (Mixtral, Qwen3-MoE); 0 when absent */
+    int   num_experts;           /* num_local_experts, or num_experts */
+    int   num_experts_per_tok;
+    int   moe_intermediate_size; /* Qwen3-MoE: the experts' width (intermediate_size is a dense FFN's) */
+    int   norm_topk_prob;        /* Qwen3-MoE: renormalise the top-k weights; -1 when absent */
+    int   decoder_sparse_step;   /* Qwen3-MoE: every n-th layer is sparse; default 1 */
+    int   n_mlp_only_layers;     /* Qwen3-MoE: the length of mlp_only_layers (dense layers) */
+    int   shared_expert_intermediate_size; /* Qwen2-MoE's shared expert */
 } loom_hf_config;
 
 /* Parses config.json text[0..len); name is used in messages. Errors:

@@ -17,6 +17,8 @@ typedef enum {
     LOOM_FAMILY_QWEN2,  /* "qwen2": Qwen2, Qwen2.5: a bias on Q, K and V */
     LOOM_FAMILY_QWEN3,  /* "qwen3": Qwen3 dense: per-head RMSNorm on Q and K before RoPE */
     LOOM_FAMILY_PHI3,   /* "phi3": Phi-3: Q, K, V in one matrix, gate and up in another */
+    LOOM_FAMILY_QWEN3MOE, /* "qwen3moe": Qwen3-MoE: Qwen3's attention, a mixture of experts per layer
+                             (Mixtral is "llama" with n_experts) */
     LOOM_FAMILY_COUNT
 } loom_llama_family;
 
@@ -45,6 +47,11 @@ typedef struct loom_llama_config {
                              themselves included (Mistral, Phi-3); 0: all earlier keys */
     int   merged;       /* the weights hold Q/K/V as one matrix (wqkv) and gate/up as one (w13),
                            and wq, wk, wv, w1, w3 are row views into them (Phi-3) */
+    int   n_experts;    /* > 0: every layer's FFN is a mixture of n_experts SwiGLU experts of width
+                           hidden_dim (Mixtral, Qwen3-MoE); 0: one dense FFN */
+    int   n_experts_used; /* experts per token (top-k of the router's softmax) */
+    int   moe_renorm;   /* the top-k weights are divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob) */
+    int   hf_block_sparse_moe; /* Hugging Face names under block_sparse_moe. (Mixtral), else mlp. */
 } loom_llama_config;
 
 typedef struct loom_llama_layer {
@@ -62,6 +69,10 @@ typedef struct loom_llama_layer {
     loom_tensor w3;         /* up   [hidden_dim, dim] */
     loom_tensor wqkv;       /* merged: [(n_heads + 2*n_kv_heads)*head_dim, dim]: wq, wk, wv rows */
     loom_tensor w13;        /* merged: [2*hidden_dim, dim]: w1 (gate) rows, then w3 (up) rows */
+    loom_tensor ffn_gate_inp;  /* n_experts: the router [n_experts, dim] */
+    loom_tensor ffn_gate_exps; /* n_experts: [n_experts, hidden_dim, dim], contiguous */
+    loom_tensor ffn_up_exps;   /* n_experts: [n_experts, hidden_dim, dim] */
+    loom_tensor ffn_down_exps; /* n_experts: [n_experts, dim, hidden_dim] */
 } loom_llama_layer;
 
 typedef struct loom_llama_weights {
@@ -90,11 +101,16 @@ typedef enum {
     LOOM_LLAMA_D, LOOM_LLAMA_QD, LOOM_LLAMA_KVD, LOOM_LLAMA_H, LOOM_LLAMA_HD,
     LOOM_LLAMA_QKVD, /* QD + 2 KVD: merged Q/K/V */
     LOOM_LLAMA_H2,   /* 2 H: merged gate/up */
+    LOOM_LLAMA_E,    /* n_experts: the router's rows */
 } loom_llama_dim;
 typedef enum {
     LOOM_LLAMA_ALWAYS, LOOM_LLAMA_IF_QKV_BIAS, LOOM_LLAMA_IF_QK_NORM,
     LOOM_LLAMA_IF_SPLIT,  /* separate Q, K, V, gate and up matrices (all but merged models) */
     LOOM_LLAMA_IF_MERGED, /* the merged ones (config.merged) */
+    LOOM_LLAMA_IF_SPLIT_FFN,  /* separate gate and up matrices of a dense FFN */
+    LOOM_LLAMA_IF_DENSE,      /* a dense FFN (n_experts 0) */
+    LOOM_LLAMA_IF_MERGED_FFN, /* merged gate/up of a dense FFN */
+    LOOM_LLAMA_IF_MOE,        /* a mixture of experts (n_experts > 0) */
 } loom_llama_cond;
 typedef struct loom_llama_layer_tensor {
     size_t field;              /* offsetof(loom_llama_layer, ...) */
@@ -103,9 +119,16 @@ typedef struct loom_llama_layer_tensor {
     loom_llama_dim rows, cols;
     int rope;                  /* 1: the rows are RoPE'd heads (rows / head_dim of them) */
     loom_llama_cond cond;
+    int experts;               /* 1: [n_experts, rows, cols], one matrix per expert; the HF name has a %d
+                                  for the expert (one tensor each), GGUF's is the stacked 3-D tensor */
 } loom_llama_layer_tensor;
-#define LOOM_LLAMA_LAYER_TENSORS 16
+#define LOOM_LLAMA_LAYER_TENSORS 20
 extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];
+/* The Hugging Face name of tensor t of layer `layer` (expert `expert` of an
+ * experts tensor) into buf: model.layers.N.<hf>, Mixtral's block_sparse_moe
+ * names when c->hf_block_sparse_moe. */
+void loom_llama_hf_name(const loom_llama_config *c, const loom_llama_layer_tensor *t, int layer, int expert,
+                        char *buf, size_t n);
 /* 1 when the models of config c have tensor t. */
 int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tensor *t);
 /* The size of dim d under config c. */

@@ -44,6 +44,11 @@ loom_status loom_llama_config_check(const loom_llama_config *c, const char *what
                    "number up to head_dim", what, c->n_rot, c->head_dim);
     LOOM_RETURN_IF(!(c->rms_eps > 0) || !(c->rope_theta > 0), LOOM_ERR_FORMAT,
                    "%s: rms_eps and rope_theta must be positive", what);
+    LOOM_RETURN_IF(c->n_experts < 0 || c->n_experts > 4096, LOOM_ERR_FORMAT,
+                   "%s: impossible expert count %d (expected 0..4096)", what, c->n_experts);
+    LOOM_RETURN_IF(c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts),
+                   LOOM_ERR_FORMAT, "%s: %d experts used per token of %d experts (expected 1..%d)", what,
+                   c->n_experts_used, c->n_experts, c->n_experts);
     return LOOM_OK;
 }
 

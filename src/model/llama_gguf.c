@@ -87,7 +87,8 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
         if (str_is(arch, alen, loom_llama_family_name((loom_llama_family)f))) c->family = (loom_llama_family)f;
     LOOM_RETURN_IF(c->family == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED,
                    "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
-                   "(Llama 2/3, SmolLM2, TinyLlama, Mistral), 'qwen2', 'qwen3' and 'phi3' models", path,
+                   "(Llama 2/3, SmolLM2, TinyLlama, Mistral, Mixtral), 'qwen2', 'qwen3', 'phi3' and 'qwen3moe' "
+                   "models", path,
                    (int)(alen > 64 ? 64 : alen), arch);
     const char *fam = loom_llama_family_name(c->family);
     LOOM_TRY(get_int(g, c, "embedding_length", -1, &c->dim));
@@ -145,8 +146,27 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's keep HF's halves */
     c->rope_mode = c->family == LOOM_FAMILY_LLAMA ? LOOM_ROPE_INTERLEAVED : LOOM_ROPE_HALF;
     c->qkv_bias = c->family == LOOM_FAMILY_QWEN2;
-    c->qk_norm = c->family == LOOM_FAMILY_QWEN3;
+    c->qk_norm = c->family == LOOM_FAMILY_QWEN3 || c->family == LOOM_FAMILY_QWEN3MOE;
     c->merged = c->family == LOOM_FAMILY_PHI3; /* blk.N.attn_qkv, blk.N.ffn_up of [2 H, D] */
+    /* a mixture of experts: Mixtral under "llama", Qwen3-MoE */
+    LOOM_TRY(get_int(g, c, "expert_count", 0, &c->n_experts));
+    if (c->family == LOOM_FAMILY_QWEN3MOE)
+        LOOM_RETURN_IF(c->n_experts < 1, LOOM_ERR_FORMAT, "%s: missing key 'qwen3moe.expert_count'", path);
+    if (c->n_experts > 0) {
+        LOOM_TRY(get_int(g, c, "expert_used_count", -1, &c->n_experts_used));
+        LOOM_RETURN_IF(c->n_experts_used > c->n_experts, LOOM_ERR_FORMAT,
+                       "%s: %s.expert_used_count %d is larger than %s.expert_count %d", path, fam,
+                       c->n_experts_used, fam, c->n_experts);
+        /* the experts' width (Qwen3-MoE; feed_forward_length is then a dense FFN's) */
+        LOOM_TRY(get_int(g, c, "expert_feed_forward_length", c->hidden_dim, &c->hidden_dim));
+        /* llama.cpp renormalises the top-k weights of both unless the file says otherwise */
+        int norm;
+        LOOM_TRY(meta_key(g, c, "expert_weights_norm", 0, key, &norm));
+        c->moe_renorm = 1;
+        if (norm) LOOM_TRY(loom_gguf_get_bool(g, key, &c->moe_renorm));
+        LOOM_RETURN_IF(loom_gguf_find_tensor(g, "blk.0.ffn_gate_inp_shexp.weight") >= 0, LOOM_ERR_UNSUPPORTED,
+                       "%s: shared experts (blk.N.ffn_*_shexp) are not supported", path);
+    }
     return LOOM_OK;
 }
 
@@ -239,14 +259,24 @@ static loom_status get_tensor(const loom_gguf *g, int64_t i, conv_buf *cv, loom_
 }
 
 /* Takes tensor name, checking its shape (outermost first) and dtype class. */
+static loom_status take3(const loom_gguf *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                         int norm, conv_buf *cv, loom_tensor *t);
 static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t d0, int64_t d1,
                         int norm, conv_buf *cv, loom_tensor *t) {
+    return take3(g, name, ndim, d0, d1, 0, norm, cv, t);
+}
+
+/* Takes tensor name, checking its shape (outermost first: [d0], [d0, d1] or,
+ * experts, [d0, d1, d2]) and dtype class. */
+static loom_status take3(const loom_gguf *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                         int norm, conv_buf *cv, loom_tensor *t) {
     const char *path = loom_gguf_path(g);
     int64_t ti = loom_gguf_find_tensor(g, name);
     LOOM_RETURN_IF(ti < 0, LOOM_ERR_FORMAT, "%s: missing tensor '%s'", path, name);
     LOOM_TRY(get_tensor(g, ti, cv, t));
-    int ok = ndim == 1 ? loom_tensor_nelem(t) == d0 && (t->ndim == 1 || t->shape[0] == 1)
-                       : t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1;
+    int ok = ndim == 1   ? loom_tensor_nelem(t) == d0 && (t->ndim == 1 || t->shape[0] == 1)
+             : ndim == 2 ? t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1
+                         : t->ndim == 3 && t->shape[0] == d0 && t->shape[1] == d1 && t->shape[2] == d2;
     if (!ok) {
         char got[96];
         int o = 0;
@@ -255,6 +285,9 @@ static loom_status take(const loom_gguf *g, const char *name, int ndim, int64_t 
         if (ndim == 1)
             return loom_set_error(LOOM_ERR_SHAPE, "%s: tensor '%s' has shape [%s], expected [%lld]",
                                   path, name, got, (long long)d0);
+        if (ndim == 3)
+            return loom_set_error(LOOM_ERR_SHAPE, "%s: tensor '%s' has shape [%s], expected [%lld, %lld, %lld]",
+                                  path, name, got, (long long)d0, (long long)d1, (long long)d2);
         return loom_set_error(LOOM_ERR_SHAPE, "%s: tensor '%s' has shape [%s], expected [%lld, %lld]",
                               path, name, got, (long long)d0, (long long)d1);
     }
@@ -296,9 +329,12 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
             if (!loom_llama_layer_has(c, lt)) continue;
             snprintf(nm, sizeof nm, "blk.%d.%s", l, lt->gguf);
-            LOOM_TRY(take(g, nm, lt->norm ? 1 : 2, loom_llama_dim_size(c, lt->rows),
-                          lt->norm ? 1 : loom_llama_dim_size(c, lt->cols), lt->norm, &cv,
-                          loom_llama_layer_field(&w->layers[l], lt)));
+            int64_t rows = loom_llama_dim_size(c, lt->rows), cols = lt->norm ? 1 : loom_llama_dim_size(c, lt->cols);
+            if (lt->experts) /* [n_experts, rows, cols] */
+                LOOM_TRY(take3(g, nm, 3, c->n_experts, rows, cols, 0, &cv, loom_llama_layer_field(&w->layers[l], lt)));
+            else
+                LOOM_TRY(take(g, nm, lt->norm ? 1 : 2, rows, cols, lt->norm, &cv,
+                              loom_llama_layer_field(&w->layers[l], lt)));
         }
         LOOM_TRY(loom_llama_layer_views(c, &w->layers[l]));
     }

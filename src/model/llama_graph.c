@@ -16,10 +16,42 @@ static const char *layer_name(char *nm, int layer, const char *s) {
 
 /* The feed-forward block of layer l after the attention: x + down(silu(gate(n)) * up(n)),
  * n = rms_norm(x). */
-static int ffn_block(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int x) {
+/* A mixture of experts instead (Mixtral, Qwen3-MoE): the router's softmax, the
+ * top-k experts of each row and their weights, each row's k expert FFNs
+ * (matmul_id: row by row with its expert's matrices), and their sum weighted
+ * by rank, then the residual. The fusion rules make it two kernels' worth of
+ * ops: moe_gating_top_k_softmax and moe_ffn (docs/fusion.md). */
+static int moe_block(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int x, int xn,
+                     int pos) {
+    char nm[LOOM_NAME_MAX];
+#define NAME(s) layer_name(nm, l, s)
+    int logits = loom_g_matmul(g, xn, loom_graph_external(g, &L->ffn_gate_inp), NAME("ffn_router"));
+    const loom_softmax_attrs sa = {.pos_offset = pos}; /* not causal: the position is only carried along */
+    int probs = loom_graph_op(g, LOOM_OP_SOFTMAX, &logits, 1, &sa, "L%d.ffn_router_probs", l);
+    const loom_top_k_attrs ka = {.k = c->n_experts_used};
+    int ids = loom_graph_op(g, LOOM_OP_TOP_K, &probs, 1, &ka, "L%d.ffn_experts", l);
+    const loom_moe_weights_attrs wa = {.renorm = c->moe_renorm};
+    const int pw[2] = {probs, ids};
+    int w = loom_graph_op(g, LOOM_OP_MOE_WEIGHTS, pw, 2, &wa, "L%d.ffn_expert_weights", l);
+    const int gs[3] = {xn, loom_graph_external(g, &L->ffn_gate_exps), ids};
+    int gate = loom_graph_op(g, LOOM_OP_MATMUL_ID, gs, 3, NULL, "L%d.ffn_gate_exps", l);
+    const int us[3] = {xn, loom_graph_external(g, &L->ffn_up_exps), ids};
+    int up = loom_graph_op(g, LOOM_OP_MATMUL_ID, us, 3, NULL, "L%d.ffn_up_exps", l);
+    int act = loom_g_silu(g, gate, NAME("ffn_silu"));
+    int h = loom_g_mul(g, act, up, NAME("ffn_swiglu"));
+    const int ds[3] = {h, loom_graph_external(g, &L->ffn_down_exps), ids};
+    int d = loom_graph_op(g, LOOM_OP_MATMUL_ID, ds, 3, NULL, "L%d.ffn_down_exps", l);
+    const int ss[2] = {d, w};
+    int sum = loom_graph_op(g, LOOM_OP_MOE_SUM, ss, 2, NULL, "L%d.ffn_moe_sum", l);
+    return loom_g_add(g, x, sum, NAME("ffn_residual"));
+#undef NAME
+}
+
+static int ffn_block(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int x, int pos) {
     char nm[LOOM_NAME_MAX];
 #define NAME(s) layer_name(nm, l, s) /* one per statement: the names share nm */
     int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->ffn_norm), c->rms_eps, NAME("ffn_norm"));
+    if (c->n_experts > 0) return moe_block(g, c, L, l, x, xn, pos);
     int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
     int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
     int act = loom_g_silu(g, gate, NAME("ffn_silu"));
@@ -106,7 +138,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
                               NAME("attn_out"));
         x = loom_g_add(g, x, o, NAME("attn_residual"));
 #undef NAME
-        x = ffn_block(g, c, L, l, x);
+        x = ffn_block(g, c, L, l, x, pos);
     }
     if (!all_logits) x = loom_graph_view_rows(g, x, n - 1, 1);
     return head(g, c, w, x);
@@ -145,7 +177,7 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo), NAME("attn_out"));
         x = loom_g_add(g, x, o, NAME("attn_residual"));
 #undef NAME
-        x = ffn_block(g, c, L, l, x);
+        x = ffn_block(g, c, L, l, x, 0);
     }
     (void)n_out; /* the out_rows tensor has n_out rows */
     return head(g, c, w, loom_g_get_rows(g, x, io->out_rows, "out_rows"));

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "model/hf_config.h"
 
@@ -33,6 +34,8 @@ static loom_llama_family family_of(const loom_hf_config *h) {
         {"qwen2", "Qwen2ForCausalLM", LOOM_FAMILY_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", LOOM_FAMILY_QWEN3},
         {"phi3", "Phi3ForCausalLM", LOOM_FAMILY_PHI3},
+        {"mixtral", "MixtralForCausalLM", LOOM_FAMILY_LLAMA},
+        {"qwen3_moe", "Qwen3MoeForCausalLM", LOOM_FAMILY_QWEN3MOE},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(h->model_type, known[i].type) == 0 || strcmp(h->architecture, known[i].arch) == 0)
@@ -71,6 +74,50 @@ static loom_status vec(const loom_safetensors *st, const char *name, int64_t d0,
     return LOOM_OK;
 }
 
+/* Bytes of the per-expert tensors of t in layer l (each [rows, cols], one dtype),
+ * or an error naming the missing or misshaped one. */
+static loom_status experts_bytes(const loom_safetensors *st, const loom_llama_config *c,
+                                 const loom_llama_layer_tensor *t, int l, size_t *bytes, loom_dtype *dt) {
+    int64_t rows = loom_llama_dim_size(c, t->rows), cols = loom_llama_dim_size(c, t->cols);
+    for (int e = 0; e < c->n_experts; e++) {
+        char n[160];
+        loom_tensor x;
+        loom_llama_hf_name(c, t, l, e, n, sizeof n);
+        LOOM_TRY(mat(st, n, rows, cols, &x));
+        LOOM_RETURN_IF(e > 0 && x.dtype != *dt, LOOM_ERR_DTYPE, "llama: tensor '%s' is %s, expert 0's is %s", n,
+                       loom_dtype_name(x.dtype), loom_dtype_name(*dt));
+        LOOM_RETURN_IF(loom_dtype_is_quantized(x.dtype), LOOM_ERR_DTYPE, "llama: tensor '%s' is %s", n,
+                       loom_dtype_name(x.dtype));
+        *dt = x.dtype;
+    }
+    *bytes = (((size_t)c->n_experts * (size_t)(rows * cols) * loom_dtype_size(*dt)) + 63) & ~(size_t)63;
+    return LOOM_OK;
+}
+
+/* The experts of t in layer l stacked into one contiguous [n_experts, rows, cols]
+ * tensor at *next (Hugging Face stores one tensor per expert). */
+static loom_status experts_stack(const loom_safetensors *st, const loom_llama_config *c,
+                                 const loom_llama_layer_tensor *t, int l, unsigned char **next, loom_tensor *out) {
+    size_t bytes;
+    loom_dtype dt = LOOM_F32;
+    LOOM_TRY(experts_bytes(st, c, t, l, &bytes, &dt));
+    int64_t rows = loom_llama_dim_size(c, t->rows), cols = loom_llama_dim_size(c, t->cols);
+    size_t one = (size_t)(rows * cols) * loom_dtype_size(dt);
+    for (int e = 0; e < c->n_experts; e++) {
+        char n[160];
+        loom_tensor x;
+        loom_llama_hf_name(c, t, l, e, n, sizeof n);
+        LOOM_TRY(mat(st, n, rows, cols, &x));
+        LOOM_RETURN_IF(!loom_tensor_is_contiguous(&x), LOOM_ERR_FORMAT, "llama: tensor '%s' is not contiguous", n);
+        memcpy(*next + one * (size_t)e, x.data, one);
+    }
+    const int64_t shape[3] = {c->n_experts, rows, cols};
+    LOOM_TRY(loom_tensor_init(out, dt, 3, shape, *next));
+    loom_tensor_set_name(out, "model.layers.%d.%s", l, t->gguf);
+    *next += bytes;
+    return LOOM_OK;
+}
+
 static loom_status config(const char *cfg_path, loom_llama_config *c) {
     loom_hf_config h;
     LOOM_TRY(loom_hf_config_load(cfg_path, &h));
@@ -82,7 +129,7 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     loom_llama_family fam = family_of(&h);
     LOOM_RETURN_IF(fam == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
                    "(model_type '%s'); the models that load from safetensors are Llama, Mistral, "
-                   "Qwen2/2.5, Qwen3 and Phi-3", cfg_path,
+                   "Qwen2/2.5, Qwen3, Phi-3, Mixtral and Qwen3-MoE", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
     /* Llama's and Qwen3's attention_bias adds a bias to the output projection too */
     LOOM_RETURN_IF(h.attention_bias && fam != LOOM_FAMILY_QWEN2, LOOM_ERR_UNSUPPORTED,
@@ -95,10 +142,28 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     memset(c, 0, sizeof *c);
     c->family = fam;
     c->qkv_bias = fam == LOOM_FAMILY_QWEN2;
-    c->qk_norm = fam == LOOM_FAMILY_QWEN3;
+    c->qk_norm = fam == LOOM_FAMILY_QWEN3 || fam == LOOM_FAMILY_QWEN3MOE;
     c->merged = fam == LOOM_FAMILY_PHI3; /* qkv_proj, gate_up_proj */
+    int mixtral = strcmp(h.model_type, "mixtral") == 0 || strcmp(h.architecture, "MixtralForCausalLM") == 0;
+    if (mixtral || fam == LOOM_FAMILY_QWEN3MOE) {
+        LOOM_RETURN_IF(h.num_experts < 1 || h.num_experts_per_tok < 1, LOOM_ERR_FORMAT,
+                       "llama: '%s': a mixture of experts needs num_local_experts (or num_experts) and "
+                       "num_experts_per_tok", cfg_path);
+        LOOM_RETURN_IF(h.decoder_sparse_step != 1 || h.n_mlp_only_layers > 0, LOOM_ERR_UNSUPPORTED,
+                       "llama: '%s': dense layers between the sparse ones (decoder_sparse_step %d, "
+                       "mlp_only_layers of %d) are not supported", cfg_path, h.decoder_sparse_step,
+                       h.n_mlp_only_layers);
+        LOOM_RETURN_IF(h.shared_expert_intermediate_size > 0, LOOM_ERR_UNSUPPORTED,
+                       "llama: '%s': shared experts (shared_expert_intermediate_size) are not supported", cfg_path);
+        c->n_experts = h.num_experts;
+        c->n_experts_used = h.num_experts_per_tok;
+        /* Mixtral always renormalises; Qwen3-MoE when norm_topk_prob (transformers' default: false) */
+        c->moe_renorm = mixtral ? 1 : h.norm_topk_prob == 1;
+        c->hf_block_sparse_moe = mixtral;
+    }
     c->dim = h.hidden_size;
-    c->hidden_dim = h.intermediate_size;
+    c->hidden_dim = fam == LOOM_FAMILY_QWEN3MOE && h.moe_intermediate_size > 0 ? h.moe_intermediate_size
+                                                                                : h.intermediate_size;
     c->n_layers = h.num_hidden_layers;
     c->n_heads = h.num_attention_heads;
     c->n_kv_heads = h.num_key_value_heads;
@@ -164,13 +229,32 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
                                "tie_word_embeddings is false", path);
         else w->output = w->tok_embd;
     }
+    /* the experts, copied into one block (w->owned): stacked per layer and weight */
+    size_t expert_bytes = 0;
+    for (int l = 0; l < c->n_layers && s == LOOM_OK && c->n_experts; l++)
+        for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS && s == LOOM_OK; i++) {
+            size_t b = 0;
+            loom_dtype dt = LOOM_F32;
+            if (loom_llama_layer_tensors[i].experts && loom_llama_layer_has(c, &loom_llama_layer_tensors[i]))
+                s = experts_bytes(*st, c, &loom_llama_layer_tensors[i], l, &b, &dt);
+            expert_bytes += b;
+        }
+    unsigned char *next_expert = NULL;
+    if (s == LOOM_OK && expert_bytes) {
+        w->owned = next_expert = loom_alloc_aligned(expert_bytes, 64);
+        if (!w->owned) s = loom_set_error(LOOM_ERR_NOMEM, "llama: cannot allocate %zu bytes for the experts", expert_bytes);
+    }
     for (int l = 0; l < c->n_layers && s == LOOM_OK; l++) {
         for (int i = 0; i < LOOM_LLAMA_LAYER_TENSORS && s == LOOM_OK; i++) {
             const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
             if (!loom_llama_layer_has(c, lt)) continue;
             loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
-            char n[128];
-            snprintf(n, sizeof n, "model.layers.%d.%s", l, lt->hf);
+            if (lt->experts) {
+                s = experts_stack(*st, c, lt, l, &next_expert, t);
+                continue;
+            }
+            char n[160];
+            loom_llama_hf_name(c, lt, l, 0, n, sizeof n);
             int64_t rows = loom_llama_dim_size(c, lt->rows);
             s = lt->norm ? vec(*st, n, rows, &next, t) : mat(*st, n, rows, loom_llama_dim_size(c, lt->cols), t);
         }
@@ -178,6 +262,8 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
     }
     if (s != LOOM_OK) {
         free(buf);
+        loom_free_aligned(w->owned);
+        w->owned = NULL;
         free(w->layers);
         w->layers = NULL;
         loom_safetensors_close(*st);

@@ -57,8 +57,8 @@ static loom_op_info op_table[] = {
                        REF(top_k)},
     [LOOM_OP_MOE_WEIGHTS] = {.name = "moe_weights", .n_src_min = 2, .n_src_max = 2,
                              .attr_size = sizeof(loom_moe_weights_attrs), REF(moe_weights)},
-    [LOOM_OP_MATMUL_ID] = {.name = "matmul_id", .n_src_min = 3, .n_src_max = 3,
-                           .attr_size = sizeof(loom_matmul_attrs), REF(matmul_id)},
+    /* optional loom_matmul_attrs, as matmul's (set by the activation precision pass) */
+    [LOOM_OP_MATMUL_ID] = {.name = "matmul_id", .n_src_min = 3, .n_src_max = 3, REF(matmul_id)},
     [LOOM_OP_MOE_SUM] = {.name = "moe_sum", .n_src_min = 2, .n_src_max = 2, REF(moe_sum)},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,

@@ -345,9 +345,11 @@ int main(int argc, char **argv) {
         lc_why = "its conversion failed";
     }
     fprintf(stderr, "fixtures: %s\n", fixtures);
-    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3"};
+    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen3moe"};
+    const char *only = getenv("LOOM_FAMILY"); /* one family (debugging) */
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
+        if (!only || !*only || strcmp(only, families[i]) == 0)
+            check_family(fixtures, families[i], tmp, have_lc ? lc_dir : NULL, lc_why);
     remove_dir(tmp);
     return TEST_SUMMARY();
 }
