@@ -161,6 +161,12 @@ loom_status loom_llama2c_load(const char *path, loom_mapped_file *file, loom_lla
  * w->owned. */
 loom_status loom_llama_load_gguf(const char *path, int n_threads, loom_gguf **gguf, loom_llama_config *cfg,
                                  loom_llama_weights *w);
+/* The weights of an open Llama GGUF for config c (loom_llama_config_from_gguf's),
+ * each checked as loom_llama_load_gguf checks it; w->layers must hold
+ * c->n_layers layers; tensors converted at load go to w->owned (free it with
+ * loom_free_aligned). */
+loom_status loom_llama_weights_from_gguf(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w,
+                                        int n_threads);
 /* The configuration of an open Llama GGUF, from its metadata (the vocabulary
  * size, else token_embd's rows; tied when output.weight is absent), checked
  * as loom_llama_load_gguf checks it; no tensor data is read. */

@@ -348,6 +348,12 @@ static loom_status take_weights(const loom_gguf *g, const loom_llama_config *c, 
     return LOOM_OK;
 }
 
+loom_status loom_llama_weights_from_gguf(const loom_gguf *g, const loom_llama_config *c, loom_llama_weights *w,
+                                        int n_threads) {
+    LOOM_RETURN_IF(!g || !c || !w || !w->layers, LOOM_ERR_INVALID_ARG, "llama_weights_from_gguf: NULL argument");
+    return take_weights(g, c, w, n_threads);
+}
+
 int loom_llama_converted_summary(const loom_llama_weights *w, char *buf, size_t n) {
     size_t o = 0;
     int any = 0;

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "model/gguf.h"
+#include "model/llama.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -78,6 +80,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 free(out);
             }
         }
+    }
+    /* the Llama loader's metadata (families, experts) and tensor checks over what opens */
+    loom_llama_config cfg;
+    if (g && loom_llama_config_from_gguf(g, &cfg) == LOOM_OK && cfg.n_layers <= 64) {
+        loom_llama_weights w;
+        memset(&w, 0, sizeof w);
+        w.layers = calloc((size_t)cfg.n_layers, sizeof *w.layers);
+        if (w.layers && loom_llama_weights_from_gguf(g, &cfg, &w, 1) == LOOM_OK) {
+            /* experts: [n_experts, rows, cols] as the config says */
+            const loom_tensor *e = &w.layers[0].ffn_gate_exps;
+            if (cfg.n_experts > 0 && (e->ndim != 3 || e->shape[0] != cfg.n_experts)) abort();
+        }
+        free(w.layers);
+        loom_free_aligned(w.owned);
     }
     loom_gguf_close(g);
     free(copy);

@@ -154,6 +154,26 @@ def hf_seeds():
     return out
 
 
+def moe_llama():
+    """A Mixtral-style Llama GGUF: width 4, 2 heads (1 KV), 2 experts of width 4, 1 used; f32."""
+    def t(name, *ne):
+        n = 1
+        for d in ne:
+            n *= d
+        return (name, list(ne), 0, struct.pack("<%df" % n, *[(i % 7) * 0.25 - 0.5 for i in range(n)]))
+    kvs = [("general.architecture", STR, "llama"), ("llama.context_length", U32, 16),
+           ("llama.embedding_length", U32, 4), ("llama.feed_forward_length", U32, 4), ("llama.block_count", U32, 1),
+           ("llama.attention.head_count", U32, 2), ("llama.attention.head_count_kv", U32, 1),
+           ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5), ("llama.expert_count", U32, 2),
+           ("llama.expert_used_count", U32, 1), ("llama.vocab_size", U32, 3)]
+    tensors = [t("token_embd.weight", 4, 3), t("blk.0.attn_norm.weight", 4), t("blk.0.attn_q.weight", 4, 4),
+               t("blk.0.attn_k.weight", 4, 2), t("blk.0.attn_v.weight", 4, 2), t("blk.0.attn_output.weight", 4, 4),
+               t("blk.0.ffn_norm.weight", 4), t("blk.0.ffn_gate_inp.weight", 4, 2),
+               t("blk.0.ffn_gate_exps.weight", 4, 4, 2), t("blk.0.ffn_down_exps.weight", 4, 4, 2),
+               t("blk.0.ffn_up_exps.weight", 4, 4, 2), t("output_norm.weight", 4)]
+    return gguf(kvs, tensors)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fuzz-corpus"
     g_dir, t_dir = os.path.join(out, "gguf"), os.path.join(out, "tokenizer")
@@ -181,6 +201,7 @@ def main():
                              ("d", [32], 7, b"\0\x3c\0\x3c" + b"\x33" * 20),
                              ("e", [32], 20, b"\0\x3c" + b"\x44" * 16),
                              ("f", [256], 23, b"\0\x3c" + b"\x55" * 134)]),
+        "moe_llama": moe_llama(),
         "vocab_spm": spm_vocab(),
         "vocab_gpt2": gpt2_vocab(),
         "vocab_bert": bert_vocab(),
