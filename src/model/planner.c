@@ -32,6 +32,14 @@ static loom_status tensor2(loom_tensor *t, loom_dtype dt, int64_t rows, int64_t 
     return LOOM_OK;
 }
 
+/* Experts [n_experts, rows, cols]. */
+static loom_status tensor3(loom_tensor *t, loom_dtype dt, int64_t e, int64_t rows, int64_t cols, const char *name) {
+    const int64_t shape[3] = {e, rows, cols};
+    LOOM_TRY(loom_tensor_init(t, dt, 3, shape, NULL));
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return LOOM_OK;
+}
+
 static loom_status tensor1(loom_tensor *t, int64_t n, const char *name) {
     LOOM_TRY(loom_tensor_init(t, LOOM_F32, 1, &n, NULL));
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -53,8 +61,10 @@ static loom_status make_weights(const loom_llama_config *c, loom_dtype wt, loom_
             if (!loom_llama_layer_has(c, lt)) continue;
             loom_tensor *t = loom_llama_layer_field(&w->layers[l], lt);
             int64_t rows = loom_llama_dim_size(c, lt->rows);
-            LOOM_TRY(lt->norm ? tensor1(t, rows, lt->gguf)
-                              : tensor2(t, wt, rows, loom_llama_dim_size(c, lt->cols), lt->gguf));
+            int64_t cols = loom_llama_dim_size(c, lt->cols);
+            LOOM_TRY(lt->norm      ? tensor1(t, rows, lt->gguf)
+                     : lt->experts ? tensor3(t, wt, c->n_experts, rows, cols, lt->gguf)
+                                   : tensor2(t, wt, rows, cols, lt->gguf));
         }
     for (int l = 0; l < c->n_layers; l++) LOOM_TRY(loom_llama_layer_views(c, &w->layers[l]));
     return LOOM_OK;
@@ -266,7 +276,7 @@ static loom_hw_prec prec_of(loom_dtype t) {
 /* Ops whose work is matrix products (run on the matrix engine / FMA units). */
 static int is_matrix_op(const loom_op_info *op) {
     static const char *const names[] = {"matmul", "attention", "flash_attention_score",
-                                        "incre_flash_attention", "qkv_rope", "ffn"};
+                                        "incre_flash_attention", "qkv_rope", "ffn", "matmul_id"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(op->name, names[i]) == 0) return 1;
     return op->decomposition && (strstr(op->decomposition, "matmul") ||
@@ -318,13 +328,13 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     out->bytes_read = c.bytes_read;
     out->bytes_written = c.bytes_written;
     out->matrix = is_matrix_op(op);
-    /* precision: the weight (2-D external) or cache operand, else f32 */
+    /* precision: the weight (2-D external, 3-D experts) or cache operand, else f32 */
     loom_dtype dt = LOOM_F32;
     for (int i = 0; i < node->n_src; i++) {
         const loom_gtensor *gt = &g->tensors[loom_graph_storage(g, node->src[i])];
         int cache = is_cache(g, node->src[i]);
         loom_dtype d = cache ? kv_dtype : gt->t.dtype;
-        if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || cache)) {
+        if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || gt->t.ndim == 3 || cache)) {
             dt = d;
             break;
         }
