@@ -538,8 +538,8 @@ loom_status loom_bert_embed(loom_bert *m, const char *const *texts, int n, int n
 
 typedef struct loom_convert_params {
     int type_set;            /* 0: keep each tensor's type (Hugging Face / llama2.c: the source dtype) */
-    loom_dtype type;         /* when type_set: f32, f16, bf16, q8_0, q4_0 or q4_1 for the 2-D weight
-                                matrices (rows not of whole 32-blocks fall back to f16) */
+    loom_dtype type;         /* when type_set: f32, f16, bf16, q8_0, q4_0 or q4_1 for the weight
+                                matrices, 3-D experts included (rows not of whole 32-blocks fall back to f16) */
     const char *tokenizer;   /* llama2.c input: its tokenizer.bin (required there) */
 } loom_convert_params;
 
