@@ -49,8 +49,17 @@ void loom_moe_gather_rows(const loom_moe_routing *r, const float *x, int64_t ldx
         memcpy(xs + i * ldxs, x + (r->perm[i] / r->top_k) * ldx, (size_t)D * sizeof(float));
 }
 
+/* Columns per unit: the rule's; else, where an expert gets fewer rows than
+ * the GEMM path takes on average (decode), blocks of 128 that share out over
+ * the threads; else the FFN's choice for all the rows, which keeps a unit's
+ * up tile (rows x block, the bound of any expert's rows) within an eighth of
+ * L3. From the shapes only, never the routing: every thread picks the same. */
 static int64_t block_of(const loom_moe_experts *g, int64_t N) {
-    int64_t bn = g->block_n > 0 ? g->block_n : loom_ffn_block_cols(g->rows, N);
+    int64_t used = g->rows < g->n_experts ? g->rows : g->n_experts;
+    int64_t per_expert = used > 0 ? (g->rows + used - 1) / used : 1;
+    int64_t bn = g->block_n > 0              ? g->block_n
+                 : per_expert < LOOM_GEMM_MIN_M ? 128
+                                              : loom_ffn_block_cols(g->rows, N);
     return bn < N ? bn : (N > 0 ? N : 1);
 }
 
