@@ -103,19 +103,18 @@ void loom_moe_unit_at(const int32_t *offsets, int64_t E, int64_t N, int64_t bn, 
  * enough x gathers in prefill. */
 #define MATMUL_ID_BLOCK 128
 
-static int64_t mid_rows(const loom_tensor *x, const loom_tensor *ids) {
-    return x->ndim == 3 ? ids->shape[0] * ids->shape[1] : ids->shape[0] * ids->shape[1];
-}
+/* Rows of a launch: one per slot (an expert gets at most all of them). */
+static int64_t mid_rows(const loom_tensor *ids) { return ids->shape[0] * ids->shape[1]; }
 
 static size_t matmul_id_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs) {
     (void)n_src, (void)dst;
-    const loom_tensor *x = src[0], *w = src[1], *ids = src[2];
+    const loom_tensor *w = src[1], *ids = src[2];
     int64_t T = ids->shape[0], k = ids->shape[1], K = w->shape[2], N = w->shape[1];
     int64_t nb = N < MATMUL_ID_BLOCK ? N : MATMUL_ID_BLOCK;
     loom_act_precision act = attrs ? (loom_act_precision)((const loom_matmul_attrs *)attrs)->act_precision
                                    : LOOM_ACT_PREC_Q8;
-    return loom_moe_routing_bytes(T, k, w->shape[0]) + A64((size_t)(mid_rows(x, ids) * nb) * sizeof(float)) +
-           loom_moe_unit_scratch(mid_rows(x, ids), K, nb, w->dtype, act);
+    return loom_moe_routing_bytes(T, k, w->shape[0]) + A64((size_t)(mid_rows(ids) * nb) * sizeof(float)) +
+           loom_moe_unit_scratch(mid_rows(ids), K, nb, w->dtype, act);
 }
 
 /* Each thread routes the ids itself (a few microseconds), then runs its share
@@ -132,7 +131,7 @@ static loom_status matmul_id_level(const loom_kernel_args *a, loom_isa isa) {
     LOOM_TRY(loom_moe_route(ids->data, k, T, k, E, s, &r));
     s += loom_moe_routing_bytes(T, k, E);
     float *tile = (float *)(void *)s;
-    s += A64((size_t)(mid_rows(x, ids) * nb) * sizeof(float));
+    s += A64((size_t)(mid_rows(ids) * nb) * sizeof(float));
     loom_moe_unit u = {.r = &r, .x = x->data, .ldx = x->ndim == 3 ? x->stride[1] : x->stride[0],
                        .x_div = x->ndim == 3 ? 1 : k, .K = K, .w = w->data, .wtype = w->dtype, .N = N,
                        .act = a->attrs ? (loom_act_precision)((const loom_matmul_attrs *)a->attrs)->act_precision
