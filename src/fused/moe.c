@@ -160,7 +160,7 @@ typedef struct moe_call {
 
 static void moe_worker(int ith, int nth, void *arg) {
     moe_call *c = arg;
-    void *s = c->scratch + c->per * (size_t)ith;
+    void *s = c->scratch ? c->scratch + c->per * (size_t)ith : NULL; /* routing and finalize need none */
     loom_status st = LOOM_OK;
     switch (c->phase) {
     case 0: st = loom_moe_gating_rows(c->logits, c->k, c->renorm, c->weights, c->ids, c->isa, ith, nth, s); break;

@@ -453,6 +453,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case OP_FIA: fuzz_decode(&r, 1); break;
     case OP_KV_WRITE: fuzz_kv_write(&r); break;
     case OP_QKV_ROPE: fuzz_qkv_rope(&r); break;
+    case OP_MOE: fuzz_moe(&r); break;
     default: fuzz_fused(&r, cur_op); break;
     }
     return 0;

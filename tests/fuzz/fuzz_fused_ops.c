@@ -416,3 +416,83 @@ void fuzz_qkv_rope(reader *r) {
 done:
     arena_free(&a);
 }
+
+/* ------------------------------------------------------------ mixture of experts */
+
+typedef struct {
+    int step; /* 0 gating, 1 routing, 2 grouped matmul, 3 finalize */
+    const loom_tensor *logits, *x, *wg, *wu, *wd, *res;
+    loom_tensor *w, *ids, *xs, *perm, *off, *ys, *y;
+    loom_moe_gating_params gp;
+    loom_grouped_matmul_params mp;
+    int64_t E;
+} moe_ctx;
+
+static loom_status run_moe(void *c, loom_pool *pool) {
+    moe_ctx *m = c;
+    if (m->step == 0) return loom_moe_gating_top_k_softmax(m->logits, &m->gp, m->w, m->ids, pool);
+    if (m->step == 1) return loom_moe_init_routing(m->x, m->ids, m->E, m->xs, m->perm, m->off, pool);
+    if (m->step == 2) return loom_grouped_matmul_swiglu(m->xs, m->off, m->wg, m->wu, m->wd, &m->mp, m->ys, pool);
+    return loom_moe_finalize_routing(m->ys, m->perm, m->w, m->res, m->y, pool);
+}
+
+/* The four MoE ops in their order, each through check_run (a refused call
+ * writes nothing and names the problem; a call that runs writes only its
+ * outputs, finite, the same bits on one thread and two); then, for float
+ * weights, the ids are k distinct experts per token, the weights sorted, the
+ * routing a permutation grouped by expert. */
+void fuzz_moe(reader *r) {
+    arena a = {0};
+    int64_t T = 1 + pick(r, 24), E = 1 + pick(r, 8), k = 1 + pick(r, (unsigned)(E < 4 ? E : 4));
+    int64_t D = 1 + pick(r, 48), H = 1 + pick(r, 48);
+    loom_dtype wt = pick_fdt(r);
+    moe_ctx m = {.E = E, .gp = {.top_k = (int)k, .renorm = (int)pick(r, 2)}, .mp = loom_grouped_matmul_default_params()};
+    if (bad(r)) m.gp.top_k = (int)E + 1;
+    m.mp.block_n = pick(r, 3) == 0 ? 1 + pick(r, 64) : 0;
+    int64_t s_te[2] = {T, E}, s_tk[2] = {T, k}, s_td[2] = {T, D}, s_rd[2] = {T * k, D}, s_1r[2] = {1, T * k};
+    int64_t s_1e[2] = {1, E + 1}, s_gu[3] = {E, H, D}, s_dn[3] = {E, D, H};
+    m.logits = mk(&a, r, LOOM_F32, 2, s_te, bad(r), 0);
+    m.x = mk(&a, r, LOOM_F32, 2, s_td, 0, 0);
+    m.res = pick(r, 2) ? mk(&a, r, LOOM_F32, 2, s_td, 0, 0) : NULL;
+    m.wg = mk(&a, r, wt, 3, s_gu, 0, 0);
+    m.wu = mk(&a, r, wt, 3, s_gu, 0, 0);
+    m.wd = mk(&a, r, wt, 3, bad(r) ? s_gu : s_dn, bad(r), 0);
+    m.w = mk(&a, r, LOOM_F32, 2, s_tk, 0, 1);
+    m.ids = mk(&a, r, LOOM_I32, 2, s_tk, 0, 1);
+    m.xs = mk(&a, r, LOOM_F32, 2, s_rd, 0, 1);
+    m.perm = mk(&a, r, LOOM_I32, 2, s_1r, 0, 1);
+    m.off = mk(&a, r, LOOM_I32, 2, s_1e, 0, 1);
+    m.ys = mk(&a, r, LOOM_F32, 2, s_rd, 0, 1);
+    m.y = mk(&a, r, LOOM_F32, 2, s_td, 0, 1);
+    if (!m.logits || !m.x || !m.wg || !m.wu || !m.wd || !m.w || !m.ids || !m.xs || !m.perm || !m.off || !m.ys || !m.y) {
+        arena_free(&a);
+        return;
+    }
+    loom_tensor *outs[4][2] = {{m.w, NULL}, {m.xs, NULL}, {m.ys, NULL}, {m.y, NULL}};
+    for (m.step = 0; m.step < 4; m.step++) {
+        long ran = n_ok[OP_MOE];
+        if (m.step == 1 && bad(r)) ((int32_t *)m.ids->data)[pick(r, (unsigned)(T * k))] = bad(r) ? -1 : (int32_t)E;
+        if (m.step == 3 && bad(r)) ((int32_t *)m.perm->data)[0] = ((int32_t *)m.perm->data)[T * k - 1];
+        check_run(&a, run_moe, &m, outs[m.step], 1);
+        if (n_ok[OP_MOE] == ran) break; /* refused: the later steps have no inputs */
+        if (m.step == 0) { /* k distinct ids in [0, E) per token, weights largest first */
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < k; j++) {
+                    int32_t e = ((int32_t *)m.ids->data)[t * k + j];
+                    FUZZ_CHECK(e >= 0 && e < E);
+                    for (int64_t i = 0; i < j; i++) FUZZ_CHECK(((int32_t *)m.ids->data)[t * k + i] != e);
+                    if (j) FUZZ_CHECK(((float *)m.w->data)[t * k + j - 1] >= ((float *)m.w->data)[t * k + j]);
+                }
+        }
+        if (m.step == 1) { /* offsets from 0 to T k; each expert's slots its own, ascending */
+            const int32_t *o = m.off->data, *p = m.perm->data, *id = m.ids->data;
+            FUZZ_CHECK(o[0] == 0 && o[E] == T * k);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t i = o[e]; i < o[e + 1]; i++) {
+                    FUZZ_CHECK(p[i] >= 0 && p[i] < T * k && id[p[i]] == e);
+                    if (i > o[e]) FUZZ_CHECK(p[i - 1] < p[i]);
+                }
+        }
+    }
+    arena_free(&a);
+}

@@ -140,7 +140,7 @@ loom_pool *pool2(void) {
 void print_stats(void) {
     static const char *names[OP_COUNT] = {"flash_attention_score", "incre_flash_attention",
                                           "fused_infer_attention_score", "reshape_and_cache", "add_rms_norm",
-                                          "swiglu", "ffn", "qkv_rope"};
+                                          "swiglu", "ffn", "qkv_rope", "moe"};
     for (int i = 0; i < OP_COUNT; i++) fprintf(stderr, "fuzz_attention: %s: %ld ran, %ld refused\n", names[i], n_ok[i], n_err[i]);
     fprintf(stderr, "fuzz_attention: of which a paged cache through the prefill kernel: %ld\n", n_paged_prefill);
 }

@@ -86,7 +86,7 @@ int shape_of(loom_attn_layout l, int64_t B, int64_t S, int64_t N, int64_t D, int
 typedef loom_status (*run_fn)(void *ctx, loom_pool *pool);
 
 /* The ops, as the first choice of an input picks them. */
-enum { OP_PREFILL, OP_DECODE, OP_FIA, OP_KV_WRITE, OP_ADD_RMS_NORM, OP_SWIGLU, OP_FFN, OP_QKV_ROPE, OP_COUNT };
+enum { OP_PREFILL, OP_DECODE, OP_FIA, OP_KV_WRITE, OP_ADD_RMS_NORM, OP_SWIGLU, OP_FFN, OP_QKV_ROPE, OP_MOE, OP_COUNT };
 
 /* Calls that ran (LOOM_OK) and that were refused, per op; printed at exit when
  * LOOM_FUZZ_STATS is set, to see how deep the inputs reach. */
@@ -106,6 +106,7 @@ void check_run(arena *a, run_fn fn, void *ctx, loom_tensor *const *outs, int n_o
 /* fuzz_fused_ops.c */
 void fuzz_kv_write(reader *r);
 void fuzz_fused(reader *r, int op); /* OP_ADD_RMS_NORM, OP_SWIGLU or OP_FFN */
+void fuzz_moe(reader *r);           /* the four MoE ops in order */
 void fuzz_qkv_rope(reader *r);
 
 #endif
