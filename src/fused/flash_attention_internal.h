@@ -80,6 +80,7 @@ typedef struct attn_problem {
     float  *lse;                       /* NULL: not wanted */
     int64_t lb, ln, li;
     double  scale;                     /* q.k multiplier, default applied */
+    float   softcap;                   /* > 0: scores capped, softcap * tanh(s / softcap); 0: none */
     float   keep_prob;
     uint64_t seed, offset;
     int64_t drop_sq, drop_skv;         /* dropout index = ((b*N + h)*drop_sq + row)*drop_skv + col */
@@ -163,6 +164,14 @@ static inline int64_t attn_kv_offset(const attn_problem *pr, const attn_view *v,
  * ((b*N + h)*drop_sq + row)*drop_skv + col being loom_rng_uniform_at(seed, offset, index). */
 void attn_dropout_row(const attn_problem *pr, int64_t b, int64_t h, int64_t row, int64_t col0,
                       int n, float *p, int64_t stride);
+/* Soft-capping of n scores in the log2 domain (each s = log2(e) * scale * q.k):
+ * s = c * tanh(s / c) with c = softcap * log2(e), which is log2(e) times the
+ * capped natural score. The drivers apply it to a tile's scores before the
+ * masks (a masked score stays -inf), so every kernel level computes it the same way. */
+static inline void attn_softcap_scores(float *s, int64_t n, float softcap) {
+    const float c = softcap * (float)ATTN_LOG2E, inv = 1.0f / c;
+    for (int64_t i = 0; i < n; i++) s[i] = c * tanhf(s[i] * inv);
+}
 /* Converts n elements of a row (element stride sd) to f32. */
 void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64_t n);
 /* Stores n f32 values to a row of dtype dt (element stride sd). */

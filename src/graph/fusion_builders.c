@@ -171,6 +171,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         if (band) a.sparse_mode = LOOM_SPARSE_BAND, a.pre_tokens = aa->window - 1, a.next_tokens = 0;
         a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0); /* a bf16 K: q rounded to bf16 */
+        a.softcap = aa->softcap;
         f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     } else {
@@ -181,6 +182,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.block_q = (int32_t)fr_opt(c, "block_q", 0);
         a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);
+        a.softcap = aa->softcap;
         f->op = LOOM_OP_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     }

@@ -106,6 +106,8 @@ typedef struct {
     int   q_pos_offset; /* absolute position of query row 0 (keys start at 0) */
     int   window;       /* causal only: > 0 also masks j <= q_pos_offset + i - window (sliding
                            window: each query sees its last `window` keys, itself included); 0: none */
+    float softcap;      /* > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap)
+                           before the mask (Gemma 2's attention logit soft-capping); 0: none */
 } loom_attention_attrs;
 
 /* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
@@ -127,8 +129,9 @@ typedef struct {
     uint64_t seed, offset;         /* dropout Philox key and stream */
     int32_t  block_q, block_kv;    /* 0: automatic */
     int32_t  inner_precise;        /* 1: f32/f16 inputs use bf16 products (AVX512_BF16) */
+    float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
 } loom_flash_attention_attrs;
-#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0}
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f}
 
 typedef struct {
     int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */
@@ -138,8 +141,9 @@ typedef struct {
     int32_t  kv_chunk;             /* split-KV chunk; 0: 512 */
     int64_t  pre_tokens, next_tokens;
     int32_t  inner_precise;        /* 1: a bf16 K's Q.K^T takes q rounded to bf16 (AVX512_BF16) */
+    float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
 } loom_incre_flash_attention_attrs;
-#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0}
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f}
 
 /* Attributes of the fused graph ops. */
 typedef struct {
@@ -160,6 +164,7 @@ typedef struct {
     int32_t max_kv;         /* keys of a sequence, at most (scratch bounds) */
     int32_t window;         /* > 0: a row sees its sequence's last `window` keys, itself
                                included (sliding-window attention); 0: every earlier key */
+    float   softcap;        /* > 0: score soft-capping, as loom_attention_attrs */
 } loom_paged_attention_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
