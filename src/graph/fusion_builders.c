@@ -209,9 +209,13 @@ static int build_add_rms_norm(const fr_ctx *c, fr_fused *f) {
 
 /* ------------------------------------------------------------ ffn */
 
-/* loom_act of an activation node: silu, or a registered user activation op. */
+/* loom_act of an activation node: silu, gelu (erf or tanh form), or a registered user activation op. */
 static int act_of(const loom_node *n) {
     if (n->op == LOOM_OP_SILU) return LOOM_ACT_SILU;
+    if (n->op == LOOM_OP_GELU) {
+        const loom_gelu_attrs *ga = n->has_attrs ? (const loom_gelu_attrs *)(const void *)n->attrs : NULL;
+        return ga && ga->approximate ? LOOM_ACT_GELU_TANH : LOOM_ACT_GELU;
+    }
     int i = loom_ffn_act_find(loom_op_get(n->op)->name);
     return i >= 0 ? LOOM_FFN_ACT_CUSTOM + i : -1;
 }

@@ -20,7 +20,13 @@ const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS]
     {F(q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
     {F(k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM},
     {F(wo), "attn_output.weight", "self_attn.o_proj.weight", 0, D, LOOM_LLAMA_QD, 0, LOOM_LLAMA_ALWAYS},
-    {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS},
+    {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_IF_NOT_GEMMA},
+    /* Gemma: four norms a layer; its post_attention_layernorm normalises the attention's output */
+    {F(attn_post_norm), "post_attention_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0,
+     LOOM_LLAMA_IF_GEMMA},
+    {F(ffn_norm), "ffn_norm.weight", "pre_feedforward_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_IF_GEMMA},
+    {F(ffn_post_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight", 1, D, D, 0,
+     LOOM_LLAMA_IF_GEMMA},
     {F(w1), "ffn_gate.weight", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT},
     {F(w2), "ffn_down.weight", "mlp.down_proj.weight", 0, D, LOOM_LLAMA_H, 0, LOOM_LLAMA_ALWAYS},
     {F(w3), "ffn_up.weight", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT},
@@ -36,6 +42,8 @@ int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tens
     case LOOM_LLAMA_IF_QK_NORM: return c->qk_norm;
     case LOOM_LLAMA_IF_SPLIT: return !c->merged;
     case LOOM_LLAMA_IF_MERGED: return c->merged;
+    case LOOM_LLAMA_IF_GEMMA: return loom_llama_gemma(c);
+    case LOOM_LLAMA_IF_NOT_GEMMA: return !loom_llama_gemma(c);
     default: return 1;
     }
 }
@@ -63,6 +71,6 @@ loom_status loom_llama_layer_views(const loom_llama_config *c, loom_llama_layer 
 }
 
 const char *loom_llama_family_name(loom_llama_family f) {
-    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "phi3"};
+    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
     return (unsigned)f < LOOM_FAMILY_COUNT ? names[f] : "?";
 }

@@ -49,6 +49,8 @@ typedef enum loom_op {
                                                                     slots i32 [T] (< 0: row skipped);
                            an i8 cache also takes scale f32 [n_slots, ...] (the cache's dims but the
                            last) and writes each last-dim row quantized with its scale */
+    LOOM_OP_SCALE,      /* y = x * scale (Gemma: embeddings times sqrt(width))  src: x */
+    LOOM_OP_SOFTCAP,    /* y = cap * tanh(x / cap) (Gemma 2: final logit soft-capping)  src: x */
     /* fused (src/fused/attention.h; kernels registered by loom_register_attention_kernels) */
     LOOM_OP_FLASH_ATTENTION,       /* prefill FlashAttention      src: q, k, v, atten_mask (optional)
                                       in input_layout; dst: like q */
@@ -177,6 +179,8 @@ typedef struct { float eps; } loom_layer_norm_attrs;               /* eps > 0 */
 typedef struct { int approximate; } loom_gelu_attrs;  /* 0: x*Phi(x) with erf (HF "gelu"); 1: tanh form */
 typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
 typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */
+typedef struct { float scale; } loom_scale_attrs;       /* > 0, finite */
+typedef struct { float cap; } loom_softcap_attrs;       /* > 0, finite */
 
 /* ---------------------------------------------------------- kernels */
 

@@ -53,6 +53,10 @@ static loom_op_info op_table[] = {
     [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias),
                           .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
+    [LOOM_OP_SCALE] = {.name = "scale", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_scale_attrs),
+                       REF(scale)},
+    [LOOM_OP_SOFTCAP] = {.name = "softcap", .n_src_min = 1, .n_src_max = 1,
+                         .attr_size = sizeof(loom_softcap_attrs), REF(softcap)},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},
