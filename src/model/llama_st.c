@@ -99,8 +99,8 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     LOOM_RETURN_IF(h.use_sliding_window, LOOM_ERR_UNSUPPORTED,
                    "llama: '%s': use_sliding_window (sliding-window attention) is not supported", cfg_path);
     int gemma = fam == LOOM_FAMILY_GEMMA2 || fam == LOOM_FAMILY_GEMMA3;
-    /* Gemma's MLP takes hidden_activation (hidden_act is Gemma 1's), the tanh form of gelu */
-    const char *act = gemma && h.hidden_activation[0] ? h.hidden_activation : h.hidden_act;
+    /* Gemma's MLP takes hidden_activation (hidden_act is Gemma 1's), by default the tanh form of gelu */
+    const char *act = !gemma ? h.hidden_act : h.hidden_activation[0] ? h.hidden_activation : "gelu_pytorch_tanh";
     LOOM_RETURN_IF(!gemma && strcmp(act, "silu") != 0, LOOM_ERR_UNSUPPORTED,
                    "llama: '%s': hidden_act '%s' (only silu is supported)", cfg_path, act);
     LOOM_RETURN_IF(gemma && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_new") != 0,
