@@ -1,7 +1,7 @@
 /*
  * Llama-family models from GGUF (llama.cpp's format and tensor names).
  *
- * Metadata: general.architecture = "llama", "qwen2" or "qwen3" (the family,
+ * Metadata: general.architecture = "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3" (the family,
  * loom_llama_family_name), then keys prefixed with it ("qwen2.context_length"):
  * context_length, embedding_length, block_count, feed_forward_length,
  * attention.head_count, attention.head_count_kv (default head_count),
@@ -10,18 +10,20 @@
  * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
  * linear), attention.sliding_window (default 0: none; the same window in every
  * layer, so a per-layer attention.sliding_window_pattern is refused), vocab_size
- * (default: rows of token_embd).
+ * (default: rows of token_embd); Gemma's keys as llama.cpp reads them (read_gemma).
  *
  * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
  * token_embd); qwen2 also blk.N.attn_{q,k,v}.bias, qwen3 blk.N.attn_{q,k}_norm;
  * phi3 has blk.N.attn_qkv (Q, K, V rows) instead of attn_{q,k,v} and ffn_up of
  * [2 H, D] (gate rows, then up) instead of ffn_gate and ffn_up, used through
- * row views (loom_llama_layer_views).
+ * row views (loom_llama_layer_views); gemma2/gemma3 add blk.N.post_attention_norm and
+ * blk.N.post_ffw_norm (ffn_norm is the pre-FFN norm), gemma3 blk.N.attn_{q,k}_norm, and
+ * their norm weights hold 1 + w (llama.cpp's converter adds the 1).
  * llama.cpp's converter permutes the rows of a llama model's attn_q/attn_k so
  * that RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
  * LOOM_ROPE_INTERLEAVED; qwen2 and qwen3 keep Hugging Face's rows and rotate
- * the two halves of a head (ggml's NeoX RoPE, LOOM_ROPE_HALF). Weights stay in
+ * the two halves of a head (ggml's NeoX RoPE, LOOM_ROPE_HALF), as do phi3 and gemma. Weights stay in
  * the mapping; nothing is copied.
  */
 #include <math.h>
