@@ -6,6 +6,7 @@
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_encoder.h"
 #include "ops/vec/vec_encoder.h"
+#include "ops/vec/vec_scale.h"
 #include "ops/register.h"
 
 #include <pthread.h>
@@ -54,9 +55,10 @@ static loom_op_info op_table[] = {
                           .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
     [LOOM_OP_SCALE] = {.name = "scale", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_scale_attrs),
-                       REF(scale)},
+                       REF(scale), .opt = {[LOOM_ISA_GENERIC] = loom_scale_generic}},
     [LOOM_OP_SOFTCAP] = {.name = "softcap", .n_src_min = 1, .n_src_max = 1,
-                         .attr_size = sizeof(loom_softcap_attrs), REF(softcap)},
+                         .attr_size = sizeof(loom_softcap_attrs), REF(softcap),
+                         .opt = {[LOOM_ISA_GENERIC] = loom_softcap_generic}},
     /* infer, cost, scratch and kernels come from src/fused (loom_fused_register_ops) */
     [LOOM_OP_FLASH_ATTENTION] = {.name = "flash_attention_score", .n_src_min = 3, .n_src_max = 6,
                                  .attr_size = sizeof(loom_flash_attention_attrs)},

@@ -1,7 +1,7 @@
 /* Reference scale (y = x * scale: Gemma's embeddings times sqrt(width)) and
- * softcap (y = cap * tanh(x / cap): Gemma 2's final logit soft-capping), f32
- * elementwise, any shape. Both are applied once per token to one row (the
- * embedding) or the logits, so the reference kernel is the only one. */
+ * softcap (y = cap * tanh(x / cap), in double: Gemma 2's final logit
+ * soft-capping), f32 elementwise, any shape. The float kernels are in
+ * ops/vec/vec_scale.c. */
 #include "ops/ref/ref.h"
 
 #include "base/status.h"
