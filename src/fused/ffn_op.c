@@ -134,7 +134,7 @@ static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
 
 static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act, int norm) {
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, act);
-    if (norm) g.norm_gamma = src[0]->data, g.norm_inv = (const double *)src[0]->data; /* sizes only */
+    if (norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 

@@ -85,7 +85,7 @@ static loom_matmul_args linear_args(const loom_kernel_args *a, const loom_linear
 static size_t linear_mm_bytes(const loom_tensor *const *src, const loom_tensor *dst, const loom_linear_attrs *at) {
     loom_epilogue ep;
     loom_matmul_args g = linear_args(NULL, at, &ep, src, dst);
-    if (at->norm) g.norm_gamma = src[0]->data, g.norm_inv = (const double *)src[0]->data; /* sizes only */
+    if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 

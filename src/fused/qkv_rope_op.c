@@ -129,7 +129,7 @@ static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs
     for (int i = 1; i <= 3; i++) {
         loom_matmul_args g = loom_fused_block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim,
                                                    at->act_precision);
-        if (at->norm) g.norm_gamma = src[0]->data, g.norm_inv = (const double *)src[0]->data; /* sizes only */
+        if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
         size_t s = loom_matmul_scratch_size(&g);
         if (s > mm) mm = s;
     }

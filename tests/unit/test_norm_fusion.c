@@ -226,8 +226,36 @@ static void test_errors(void) {
     CHECK(loom_op_get(LOOM_OP_FFN)->infer(f_ok, 6, &fa, &y) == LOOM_ERR_INVALID_ARG);
 }
 
+/* The planner sizes scratch before any data is bound: the norm's staging
+ * must be counted from the attributes, not from x's data pointer. */
+static void test_scratch_without_data(void) {
+    static float buf[64 * 4096];
+    loom_tensor x, w, g, y, wg, wd;
+    loom_tensor_init(&x, LOOM_F32, 2, (const int64_t[2]){3, 4096}, buf);
+    loom_tensor_init(&w, LOOM_F32, 2, (const int64_t[2]){64, 4096}, buf);
+    loom_tensor_init(&g, LOOM_F32, 1, (const int64_t[1]){4096}, buf);
+    loom_tensor_init(&y, LOOM_F32, 2, (const int64_t[2]){3, 64}, buf);
+    loom_tensor_init(&wg, LOOM_F32, 2, (const int64_t[2]){64, 4096}, buf);
+    loom_tensor_init(&wd, LOOM_F32, 2, (const int64_t[2]){4096, 64}, buf);
+    loom_linear_attrs la = {.norm = 1, .norm_eps = 1e-5f};
+    loom_ffn_attrs fa = {.act = LOOM_ACT_SILU, .norm = 1, .norm_eps = 1e-5f};
+    const loom_tensor *ls[3] = {&x, &w, &g}, *fs[5] = {&x, &wg, &wg, &wd, &g};
+    size_t l1 = loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 3, &y, &la);
+    size_t f1 = loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 5, &x, &fa);
+    la.norm = 0, fa.norm = 0;
+    size_t l0 = loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 2, &y, &la);
+    size_t f0 = loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 4, &x, &fa);
+    la.norm = 1, fa.norm = 1;
+    x.data = NULL, w.data = NULL, g.data = NULL, y.data = NULL;
+    CHECK_MSG(loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 3, &y, &la) == l1, "linear: scratch depends on x's data");
+    CHECK_MSG(loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 5, &x, &fa) == f1, "ffn: scratch depends on x's data");
+    /* 3 rows of 4096 normalised in scratch (the GEMV's stage) */
+    CHECK(l1 >= l0 + 3 * 4096 * sizeof(float) && f1 >= f0 + 3 * 4096 * sizeof(float));
+}
+
 int main(void) {
     loom_ops_init();
+    RUN_TEST(test_scratch_without_data);
     RUN_TEST(test_linear);
     RUN_TEST(test_ffn_norm);
     RUN_TEST(test_errors);

@@ -106,6 +106,9 @@ typedef struct loom_matmul_args {
  * kernels of level isa compute it, into inv[m0..m1). */
 void loom_matmul_norm_inv(loom_isa isa, const float *x, int64_t ldx, int64_t K, float eps, int64_t m0,
                           int64_t m1, double *inv);
+/* Marks a as taking the norm, for loom_matmul_scratch_size only (the
+ * planner sizes scratch before any data is bound). */
+void loom_matmul_norm_for_size(loom_matmul_args *a);
 /* Row m of a's normalised x, columns [k0, k0 + n), into out (norm_gamma set). */
 void loom_matmul_norm_row(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
                           float *out);
