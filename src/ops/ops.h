@@ -71,6 +71,8 @@ typedef enum loom_op {
     LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
                              src: x[M, D], w_gate[H, D], w_up[H, D], w_down[D, H] (+ residual);
                              dst: y; extra dst: h [M, H] (the phase-0 buffer) */
+    LOOM_OP_LINEAR,       /* y = x'.W^T (+ residual), x' = rms_norm(x) * gamma with the norm, else x
+                             src: x [M, K], w [N, K] (+ residual [M, N]) (+ gamma [K]); dst: y [M, N] */
     /* slots for fused ops registered at run time (loom_register_fused_op) */
     LOOM_OP_CUSTOM0,
     LOOM_OP_CUSTOM_LAST = LOOM_OP_CUSTOM0 + 7,
@@ -155,6 +157,8 @@ typedef struct {
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
     int32_t paged;          /* 1: inputs 4, 5 are i32 positions and cache slots [T] (rope_at, kv_write) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 #define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */
@@ -172,8 +176,16 @@ typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
+typedef struct {
+    int32_t act_precision;  /* loom_act_precision of the matmul (as loom_matmul_attrs) */
+    int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
+} loom_linear_attrs;
 
 typedef struct { float eps; } loom_layer_norm_attrs;               /* eps > 0 */
 typedef struct { int approximate; } loom_gelu_attrs;  /* 0: x*Phi(x) with erf (HF "gelu"); 1: tanh form */
@@ -184,7 +196,8 @@ typedef struct { float cap; } loom_softcap_attrs;       /* > 0, finite */
 
 /* ---------------------------------------------------------- kernels */
 
-#define LOOM_MAX_SRC 8   /* qkv_rope over a paged i8 cache: x, 3 weights, positions, slots, 2 scale stores */
+#define LOOM_MAX_SRC 10  /* qkv_rope over a paged i8 cache with the norm: x, 3 weights, positions, slots,
+                            2 scale stores, gamma */
 
 /* The ragged batch of one step of a forward program (graph/program.h), for the
  * kernels whose work depends on which sequence each row belongs to (the batch
