@@ -177,6 +177,9 @@ typedef struct loom_flash_attention_params {
     int     inner_precise;
     int     key_antiquant_mode, value_antiquant_mode;  /* i8 key/value: loom_antiquant_mode */
     int64_t block_size;                /* paged cache: 0 = from the cache shape, else must match */
+    /* > 0: logit soft-capping (Gemma 2): each score s = scale * q.k becomes
+     * softcap * tanh(s / softcap) before the masks and the softmax; 0 (default): none */
+    float   softcap;
 } loom_flash_attention_params;
 
 /* Defaults: BSND, heads from the shapes, scale 1/sqrt(D), no band, sparse_mode 0,
@@ -254,6 +257,7 @@ typedef struct loom_incre_flash_attention_params {
      * kernel's inner_precise 1). Other caches (i8 included), head dims and CPUs
      * compute as with 0. */
     int     inner_precise;
+    float   softcap;                   /* > 0: scores capped as in loom_flash_attention_params */
 } loom_incre_flash_attention_params;
 
 /* Defaults: BSND, heads from the shapes, scale 1/sqrt(D), no band, sparse_mode 0,
@@ -323,6 +327,7 @@ typedef struct loom_fused_infer_attention_params {
     int64_t decode_max_q_len;  /* S_q <= this (and not TND) -> decode kernel; default 16, max 16 */
     int     inner_precise;     /* passed to the kernel that runs (loom_flash_attention_params,
                                   loom_incre_flash_attention_params) */
+    float   softcap;           /* > 0: score soft-capping, passed on as inner_precise is */
 } loom_fused_infer_attention_params;
 
 /* Defaults: those of both ops (BSND, no band, no per-batch lengths), decode

@@ -14,6 +14,8 @@ renders.txt is a sequence of cases, each:
     case NAME ADD_GENERATION_PROMPT N_MESSAGES
     ROLE LEN\n<LEN bytes of content>\n          (N_MESSAGES times)
     render LEN\n<LEN bytes of the rendering>\n
+or, where the template raises an exception (Gemma 2's refuses a system message),
+    refused LEN\n<LEN bytes of its message>\n
 """
 import json
 import os
@@ -62,12 +64,15 @@ def main():
         out = bytearray()
         for name, gen, msgs in CASES:
             conv = [{"role": r, "content": c} for r, c in msgs]
-            text = tok.apply_chat_template(conv, chat_template=cfg["chat_template"], tokenize=False,
-                                           add_generation_prompt=gen)
+            try:
+                text, head = tok.apply_chat_template(conv, chat_template=cfg["chat_template"], tokenize=False,
+                                                     add_generation_prompt=gen), "render"
+            except Exception as e:  # the template refuses the conversation (Gemma 2: a system message)
+                text, head = str(e), "refused"
             out += f"case {name} {int(gen)} {len(msgs)}\n".encode()
             for r, c in msgs:
                 block(out, r, c)
-            block(out, "render", text)
+            block(out, head, text)
         with open(os.path.join(root, fam, "renders.txt"), "wb") as f:
             f.write(out)
         print(f"{fam}: {len(CASES)} cases")

@@ -63,6 +63,7 @@ nearly flat logits at this size): matrices N(0, 1/fan_in), embeddings N(0, 1),
 norm weights 1 + N(0, 0.2^2), biases N(0, 0.5^2), each rounded to f16.
 Everything is seeded: two runs write the same files.
 """
+import copy
 import importlib.machinery
 import json
 import os
@@ -72,10 +73,10 @@ import types
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -88,6 +89,10 @@ TEXT = [
     "1234567890 + 987654321 = 1111111111",
 ]
 N_TOKENS = 24
+GEMMA2_QPAS = 12          # Gemma 2's q.k scale 12^-1/2, not head_dim's 8^-1/2
+GEMMA2_ATTN_CAP = 2.0     # attention logit soft-cap
+GEMMA2_FINAL_CAP = 20.0   # final logit soft-cap
+GEMMA3_LAYERS = ["sliding_attention", "sliding_attention", "full_attention"]
 WINDOW = 8  # Mistral's sliding window: the last 16 positions see only part of the sequence
 PHI3_WINDOW = 12
 # Qwen2's (and Qwen3's) pre-tokenizer regex, as in their tokenizer.json
@@ -135,15 +140,33 @@ def config_for(family, vocab):
         return Qwen3MoeConfig(rope_theta=1000000.0, head_dim=16, num_experts=4, num_experts_per_tok=2,
                               moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
                               mlp_only_layers=[], **common), Qwen3MoeForCausalLM
+    if family == "gemma2":  # every other layer slides; q.k scale from query_pre_attn_scalar (not head_dim);
+        # soft-caps small enough to act on these scores and logits; tied embeddings as every Gemma
+        common.update(tie_word_embeddings=True, pad_token_id=None, bos_token_id=None)
+        return Gemma2Config(rope_parameters={"rope_type": "default", "rope_theta": 20000.0}, head_dim=8,
+                            query_pre_attn_scalar=GEMMA2_QPAS, sliding_window=WINDOW,
+                            attn_logit_softcapping=GEMMA2_ATTN_CAP, final_logit_softcapping=GEMMA2_FINAL_CAP,
+                            **common), Gemma2ForCausalLM
+    if family == "gemma3":  # 3 layers, 2 sliding (theta 10^4) then 1 global (theta 10^6, linear scaling 2);
+        # Q/K norms, explicit head_dim 16
+        common.update(tie_word_embeddings=True, pad_token_id=None, bos_token_id=None, num_hidden_layers=3)
+        return Gemma3TextConfig(
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            layer_types=GEMMA3_LAYERS, head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+            **common), Gemma3ForCausalLM
     # Qwen3: an explicit head_dim, 4 x 16 = 64 query dims against a width of 32
     return Qwen3Config(rope_theta=1000000.0, head_dim=16, **common), Qwen3ForCausalLM
 
 
 @torch.no_grad()
-def randomise(model, gen):
+def randomise(model, gen, gemma=False):
     for name, p in model.named_parameters():
-        if name.endswith("norm.weight") or "layernorm" in name:
-            p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+        if name.endswith("norm.weight") or "layernorm" in name:  # Gemma's norms multiply by 1 + w
+            p.copy_((0.0 if gemma else 1.0) + 0.2 * torch.randn(p.shape, generator=gen))
+            if gemma:  # multiples of 2^-10: w and 1 + w both exact in f16 (llama.cpp's converter adds the
+                # 1 to the f16 tensor, rounding 1 + w to f16, where transformers adds it in f32)
+                p.copy_(torch.round(p * 1024.0) / 1024.0)
         elif name.endswith(".bias"):
             p.copy_(0.5 * torch.randn(p.shape, generator=gen))
         elif "embed_tokens" in name:
@@ -173,6 +196,15 @@ def router_gap(model, tokens, cfg):
         s = rl.float().sort(-1, descending=True).values
         gap = min(gap, float((s[:, k - 1] - s[:, k]).min()))
     return gap
+@torch.no_grad()
+def variant(model, cls, cfg, tokens, **changes):
+    """The last logits of the same weights under cfg with changes."""
+    c2 = copy.deepcopy(cfg)
+    for k, v in changes.items():
+        setattr(c2, k, v)
+    m2 = cls(c2).eval()
+    m2.load_state_dict(model.state_dict())
+    return m2(tokens[None, :]).logits[0, -1].to(torch.float32)
 
 
 def write_f32(path, t):
@@ -182,13 +214,14 @@ def write_f32(path, t):
 
 @torch.no_grad()
 def make(family, out, tokenizer):
-    seed = {"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5, "mixtral": 6, "qwen3moe": 7}[family]
+    seed = {"llama": 1, "qwen2": 2, "qwen3": 3, "mistral": 4, "phi3": 5, "gemma2": 6, "gemma3": 7, "mixtral": 6,
+            "qwen3moe": 7}[family]
     for attempt in range(200):
         gen = torch.Generator().manual_seed(seed + 1000 * attempt)
         cfg, cls = config_for(family, len(tokenizer))
         cfg._attn_implementation = "eager"
         model = cls(cfg).eval()
-        randomise(model, gen)
+        randomise(model, gen, gemma=family.startswith("gemma"))
         tokens = torch.randint(0, cfg.vocab_size, (N_TOKENS,), generator=gen)
         gap = router_gap(model, tokens, cfg)
         if gap is None or gap >= MIN_ROUTER_GAP:
@@ -202,16 +235,41 @@ def make(family, out, tokenizer):
     os.makedirs(d, exist_ok=True)
     logits = model(tokens[None, :]).logits[0, -1].to(torch.float32)
     window = getattr(cfg, "sliding_window", None)
-    if window:  # the same model with full attention (the config is read per call)
-        model.config.sliding_window = None
-        full = model(tokens[None, :]).logits[0, -1].to(torch.float32)
-        model.config.sliding_window = window
+    if window:  # the same model with full attention (the config is read per call; Gemma's
+        # caches want a window: one longer than the sequence)
+        if family.startswith("gemma"):
+            full = variant(model, cls, cfg, tokens, sliding_window=4 * N_TOKENS)
+        else:
+            model.config.sliding_window = None
+            full = model(tokens[None, :]).logits[0, -1].to(torch.float32)
+            model.config.sliding_window = window
         diff = float((full - logits).abs().max() / logits.abs().max())
         if diff < 1e-2:
             sys.exit("%s: the window changes the logits by %.3g only: the fixture would not test it" % (family, diff))
         print("%s: sliding window %d: logits %.3g (relative) from full attention's" % (family, window, diff))
         if family == "mistral":  # llama.cpp's GGUF of it has no window (phi3's has)
             write_f32(os.path.join(d, "logits_full.f32"), full)
+    if family == "gemma2":  # each soft-cap, and the scale, must matter
+        for attr, off in (("attn_logit_softcapping", None), ("final_logit_softcapping", None),
+                          ("query_pre_attn_scalar", cfg.head_dim)):
+            other = variant(model, cls, cfg, tokens, **{attr: off})
+            diff = float((other - logits).abs().max() / logits.abs().max())
+            if diff < 1e-2:
+                sys.exit("gemma2: %s changes the logits by %.3g only" % (attr, diff))
+            print("gemma2: %s: logits %.3g (relative) from the model without it" % (attr, diff))
+        # llama.cpp's GGUF of it scales q.k by 1/sqrt(head_dim) and has no rope.freq_base (10000: the
+        # converter writes none for Gemma 2)
+        lc = variant(model, cls, cfg, tokens, query_pre_attn_scalar=cfg.head_dim,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        write_f32(os.path.join(d, "logits_llama_cpp.f32"), lc)
+    if family == "gemma3":  # llama.cpp's converter writes no layer pattern and llama.cpp takes 6 (5 sliding,
+        # 1 global): with 3 layers every layer slides; its GGUF is checked against that model
+        lc = variant(model, cls, cfg, tokens, layer_types=["sliding_attention"] * 3)
+        diff = float((lc - logits).abs().max() / logits.abs().max())
+        if diff < 1e-2:
+            sys.exit("gemma3: the global layer changes the logits by %.3g only" % diff)
+        print("gemma3: all layers sliding (llama.cpp's reading): logits %.3g (relative) from the model's" % diff)
+        write_f32(os.path.join(d, "logits_llama_cpp.f32"), lc)
     model.to(torch.float16).save_pretrained(d, safe_serialization=True)
     tokenizer.save_pretrained(d)
     if family == "phi3":  # llama.cpp's phi3 converter reads a byte-level BPE only under this class (Phi-4's)
@@ -245,8 +303,11 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         stub.__spec__ = importlib.machinery.ModuleSpec("sentencepiece", None)
         sys.modules["sentencepiece"] = stub
     import convert_hf_to_gguf
-    from conversion import base
+    from conversion import base, gemma
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+    # Gemma 2's converter reads only a SentencePiece tokenizer.model; the fixture has the trained
+    # byte-level BPE, which it is told to read as Gemma 3's converter reads one without tokenizer.model
+    gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
     argv = sys.argv
     sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", "f32"]
     try:
@@ -255,10 +316,10 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
         sys.argv = argv
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen3moe")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "mixtral", "qwen3moe")
 QWEN_TOKENIZER = ("qwen2", "qwen3", "qwen3moe")
-PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2", "mixtral": "gpt-2",
-       "qwen3moe": "qwen2"}  # the tokenizers' pre-tokenizers
+PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2", "gemma2": "gpt-2",
+       "gemma3": "gpt-2", "mixtral": "gpt-2", "qwen3moe": "qwen2"}  # the tokenizers' pre-tokenizers
 
 
 def main():

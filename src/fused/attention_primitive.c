@@ -28,6 +28,7 @@ static loom_flash_attention_params prim_params(const void *attrs) {
     loom_flash_attention_params p = loom_flash_attention_default_params();
     p.input_layout = LOOM_ATTN_BSND;
     p.scale_value = a->scale;  /* 0 = 1/sqrt(D) in both */
+    p.softcap = a->softcap;
     p.sparse_mode = LOOM_SPARSE_DEFAULT;
     p.pre_tokens = LOOM_ATTN_TOKENS_ALL;
     p.next_tokens = a->causal ? (int64_t)a->q_pos_offset : LOOM_ATTN_TOKENS_ALL;

@@ -46,12 +46,17 @@ int loom_ffn_act_register(const char *name, loom_ffn_act_fn fn, void *user) {
     return r;
 }
 
+/* The fifth input is the residual (gamma, with the norm, comes last). */
+static int has_residual(const loom_ffn_attrs *at, int n_src) { return n_src - (at->norm ? 1 : 0) == 5; }
+
 static loom_status ffn_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                              loom_tensor *dst) {
     const char *op = "ffn";
-    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 5));
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 6));
     const loom_ffn_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
+    LOOM_RETURN_IF(n_src == 6 && !at->norm, LOOM_ERR_INVALID_ARG,
+                   "%s: 6 inputs without the norm: x, 3 weights, residual, then gamma with the norm", op);
     LOOM_RETURN_IF(!((at->act >= 0 && at->act < LOOM_ACT_COUNT) ||
                      (at->act >= LOOM_FFN_ACT_CUSTOM && at->act < LOOM_FFN_ACT_CUSTOM + n_acts)),
                    LOOM_ERR_INVALID_ARG, "%s: unknown activation %d", op, at->act);
@@ -65,7 +70,16 @@ static loom_status ffn_infer(const loom_tensor *const *src, int n_src, const voi
                    LOOM_ERR_SHAPE,
                    "%s: weights must be gate/up [H, %lld] (one dtype and row stride) and down [%lld, H]",
                    op, (long long)D, (long long)D);
-    if (n_src == 5)
+    if (at->norm) {
+        const loom_tensor *g = src[n_src - 1];
+        LOOM_RETURN_IF(g->dtype != LOOM_F32 || loom_tensor_nelem(g) != D || !loom_tensor_is_contiguous(g),
+                       LOOM_ERR_SHAPE, "%s: input %d (the norm's gamma) must be contiguous f32 [%lld]", op, n_src - 1,
+                       (long long)D);
+        LOOM_RETURN_IF(!(at->norm_eps > 0.0f), LOOM_ERR_INVALID_ARG, "%s: norm_eps %g: expected > 0", op,
+                       (double)at->norm_eps);
+        LOOM_RETURN_IF(x->stride[1] != 1, LOOM_ERR_SHAPE, "%s: x must have contiguous rows", op);
+    }
+    if (has_residual(at, n_src))
         LOOM_RETURN_IF(src[4]->dtype != LOOM_F32 || src[4]->ndim != 2 || src[4]->shape[0] != M ||
                            src[4]->shape[1] != D,
                        LOOM_ERR_SHAPE, "%s: input 4 (residual) must be f32 [%lld, %lld]", op,
@@ -80,12 +94,18 @@ static double wbytes(const loom_tensor *w) {
 
 static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                      const void *attrs, loom_cost *c) {
+    const loom_ffn_attrs *at = attrs;
+    int res = has_residual(at, n_src);
     double M = (double)src[0]->shape[0], D = (double)src[0]->shape[1], H = (double)src[1]->shape[0];
-    c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (n_src == 5 ? M * D : 0.0);
+    c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (res ? M * D : 0.0);
     /* x, the three weights once, h back in phase 1, the residual */
     c->bytes_read = 4.0 * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + 4.0 * M * H +
-                    (n_src == 5 ? 4.0 * M * D : 0.0);
+                    (res ? 4.0 * M * D : 0.0);
     c->bytes_written = 4.0 * M * H + 4.0 * M * D;   /* h (phase boundary), y */
+    if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
+        c->bytes_read += 4.0 * M * D + 4.0 * D;
+        c->flops += 4.0 * M * D;
+    }
 }
 
 static float custom_act(float v, void *user) {
@@ -93,15 +113,15 @@ static float custom_act(float v, void *user) {
     return acts[i].fn(v, acts[i].user);
 }
 
-static loom_matmul_args down_args(const loom_tensor *const *src, int n_src, const loom_tensor *h,
+static loom_matmul_args down_args(const loom_tensor *const *src, int res, const loom_tensor *h,
                                   loom_tensor *y, loom_epilogue *ep, int32_t act) {
     const loom_tensor *wd = src[3];
     memset(ep, 0, sizeof *ep);
-    if (n_src == 5) ep->residual = src[4]->data, ep->ld_res = src[4]->stride[0];
+    if (res) ep->residual = src[4]->data, ep->ld_res = src[4]->stride[0];
     loom_matmul_args g = {.x = h ? h->data : NULL, .ldx = h ? h->stride[0] : wd->shape[1],
                           .w = wd->data, .ldw = wd->stride[0], .wtype = wd->dtype,
                           .y = y->data, .ldy = y->stride[0], .M = src[0]->shape[0],
-                          .N = wd->shape[0], .K = wd->shape[1], .ep = n_src == 5 ? ep : NULL,
+                          .N = wd->shape[0], .K = wd->shape[1], .ep = res ? ep : NULL,
                           .act = (loom_act_precision)act};
     return g;
 }
@@ -112,16 +132,18 @@ static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
     return bn < H ? bn : (H > 0 ? H : 1);
 }
 
-static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act) {
+static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act, int norm) {
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, act);
+    if (norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 
 /* Phase 0 scratch: the sub-GEMM's, the up tile, then x quantized once for
  * all column blocks (quantized weights with q8 activations: each sub-GEMM
  * would otherwise quantize all of x again). */
-static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, int32_t act) {
-    return gate_up_mm_bytes(src, bn, act) + (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
+static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, const loom_ffn_attrs *at) {
+    return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) +
+           (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
 }
 
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
@@ -130,9 +152,11 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
     int64_t M = src[0]->shape[0], bn = block_cols(at, M, src[1]->shape[0]);
     loom_epilogue ep;
     loom_tensor y = *dst;
-    loom_matmul_args d = down_args(src, n_src, NULL, &y, &ep, at->act_precision);
+    loom_matmul_args d = down_args(src, has_residual(at, n_src), NULL, &y, &ep, at->act_precision);
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, at->act_precision);
-    size_t a = xq_offset(src, M, bn, at->act_precision) + loom_matmul_xq_bytes(&g) + 64;
+    /* then, with the norm, the rows' 1/rms [M] (doubles) */
+    size_t a = xq_offset(src, M, bn, at) + ((loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63) +
+               (at->norm ? (size_t)M * sizeof(double) : 0) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     return a > b ? a : b;
 }
@@ -148,22 +172,32 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     loom_ref_split((H + bn - 1) / bn, a->ith, a->nth, &b0, &b1);
     if (b0 >= b1) return LOOM_OK;
     const int32_t act = at->act_precision;
-    float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn, act));
+    float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn, act, at->norm));
     void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn, act);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the blocks below */
+    /* the norm: every thread computes the 1/rms of all M rows (a pass over
+     * x; no barrier, and the same values whatever the thread) */
+    const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
+    double *inv = NULL;
+    if (at->norm) {
+        inv = (double *)((char *)a->scratch + xq_offset(a->src, M, bn, at) +
+                         ((loom_matmul_xq_bytes(&probe) + 63) & ~(size_t)63));
+        loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, M, inv);
+    }
+    probe.norm_gamma = gamma, probe.norm_inv = inv;
     if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = (char *)a->scratch + xq_offset(a->src, M, bn, act);
+        xq = (char *)a->scratch + xq_offset(a->src, M, bn, at);
         loom_matmul_quantize_x(&probe, isa, 0, M, xq);
     }
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
         float *hb = (float *)h->data + n0;
         loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
-        u.xq = xq, u.invariant = a->invariant;
+        u.xq = xq, u.invariant = a->invariant, u.norm_gamma = gamma, u.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0], act);
-        g.xq = xq, g.invariant = a->invariant;
+        g.xq = xq, g.invariant = a->invariant, g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         loom_tensor th, tu;
         const int64_t shape[2] = {M, nb};
@@ -194,7 +228,7 @@ static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     if (a->phase == 0) return gate_up(a, isa);
     loom_epilogue ep;
     const loom_ffn_attrs *at = a->attrs;
-    loom_matmul_args d = down_args(a->src, a->n_src, h, a->dst, &ep, at->act_precision);
+    loom_matmul_args d = down_args(a->src, has_residual(at, a->n_src), h, a->dst, &ep, at->act_precision);
     d.invariant = a->invariant;
     return loom_matmul_run(&d, isa, a->ith, a->nth, a->scratch);
 }

@@ -465,6 +465,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 }
                 kn->bgemm(sc->s, mp, kp, ldk, 1, sc->qt, mp, nc, (int)D, mp, NULL);
             }
+            if (pr->softcap > 0.0f) attn_softcap(kn, sc->s, (int64_t)nc * mp, pr->softcap);
             if (masked)
                 for (int64_t x = 0; x < (int64_t)nc * mp; x++) sc->s[x] += sc->a[x];
             else if (part) /* band edges only: a lane-parallel select, no mask tile */

@@ -82,12 +82,28 @@ ATTN_T256 void loom_attn_to_f32_avx2(float *dst, const void *src, loom_dtype dt,
     }
 }
 
+/* s = c * tanh(s / c), 8 lanes at a time, as softcap_avx512 (flash_attention_avx512.c);
+ * the tail through the scalar form. */
+static ATTN_T256 void softcap_avx2(float *s, int64_t n, float c) {
+    const __m256 inv = _mm256_set1_ps(1.0f / c), vc = _mm256_set1_ps(c), one = _mm256_set1_ps(1.0f);
+    const __m256 k = _mm256_set1_ps(-2.0f * (float)ATTN_LOG2E), sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 u = _mm256_mul_ps(_mm256_loadu_ps(s + i), inv);
+        __m256 t = attn_exp2_256(_mm256_mul_ps(k, _mm256_andnot_ps(sign, u)));
+        __m256 th = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+        _mm256_storeu_ps(s + i, _mm256_mul_ps(vc, _mm256_or_ps(th, _mm256_and_ps(u, sign))));
+    }
+    if (i < n) attn_softcap_scores(s + i, n - i, c);
+}
+
 const loom_attn_kernels loom_attn_kernels_avx2 = {
     .name = "avx2",
     .bgemm = bgemm_avx2,
     .qk_bf16 = NULL,
     .softmax_cols = softmax_cols_avx2,
     .to_f32 = loom_attn_to_f32_avx2,
+    .softcap = softcap_avx2,
     .dec_dot = loom_attn_dec_dot_avx2,
     .dec_pv = loom_attn_dec_pv_avx2,
     .softmax_rows = loom_attn_softmax_rows_avx2,

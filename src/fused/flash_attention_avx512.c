@@ -225,12 +225,33 @@ static ATTN_T512 void to_bf16_avx512(uint16_t *dst, const void *src, loom_dtype 
     }
 }
 
+/* s = c * tanh(s / c), 16 lanes at a time: tanh|u| = (1 - t) / (1 + t) with
+ * t = e^(-2|u|) = 2^(-2 log2(e) |u|) <= 1 (no overflow; the cancellation in
+ * 1 - t costs at most an ulp of 1 in tanh, c times that in the score), the
+ * sign of u put back. NaN stays NaN; +-inf give +-c, as tanhf. */
+static ATTN_T512 void softcap_avx512(float *s, int64_t n, float c) {
+    const __m512 inv = _mm512_set1_ps(1.0f / c), vc = _mm512_set1_ps(c), one = _mm512_set1_ps(1.0f);
+    const __m512 k = _mm512_set1_ps(-2.0f * (float)ATTN_LOG2E);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 u = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + i), inv);
+        __m512i ui = _mm512_castps_si512(u);
+        __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, ui));
+        __m512 t = attn_exp2_512(_mm512_mul_ps(k, a));
+        __m512 th = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
+        th = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(th), _mm512_and_si512(ui, sign)));
+        _mm512_mask_storeu_ps(s + i, m, _mm512_mul_ps(vc, th));
+    }
+}
+
 const loom_attn_kernels loom_attn_kernels_avx512 = {
     .name = "avx512",
     .bgemm = bgemm_avx512,
     .qk_bf16 = NULL,
     .softmax_cols = softmax_cols_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
+    .softcap = softcap_avx512,
     .dec_dot = loom_attn_dec_dot_avx512,
     .dec_pv = loom_attn_dec_pv_avx512,
     .dec_qprep = loom_attn_dec_qprep_avx512,
@@ -256,6 +277,7 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .pv_bf16 = pv_bf16_avx512,
     .softmax_cols = softmax_cols_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
+    .softcap = softcap_avx512,
     .to_bf16 = to_bf16_avx512,
     .dec_dot = loom_attn_dec_dot_avx512bf,
     .dec_pv = loom_attn_dec_pv_avx512bf,

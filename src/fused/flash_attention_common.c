@@ -246,8 +246,12 @@ loom_status attn_check_inner_precise(const char *op, int inner_precise) {
 }
 
 static loom_status resolve_common(const char *op, int sparse_mode, float scale, int64_t pre,
-                                  int64_t next, int has_mask, int inner_precise, attn_problem *pr) {
+                                  int64_t next, int has_mask, int inner_precise, float softcap,
+                                  attn_problem *pr) {
     LOOM_TRY(attn_check_inner_precise(op, inner_precise));
+    LOOM_RETURN_IF(!(softcap >= 0.0f) || !isfinite(softcap), LOOM_ERR_INVALID_ARG,
+                   "%s: softcap = %g: expected 0 (none) or a positive finite cap", op, (double)softcap);
+    pr->softcap = softcap;
     pr->inner_precise = inner_precise;
     LOOM_RETURN_IF(sparse_mode < 0 || sparse_mode >= LOOM_SPARSE_MODE_COUNT, LOOM_ERR_INVALID_ARG,
                    "%s: sparse_mode = %d: expected 0..4", op, sparse_mode);
@@ -398,7 +402,7 @@ loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
     LOOM_RETURN_IF(pr->Sq > INT32_MAX || pr->Skv > INT32_MAX, LOOM_ERR_UNSUPPORTED,
                    "%s: sequence dims above 2^31 - 1 are not supported", op);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
-                            t->atten_mask != NULL, p->inner_precise, pr));
+                            t->atten_mask != NULL, p->inner_precise, p->softcap, pr));
     LOOM_RETURN_IF(!(p->keep_prob > 0.0f && p->keep_prob <= 1.0f), LOOM_ERR_INVALID_ARG,
                    "%s: keep_prob = %g outside (0, 1]", op, (double)p->keep_prob);
     pr->keep_prob = p->keep_prob, pr->seed = p->seed, pr->offset = p->offset;
@@ -485,7 +489,7 @@ loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,
                    "%s: query length S_q = %lld exceeds %d (use flash_attention_score)", op,
                    (long long)pr->Sq, LOOM_INCRE_MAX_Q_LEN);
     LOOM_TRY(resolve_common(op, p->sparse_mode, p->scale_value, p->pre_tokens, p->next_tokens,
-                            t->atten_mask != NULL, p->inner_precise, pr));
+                            t->atten_mask != NULL, p->inner_precise, p->softcap, pr));
     pr->keep_prob = 1.0f;
     pr->kq.mode = pr->vq.mode = -1;
     if (t->block_table) {

@@ -80,6 +80,7 @@ typedef struct attn_problem {
     float  *lse;                       /* NULL: not wanted */
     int64_t lb, ln, li;
     double  scale;                     /* q.k multiplier, default applied */
+    float   softcap;                   /* > 0: scores capped, softcap * tanh(s / softcap); 0: none */
     float   keep_prob;
     uint64_t seed, offset;
     int64_t drop_sq, drop_skv;         /* dropout index = ((b*N + h)*drop_sq + row)*drop_skv + col */
@@ -163,6 +164,15 @@ static inline int64_t attn_kv_offset(const attn_problem *pr, const attn_view *v,
  * ((b*N + h)*drop_sq + row)*drop_skv + col being loom_rng_uniform_at(seed, offset, index). */
 void attn_dropout_row(const attn_problem *pr, int64_t b, int64_t h, int64_t row, int64_t col0,
                       int n, float *p, int64_t stride);
+/* Soft-capping of n scores in the log2 domain (each s = log2(e) * scale * q.k):
+ * s = c * tanh(s / c) with c = softcap * log2(e), which is log2(e) times the
+ * capped natural score. The drivers apply it to a tile's scores before the
+ * masks (a masked score stays -inf): the scalar form, or the level's vector
+ * one (loom_attn_kernels.softcap) through attn_softcap. */
+static inline void attn_softcap_scores(float *s, int64_t n, float c) {
+    const float inv = 1.0f / c;
+    for (int64_t i = 0; i < n; i++) s[i] = c * tanhf(s[i] * inv);
+}
 /* Converts n elements of a row (element stride sd) to f32. */
 void attn_load_row(float *dst, const void *src, loom_dtype dt, int64_t sd, int64_t n);
 /* Stores n f32 values to a row of dtype dt (element stride sd). */
@@ -269,6 +279,10 @@ typedef struct loom_attn_kernels {
                          float *alpha);
     /* n contiguous f32/f16/bf16/i8 elements to f32. */
     void (*to_f32)(float *dst, const void *src, loom_dtype dt, int64_t n);
+    /* Soft-capping of n contiguous scores, s = c * tanh(s / c) (c: the cap in
+     * the scores' log2 units), as attn_softcap_scores within a few ulp of c;
+     * NULL: attn_softcap_scores, the scalar form. */
+    void (*softcap)(float *s, int64_t n, float c);
     /* n contiguous f32/f16/bf16/i8 elements to bf16, rounded to nearest even
      * (inner_precise 1). NULL where qk_bf16 is. */
     void (*to_bf16)(uint16_t *dst, const void *src, loom_dtype dt, int64_t n);
@@ -328,6 +342,14 @@ extern const loom_attn_kernels loom_attn_kernels_avx2;
 extern const loom_attn_kernels loom_attn_kernels_avx512;
 extern const loom_attn_kernels loom_attn_kernels_avx512_bf16;
 #endif
+/* The cap of kern's level over n scores (kern->softcap, else the scalar form);
+ * softcap is the cap in natural units. */
+static inline void attn_softcap(const loom_attn_kernels *kern, float *s, int64_t n, float softcap) {
+    const float c = softcap * (float)ATTN_LOG2E;
+    if (kern->softcap) kern->softcap(s, n, c);
+    else attn_softcap_scores(s, n, c);
+}
+
 /* Kernels for a level (>= GENERIC; the best the CPU supports at or below it). */
 const loom_attn_kernels *loom_attn_kernels_for(loom_isa isa);
 

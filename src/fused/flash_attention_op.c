@@ -24,6 +24,7 @@ static loom_flash_attention_params fa_params(const void *attrs) {
     p.seed = a->seed, p.offset = a->offset;
     p.block_q = a->block_q, p.block_kv = a->block_kv;
     p.inner_precise = a->inner_precise;
+    p.softcap = a->softcap;
     return p;
 }
 
@@ -36,6 +37,7 @@ static loom_incre_flash_attention_params inc_params(const void *attrs) {
     p.kv_chunk = a->kv_chunk;
     p.pre_tokens = a->pre_tokens, p.next_tokens = a->next_tokens;
     p.inner_precise = a->inner_precise;
+    p.softcap = a->softcap;
     return p;
 }
 

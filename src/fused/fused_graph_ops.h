@@ -37,6 +37,7 @@ void loom_register_add_rms_norm_op(loom_op_info *e);
 void loom_register_paged_attention_op(loom_op_info *e);
 void loom_register_qkv_rope_op(loom_op_info *e);
 void loom_register_ffn_op(loom_op_info *e);
+void loom_register_linear_op(loom_op_info *e);
 void loom_register_moe_gating_op(loom_op_info *e);
 void loom_register_moe_ffn_op(loom_op_info *e);
 void loom_register_custom_slot(loom_op_info *e, int slot);

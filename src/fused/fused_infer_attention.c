@@ -52,6 +52,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
         pi.key_antiquant_mode = p->key_antiquant_mode;
         pi.value_antiquant_mode = p->value_antiquant_mode;
         pi.inner_precise = p->inner_precise;
+        pi.softcap = p->softcap;
         return attn_decode_pool(&ti, &pi, p->actual_seq_lengths, pool);
     }
     loom_flash_attention_tensors tf = {t->query, t->key, t->value, t->atten_mask,
@@ -70,6 +71,7 @@ loom_status loom_fused_infer_attention_score(const loom_fused_infer_attention_te
     pf.num_seqs = p->num_seqs;
     pf.block_size = p->block_size;
     pf.inner_precise = p->inner_precise;
+    pf.softcap = p->softcap;
     pf.key_antiquant_mode = p->key_antiquant_mode;
     pf.value_antiquant_mode = p->value_antiquant_mode;
     return loom_flash_attention_score(&tf, &pf, pool);

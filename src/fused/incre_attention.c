@@ -356,6 +356,8 @@ static int dec_tile(const dec_plan *pl, const dec_unit *u, const dec_head *h, co
         for (int64_t r = 0; r < M; r++)
             for (int c = 0; c < nc; c++) sc->s[r * T + c] += h->bias[r];
     }
+    if (pr->softcap > 0.0f)
+        for (int64_t r = 0; r < M; r++) attn_softcap(kn, sc->s + r * T, nc, pr->softcap);
     int live = 1;
     if (part || pr->mask || u->q_len < pr->Sq) { /* some score needs a mask */
         live = 0;

@@ -105,6 +105,7 @@ static void pa_decode_args(const loom_kernel_args *a, const pa_views *v, const i
     p->scale_value = at->scale;
     p->kv_chunk = at->kv_chunk;
     p->inner_precise = at->inner_precise;
+    p->softcap = at->softcap;
     p->actual_seq_lengths = kv_len;
     if (at->window > 0) p->sparse_mode = LOOM_SPARSE_BAND, p->pre_tokens = at->window - 1, p->next_tokens = 0;
     *t = (loom_incre_flash_attention_tensors){.query = &v->q, .key = &v->k, .value = &v->v,
@@ -125,6 +126,7 @@ static void pa_prefill_args(const loom_kernel_args *a, const pa_views *v, const 
     p->sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
     if (at->window > 0) p->sparse_mode = LOOM_SPARSE_BAND, p->pre_tokens = at->window - 1, p->next_tokens = 0;
     p->inner_precise = at->inner_precise;
+    p->softcap = at->softcap;
     if (a->invariant) p->block_kv = LOOM_PAGED_ATTENTION_INVARIANT_KV; /* tiles from the position alone */
     p->actual_seq_qlen = cu_q, p->actual_seq_kvlen = cu_kv, p->num_seqs = ns;
     *t = (loom_flash_attention_tensors){.query = &v->q, .key = &v->k, .value = &v->v, .block_table = &v->bt,

@@ -31,14 +31,17 @@
 static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                              loom_tensor *dst) {
     const char *op = "qkv_rope";
-    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 8));
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 4, 9));
     const loom_qkv_rope_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
     const int base = at->paged ? 6 : 4; /* paged: positions and slots are inputs 4 and 5 */
-    LOOM_RETURN_IF((at->cache_dtype == LOOM_I8 ? base + 2 : base) != n_src, LOOM_ERR_INVALID_ARG,
-                   "%s: %d inputs with cache_dtype %s%s: i8 caches take their scale stores as inputs %d "
-                   "and %d, other caches none", op, n_src, loom_dtype_name((loom_dtype)at->cache_dtype),
-                   at->paged ? " (paged)" : "", base, base + 1);
+    LOOM_RETURN_IF((at->cache_dtype == LOOM_I8 ? base + 2 : base) + (at->norm ? 1 : 0) != n_src,
+                   LOOM_ERR_INVALID_ARG,
+                   "%s: %d inputs with cache_dtype %s%s%s: i8 caches take their scale stores as inputs %d "
+                   "and %d, other caches none; the norm takes gamma last", op, n_src,
+                   loom_dtype_name((loom_dtype)at->cache_dtype), at->paged ? " (paged)" : "",
+                   at->norm ? " and the norm" : "", base, base + 1);
+    const int n_cache_src = n_src - (at->norm ? 1 : 0); /* the inputs before gamma */
     int64_t H = at->n_heads, HKV = at->n_kv_heads, D = at->head_dim;
     LOOM_RETURN_IF(H < 1 || HKV < 1 || D < 2 || H % HKV, LOOM_ERR_INVALID_ARG,
                    "%s: heads %lld / kv heads %lld / head_dim %lld invalid", op, (long long)H,
@@ -62,17 +65,26 @@ static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const voi
         LOOM_RETURN_IF(src[i]->dtype != LOOM_I32 || src[i]->ndim != 1 || src[i]->shape[0] != T, LOOM_ERR_SHAPE,
                        "%s: input %d (%s) must be i32 [%lld], one per row of x", op, i,
                        i == 4 ? "positions" : "slots", (long long)T);
-    for (int i = base; at->paged && i < n_src; i++) /* one f32 scale per cache slot and head */
+    for (int i = base; at->paged && i < n_cache_src; i++) /* one f32 scale per cache slot and head */
         LOOM_RETURN_IF(src[i]->dtype != LOOM_F32 || src[i]->ndim != 2 || src[i]->shape[1] != HKV ||
                            !loom_tensor_is_contiguous(src[i]),
                        LOOM_ERR_SHAPE, "%s: input %d (scale store) must be contiguous f32 [n_slots, %lld]", op, i,
                        (long long)HKV);
-    for (int i = base; !at->paged && i < n_src; i++) { /* i8: one f32 scale per cache row, [S_max, N_kv] contiguous */
+    for (int i = base; !at->paged && i < n_cache_src; i++) { /* i8: one f32 scale per cache row, [S_max, N_kv] contiguous */
         const loom_tensor *st = src[i];
         LOOM_RETURN_IF(st->dtype != LOOM_F32 || st->ndim != 2 || st->shape[1] != HKV ||
                            st->shape[0] < at->rope.pos_offset + T || !loom_tensor_is_contiguous(st),
                        LOOM_ERR_SHAPE, "%s: input %d (scale store) must be contiguous f32 [>= %lld, %lld]", op,
                        i, (long long)(at->rope.pos_offset + T), (long long)HKV);
+    }
+    if (at->norm) {
+        const loom_tensor *g = src[n_src - 1];
+        LOOM_RETURN_IF(g->dtype != LOOM_F32 || loom_tensor_nelem(g) != hid || !loom_tensor_is_contiguous(g),
+                       LOOM_ERR_SHAPE, "%s: input %d (the norm's gamma) must be contiguous f32 [%lld]", op, n_src - 1,
+                       (long long)hid);
+        LOOM_RETURN_IF(!(at->norm_eps > 0.0f), LOOM_ERR_INVALID_ARG, "%s: norm_eps %g: expected > 0", op,
+                       (double)at->norm_eps);
+        LOOM_RETURN_IF(x->stride[1] != 1, LOOM_ERR_SHAPE, "%s: x must have contiguous rows", op);
     }
     const int64_t shape[3] = {T, H, D};
     loom_ref_set_dst(dst, LOOM_F32, 3, shape);
@@ -93,6 +105,10 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->bytes_written = 4.0 * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
     if (at->cache_dtype == LOOM_I8) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
     if (at->paged) c->bytes_read += 8.0 * T;         /* positions and slots */
+    if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
+        c->bytes_read += 4.0 * T * hid + 4.0 * hid;
+        c->flops += 4.0 * T * hid;
+    }
     (void)n_src;
 }
 
@@ -113,6 +129,7 @@ static size_t qkv_front(const loom_tensor *const *src, const loom_qkv_rope_attrs
     for (int i = 1; i <= 3; i++) {
         loom_matmul_args g = loom_fused_block_gemm(src[0], src[i], 0, hb * at->head_dim, NULL, hb * at->head_dim,
                                                    at->act_precision);
+        if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
         size_t s = loom_matmul_scratch_size(&g);
         if (s > mm) mm = s;
     }
@@ -153,11 +170,17 @@ static size_t tile_bytes(const loom_qkv_rope_attrs *at, int64_t T, int64_t hb) {
     return ((size_t)T * (size_t)(hb * at->head_dim) * sizeof(float) + 63) & ~(size_t)63;
 }
 
+/* Then, with the norm, the rows' 1/rms [T] (doubles). */
+static size_t inv_bytes(const loom_qkv_rope_attrs *at, int64_t T) {
+    return at->norm ? ((size_t)T * sizeof(double) + 63) & ~(size_t)63 : 0;
+}
+
 static size_t qkv_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
     const loom_qkv_rope_attrs *at = attrs;
     int64_t T = src[0]->shape[0], hb = heads_per_block(at, T);
-    return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, T) + tile_bytes(at, T, hb) + 64;
+    return qkv_front(src, at, hb) + xq_bytes(src, at, hb) + rope_table_bytes(at, T) + tile_bytes(at, T, hb) +
+           inv_bytes(at, T) + 64;
 }
 
 /* RoPE on an item's Q or K tile [T, nh·D] (rows ldy apart): from the tables
@@ -212,9 +235,17 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
      * tables of every position, built once (the items rotate the same
      * positions). */
     unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
+    /* the norm: every thread computes the 1/rms of all T rows (a pass over x;
+     * no barrier, and the same values whatever the thread) */
+    const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
+    double *inv = at->norm ? (double *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T) +
+                                        tile_bytes(at, T, hb))
+                           : NULL;
+    if (inv && lo < hi) loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, T, inv);
     void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D, at->act_precision);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the items below */
+    probe.norm_gamma = gamma, probe.norm_inv = inv;
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
         xq = front;
         loom_matmul_quantize_x(&probe, isa, 0, T, xq);
@@ -254,6 +285,7 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1 + part], h0 * D, nh * D, y, ldy, at->act_precision);
         g.invariant = a->invariant;
         g.xq = xq;
+        g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, positions, y, ldy, T, nh, a->scratch));
         if (part == 0 || !tile32) continue;

@@ -142,6 +142,81 @@ static int build_qkv_paged(const fr_ctx *c, fr_fused *f) {
     return 1;
 }
 
+/* ------------------------------------------------------------ RMSNorm on the fly */
+
+/* The rule's pattern node "norm" (rms_norm($x, $gamma)) into the fused op:
+ * gamma appended to its inputs, the eps returned; 0 when the fused kernel
+ * cannot take it (x not contiguous [M, K] rows, no gamma, gamma not [K]). */
+static int take_norm(const fr_ctx *c, fr_fused *f, float *eps) {
+    if (fr_node(c, "norm") < 0) return 0;
+    const loom_node *n = gnode(c, "norm");
+    int gv = fr_var(c, "gamma");
+    if (n->n_src != 2 || gv < 0 || n->src[0] != fr_var(c, "x") || f->n_src >= LOOM_MAX_SRC) return 0;
+    const loom_tensor *x = gt(c, n->src[0]), *g = gt(c, gv);
+    if (x->ndim != 2 || x->stride[1] != 1 || g->dtype != LOOM_F32 || loom_tensor_nelem(g) != x->shape[1] ||
+        !loom_tensor_is_contiguous(g))
+        return 0;
+    f->src[f->n_src++] = gv;
+    *eps = ((const loom_rms_norm_attrs *)(const void *)n->attrs)->eps;
+    return 1;
+}
+
+static int build_norm_qkv(const fr_ctx *c, fr_fused *f) {
+    if (!build_qkv(c, f)) return 0;
+    loom_qkv_rope_attrs a;
+    memcpy(&a, f->attrs, sizeof a);
+    if (!take_norm(c, f, &a.norm_eps)) return 0;
+    a.norm = 1;
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
+static int build_norm_qkv_paged(const fr_ctx *c, fr_fused *f) {
+    if (!build_qkv_paged(c, f)) return 0;
+    loom_qkv_rope_attrs a;
+    memcpy(&a, f->attrs, sizeof a);
+    if (!take_norm(c, f, &a.norm_eps)) return 0;
+    a.norm = 1;
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
+/* ------------------------------------------------------------ linear */
+
+/* matmul + residual add (the output projection), rms_norm + matmul (the
+ * output norm and the LM head), or all three. */
+static int build_linear(const fr_ctx *c, fr_fused *f) {
+    const loom_node *mm = gnode(c, "mm");
+    int res = fr_node(c, "residual"), has_norm = fr_node(c, "norm") >= 0;
+    if (res < 0 && !has_norm) return 0; /* a plain matmul: nothing to fuse */
+    const loom_tensor *x = gt(c, fr_var(c, "x")), *w = gt(c, fr_var(c, "w")), *y = gt(c, mm->dst);
+    if (x->ndim != 2 || x->stride[1] != 1 || w->ndim != 2 || w->stride[1] != 1 || y->ndim != 2) return 0;
+    int32_t act = fused_act(c, "mm");
+    if (act < 0) return 0;
+    loom_linear_attrs a = {.act_precision = act};
+    f->op = LOOM_OP_LINEAR;
+    f->n_src = 2;
+    f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w");
+    f->dst = mm->dst;
+    if (res >= 0) {
+        const loom_node *r = &c->g->nodes[res];
+        int other = r->src[0] == mm->dst ? r->src[1] : r->src[0];
+        const loom_tensor *rt = gt(c, other), *rd = gt(c, r->dst);
+        if (rt->ndim != 2 || rt->stride[1] != 1 || rt->shape[0] != y->shape[0] || rt->shape[1] != y->shape[1] ||
+            rd->ndim != 2)
+            return 0;
+        f->src[f->n_src++] = other;
+        f->dst = r->dst;
+        a.residual = 1;
+    }
+    if (has_norm) {
+        if (!take_norm(c, f, &a.norm_eps)) return 0;
+        a.norm = 1;
+    }
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
 /* ------------------------------------------------------------ attention */
 
 static int build_attention(const fr_ctx *c, fr_fused *f) {
@@ -171,6 +246,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         if (band) a.sparse_mode = LOOM_SPARSE_BAND, a.pre_tokens = aa->window - 1, a.next_tokens = 0;
         a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0); /* a bf16 K: q rounded to bf16 */
+        a.softcap = aa->softcap;
         f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     } else {
@@ -181,6 +257,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.block_q = (int32_t)fr_opt(c, "block_q", 0);
         a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);
+        a.softcap = aa->softcap;
         f->op = LOOM_OP_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     }
@@ -207,9 +284,13 @@ static int build_add_rms_norm(const fr_ctx *c, fr_fused *f) {
 
 /* ------------------------------------------------------------ ffn */
 
-/* loom_act of an activation node: silu, or a registered user activation op. */
+/* loom_act of an activation node: silu, gelu (erf or tanh form), or a registered user activation op. */
 static int act_of(const loom_node *n) {
     if (n->op == LOOM_OP_SILU) return LOOM_ACT_SILU;
+    if (n->op == LOOM_OP_GELU) {
+        const loom_gelu_attrs *ga = n->has_attrs ? (const loom_gelu_attrs *)(const void *)n->attrs : NULL;
+        return ga && ga->approximate ? LOOM_ACT_GELU_TANH : LOOM_ACT_GELU;
+    }
     int i = loom_ffn_act_find(loom_op_get(n->op)->name);
     return i >= 0 ? LOOM_FFN_ACT_CUSTOM + i : -1;
 }
@@ -237,6 +318,10 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
         if (rt->ndim != 2 || rt->stride[1] != 1) return 0;
         f->src[f->n_src++] = other;
         f->dst = r->dst;
+    }
+    if (fr_node(c, "norm") >= 0) {
+        if (!take_norm(c, f, &at.norm_eps)) return 0;
+        at.norm = 1;
     }
     memcpy(f->attrs, &at, sizeof at);
     f->n_hidden = 1;
@@ -416,6 +501,18 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
     "q=matmul($x,$wq) k=matmul($x,$wk) v=matmul($x,$wv) q_rope=rope(q,$positions) "             \
     "k_rope=rope(k,$positions) k_cache=kv_write(_,k_rope,$slots|$k_scale) "                      \
     "v_cache=kv_write(_,v,$slots|$v_scale)"
+#define NORM_QKV_ROLES                                                                           \
+    "norm=rms_norm($x,$gamma) q=matmul(norm,$wq) k=matmul(norm,$wk) v=matmul(norm,$wv) q_rope=rope(q) " \
+    "k_rope=rope(k) k_cache=kv_append(_,k_rope|$k_scale) v_cache=kv_append(_,v|$v_scale)"
+#define NORM_QKV_PAGED_ROLES                                                                     \
+    "norm=rms_norm($x,$gamma) q=matmul(norm,$wq) k=matmul(norm,$wk) v=matmul(norm,$wv) "         \
+    "q_rope=rope(q,$positions) k_rope=rope(k,$positions) k_cache=kv_write(_,k_rope,$slots|$k_scale) " \
+    "v_cache=kv_write(_,v,$slots|$v_scale)"
+#define NORM_FFN_ROLES                                                                           \
+    "norm=rms_norm($x,$gamma) gate=matmul(norm,$w_gate) up=matmul(norm,$w_up) act=*(gate) "      \
+    "mul=mul(act,up) down=matmul(mul,$w_down) residual=add(_,down)"
+#define LINEAR_ROLES "mm=matmul($x,$w) residual=add(_,mm)"
+#define NORM_LINEAR_ROLES "norm=rms_norm($x,$gamma) mm=matmul(norm,$w) residual=add(_,mm)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
 #define FFN_ROLES                                                                                \
@@ -436,11 +533,19 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn, FFN_ROLES},
+    {"norm_qkv_rope", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv", "block_heads",
+     build_norm_qkv, NORM_QKV_ROLES},
+    {"norm_qkv_rope_paged", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv positions slots",
+     "block_heads", build_norm_qkv_paged, NORM_QKV_PAGED_ROLES},
+    {"norm_ffn", "norm gate up act mul down", "x gamma w_gate w_up w_down", "block_n", build_ffn,
+     NORM_FFN_ROLES},
+    {"linear", "mm", "x w", "", build_linear, LINEAR_ROLES},
+    {"norm_linear", "norm mm", "x gamma w", "", build_linear, NORM_LINEAR_ROLES},
     {"moe_gating_top_k_softmax", "probs ids weights", "logits", "", build_moe_gating, MOE_GATING_ROLES},
     {"moe_ffn", "gate up act mul down sum", "x w_gate w_up w_down ids weights", "block_n", build_moe_ffn,
      MOE_FFN_ROLES},
 };
-static int n_builders = 9;
+static int n_builders = 14;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

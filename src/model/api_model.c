@@ -136,7 +136,7 @@ loom_status loom_chat_template_from_model(const loom_model *m, loom_chat_templat
     }
     LOOM_RETURN_IF(m->format != LOOM_MODEL_GGUF, LOOM_ERR_UNSUPPORTED,
                    "a %s model has no chat template; choose one by name (chatml, llama2, llama3, "
-                   "mistral, phi3 or qwen3)", loom_model_format_name(m->format));
+                   "mistral, phi3, qwen3 or gemma)", loom_model_format_name(m->format));
     LOOM_TRY(loom_chat_template_from_gguf(m->gguf, &t));
     return loom_chat_template_dup(&t, out);
 }

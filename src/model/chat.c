@@ -14,7 +14,8 @@
 
 static const char *const format_names[] = {
     [LOOM_CHAT_CHATML] = "chatml", [LOOM_CHAT_LLAMA2] = "llama2", [LOOM_CHAT_LLAMA3] = "llama3",
-    [LOOM_CHAT_MISTRAL] = "mistral", [LOOM_CHAT_PHI3] = "phi3",   [LOOM_CHAT_QWEN3] = "qwen3"};
+    [LOOM_CHAT_MISTRAL] = "mistral", [LOOM_CHAT_PHI3] = "phi3",   [LOOM_CHAT_QWEN3] = "qwen3",
+    [LOOM_CHAT_GEMMA] = "gemma"};
 _Static_assert(sizeof format_names / sizeof format_names[0] == LOOM_CHAT_COUNT, "chat format names");
 
 const char *loom_chat_format_name(loom_chat_format f) {
@@ -30,7 +31,7 @@ loom_status loom_chat_template_from_name(const char *name, loom_chat_template *o
             return LOOM_OK;
         }
     return loom_set_error(LOOM_ERR_INVALID_ARG, "unknown chat template '%s' (expected chatml, llama2, llama3, mistral, "
-                          "phi3 or qwen3)",
+                          "phi3, qwen3 or gemma)",
                           name ? name : "(null)");
 }
 
@@ -119,6 +120,10 @@ loom_status loom_chat_template_from_jinja(const char *src, size_t len, loom_chat
         out->format = LOOM_CHAT_PHI3;
         return LOOM_OK;
     }
+    if (HAS("<start_of_turn>")) { /* llama.cpp tests Gemma's marker before Llama 3's */
+        out->format = LOOM_CHAT_GEMMA;
+        return LOOM_OK;
+    }
     if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) {
         out->format = LOOM_CHAT_LLAMA3;
         if (HAS("Cutting Knowledge Date"))
@@ -127,8 +132,8 @@ loom_status loom_chat_template_from_jinja(const char *src, size_t len, loom_chat
     }
 #undef HAS
     return loom_set_error(LOOM_ERR_UNSUPPORTED,
-                          "the chat template is none of ChatML, Qwen3, Llama 2 [INST], Mistral, Phi-3 or "
-                          "Llama 3; choose one with --chat-template chatml|qwen3|llama2|mistral|phi3|llama3");
+                          "the chat template is none of ChatML, Qwen3, Llama 2 [INST], Mistral, Phi-3, Gemma or "
+                          "Llama 3; choose one with --chat-template chatml|qwen3|llama2|mistral|phi3|gemma|llama3");
 }
 
 loom_status loom_chat_template_from_gguf(const loom_gguf *g, loom_chat_template *out) {
@@ -336,6 +341,22 @@ static void phi3_msg(sbuf *b, const char *role, const char *content) {
     puts_(b, "<|end|>\n");
 }
 
+/* A Gemma turn: "model" for the assistant, the content trimmed; the first
+ * turn of a conversation starts with the system message (as it is) and a
+ * blank line (Gemma 3's first_user_prefix; Gemma 2's template refuses a
+ * system message, llama.cpp's renders it so). */
+static void gemma_msg(sbuf *b, const char *role, const char *prefix, const char *content) {
+    puts_(b, "<start_of_turn>");
+    puts_(b, strcmp(role, "assistant") == 0 ? "model" : role);
+    puts_(b, "\n");
+    if (prefix) {
+        puts_(b, prefix);
+        puts_(b, "\n\n");
+    }
+    put_stripped(b, content);
+    puts_(b, "<end_of_turn>\n");
+}
+
 static void mistral_user(sbuf *b, const char *system, const char *user) {
     puts_(b, "[INST] ");
     if (system) {
@@ -379,6 +400,11 @@ loom_status loom_chat_render_turn(const loom_chat_template *t, int first, const 
          * a cached conversation keeps it where the first turn put it */
         puts_(&b, first ? "<s>" : "</s>");
         mistral_user(&b, first && *system ? system : NULL, user);
+        break;
+    case LOOM_CHAT_GEMMA:
+        puts_(&b, first ? "<bos>" : "<end_of_turn>\n"); /* the template's bos_token; the reply's close */
+        gemma_msg(&b, "user", first && *system ? system : NULL, user);
+        puts_(&b, "<start_of_turn>model\n");
         break;
     case LOOM_CHAT_PHI3:
         if (!first) puts_(&b, "<|end|>\n");
@@ -469,6 +495,12 @@ loom_status loom_chat_render(const loom_chat_template *t, const loom_chat_msg *m
             }
         }
         break;
+    case LOOM_CHAT_GEMMA:
+        puts_(&b, "<bos>");
+        for (int first = 1; i < n; i++, first = 0)
+            gemma_msg(&b, msgs[i].role, first && given ? system : NULL, msgs[i].content);
+        if (add_generation_prompt) puts_(&b, "<start_of_turn>model\n");
+        break;
     case LOOM_CHAT_PHI3:
         if (*system) phi3_msg(&b, "system", system);
         for (; i < n; i++) phi3_msg(&b, msgs[i].role, msgs[i].content);
@@ -485,6 +517,7 @@ size_t loom_chat_bos_length(const loom_chat_template *t, const char *text) {
     if (!t || !text) return 0;
     const char *bos = t->format == LOOM_CHAT_LLAMA3                                    ? "<|begin_of_text|>"
                       : t->format == LOOM_CHAT_LLAMA2 || t->format == LOOM_CHAT_MISTRAL ? "<s>"
+                      : t->format == LOOM_CHAT_GEMMA                                    ? "<bos>"
                                                                                          : NULL;
     size_t n = bos ? strlen(bos) : 0;
     return n && strncmp(text, bos, n) == 0 ? n : 0;

@@ -33,6 +33,7 @@ typedef enum {
     LOOM_CHAT_MISTRAL,
     LOOM_CHAT_PHI3,
     LOOM_CHAT_QWEN3,
+    LOOM_CHAT_GEMMA,   /* Gemma 2 and 3: <start_of_turn>user ... <end_of_turn>, replies as "model" */
     LOOM_CHAT_COUNT
 } loom_chat_format;
 

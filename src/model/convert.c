@@ -5,6 +5,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,18 @@ static loom_status llama_meta(loom_gguf_writer *w, const loom_llama_config *c, c
     }
     if (c->sliding_window > 0) /* llama.cpp's key; its own converter writes none for Mistral */
         LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.sliding_window"), (uint32_t)c->sliding_window));
+    if (loom_llama_gemma(c)) { /* llama.cpp's keys (read_gemma), and the q.k scale, which llama.cpp derives */
+        LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "attention.sliding_window_pattern"),
+                                          (uint32_t)c->swa_pattern));
+        if (c->family == LOOM_FAMILY_GEMMA2 || c->attn_softcap > 0)
+            LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "attn_logit_softcapping"), c->attn_softcap));
+        if (c->family == LOOM_FAMILY_GEMMA2 || c->final_softcap > 0)
+            LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "final_logit_softcapping"), c->final_softcap));
+        if (c->rope_theta_swa > 0)
+            LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "rope.freq_base_swa"), c->rope_theta_swa));
+        LOOM_TRY(loom_gguf_writer_set_f32(w, arch_key(k, c, "attention.scale"),
+                                          c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim)));
+    }
     if (c->n_experts > 0) { /* llama.cpp's keys; the experts' width is feed_forward_length too */
         LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "expert_count"), (uint32_t)c->n_experts));
         LOOM_TRY(loom_gguf_writer_set_u32(w, arch_key(k, c, "expert_used_count"), (uint32_t)c->n_experts_used));

@@ -82,9 +82,24 @@ static loom_status rope_params(const cJSON *root, const char *name, const char *
     if (!rp || cJSON_IsNull(rp)) return LOOM_OK;
     LOOM_RETURN_IF(!cJSON_IsObject(rp), LOOM_ERR_FORMAT, "config '%s': field \"%s\" must be an object or null",
                    name, key);
-    for (const cJSON *it = rp->child; it; it = it->next) /* Gemma 3: {"full_attention": {...}, ...} */
-        LOOM_RETURN_IF(cJSON_IsObject(it), LOOM_ERR_UNSUPPORTED, "config '%s': %s per layer type (\"%s\": {...}) "
-                       "is not supported", name, key, it->string ? it->string : "?");
+    /* Gemma 3 (transformers 5): {"full_attention": {...}, "sliding_attention": {...}}: the
+     * full layers' object is read as the model's, the sliding layers' gives their base */
+    const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+    const cJSON *slide = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+    for (const cJSON *it = rp->child; it; it = it->next)
+        LOOM_RETURN_IF(cJSON_IsObject(it) && it != full && it != slide, LOOM_ERR_UNSUPPORTED,
+                       "config '%s': %s per layer type \"%s\" is not supported (full_attention and "
+                       "sliding_attention are)", name, key, it->string ? it->string : "?");
+    if (cJSON_IsObject(slide)) {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(slide, "rope_type");
+        LOOM_RETURN_IF(st && !(cJSON_IsString(st) && strcmp(st->valuestring, "default") == 0), LOOM_ERR_UNSUPPORTED,
+                       "config '%s': %s.sliding_attention.rope_type must be \"default\"", name, key);
+        LOOM_TRY(get_float(slide, name, "rope_theta", &c->rope_local_theta));
+    }
+    if (cJSON_IsObject(full)) rp = full;
+    else if (full || slide) /* one of them without the other's object */
+        LOOM_RETURN_IF(!cJSON_IsObject(slide) || (full && !cJSON_IsNull(full)), LOOM_ERR_FORMAT,
+                       "config '%s': %s.full_attention must be an object", name, key);
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
     if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rp, "type");
     int params = strcmp(key, "rope_parameters") == 0;
@@ -104,6 +119,43 @@ static loom_status rope_params(const cJSON *root, const char *name, const char *
                    (double)c->rope_theta, (double)theta);
     c->rope_theta = theta;
     return LOOM_OK;
+}
+
+/* Which layers slide (Gemma): layer_types, a list of "sliding_attention" and
+ * "full_attention" that must repeat n - 1 sliding layers and one full one (the
+ * smallest such n; 0 when every layer slides, 1 when none does), else the
+ * integer sliding_window_pattern; -1 when neither is given. */
+static loom_status layer_pattern(const cJSON *root, const char *name, loom_hf_config *c) {
+    c->swa_pattern = -1;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) {
+        int p = -1;
+        LOOM_TRY(get_int(root, name, "sliding_window_pattern", 0, 1, 4096, &p));
+        c->swa_pattern = p;
+        return LOOM_OK;
+    }
+    int n = cJSON_GetArraySize(lt);
+    LOOM_RETURN_IF(!cJSON_IsArray(lt) || n != c->num_hidden_layers, LOOM_ERR_FORMAT,
+                   "config '%s': layer_types must list one type for each of the %d layers", name,
+                   c->num_hidden_layers);
+    unsigned char slides[4096];
+    int n_slide = 0, i = 0;
+    for (const cJSON *it = lt->child; it; it = it->next, i++) {
+        int sl = cJSON_IsString(it) && strcmp(it->valuestring, "sliding_attention") == 0;
+        LOOM_RETURN_IF(!sl && !(cJSON_IsString(it) && strcmp(it->valuestring, "full_attention") == 0),
+                       LOOM_ERR_UNSUPPORTED, "config '%s': layer_types[%d] is not \"sliding_attention\" or "
+                       "\"full_attention\"", name, i);
+        slides[i] = (unsigned char)sl;
+        n_slide += sl;
+    }
+    if (n_slide == n) return c->swa_pattern = 0, LOOM_OK;
+    for (int p = 1; p <= n + 1; p++) {
+        int fits = 1;
+        for (int l = 0; l < n && fits; l++) fits = slides[l] == (l % p < p - 1);
+        if (fits) return c->swa_pattern = p, LOOM_OK;
+    }
+    return loom_set_error(LOOM_ERR_UNSUPPORTED, "config '%s': layer_types is not a repeating pattern of sliding "
+                          "layers followed by one full-attention layer", name);
 }
 
 static loom_status parse_root(const cJSON *root, const char *name, loom_hf_config *c) {
@@ -166,6 +218,12 @@ static loom_status parse_root(const cJSON *root, const char *name, loom_hf_confi
     LOOM_TRY(get_token_id(root, name, "bos_token_id", &c->bos_token_id));
     LOOM_TRY(get_token_id(root, name, "eos_token_id", &c->eos_token_id));
     LOOM_TRY(get_token_id(root, name, "pad_token_id", &c->pad_token_id));
+    LOOM_TRY(get_str(root, name, "hidden_activation", c->hidden_activation, sizeof c->hidden_activation));
+    LOOM_TRY(get_float(root, name, "query_pre_attn_scalar", &c->query_pre_attn_scalar));
+    LOOM_TRY(get_float(root, name, "attn_logit_softcapping", &c->attn_logit_softcapping));
+    LOOM_TRY(get_float(root, name, "final_logit_softcapping", &c->final_logit_softcapping));
+    if (c->rope_local_theta == 0.0f) LOOM_TRY(get_float(root, name, "rope_local_base_freq", &c->rope_local_theta));
+    LOOM_TRY(layer_pattern(root, name, c));
     LOOM_RETURN_IF(c->num_attention_heads % c->num_key_value_heads != 0, LOOM_ERR_FORMAT,
                    "config '%s': num_attention_heads %d is not a multiple of num_key_value_heads %d",
                    name, c->num_attention_heads, c->num_key_value_heads);

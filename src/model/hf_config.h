@@ -34,6 +34,18 @@ typedef struct loom_hf_config {
     int   use_sliding_window;    /* Qwen2/3's switch; default 0 */
     int   sliding_window;        /* attention window (Mistral); 0 when absent or null */
     int   bos_token_id, eos_token_id, pad_token_id;  /* -1 when absent */
+    /* Gemma 2/3 */
+    char  hidden_activation[32]; /* Gemma's activation ("gelu_pytorch_tanh"); "" if absent */
+    float query_pre_attn_scalar; /* the q.k scale is its -1/2 power; 0 when absent */
+    float attn_logit_softcapping;  /* Gemma 2; 0 when absent or null */
+    float final_logit_softcapping; /* 0 when absent or null */
+    /* Which layers slide: layer l when l % swa_pattern < swa_pattern - 1 (0: every
+     * layer, 1: none), from layer_types (which must be such a pattern), else
+     * sliding_window_pattern; -1 when the config gives neither */
+    int   swa_pattern;
+    /* The sliding layers' RoPE base: rope_parameters.sliding_attention.rope_theta
+     * (transformers 5, whose type must be default), else rope_local_base_freq; 0 when absent */
+    float rope_local_theta;
     /* mixtures of experts (Mixtral, Qwen3-MoE); 0 when absent */
     int   num_experts;           /* num_local_experts, or num_experts */
     int   num_experts_per_tok;
@@ -47,8 +59,10 @@ typedef struct loom_hf_config {
 /* Parses config.json text[0..len); name is used in messages. Errors:
  * LOOM_ERR_FORMAT for invalid JSON, a missing required field, a field of the
  * wrong type or range (the message names the field), or rope_theta and
- * rope_parameters.rope_theta that differ; LOOM_ERR_UNSUPPORTED for
- * rope_parameters per layer type (Gemma 3's). */
+ * rope_parameters.rope_theta that differ, layer_types that are no repeating
+ * pattern; LOOM_ERR_UNSUPPORTED for rope_parameters per layer type other than
+ * Gemma 3's full_attention / sliding_attention, or a sliding RoPE type other
+ * than default. */
 loom_status loom_hf_config_parse(const char *text, size_t len, const char *name, loom_hf_config *out);
 /* Reads and parses path (a config.json, or a folder holding one). Errors as
  * above, plus LOOM_ERR_IO. */

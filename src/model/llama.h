@@ -17,12 +17,14 @@ typedef enum {
     LOOM_FAMILY_QWEN2,  /* "qwen2": Qwen2, Qwen2.5: a bias on Q, K and V */
     LOOM_FAMILY_QWEN3,  /* "qwen3": Qwen3 dense: per-head RMSNorm on Q and K before RoPE */
     LOOM_FAMILY_PHI3,   /* "phi3": Phi-3: Q, K, V in one matrix, gate and up in another */
+    LOOM_FAMILY_GEMMA2, /* "gemma2": Gemma 2 (loom_llama_gemma), soft-capped scores and logits */
+    LOOM_FAMILY_GEMMA3, /* "gemma3": Gemma 3 text (loom_llama_gemma), Q/K norms as Qwen3 */
     LOOM_FAMILY_QWEN3MOE, /* "qwen3moe": Qwen3-MoE: Qwen3's attention, a mixture of experts per layer
                              (Mixtral is "llama" with n_experts) */
     LOOM_FAMILY_COUNT
 } loom_llama_family;
 
-/* "llama", "qwen2", "qwen3" ("?" out of range). */
+/* "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3" ("?" out of range). */
 const char *loom_llama_family_name(loom_llama_family f);
 
 typedef struct loom_llama_config {
@@ -52,7 +54,33 @@ typedef struct loom_llama_config {
     int   n_experts_used; /* experts per token (top-k of the router's softmax) */
     int   moe_renorm;   /* the top-k weights are divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob) */
     int   hf_block_sparse_moe; /* Hugging Face names under block_sparse_moe. (Mixtral), else mlp. */
+    /* Gemma 2/3 (loom_llama_gemma) */
+    float attn_scale;   /* q.k multiplier; 0: 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5) */
+    float attn_softcap; /* > 0: each attention score s becomes cap * tanh(s / cap) (Gemma 2) */
+    float final_softcap;/* > 0: the logits likewise (Gemma 2) */
+    int   swa_pattern;  /* with sliding_window: 0 every layer slides; n >= 1: layer l slides when
+                           l % n < n - 1 (Gemma 2: 2, Gemma 3: 6; 1: none), the others see every key
+                           (llama.cpp's attention.sliding_window_pattern) */
+    float rope_theta_swa; /* > 0: the sliding layers' RoPE base, unscaled (Gemma 3's local base);
+                             0: the same RoPE as the other layers */
 } loom_llama_config;
+
+/* Gemma 2 and 3: embeddings times sqrt(dim), GeGLU (gelu, tanh form) instead of
+ * SwiGLU, and an RMSNorm of the attention's and the FFN's outputs before their
+ * residual adds. Every Gemma norm multiplies by 1 + w: loom keeps 1 + w in the
+ * norm weights (the Hugging Face loader adds the 1, as llama.cpp's converter
+ * does when it writes a GGUF). */
+static inline int loom_llama_gemma(const loom_llama_config *c) {
+    return c->family == LOOM_FAMILY_GEMMA2 || c->family == LOOM_FAMILY_GEMMA3;
+}
+
+/* The sliding window of layer l: c->sliding_window where the layer slides
+ * (swa_pattern), else 0 (every earlier key). */
+static inline int loom_llama_layer_window(const loom_llama_config *c, int l) {
+    if (c->sliding_window <= 0) return 0;
+    if (c->swa_pattern <= 0) return c->sliding_window;
+    return l % c->swa_pattern < c->swa_pattern - 1 ? c->sliding_window : 0;
+}
 
 typedef struct loom_llama_layer {
     loom_tensor attn_norm;  /* [dim] */
@@ -73,6 +101,8 @@ typedef struct loom_llama_layer {
     loom_tensor ffn_gate_exps; /* n_experts: [n_experts, hidden_dim, dim], contiguous */
     loom_tensor ffn_up_exps;   /* n_experts: [n_experts, hidden_dim, dim] */
     loom_tensor ffn_down_exps; /* n_experts: [n_experts, dim, hidden_dim] */
+    loom_tensor attn_post_norm; /* Gemma: [dim], the attention output's norm */
+    loom_tensor ffn_post_norm;  /* Gemma: [dim], the FFN output's norm */
 } loom_llama_layer;
 
 typedef struct loom_llama_weights {
@@ -111,6 +141,8 @@ typedef enum {
     LOOM_LLAMA_IF_DENSE,      /* a dense FFN (n_experts 0) */
     LOOM_LLAMA_IF_MERGED_FFN, /* merged gate/up of a dense FFN */
     LOOM_LLAMA_IF_MOE,        /* a mixture of experts (n_experts > 0) */
+    LOOM_LLAMA_IF_GEMMA,  /* Gemma 2/3 (loom_llama_gemma) */
+    LOOM_LLAMA_IF_NOT_GEMMA,
 } loom_llama_cond;
 typedef struct loom_llama_layer_tensor {
     size_t field;              /* offsetof(loom_llama_layer, ...) */
@@ -122,7 +154,7 @@ typedef struct loom_llama_layer_tensor {
     int experts;               /* 1: [n_experts, rows, cols], one matrix per expert; the HF name has a %d
                                   for the expert (one tensor each), GGUF's is the stacked 3-D tensor */
 } loom_llama_layer_tensor;
-#define LOOM_LLAMA_LAYER_TENSORS 20
+#define LOOM_LLAMA_LAYER_TENSORS 23
 extern const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS];
 /* The Hugging Face name of tensor t of layer `layer` (expert `expert` of an
  * experts tensor) into buf: model.layers.N.<hf>, Mixtral's block_sparse_moe

@@ -10,6 +10,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,15 @@ loom_status loom_llama_config_check(const loom_llama_config *c, const char *what
                    "number up to head_dim", what, c->n_rot, c->head_dim);
     LOOM_RETURN_IF(!(c->rms_eps > 0) || !(c->rope_theta > 0), LOOM_ERR_FORMAT,
                    "%s: rms_eps and rope_theta must be positive", what);
+    const struct { const char *name; float v; } g[] = {
+        {"attention scale (query_pre_attn_scalar)", c->attn_scale}, {"attn_logit_softcapping", c->attn_softcap},
+        {"final_logit_softcapping", c->final_softcap}, {"the sliding layers' rope theta", c->rope_theta_swa},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        LOOM_RETURN_IF(!(g[i].v >= 0.0f) || !isfinite(g[i].v), LOOM_ERR_FORMAT,
+                       "%s: impossible %s = %g (expected a positive finite number)", what, g[i].name, (double)g[i].v);
+    LOOM_RETURN_IF(c->swa_pattern < 0 || c->swa_pattern > 4096, LOOM_ERR_FORMAT,
+                   "%s: impossible sliding-window layer pattern %d", what, c->swa_pattern);
     LOOM_RETURN_IF(c->n_experts < 0 || c->n_experts > 4096, LOOM_ERR_FORMAT,
                    "%s: impossible expert count %d (expected 0..4096)", what, c->n_experts);
     LOOM_RETURN_IF(c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts),

@@ -1,7 +1,7 @@
 /*
  * Llama-family models from GGUF (llama.cpp's format and tensor names).
  *
- * Metadata: general.architecture = "llama", "qwen2" or "qwen3" (the family,
+ * Metadata: general.architecture = "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3" (the family,
  * loom_llama_family_name), then keys prefixed with it ("qwen2.context_length"):
  * context_length, embedding_length, block_count, feed_forward_length,
  * attention.head_count, attention.head_count_kv (default head_count),
@@ -10,20 +10,23 @@
  * rope.dimension_count (default head_dim), rope.scaling.type/factor (none or
  * linear), attention.sliding_window (default 0: none; the same window in every
  * layer, so a per-layer attention.sliding_window_pattern is refused), vocab_size
- * (default: rows of token_embd).
+ * (default: rows of token_embd); Gemma's keys as llama.cpp reads them (read_gemma).
  *
  * Tensors: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
  * ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent: tied to
  * token_embd); qwen2 also blk.N.attn_{q,k,v}.bias, qwen3 blk.N.attn_{q,k}_norm;
  * phi3 has blk.N.attn_qkv (Q, K, V rows) instead of attn_{q,k,v} and ffn_up of
  * [2 H, D] (gate rows, then up) instead of ffn_gate and ffn_up, used through
- * row views (loom_llama_layer_views).
+ * row views (loom_llama_layer_views); gemma2/gemma3 add blk.N.post_attention_norm and
+ * blk.N.post_ffw_norm (ffn_norm is the pre-FFN norm), gemma3 blk.N.attn_{q,k}_norm, and
+ * their norm weights hold 1 + w (llama.cpp's converter adds the 1).
  * llama.cpp's converter permutes the rows of a llama model's attn_q/attn_k so
  * that RoPE rotates adjacent pairs (ggml's "normal" RoPE), which is loom's
  * LOOM_ROPE_INTERLEAVED; qwen2 and qwen3 keep Hugging Face's rows and rotate
- * the two halves of a head (ggml's NeoX RoPE, LOOM_ROPE_HALF). Weights stay in
+ * the two halves of a head (ggml's NeoX RoPE, LOOM_ROPE_HALF), as do phi3 and gemma. Weights stay in
  * the mapping; nothing is copied.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +81,72 @@ static int str_is(const char *s, size_t n, const char *lit) {
     return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
+/* Float key "<arch>.<suffix>" >= 0 into *out when present (else def). */
+static loom_status get_float0(const loom_gguf *g, const loom_llama_config *c, const char *suffix, float def,
+                              float *out) {
+    char key[128];
+    int present;
+    LOOM_TRY(meta_key(g, c, suffix, 0, key, &present));
+    *out = def;
+    if (present) LOOM_TRY(loom_gguf_get_f32(g, key, out));
+    LOOM_RETURN_IF(!(*out >= 0) || *out > 1e30f, LOOM_ERR_FORMAT, "%s: impossible %s = %g", loom_gguf_path(g), key,
+                   (double)*out);
+    return LOOM_OK;
+}
+
+/* Gemma 2/3 as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp):
+ * attention.sliding_window_pattern, an integer n (layer l slides when
+ * l % n < n - 1) or one bool a layer, default 2 (Gemma 2) or 6 (Gemma 3);
+ * Gemma 2's window defaults to 4096 and its soft-caps to 50 and 30; Gemma 3's
+ * sliding layers take rope.freq_base_swa (default 10000) without the scaling;
+ * the q.k scale, which llama.cpp derives from the size (1/sqrt(width / heads)
+ * for the 27B models, 46 or 62 layers, else 1/sqrt(head_dim)), is
+ * attention.scale when the file has it (loom convert writes it). */
+static loom_status read_gemma(const loom_gguf *g, loom_llama_config *c, int has_window) {
+    const char *path = loom_gguf_path(g);
+    int gemma2 = c->family == LOOM_FAMILY_GEMMA2;
+    if (!has_window && gemma2) c->sliding_window = 4096;
+    char key[128];
+    int present;
+    c->swa_pattern = gemma2 ? 2 : 6;
+    LOOM_TRY(meta_key(g, c, "attention.sliding_window_pattern", 0, key, &present));
+    if (present && loom_gguf_kv_type(g, loom_gguf_find_key(g, key)) == LOOM_GGUF_ARRAY) {
+        loom_gguf_type et;
+        uint64_t n;
+        LOOM_TRY(loom_gguf_get_arr_info(g, key, &et, &n));
+        LOOM_RETURN_IF(n != (uint64_t)c->n_layers || (et != LOOM_GGUF_BOOL && et != LOOM_GGUF_UINT8 &&
+                       et != LOOM_GGUF_INT32 && et != LOOM_GGUF_UINT32), LOOM_ERR_FORMAT,
+                       "%s: %s must hold one bool for each of the %d layers", path, key, c->n_layers);
+        int32_t *sl = malloc(sizeof(int32_t) * (size_t)c->n_layers);
+        LOOM_RETURN_IF(!sl, LOOM_ERR_NOMEM, "%s: out of memory", path);
+        loom_status s = loom_gguf_get_arr_i32(g, key, sl, n);
+        int p = -1, all = 1;
+        for (int l = 0; s == LOOM_OK && l < c->n_layers; l++) all &= sl[l] != 0;
+        for (int q = 1; s == LOOM_OK && !all && p < 0 && q <= c->n_layers + 1; q++) {
+            int fits = 1;
+            for (int l = 0; l < c->n_layers && fits; l++) fits = (sl[l] != 0) == (l % q < q - 1);
+            if (fits) p = q;
+        }
+        free(sl);
+        LOOM_TRY(s);
+        LOOM_RETURN_IF(!all && p < 0, LOOM_ERR_UNSUPPORTED, "%s: %s is not a repeating pattern of sliding layers "
+                       "followed by one full-attention layer", path, key);
+        c->swa_pattern = all ? 0 : p;
+    } else if (present) {
+        int64_t v;
+        LOOM_TRY(loom_gguf_get_i64(g, key, &v));
+        LOOM_RETURN_IF(v < 0 || v > 4096, LOOM_ERR_FORMAT, "%s: impossible %s = %lld", path, key, (long long)v);
+        c->swa_pattern = (int)v;
+    }
+    LOOM_TRY(get_float0(g, c, "attn_logit_softcapping", gemma2 ? 50.0f : 0.0f, &c->attn_softcap));
+    LOOM_TRY(get_float0(g, c, "final_logit_softcapping", gemma2 ? 30.0f : 0.0f, &c->final_softcap));
+    if (!gemma2) LOOM_TRY(get_float0(g, c, "rope.freq_base_swa", 10000.0f, &c->rope_theta_swa));
+    int big = c->n_layers == (gemma2 ? 46 : 62);
+    c->attn_scale = 1.0f / sqrtf((float)(big ? c->dim / c->n_heads : c->head_dim));
+    LOOM_TRY(get_float0(g, c, "attention.scale", c->attn_scale, &c->attn_scale));
+    return LOOM_OK;
+}
+
 static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     const char *path = loom_gguf_path(g), *arch;
     size_t alen;
@@ -87,7 +156,7 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
         if (str_is(arch, alen, loom_llama_family_name((loom_llama_family)f))) c->family = (loom_llama_family)f;
     LOOM_RETURN_IF(c->family == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED,
                    "%s: unsupported architecture '%.*s' (general.architecture); loom runs 'llama' "
-                   "(Llama 2/3, SmolLM2, TinyLlama, Mistral, Mixtral), 'qwen2', 'qwen3', 'phi3' and 'qwen3moe' "
+                   "(Llama 2/3, SmolLM2, TinyLlama, Mistral, Mixtral), 'qwen2', 'qwen3', 'phi3', 'gemma2', 'gemma3' and 'qwen3moe' "
                    "models", path,
                    (int)(alen > 64 ? 64 : alen), arch);
     const char *fam = loom_llama_family_name(c->family);
@@ -135,18 +204,22 @@ static loom_status read_config(const loom_gguf *g, loom_llama_config *c) {
     LOOM_RETURN_IF(w < 0 || w > MAX_DIM, LOOM_ERR_FORMAT, "%s: impossible %s = %lld (expected 0..%d)", path, key,
                    (long long)w, MAX_DIM);
     c->sliding_window = (int)w;
-    LOOM_TRY(meta_key(g, c, "attention.sliding_window_pattern", 0, key, &window));
-    LOOM_RETURN_IF(window, LOOM_ERR_UNSUPPORTED,
-                   "%s: %s (sliding-window attention in some layers only) is not supported", path, key);
+    if (c->family == LOOM_FAMILY_GEMMA2 || c->family == LOOM_FAMILY_GEMMA3) {
+        LOOM_TRY(read_gemma(g, c, window));
+    } else {
+        LOOM_TRY(meta_key(g, c, "attention.sliding_window_pattern", 0, key, &window));
+        LOOM_RETURN_IF(window, LOOM_ERR_UNSUPPORTED,
+                       "%s: %s (sliding-window attention in some layers only) is not supported", path, key);
+    }
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_freqs.weight") >= 0, LOOM_ERR_UNSUPPORTED,
                    "%s: tensor rope_freqs.weight (Llama 3.1 frequency factors) is not supported", path);
     LOOM_RETURN_IF(loom_gguf_find_tensor(g, "rope_factors_long.weight") >= 0, LOOM_ERR_UNSUPPORTED,
                    "%s: tensor rope_factors_long.weight (Phi-3's long-context RoPE, longrope) is not supported",
                    path);
-    /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's keep HF's halves */
+    /* llama.cpp permutes a llama model's Q/K rows for adjacent pairs; Qwen's and Gemma's keep HF's halves */
     c->rope_mode = c->family == LOOM_FAMILY_LLAMA ? LOOM_ROPE_INTERLEAVED : LOOM_ROPE_HALF;
     c->qkv_bias = c->family == LOOM_FAMILY_QWEN2;
-    c->qk_norm = c->family == LOOM_FAMILY_QWEN3 || c->family == LOOM_FAMILY_QWEN3MOE;
+    c->qk_norm = c->family == LOOM_FAMILY_QWEN3 || c->family == LOOM_FAMILY_GEMMA3 || c->family == LOOM_FAMILY_QWEN3MOE;
     c->merged = c->family == LOOM_FAMILY_PHI3; /* blk.N.attn_qkv, blk.N.ffn_up of [2 H, D] */
     /* a mixture of experts: Mixtral under "llama", Qwen3-MoE */
     LOOM_TRY(get_int(g, c, "expert_count", 0, &c->n_experts));

@@ -4,6 +4,7 @@
  * over this graph, never a change here. A model builds it once per forward
  * program (graph/program.h), not per token.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "model/llama.h"
@@ -15,7 +16,8 @@ static const char *layer_name(char *nm, int layer, const char *s) {
 }
 
 /* The feed-forward block of layer l after the attention: x + down(silu(gate(n)) * up(n)),
- * n = rms_norm(x). */
+ * n = rms_norm(x); Gemma: gelu (tanh form) for silu, and the down projection's
+ * output normalised (ffn_post_norm) before the residual add. */
 /* A mixture of experts instead (Mixtral, Qwen3-MoE): the router's softmax, the
  * top-k experts of each row and their weights, each row's k expert FFNs
  * (matmul_id: row by row with its expert's matrices), and their sum weighted
@@ -54,11 +56,45 @@ static int ffn_block(loom_graph *g, const loom_llama_config *c, const loom_llama
     if (c->n_experts > 0) return moe_block(g, c, L, l, x, xn, pos);
     int gate = loom_g_matmul(g, xn, loom_graph_external(g, &L->w1), NAME("ffn_gate"));
     int up = loom_g_matmul(g, xn, loom_graph_external(g, &L->w3), NAME("ffn_up"));
-    int act = loom_g_silu(g, gate, NAME("ffn_silu"));
+    int act;
+    if (loom_llama_gemma(c)) {
+        loom_gelu_attrs ga = {.approximate = 1};
+        act = loom_graph_op(g, LOOM_OP_GELU, &gate, 1, &ga, "L%d.ffn_gelu", l);
+    } else {
+        act = loom_g_silu(g, gate, NAME("ffn_silu"));
+    }
     int h = loom_g_mul(g, act, up, NAME("ffn_swiglu"));
     int d = loom_g_matmul(g, h, loom_graph_external(g, &L->w2), NAME("ffn_down"));
+    if (loom_llama_gemma(c))
+        d = loom_g_rms_norm(g, d, loom_graph_external(g, &L->ffn_post_norm), c->rms_eps, NAME("ffn_post_norm"));
     return loom_g_add(g, x, d, NAME("ffn_residual"));
 #undef NAME
+}
+
+/* The embeddings of the rows ids names; Gemma multiplies them by sqrt(dim),
+ * rounded to f32 as transformers' f32 model and llama.cpp round it. */
+static int embed(loom_graph *g, const loom_llama_config *c, const loom_llama_weights *w, int ids) {
+    int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), ids, "embd");
+    if (!loom_llama_gemma(c)) return x;
+    loom_scale_attrs sa = {.scale = sqrtf((float)c->dim)};
+    return loom_graph_op(g, LOOM_OP_SCALE, &x, 1, &sa, "embd_scale");
+}
+
+/* The RoPE of layer l: Gemma 3's sliding layers take their own base, unscaled. */
+static loom_rope_attrs layer_rope(const loom_llama_config *c, int l, int pos) {
+    loom_rope_attrs r = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : c->head_dim, .theta = c->rope_theta,
+                         .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f, .pos_offset = pos};
+    if (c->rope_theta_swa > 0 && loom_llama_layer_window(c, l) > 0) r.theta = c->rope_theta_swa, r.freq_scale = 1.0f;
+    return r;
+}
+
+/* The attention's output of layer l added to the residual x (Gemma: normalised first). */
+static int attn_residual(loom_graph *g, const loom_llama_config *c, const loom_llama_layer *L, int l, int x, int o) {
+    char nm[LOOM_NAME_MAX];
+    if (loom_llama_gemma(c))
+        o = loom_g_rms_norm(g, o, loom_graph_external(g, &L->attn_post_norm), c->rms_eps,
+                            layer_name(nm, l, "attn_post_norm"));
+    return loom_g_add(g, x, o, layer_name(nm, l, "attn_residual"));
 }
 
 /* Q, K and V of layer l over the n rows of xn, as heads [n, H, HD] and
@@ -93,6 +129,10 @@ static int head(loom_graph *g, const loom_llama_config *c, const loom_llama_weig
     loom_graph_set_layer(g, LOOM_LAYER_POST);
     int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &w->out_norm), c->rms_eps, "output_norm");
     int logits = loom_g_matmul(g, xn, loom_graph_external(g, &w->output), "logits");
+    if (c->final_softcap > 0) {
+        loom_softcap_attrs sa = {.cap = c->final_softcap};
+        logits = loom_graph_op(g, LOOM_OP_SOFTCAP, &logits, 1, &sa, "logits_softcap");
+    }
     loom_graph_mark_output(g, logits);
     return logits;
 }
@@ -104,12 +144,8 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
     char nm[LOOM_NAME_MAX];
 
     loom_graph_set_layer(g, LOOM_LAYER_PRE);
-    int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), ids, "embd");
+    int x = embed(g, c, w, ids);
 
-    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD,
-                            .theta = c->rope_theta,
-                            .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f, .pos_offset = pos};
-    loom_attention_attrs att = {.scale = 0.0f, .causal = 1, .q_pos_offset = pos, .window = c->sliding_window};
     const int64_t q4[4] = {1, n, H, HD}, kv4[4] = {1, pos + n, HKV, HD}, flat[2] = {n, (int64_t)H * HD};
     const int64_t sc3[3] = {1, pos + n, HKV}; /* i8 caches: the scales of rows [0, pos + n) */
 
@@ -120,6 +156,9 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
         int qkv[3];
         qkv_heads(g, c, L, l, xn, n, qkv);
+        loom_rope_attrs rope = layer_rope(c, l, pos);
+        loom_attention_attrs att = {.scale = c->attn_scale, .causal = 1, .q_pos_offset = pos,
+                                    .window = loom_llama_layer_window(c, l), .softcap = c->attn_softcap};
         int q = loom_g_rope(g, qkv[0], &rope, NAME("q_rope"));
         int k = loom_g_rope(g, qkv[1], &rope, NAME("k_rope"));
         int v = qkv[2];
@@ -136,7 +175,7 @@ int loom_llama_build(loom_graph *g, const loom_llama_config *c, const loom_llama
                                     kscale, vscale, -1, &att, NAME("attn"));
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo),
                               NAME("attn_out"));
-        x = loom_g_add(g, x, o, NAME("attn_residual"));
+        x = attn_residual(g, c, L, l, x, o);
 #undef NAME
         x = ffn_block(g, c, L, l, x, pos);
     }
@@ -149,12 +188,9 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
     const int H = c->n_heads, HKV = c->n_kv_heads, HD = c->head_dim;
     const int64_t flat[2] = {n, (int64_t)H * HD};
     const int64_t paged[4] = {io->n_blocks, io->block_size, HKV, HD}, paged_sc[3] = {io->n_blocks, io->block_size, HKV};
-    loom_rope_attrs rope = {.mode = c->rope_mode, .n_rot = c->n_rot ? c->n_rot : HD, .theta = c->rope_theta,
-                            .freq_scale = c->rope_freq_scale > 0 ? c->rope_freq_scale : 1.0f};
-    loom_paged_attention_attrs att = {.max_seqs = io->max_seqs, .max_kv = io->max_kv, .window = c->sliding_window};
     char nm[LOOM_NAME_MAX];
     loom_graph_set_layer(g, LOOM_LAYER_PRE);
-    int x = loom_g_get_rows(g, loom_graph_external(g, &w->tok_embd), io->ids, "embd");
+    int x = embed(g, c, w, io->ids);
     for (int l = 0; l < c->n_layers; l++) {
         const loom_llama_layer *L = &w->layers[l];
         loom_graph_set_layer(g, l);
@@ -162,6 +198,9 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
         int xn = loom_g_rms_norm(g, x, loom_graph_external(g, &L->attn_norm), c->rms_eps, NAME("attn_norm"));
         int qkv[3];
         qkv_heads(g, c, L, l, xn, n, qkv);
+        loom_rope_attrs rope = layer_rope(c, l, 0);
+        loom_paged_attention_attrs att = {.scale = c->attn_scale, .max_seqs = io->max_seqs, .max_kv = io->max_kv,
+                                          .window = loom_llama_layer_window(c, l), .softcap = c->attn_softcap};
         int q = loom_g_rope_at(g, qkv[0], io->positions, &rope, NAME("q_rope"));
         int k = loom_g_rope_at(g, qkv[1], io->positions, &rope, NAME("k_rope"));
         int v = qkv[2];
@@ -175,7 +214,7 @@ int loom_llama_build_paged(loom_graph *g, const loom_llama_config *c, const loom
         }
         int a = loom_graph_op(g, LOOM_OP_PAGED_ATTENTION, src, i8 ? 5 : 3, &att, "L%d.attn", l);
         int o = loom_g_matmul(g, loom_graph_reshape(g, a, 2, flat), loom_graph_external(g, &L->wo), NAME("attn_out"));
-        x = loom_g_add(g, x, o, NAME("attn_residual"));
+        x = attn_residual(g, c, L, l, x, o);
 #undef NAME
         x = ffn_block(g, c, L, l, x, 0);
     }

@@ -1,6 +1,7 @@
 /* Llama from Hugging Face safetensors + config.json. */
 #include "model/llama_st.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ static loom_llama_family family_of(const loom_hf_config *h) {
         {"qwen2", "Qwen2ForCausalLM", LOOM_FAMILY_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", LOOM_FAMILY_QWEN3},
         {"phi3", "Phi3ForCausalLM", LOOM_FAMILY_PHI3},
+        {"gemma2", "Gemma2ForCausalLM", LOOM_FAMILY_GEMMA2},
+        {"gemma3_text", "Gemma3ForCausalLM", LOOM_FAMILY_GEMMA3},
         {"mixtral", "MixtralForCausalLM", LOOM_FAMILY_LLAMA},
         {"qwen3_moe", "Qwen3MoeForCausalLM", LOOM_FAMILY_QWEN3MOE},
     };
@@ -59,16 +62,21 @@ static loom_status mat(const loom_safetensors *st, const char *name, int64_t d0,
     return shape_is(t, name, d0, d1);
 }
 
-static loom_status vec(const loom_safetensors *st, const char *name, int64_t d0, float **next, loom_tensor *t) {
+/* A vector (norm or bias) copied to f32; plus_one: 1 + w (a Gemma norm, as
+ * transformers computes it in f32 and llama.cpp's converter stores it). */
+static loom_status vec(const loom_safetensors *st, const char *name, int64_t d0, int plus_one, float **next,
+                       loom_tensor *t) {
     loom_tensor s;
     LOOM_TRY(loom_safetensors_get(st, name, &s));
     LOOM_TRY(shape_is(&s, name, d0, 0));
     float *dst = *next;
     *next += d0;
-    for (int64_t i = 0; i < d0; i++)
+    for (int64_t i = 0; i < d0; i++) {
         dst[i] = s.dtype == LOOM_F32   ? ((const float *)s.data)[i]
                  : s.dtype == LOOM_F16 ? loom_f16_to_f32(((const uint16_t *)s.data)[i])
                                        : loom_bf16_to_f32(((const uint16_t *)s.data)[i]);
+        if (plus_one) dst[i] = 1.0f + dst[i];
+    }
     LOOM_TRY(loom_tensor_init(t, LOOM_F32, 1, &d0, dst));
     loom_tensor_set_name(t, "%.63s", name);
     return LOOM_OK;
@@ -129,7 +137,7 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     loom_llama_family fam = family_of(&h);
     LOOM_RETURN_IF(fam == LOOM_FAMILY_COUNT, LOOM_ERR_UNSUPPORTED, "llama: '%s' describes architecture '%s' "
                    "(model_type '%s'); the models that load from safetensors are Llama, Mistral, "
-                   "Qwen2/2.5, Qwen3, Phi-3, Mixtral and Qwen3-MoE", cfg_path,
+                   "Qwen2/2.5, Qwen3, Phi-3, Gemma 2 and Gemma 3 (text), Mixtral and Qwen3-MoE", cfg_path,
                    h.architecture[0] ? h.architecture : "?", h.model_type[0] ? h.model_type : "?");
     /* Llama's and Qwen3's attention_bias adds a bias to the output projection too */
     LOOM_RETURN_IF(h.attention_bias && fam != LOOM_FAMILY_QWEN2, LOOM_ERR_UNSUPPORTED,
@@ -137,8 +145,14 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
                    "supported for model_type '%s'", cfg_path, h.model_type[0] ? h.model_type : "?");
     LOOM_RETURN_IF(h.use_sliding_window, LOOM_ERR_UNSUPPORTED,
                    "llama: '%s': use_sliding_window (sliding-window attention) is not supported", cfg_path);
-    LOOM_RETURN_IF(strcmp(h.hidden_act, "silu") != 0, LOOM_ERR_UNSUPPORTED,
-                   "llama: '%s': hidden_act '%s' (only silu is supported)", cfg_path, h.hidden_act);
+    int gemma = fam == LOOM_FAMILY_GEMMA2 || fam == LOOM_FAMILY_GEMMA3;
+    /* Gemma's MLP takes hidden_activation (hidden_act is Gemma 1's), by default the tanh form of gelu */
+    const char *act = !gemma ? h.hidden_act : h.hidden_activation[0] ? h.hidden_activation : "gelu_pytorch_tanh";
+    LOOM_RETURN_IF(!gemma && strcmp(act, "silu") != 0, LOOM_ERR_UNSUPPORTED,
+                   "llama: '%s': hidden_act '%s' (only silu is supported)", cfg_path, act);
+    LOOM_RETURN_IF(gemma && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_new") != 0,
+                   LOOM_ERR_UNSUPPORTED, "llama: '%s': hidden_activation '%s' (Gemma: only gelu_pytorch_tanh is "
+                   "supported)", cfg_path, act);
     memset(c, 0, sizeof *c);
     c->family = fam;
     c->qkv_bias = fam == LOOM_FAMILY_QWEN2;
@@ -174,6 +188,17 @@ loom_status loom_llama_config_from_hf(const loom_hf_config *hc, const char *cfg_
     if (strcmp(h.model_type, "mistral") == 0 || strcmp(h.architecture, "MistralForCausalLM") == 0 ||
         fam == LOOM_FAMILY_PHI3)
         c->sliding_window = h.sliding_window;
+    if (gemma) {
+        c->qk_norm = fam == LOOM_FAMILY_GEMMA3;
+        /* transformers: query_pre_attn_scalar ** -0.5 (its default: head_dim) */
+        if (h.query_pre_attn_scalar > 0) c->attn_scale = (float)pow((double)h.query_pre_attn_scalar, -0.5);
+        c->attn_softcap = h.attn_logit_softcapping;
+        c->final_softcap = h.final_logit_softcapping;
+        c->sliding_window = h.sliding_window;
+        /* Gemma 2 without layer_types slides every other layer; Gemma 3 without a pattern, 5 of 6 */
+        c->swa_pattern = h.swa_pattern >= 0 ? h.swa_pattern : fam == LOOM_FAMILY_GEMMA2 ? 2 : 6;
+        if (fam == LOOM_FAMILY_GEMMA3) c->rope_theta_swa = h.rope_local_theta > 0 ? h.rope_local_theta : 10000.0f;
+    }
     c->head_dim = h.head_dim;
     c->rope_theta = h.rope_theta;
     c->rms_eps = h.rms_norm_eps;
@@ -220,7 +245,7 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
     loom_status s = buf && w->layers ? LOOM_OK : loom_set_error(LOOM_ERR_NOMEM, "llama: out of memory");
     float *next = buf;
     if (s == LOOM_OK) s = mat(*st, "model.embed_tokens.weight", c->vocab_size, D, &w->tok_embd);
-    if (s == LOOM_OK) s = vec(*st, "model.norm.weight", D, &next, &w->out_norm);
+    if (s == LOOM_OK) s = vec(*st, "model.norm.weight", D, loom_llama_gemma(c), &next, &w->out_norm);
     if (s == LOOM_OK) {
         int has_head = loom_safetensors_find(*st, "lm_head.weight") >= 0;
         if (has_head && !c->shared_classifier) s = mat(*st, "lm_head.weight", c->vocab_size, D, &w->output);
@@ -256,7 +281,9 @@ loom_status loom_llama_load_safetensors(const char *path, loom_safetensors **st,
             char n[160];
             loom_llama_hf_name(c, lt, l, 0, n, sizeof n);
             int64_t rows = loom_llama_dim_size(c, lt->rows);
-            s = lt->norm ? vec(*st, n, rows, &next, t) : mat(*st, n, rows, loom_llama_dim_size(c, lt->cols), t);
+            /* Gemma's norms (not its biases: it has none) hold 1 + w */
+            s = lt->norm ? vec(*st, n, rows, loom_llama_gemma(c) && strstr(lt->hf, "norm") != NULL, &next, t)
+                         : mat(*st, n, rows, loom_llama_dim_size(c, lt->cols), t);
         }
         if (s == LOOM_OK) s = loom_llama_layer_views(c, &w->layers[l]); /* merged: row views */
     }

@@ -22,7 +22,13 @@ const loom_llama_layer_tensor loom_llama_layer_tensors[LOOM_LLAMA_LAYER_TENSORS]
     {F(q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM, 0},
     {F(k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", 1, LOOM_LLAMA_HD, D, 0, LOOM_LLAMA_IF_QK_NORM, 0},
     {F(wo), "attn_output.weight", "self_attn.o_proj.weight", 0, D, LOOM_LLAMA_QD, 0, LOOM_LLAMA_ALWAYS, 0},
-    {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_ALWAYS, 0},
+    {F(ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_IF_NOT_GEMMA, 0},
+    /* Gemma: four norms a layer; its post_attention_layernorm normalises the attention's output */
+    {F(attn_post_norm), "post_attention_norm.weight", "post_attention_layernorm.weight", 1, D, D, 0,
+     LOOM_LLAMA_IF_GEMMA, 0},
+    {F(ffn_norm), "ffn_norm.weight", "pre_feedforward_layernorm.weight", 1, D, D, 0, LOOM_LLAMA_IF_GEMMA, 0},
+    {F(ffn_post_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight", 1, D, D, 0,
+     LOOM_LLAMA_IF_GEMMA, 0},
     {F(w1), "ffn_gate.weight", "mlp.gate_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT_FFN, 0},
     {F(w2), "ffn_down.weight", "mlp.down_proj.weight", 0, D, LOOM_LLAMA_H, 0, LOOM_LLAMA_IF_DENSE, 0},
     {F(w3), "ffn_up.weight", "mlp.up_proj.weight", 0, LOOM_LLAMA_H, D, 0, LOOM_LLAMA_IF_SPLIT_FFN, 0},
@@ -49,6 +55,8 @@ int loom_llama_layer_has(const loom_llama_config *c, const loom_llama_layer_tens
     case LOOM_LLAMA_IF_DENSE: return !c->n_experts;
     case LOOM_LLAMA_IF_MERGED_FFN: return c->merged && !c->n_experts;
     case LOOM_LLAMA_IF_MOE: return c->n_experts > 0;
+    case LOOM_LLAMA_IF_GEMMA: return loom_llama_gemma(c);
+    case LOOM_LLAMA_IF_NOT_GEMMA: return !loom_llama_gemma(c);
     default: return 1;
     }
 }
@@ -91,7 +99,8 @@ void loom_llama_hf_name(const loom_llama_config *c, const loom_llama_layer_tenso
 }
 
 const char *loom_llama_family_name(loom_llama_family f) {
-    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"};
+    static const char *names[LOOM_FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3",
+                                                   "qwen3moe"};
     return (unsigned)f < LOOM_FAMILY_COUNT ? names[f] : "?";
 }
 #undef F

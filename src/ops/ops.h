@@ -49,6 +49,8 @@ typedef enum loom_op {
                                                                     slots i32 [T] (< 0: row skipped);
                            an i8 cache also takes scale f32 [n_slots, ...] (the cache's dims but the
                            last) and writes each last-dim row quantized with its scale */
+    LOOM_OP_SCALE,      /* y = x * scale (Gemma: embeddings times sqrt(width))  src: x */
+    LOOM_OP_SOFTCAP,    /* y = cap * tanh(x / cap) (Gemma 2: final logit soft-capping)  src: x */
     /* Mixture of experts (src/ops/ref/moe.c, grouped kernels in src/ops/matmul/matmul_id.c) */
     LOOM_OP_TOP_K,      /* ids of the k largest values of each row, largest first, ties to the lower
                            index                              src: x f32 [T, E]; dst: i32 [T, k] */
@@ -82,6 +84,8 @@ typedef enum loom_op {
     LOOM_OP_FFN,          /* y = down(act(x.Wg^T) * x.Wu^T) (+ residual), 2 phases
                              src: x[M, D], w_gate[H, D], w_up[H, D], w_down[D, H] (+ residual);
                              dst: y; extra dst: h [M, H] (the phase-0 buffer) */
+    LOOM_OP_LINEAR,       /* y = x'.W^T (+ residual), x' = rms_norm(x) * gamma with the norm, else x
+                             src: x [M, K], w [N, K] (+ residual [M, N]) (+ gamma [K]); dst: y [M, N] */
     LOOM_OP_MOE_GATING,   /* moe_gating_top_k_softmax: softmax -> top_k -> moe_weights, per row
                              src: logits f32 [T, E]; dst: weights f32 [T, k]; extra dst: ids i32 [T, k] */
     LOOM_OP_MOE_FFN,      /* experts' SwiGLU FFNs over the routed rows, 3 phases (src/fused/moe_op.c):
@@ -125,6 +129,8 @@ typedef struct {
     int   q_pos_offset; /* absolute position of query row 0 (keys start at 0) */
     int   window;       /* causal only: > 0 also masks j <= q_pos_offset + i - window (sliding
                            window: each query sees its last `window` keys, itself included); 0: none */
+    float softcap;      /* > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap)
+                           before the mask (Gemma 2's attention logit soft-capping); 0: none */
 } loom_attention_attrs;
 
 /* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
@@ -146,8 +152,9 @@ typedef struct {
     uint64_t seed, offset;         /* dropout Philox key and stream */
     int32_t  block_q, block_kv;    /* 0: automatic */
     int32_t  inner_precise;        /* 1: f32/f16 inputs use bf16 products (AVX512_BF16) */
+    float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
 } loom_flash_attention_attrs;
-#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0}
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f}
 
 typedef struct {
     int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */
@@ -157,8 +164,9 @@ typedef struct {
     int32_t  kv_chunk;             /* split-KV chunk; 0: 512 */
     int64_t  pre_tokens, next_tokens;
     int32_t  inner_precise;        /* 1: a bf16 K's Q.K^T takes q rounded to bf16 (AVX512_BF16) */
+    float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
 } loom_incre_flash_attention_attrs;
-#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0}
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f}
 
 /* Attributes of the fused graph ops. */
 typedef struct {
@@ -168,6 +176,8 @@ typedef struct {
     int32_t cache_dtype;    /* loom_dtype of both caches: LOOM_F32 (0), LOOM_F16, LOOM_BF16 or LOOM_I8 */
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
     int32_t paged;          /* 1: inputs 4, 5 are i32 positions and cache slots [T] (rope_at, kv_write) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 #define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */
@@ -179,13 +189,22 @@ typedef struct {
     int32_t max_kv;         /* keys of a sequence, at most (scratch bounds) */
     int32_t window;         /* > 0: a row sees its sequence's last `window` keys, itself
                                included (sliding-window attention); 0: every earlier key */
+    float   softcap;        /* > 0: score soft-capping, as loom_attention_attrs */
 } loom_paged_attention_attrs;
 typedef struct {
     int32_t act;            /* loom_act (matmul.h) or LOOM_FFN_ACT_CUSTOM + registered index */
     int32_t block_n;        /* hidden columns per work item, 0 = auto */
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
+typedef struct {
+    int32_t act_precision;  /* loom_act_precision of the matmul (as loom_matmul_attrs) */
+    int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */
+    int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
+    float   norm_eps;
+} loom_linear_attrs;
 
 typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */
 typedef struct { int32_t renorm; } loom_moe_weights_attrs;         /* 1: the k weights sum to 1 */
@@ -199,10 +218,13 @@ typedef struct { float eps; } loom_layer_norm_attrs;               /* eps > 0 */
 typedef struct { int approximate; } loom_gelu_attrs;  /* 0: x*Phi(x) with erf (HF "gelu"); 1: tanh form */
 typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
 typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */
+typedef struct { float scale; } loom_scale_attrs;       /* > 0, finite */
+typedef struct { float cap; } loom_softcap_attrs;       /* > 0, finite */
 
 /* ---------------------------------------------------------- kernels */
 
-#define LOOM_MAX_SRC 8   /* qkv_rope over a paged i8 cache: x, 3 weights, positions, slots, 2 scale stores */
+#define LOOM_MAX_SRC 10  /* qkv_rope over a paged i8 cache with the norm: x, 3 weights, positions, slots,
+                            2 scale stores, gamma */
 
 /* The ragged batch of one step of a forward program (graph/program.h), for the
  * kernels whose work depends on which sequence each row belongs to (the batch

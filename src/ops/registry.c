@@ -6,6 +6,7 @@
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_encoder.h"
 #include "ops/vec/vec_encoder.h"
+#include "ops/vec/vec_scale.h"
 #include "ops/register.h"
 
 #include <pthread.h>
@@ -53,6 +54,11 @@ static loom_op_info op_table[] = {
     [LOOM_OP_ADD_BIAS] = {.name = "add_bias", .n_src_min = 2, .n_src_max = 2, REF(add_bias),
                           .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
+    [LOOM_OP_SCALE] = {.name = "scale", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_scale_attrs),
+                       REF(scale), .opt = {[LOOM_ISA_GENERIC] = loom_scale_generic}},
+    [LOOM_OP_SOFTCAP] = {.name = "softcap", .n_src_min = 1, .n_src_max = 1,
+                         .attr_size = sizeof(loom_softcap_attrs), REF(softcap),
+                         .opt = {[LOOM_ISA_GENERIC] = loom_softcap_generic}},
     [LOOM_OP_TOP_K] = {.name = "top_k", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_top_k_attrs),
                        REF(top_k)},
     [LOOM_OP_MOE_WEIGHTS] = {.name = "moe_weights", .n_src_min = 2, .n_src_max = 2,
@@ -67,15 +73,17 @@ static loom_op_info op_table[] = {
                                        .n_src_max = 6,
                                        .attr_size = sizeof(loom_incre_flash_attention_attrs)},
     /* fused graph ops: the rest comes from src/fused (loom_fused_register_ops) */
-    [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 8,
+    [LOOM_OP_QKV_ROPE] = {.name = "qkv_rope", .n_src_min = 4, .n_src_max = 9,
                           .attr_size = sizeof(loom_qkv_rope_attrs),
                           .pos_attr = LOOM_POS_ATTR(loom_qkv_rope_attrs, rope.pos_offset)},
     [LOOM_OP_PAGED_ATTENTION] = {.name = "paged_attention", .n_src_min = 3, .n_src_max = 5,
                                  .attr_size = sizeof(loom_paged_attention_attrs)},
     [LOOM_OP_ADD_RMS_NORM] = {.name = "add_rms_norm", .n_src_min = 3, .n_src_max = 3,
                               .attr_size = sizeof(loom_add_rms_norm_attrs)},
-    [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 5,
+    [LOOM_OP_FFN] = {.name = "ffn", .n_src_min = 4, .n_src_max = 6,
                      .attr_size = sizeof(loom_ffn_attrs)},
+    [LOOM_OP_LINEAR] = {.name = "linear", .n_src_min = 2, .n_src_max = 4,
+                        .attr_size = sizeof(loom_linear_attrs)},
     [LOOM_OP_MOE_GATING] = {.name = "moe_gating_top_k_softmax", .n_src_min = 1, .n_src_max = 1,
                             .attr_size = sizeof(loom_moe_gating_attrs)},
     [LOOM_OP_MOE_FFN] = {.name = "moe_ffn", .n_src_min = 6, .n_src_max = 7, .attr_size = sizeof(loom_moe_ffn_attrs)},

@@ -1,7 +1,8 @@
 /* The decode kernel tables' contracts, called directly at every level the CPU
  * has: a prepared q (dec_qprep + dec_dot_prep) gives dec_dot's scores, and
  * the i8 P.V's rounding of P stays within its bound (ATTN_DEC_PQ_ERR). The
- * op-level decode tests are in test_incre_attention.c. */
+ * op-level decode tests are in test_incre_attention.c. Also the levels' vector
+ * soft-capping against the scalar form. */
 #include "test_attention_common.h"
 #include "graph/ops_init.h"
 
@@ -119,9 +120,38 @@ static void test_pv_rounding(void) {
     }
 }
 
+/* The levels' vector soft-capping (loom_attn_kernels.softcap) against the
+ * scalar form: lengths 1..70 (not multiples of a vector), scores up to 40x the
+ * cap, caps in log2 units from 0.7 to 72; within 4 ulp of the cap; NaN stays
+ * NaN and +-inf give +-c; nothing past n is written. */
+static void test_softcap(void) {
+    loom_rng r;
+    loom_rng_init(&r, 5, 3);
+    loom_isa lv[LOOM_ISA_COUNT];
+    int nl = test_levels(lv);
+    for (int li = 0; li < nl; li++) {
+        const loom_attn_kernels *kn = loom_attn_kernels_for(lv[li]);
+        if (!kn->softcap) continue;
+        for (int n = 1; n <= 70; n++) {
+            float c = 0.7f + 71.0f * loom_rng_uniform(&r), s[80], want[80];
+            for (int i = 0; i < 80; i++) s[i] = (loom_rng_uniform(&r) * 2.0f - 1.0f) * 40.0f * c;
+            if (n > 3) s[1] = NAN, s[2] = INFINITY, s[3] = -INFINITY;
+            memcpy(want, s, sizeof s);
+            attn_softcap_scores(want, n, c);
+            kn->softcap(s, n, c);
+            int bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += isnan(want[i]) ? !isnan(s[i]) : !(fabsf(s[i] - want[i]) <= 4.0f * c * 0x1p-23f);
+            for (int i = n; i < 80; i++) bad += s[i] != want[i]; /* untouched past n */
+            CHECK_MSG(bad == 0, "%s: softcap n=%d c=%g: %d values off", kn->name, n, (double)c, bad);
+        }
+    }
+}
+
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_prepared_q);
     RUN_TEST(test_pv_rounding);
+    RUN_TEST(test_softcap);
     return TEST_SUMMARY();
 }

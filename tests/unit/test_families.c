@@ -52,6 +52,8 @@ typedef struct fixture {
     int n;
     float *ref;      /* [vocab] */
     float *ref_full; /* [vocab], a model with a sliding window: its logits with full attention; or NULL */
+    float *ref_lc;   /* [vocab], the model as llama.cpp's GGUF of it describes it, where that differs
+                        (Gemma 2: q.k scaled by 1/sqrt(head_dim); Gemma 3: every layer sliding); or NULL */
     int vocab;
 } fixture;
 
@@ -90,10 +92,13 @@ static int read_fixture(const char *root, const char *family, fixture *f) {
     f->ref = malloc(sizeof(float) * (size_t)(f->vocab ? f->vocab : 1));
     int ok = f->ref && fread(f->ref, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
     fclose(l);
-    snprintf(path, sizeof path, "%s/logits_full.f32", f->dir);
-    if (ok && (l = fopen(path, "rb")) != NULL) {
-        f->ref_full = malloc(sizeof(float) * (size_t)f->vocab);
-        ok = f->ref_full && fread(f->ref_full, 4, (size_t)f->vocab, l) == (size_t)f->vocab;
+    static const char *extra[2] = {"logits_full.f32", "logits_llama_cpp.f32"};
+    float **dst[2] = {&f->ref_full, &f->ref_lc};
+    for (int i = 0; i < 2 && ok; i++) {
+        snprintf(path, sizeof path, "%s/%s", f->dir, extra[i]);
+        if ((l = fopen(path, "rb")) == NULL) continue;
+        *dst[i] = malloc(sizeof(float) * (size_t)f->vocab);
+        ok = *dst[i] && fread(*dst[i], 4, (size_t)f->vocab, l) == (size_t)f->vocab;
         fclose(l);
     }
     return ok && f->n > N_DECODE + 1 && f->vocab > 0 ? 0 : -1;
@@ -250,7 +255,7 @@ static void check_family(const char *root, const char *family, const char *tmp, 
     CHECK_MSG(read_fixture(root, family, &f) == 0, "%s/%s: tokens.txt or logits.f32 missing or malformed", root,
               family);
     if (!f.ref || f.vocab == 0) {
-        free(f.ref), free(f.ref_full);
+        free(f.ref), free(f.ref_full), free(f.ref_lc);
         return;
     }
     char gguf[700];
@@ -273,6 +278,11 @@ static void check_family(const char *root, const char *family, const char *tmp, 
             fp.ref = f.ref_full;
             fprintf(stderr, "  %s: llama.cpp's GGUF has no sliding window: against full attention\n", family);
         }
+        if (p == 2 && f.ref_lc) { /* Gemma: what llama.cpp's metadata says differs from the config */
+            fp.ref = f.ref_lc;
+            fprintf(stderr, "  %s: against the model as llama.cpp's GGUF describes it (logits_llama_cpp.f32)\n",
+                    family);
+        }
         for (int mode = 0; mode < LOOM_MODE_COUNT; mode++) {
             snprintf(what, sizeof what, "%s %s %s", family, kinds[p], mode_names[mode]);
             check_model(&fp, paths[p], what, (loom_exec_mode)mode, LOOM_F32, 1e-4);
@@ -284,7 +294,7 @@ static void check_family(const char *root, const char *family, const char *tmp, 
         snprintf(what, sizeof what, "%s %s fused, i8 KV", family, kinds[p]);
         check_model(&fp, paths[p], what, LOOM_MODE_FUSED, LOOM_I8, 2e-2);
     }
-    free(f.ref), free(f.ref_full);
+    free(f.ref), free(f.ref_full), free(f.ref_lc);
 }
 
 /* Runs scripts/make_family_fixtures.py ARGS with Python py, its output into tmp/make.log. */
@@ -345,7 +355,8 @@ int main(int argc, char **argv) {
         lc_why = "its conversion failed";
     }
     fprintf(stderr, "fixtures: %s\n", fixtures);
-    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3", "mixtral", "qwen3moe"};
+    static const char *families[] = {"llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "mixtral",
+                                     "qwen3moe"};
     const char *only = getenv("LOOM_FAMILY"); /* one family (debugging) */
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (!only || !*only || strcmp(only, families[i]) == 0)

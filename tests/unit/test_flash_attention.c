@@ -95,7 +95,7 @@ static void test_matches_primitive_attention(void) {
                 for (int64_t i = 0; i < tensor_span(&d.mask); i++)
                     if (isinf(tget(&d.mask, i))) tset(&d.mask, i, -30.0f);
             CHECK(fa_run(&d.tr, &d.p, LOOM_ISA_REF, 1) == LOOM_OK);
-            loom_attention_attrs at = {0.0f, causal, (int)(c.Skv - c.Sq), 0};
+            loom_attention_attrs at = {0.0f, causal, (int)(c.Skv - c.Sq), 0, c.softcap};
             const loom_tensor *src[4] = {&d.q, &d.k, &d.v, &d.mask};
             CHECK(loom_op_run(LOOM_OP_ATTENTION, src, with_mask ? 4 : 3, &at, &d.out, LOOM_ISA_REF) == LOOM_OK);
             CHECK(tensors_close(&d.out, &d.rout, 1e-6, "primitive"));

@@ -24,6 +24,7 @@ typedef struct fa_case {
     float qamp;
     int precise;              /* inner_precise */
     int bf16_values;          /* q, k, v hold values bf16 represents exactly */
+    float softcap;            /* > 0: score soft-capping */
 } fa_case;
 
 typedef struct fa_data {
@@ -98,6 +99,7 @@ static inline void fa_setup(const fa_case *c, fa_data *d, loom_rng *rng) {
     p->keep_prob = c->keep, p->seed = c->seed, p->offset = 7;
     p->block_q = c->bq, p->block_kv = c->bkv;
     p->inner_precise = c->precise;
+    p->softcap = c->softcap;
     if (c->L == LOOM_ATTN_TND) {
         p->actual_seq_qlen = d->cq, p->actual_seq_kvlen = d->ckv, p->num_seqs = c->nseq;
     } else if (c->lens) {
@@ -238,6 +240,8 @@ static inline fa_case random_case(loom_rng *r) {
     c.lse = loom_rng_uniform(r) < 0.5f;
     c.pad = loom_rng_uniform(r) < 0.2f ? irand(r, 1, 5) : 0;
     c.qamp = loom_rng_uniform(r) < 0.5f ? 1.0f : 4.0f;
+    /* a quarter of the cases soft-cap their scores (from the seed: the stream of draws stays as it was) */
+    c.softcap = c.seed % 4 == 0 ? 0.5f + 0.7f * (float)(c.seed % 7) : 0.0f;
     return c;
 }
 

@@ -343,7 +343,7 @@ static void test_op_table(void) {
     loom_tensor dst;
     memset(&dst, 0, sizeof dst);
     CHECK(info->infer(src, 3, &at, &dst) == LOOM_OK && dst.ndim == 4 && dst.shape[1] == c.Sq);
-    loom_attention_attrs prim = {0.0f, 1, (int)(c.Skv - c.Sq), 0};
+    loom_attention_attrs prim = {0.0f, 1, (int)(c.Skv - c.Sq), 0, 0.0f};
     CHECK(loom_op_run(LOOM_OP_ATTENTION, src, 3, &prim, &d.rout, LOOM_ISA_REF) == LOOM_OK);
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
         CHECK_MSG(loom_op_run(LOOM_OP_FLASH_ATTENTION, src, 3, &at, &d.out, (loom_isa)isa) == LOOM_OK,
@@ -397,7 +397,7 @@ static void test_op_table_tnd(void) {
         loom_tensor_init(&tv, LOOM_F32, 4, (const int64_t[4]){1, lens[b], NKV, D}, v + t0 * NKV * D);
         loom_tensor_init(&to, LOOM_F32, 4, (const int64_t[4]){1, lens[b], N, D}, ref + t0 * N * D);
         const loom_tensor *ps[3] = {&tq, &tk, &tv};
-        loom_attention_attrs prim = {0.0f, 0, 0, 0};
+        loom_attention_attrs prim = {0.0f, 0, 0, 0, 0.0f};
         CHECK(loom_op_run(LOOM_OP_ATTENTION, ps, 3, &prim, &to, LOOM_ISA_REF) == LOOM_OK);
     }
     loom_tensor tq, tk, tv, to, tcu;

@@ -21,7 +21,11 @@ static int fired(const loom_fusion_report *r, const char *name) {
     return -1;
 }
 
-/* Every default rule fires on a Llama graph; kernels per layer drop from 18 to <= 7. */
+/* The default rules on a Llama graph: the norms join the next GEMMs and the
+ * residual adds the previous ones' epilogues, so a layer is qkv_rope (with
+ * the norm), attention, the output projection (+ residual) and the ffn (with
+ * the norm and the residual): kernels per layer drop from 18 to 5 in prefill
+ * (the ffn is two) and 6 in decode (split-KV attention is two as well). */
 static void test_default_rules_on_llama(void) {
     loom_fusion_rules *rules;
     CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
@@ -43,19 +47,23 @@ static void test_default_rules_on_llama(void) {
         for (int l = 0; l < L; l++) CHECK(tm_layer_kernels(g, l) >= 11);
         loom_fusion_report rep;
         CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
-        CHECK_MSG(fired(&rep, "qkv_rope_cache") == L, "qkv %d", fired(&rep, "qkv_rope_cache"));
+        CHECK_MSG(fired(&rep, "norm_qkv_rope_cache") == L, "qkv %d", fired(&rep, "norm_qkv_rope_cache"));
+        CHECK(fired(&rep, "qkv_rope_cache") == 0);
         CHECK(fired(&rep, "attention") == L);
-        CHECK_MSG(fired(&rep, "add_rms_norm") == 2 * L - 1, "arn %d", fired(&rep, "add_rms_norm"));
-        CHECK(fired(&rep, "ffn_residual") == 1);
-        CHECK(fired(&rep, "ffn") == L - 1);
+        CHECK_MSG(fired(&rep, "norm_ffn_residual") == L, "ffn %d", fired(&rep, "norm_ffn_residual"));
+        CHECK_MSG(fired(&rep, "linear_residual") == L, "linear %d", fired(&rep, "linear_residual"));
+        CHECK_MSG(fired(&rep, "norm_linear") == 1, "head %d", fired(&rep, "norm_linear")); /* the LM head */
+        CHECK(fired(&rep, "add_rms_norm") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "ffn") == 0);
         CHECK(rep.nodes_after < rep.nodes_before);
         for (int l = 0; l < L; l++) {
             int k = tm_layer_kernels(g, l);
-            CHECK_MSG(k <= 7, "layer %d: %d kernels", l, k);
+            CHECK_MSG(phase ? k >= 5 && k <= 6 : k == 5, "layer %d: %d kernels", l, k);
             CHECK(tm_layer_ops(g, l, LOOM_OP_QKV_ROPE) == 1);
             CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 1);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == 1);
             CHECK(tm_layer_ops(g, l, phase ? LOOM_OP_INCRE_FLASH_ATTENTION : LOOM_OP_FLASH_ATTENTION) == 1);
-            CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == (l == 0 ? 1 : 2));
+            CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == 0 && tm_layer_ops(g, l, LOOM_OP_RMS_NORM) == 0 &&
+                  tm_layer_ops(g, l, LOOM_OP_ADD) == 0 && tm_layer_ops(g, l, LOOM_OP_MATMUL) == 0);
             CHECK(tm_layer_ops(g, l, LOOM_OP_ROPE) == 0 && tm_layer_ops(g, l, LOOM_OP_SILU) == 0 &&
                   tm_layer_ops(g, l, LOOM_OP_KV_APPEND) == 0);
         }
@@ -75,6 +83,38 @@ static char *patched(const char *text, const char *what, const char *with) {
     return out;
 }
 
+/* With the norm and linear rules disabled, the rules of before them apply:
+ * add_rms_norm joins each residual add to the next norm (7 kernels a layer
+ * in prefill), and the results are the same bits (tested in run_mode's
+ * comparisons: every fused kernel equals its decomposition). */
+static void test_norm_rules_disabled(void) {
+    loom_fusion_rules *rules;
+    CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
+    if (!rules) return;
+    const char *off[] = {"norm_qkv_rope_cache", "norm_qkv_rope_cache_i8", "norm_qkv_rope_paged",
+                         "norm_qkv_rope_paged_i8", "norm_ffn_residual", "linear_residual", "norm_linear"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) CHECK(loom_fusion_rules_enable(rules, off[i], 0) == LOOM_OK);
+    tmodel m;
+    const int L = 3;
+    tm_init(&m, 48, 4, 2, 100, L, 37, 64, 1);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 5 + 1) % 37;
+    loom_graph *g;
+    CHECK(loom_graph_init(&g) == LOOM_OK);
+    tm_build(&m, g, ids, 20, 0, 0);
+    loom_fusion_report rep;
+    CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
+    CHECK(fired(&rep, "qkv_rope_cache") == L && fired(&rep, "add_rms_norm") == 2 * L - 1);
+    CHECK(fired(&rep, "ffn_residual") == 1 && fired(&rep, "ffn") == L - 1 && fired(&rep, "linear_residual") == 0);
+    for (int l = 0; l < L; l++) {
+        CHECK_MSG(tm_layer_kernels(g, l) <= 7, "layer %d: %d kernels", l, tm_layer_kernels(g, l));
+        CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == (l == 0 ? 1 : 2) && tm_layer_ops(g, l, LOOM_OP_LINEAR) == 0);
+    }
+    loom_graph_free(g);
+    tm_free(&m);
+    loom_fusion_rules_free(rules);
+}
+
 static void test_disabled_rule(void) {
     const char *ffn_rules[2] = {"  - name: ffn_residual\n    fused_op: ffn\n", "  - name: ffn\n    fused_op: ffn\n"};
     char *t1 = patched(loom_fusion_default_yaml, ffn_rules[0],
@@ -85,6 +125,7 @@ static void test_disabled_rule(void) {
     if (t2) CHECK(loom_fusion_rules_parse(t2, strlen(t2), "t.yaml", &rules) == LOOM_OK);
     free(t1), free(t2);
     if (!rules) return;
+    CHECK(loom_fusion_rules_enable(rules, "norm_ffn_residual", 0) == LOOM_OK);
     tmodel m;
     tm_init(&m, 32, 4, 4, 40, 2, 19, 16, 2);
     int32_t ids[3] = {1, 2, 3};
@@ -93,11 +134,13 @@ static void test_disabled_rule(void) {
     tm_build(&m, g, ids, 3, 0, 0);
     loom_fusion_report rep;
     CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
-    CHECK(fired(&rep, "ffn") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "qkv_rope_cache") == 2);
+    CHECK(fired(&rep, "ffn") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "norm_qkv_rope_cache") == 2);
     for (int l = 0; l < 2; l++) {
         CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 0);
         CHECK(tm_layer_ops(g, l, LOOM_OP_SILU) == 1 && tm_layer_ops(g, l, LOOM_OP_MUL) == 1);
-        CHECK(tm_layer_ops(g, l, LOOM_OP_MATMUL) == 4);  /* wo, gate, up, down */
+        /* gate, up; wo and down with their residual adds are linear */
+        CHECK_MSG(tm_layer_ops(g, l, LOOM_OP_MATMUL) == 2, "%d matmuls", tm_layer_ops(g, l, LOOM_OP_MATMUL));
+        CHECK_MSG(tm_layer_ops(g, l, LOOM_OP_LINEAR) == 2, "%d linear", tm_layer_ops(g, l, LOOM_OP_LINEAR));
     }
     /* the API switch does the same */
     loom_fusion_rules *def;
@@ -157,7 +200,8 @@ static void test_modes_agree(void) {
                                md == 2 ? &e : NULL),
                       "config %zu mode %d", k, md);
             if (e) {
-                CHECK(e->n_ckpt == cfg[k].layers); /* the layers with fused ops; the head has none */
+                /* the layers, and the head (its norm and LM head: norm_linear) */
+                CHECK_MSG(e->n_ckpt == cfg[k].layers + 1, "%d checkpoints", e->n_ckpt);
                 for (int c = 0; c < e->n_ckpt; c++) CHECK(e->ckpt[c].runs == steps + 1 && e->ckpt[c].failed_runs == 0);
                 loom_executor_free(e);
             }
@@ -529,7 +573,7 @@ static void test_checkpoints_quantized(void) {
             CHECK_MSG(s != LOOM_OK && strstr(loom_last_error(), "fused op test_bad_add"), "%s", loom_last_error());
         } else {
             CHECK_MSG(s == LOOM_OK, "%s", loom_last_error());
-            CHECK(e->n_ckpt == 3 && e->ckpt_unchecked == 0);
+            CHECK_MSG(e->n_ckpt == 4 && e->ckpt_unchecked == 0, "%d checkpoints", e->n_ckpt); /* 3 layers, the head (norm_linear) */
             for (int c = 0; c < e->n_ckpt; c++)
                 CHECK_MSG(e->ckpt[c].runs == 6 && e->ckpt[c].failed_runs == 0 && e->ckpt[c].max_rel < 1e-4,
                           "%s: %g", e->ckpt[c].name, e->ckpt[c].max_rel);
@@ -623,6 +667,7 @@ int main(void) {
     RUN_TEST(test_checkpoints_quantized);
     RUN_TEST(test_default_rules_on_llama);
     RUN_TEST(test_disabled_rule);
+    RUN_TEST(test_norm_rules_disabled);
     RUN_TEST(test_modes_agree);
     RUN_TEST(test_fused_levels);
     RUN_TEST(test_rules_errors);

@@ -116,6 +116,42 @@ static void test_random_decode(void) {
     }
 }
 
+/* Score soft-capping (Gemma 2: softcap * tanh(s / softcap) before the mask and
+ * the softmax) in random cases: every cache dtype and layout, masks, chunks,
+ * paged copies and thread counts, against the reference decomposition. Caps
+ * from 0.5 (every score capped hard) to 20, with sharp scales so that the cap
+ * changes the result; a cap that changes nothing would not test it, so the
+ * reference with and without it must differ. */
+static void test_softcap(void) {
+    loom_rng r;
+    loom_rng_init(&r, 1234, 7);
+    static const float caps[] = {0.5f, 1.0f, 3.0f, 20.0f};
+    for (int i = 0; i < 48; i++) {
+        inc_case c = random_case(&r);
+        c.softcap = caps[i % 4];
+        c.scale = i % 2 ? 0.0f : 4.0f / sqrtf((float)c.D);
+        inc_check_case(&c, &r, i % 3 == 0);
+    }
+    inc_case c = random_case(&r);
+    c.kvdt = LOOM_F32, c.mask_kind = 0, c.lens = 0, c.sparse = 0, c.Smax = 40, c.softcap = 1.0f;
+    c.scale = 4.0f / sqrtf((float)c.D);
+    inc_data d;
+    inc_setup(&c, &d, &r);
+    CHECK(inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0) == LOOM_OK);
+    size_t ob = (size_t)tensor_count(&d.out) * loom_dtype_size(c.odt);
+    void *capped = xmalloc(ob);
+    memcpy(capped, d.rout.data, ob);
+    d.p.softcap = 0.0f;
+    CHECK(inc_run(&d.tr, &d.p, LOOM_ISA_REF, 1, 0) == LOOM_OK);
+    CHECK_MSG(memcmp(capped, d.rout.data, ob) != 0, "softcap 1 left the reference unchanged");
+    d.p.softcap = -1.0f;
+    CHECK(inc_run(&d.t, &d.p, LOOM_ISA_REF, 1, 0) == LOOM_ERR_INVALID_ARG);
+    d.p.softcap = INFINITY;
+    CHECK(inc_run(&d.t, &d.p, LOOM_ISA_REF, 1, 0) == LOOM_ERR_INVALID_ARG);
+    free(capped);
+    inc_teardown(&d);
+}
+
 /* Head dims up to 16 (tiny models) take their own kernels (two keys per
  * register for Q.K^T at d <= 8, four FMA chains per row for P.V) and the
  * longest tile: every small d, 1 to 8 q rows per kv head, key counts around
@@ -586,7 +622,7 @@ static void test_incre_op_table(void) {
     loom_incre_flash_attention_attrs at = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
     at.sparse_mode = 3, at.kv_chunk = 16;
     const loom_tensor *src[3] = {&d.q, &d.k, &d.v};
-    loom_attention_attrs prim = {0.0f, 1, (int)(c.Smax - c.Sq), 0};
+    loom_attention_attrs prim = {0.0f, 1, (int)(c.Smax - c.Sq), 0, 0.0f};
     CHECK(loom_op_run(LOOM_OP_ATTENTION, src, 3, &prim, &d.rout, LOOM_ISA_REF) == LOOM_OK);
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
         CHECK_MSG(loom_op_run(LOOM_OP_INCRE_FLASH_ATTENTION, src, 3, &at, &d.out, (loom_isa)isa) == LOOM_OK,
@@ -610,7 +646,7 @@ static void test_incre_op_table(void) {
     c.kvdt = LOOM_BF16, c.Smax = 57, c.lse = 0, c.D = 128;
     inc_setup(&c, &d, &r);
     const loom_tensor *sb[3] = {&d.q, &d.k, &d.v};
-    loom_attention_attrs pb = {0.0f, 0, 0, 0};
+    loom_attention_attrs pb = {0.0f, 0, 0, 0, 0.0f};
     CHECK(loom_op_run(LOOM_OP_ATTENTION, sb, 3, &pb, &d.rout, LOOM_ISA_REF) == LOOM_OK);
     size_t ob0 = (size_t)tensor_count(&d.out) * sizeof(float);
     float *hp = malloc(ob0);
@@ -666,6 +702,7 @@ static void test_incre_op_table(void) {
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_random_decode);
+    RUN_TEST(test_softcap);
     RUN_TEST(test_small_head_dims);
     RUN_TEST(test_lengths_and_pool);
     RUN_TEST(test_peaked_scores);

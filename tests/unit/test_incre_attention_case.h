@@ -24,6 +24,7 @@ typedef struct inc_case {
     int64_t lead;                     /* > 0: the mask hides keys < i * lead from q row i */
     float scale;                      /* scale_value; 0 = 1/sqrt(D) */
     int precise;                      /* inner_precise: 1 rounds P to bf16 for an i8 V */
+    float softcap;                    /* > 0: score soft-capping */
 } inc_case;
 
 typedef struct inc_data {
@@ -164,6 +165,7 @@ static inline void inc_setup(const inc_case *c, inc_data *d, loom_rng *r) {
     p->kv_chunk = c->chunk;
     p->scale_value = c->scale;
     p->inner_precise = c->precise;
+    p->softcap = c->softcap;
     d->pp = *p;
     d->pp.actual_seq_lengths = d->kvlen;
     int q8 = c->kvdt == LOOM_I8;

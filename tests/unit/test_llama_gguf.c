@@ -298,6 +298,10 @@ int main(void) {
         {{.arch = "qwen3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},
         {{.arch = "qwen2", .drop_key = "qwen2.block_count"}, LOOM_ERR_FORMAT, "qwen2.block_count"},
         {{.arch = "qwen3", .rope_scaling = "yarn"}, LOOM_ERR_UNSUPPORTED, "qwen3.rope.scaling.type 'yarn'"},
+        /* Gemma: the norms after the attention and the FFN; Gemma 3's Q/K norms */
+        {{.arch = "gemma2"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.post_attention_norm.weight'"},
+        {{.arch = "gemma3"}, LOOM_ERR_FORMAT, "missing tensor 'blk.0.attn_q_norm.weight'"},
+        {{.arch = "gemma2", .drop_key = "gemma2.attention.head_count"}, LOOM_ERR_FORMAT, "gemma2.attention.head_count"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(path, sizeof path, "%s/bad%zu.gguf", dir, i);

@@ -39,7 +39,7 @@ static void test_attention_hand(void) {
     CHECK_CLOSE(o4[2], 1.0, 1e-6);
     CHECK_CLOSE(o4[3], -1.0, 1e-6);
     /* an explicit scale 0.25 on q.k1 = 2 ln3 gives weights 1 : sqrt(3) */
-    loom_attention_attrs a1 = {0.25f, 0, 0, 0};
+    loom_attention_attrs a1 = {0.25f, 0, 0, 0, 0.0f};
     run_attn(d4, q4, k4, v4, NULL, o4, &a1);
     double w1 = sqrt(3.0) / (1.0 + sqrt(3.0));
     CHECK_CLOSE(o4[0], 4.0 + 4.0 * w1, 1e-6);
@@ -82,11 +82,11 @@ static void test_attention_invariants(void) {
             }
 
     /* causal from position 0: the first query sees only key 0 -> v0 */
-    loom_attention_attrs causal = {0, 1, 0, 0};
+    loom_attention_attrs causal = {0, 1, 0, 0, 0.0f};
     run_attn(dd, q, k, v, NULL, out, &causal);
     CHECK(memcmp(out, v, H * D * sizeof(float)) == 0);
     /* q_pos_offset -1: query 0 sees nothing -> zeros */
-    loom_attention_attrs before = {0, 1, -1, 0};
+    loom_attention_attrs before = {0, 1, -1, 0, 0.0f};
     run_attn(dd, q, k, v, NULL, out, &before);
     for (int e = 0; e < H * D; e++) CHECK(out[e] == 0.0f);
     CHECK(memcmp(out + H * D, v, H * D * sizeof(float)) == 0); /* query 1 sees key 0 */
@@ -142,7 +142,7 @@ static void test_attention_random(void) {
             int causal = variant & 1 || variant >= 4, use_mask = (variant >> 1) & 1, window = variant >= 4 ? variant - 3 : 0;
             int qpos = d.Skv - d.Sq; /* queries are the last Sq positions */
             float scale = variant == 3 ? 0.3f : 0.0f;
-            loom_attention_attrs at = {scale, causal, qpos, window};
+            loom_attention_attrs at = {scale, causal, qpos, window, 0.0f};
             naive_attention(d, q, k, v, use_mask ? mask : NULL,
                             scale != 0.0f ? scale : (float)(1.0 / sqrt(d.D)), causal, qpos, window, want);
             run_attn(d, q, k, v, use_mask ? mask : NULL, out, &at);
@@ -156,7 +156,7 @@ static void test_attention_random(void) {
         TENSOR(tm, LOOM_F32, mask, d.Sq, d.Skv);
         TENSOR(to, LOOM_F32, out, d.B, d.Sq, d.Hq, d.D);
         const loom_tensor *src[4] = {&tq, &tk, &tv, &tm};
-        loom_attention_attrs at = {0, 1, d.Skv - d.Sq, 0};
+        loom_attention_attrs at = {0, 1, d.Skv - d.Sq, 0, 0.0f};
         check_thread_invariance(LOOM_OP_ATTENTION, src, 4, &at, &to);
         free(q), free(k), free(v), free(out), free(want), free(mask);
     }
@@ -177,7 +177,7 @@ static void test_attention_gqa(void) {
             memcpy(kr + (bj * HQ + h) * D, k + (bj * HKV + h / G) * D, D * sizeof(float));
             memcpy(vr + (bj * HQ + h) * D, v + (bj * HKV + h / G) * D, D * sizeof(float));
         }
-    loom_attention_attrs at = {0, 1, 1, 0};
+    loom_attention_attrs at = {0, 1, 1, 0, 0.0f};
     run_attn((dims){B, SQ, SKV, HQ, HKV, D}, q, k, v, NULL, o1, &at);
     run_attn((dims){B, SQ, SKV, HQ, HQ, D}, q, kr, vr, NULL, o2, &at);
     CHECK(memcmp(o1, o2, sizeof o1) == 0);
@@ -193,7 +193,7 @@ static void test_attention_cache_views(void) {
     fill_rand(q, SQ * H * D, &rng);
     fill_rand(kc, SMAX * H * D, &rng);
     fill_rand(vc, SMAX * H * D, &rng);
-    loom_attention_attrs at = {0, 1, SKV - SQ, 0};
+    loom_attention_attrs at = {0, 1, SKV - SQ, 0, 0.0f};
     run_attn((dims){1, SQ, SKV, H, H, D}, q, kc, vc, NULL, o1, &at);
     for (int i = SKV * H * D; i < SMAX * H * D; i++) kc[i] = vc[i] = NAN;
 

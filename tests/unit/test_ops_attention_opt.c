@@ -2,14 +2,14 @@
  * and of kv_append
  * against its reference: random shapes incl. sizes that are no multiple of
  * any tile, GQA, causal with query offsets (prefill, chunked prefill, decode
- * over a cache), sliding windows, explicit scale, additive masks with fully masked rows, a
+ * over a cache), sliding windows, score soft-capping, explicit scale, additive masks with fully masked rows, a
  * strided k/v view of a longer cache, every ISA level up to the machine's,
  * and bit-identical output for any thread count. Tolerance 2^-11 (f32). */
 #include "base/alloc.h"
 #include "graph/ops_init.h"
 #include "test_ops_common.h"
 
-typedef struct { int B, Sq, Skv, Hq, Hkv, D, causal, off, mask, view; float scale; int i8, window; } acase;
+typedef struct { int B, Sq, Skv, Hq, Hkv, D, causal, off, mask, view; float scale; int i8, window; float softcap; } acase;
 
 static void run_case(const acase *c, loom_rng *rng) {
     int64_t nq = (int64_t)c->B * c->Sq * c->Hq * c->D;
@@ -47,7 +47,7 @@ static void run_case(const acase *c, loom_rng *rng) {
     TENSOR(tm, LOOM_F32, m, c->Sq, c->Skv);
     TENSOR(tr, LOOM_F32, ref, c->B, c->Sq, c->Hq, c->D);
     TENSOR(to, LOOM_F32, out, c->B, c->Sq, c->Hq, c->D);
-    loom_attention_attrs at = {c->scale, c->causal, c->off, c->window};
+    loom_attention_attrs at = {c->scale, c->causal, c->off, c->window, c->softcap};
     const loom_tensor *src[6] = {&tq, &tk, &tv, &tm};
     int n_src = c->mask ? 4 : 3;
     if (c->i8) { /* q, k, v, k_scale, v_scale, then the mask */
@@ -254,18 +254,20 @@ int main(void) {
     loom_rng rng;
     loom_rng_init(&rng, 2024, 0);
     const acase fixed[] = {
-        {1, 1, 1, 1, 1, 8, 1, 0, 0, 0, 0.0f, 0, 0},       /* one query, one key */
-        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 0, 0},      /* SmolLM2 heads, prefill */
-        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 0, 0},    /* decode over a longer cache */
-        {1, 5, 21, 4, 2, 16, 1, 16, 0, 1, 0.0f, 0, 0},    /* a chunk after 16 cached positions */
-        {2, 13, 13, 4, 4, 24, 0, 0, 1, 0, 0.3f, 0, 0},    /* batch, mask with a fully masked row */
-        {1, 6, 10, 8, 1, 40, 1, 4, 1, 0, 0.0f, 0, 0},     /* MQA, causal and mask */
-        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 1, 0},   /* i8 cache: prefill */
-        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 1, 0}, /* i8: decode over a longer cache */
-        {2, 13, 13, 4, 4, 24, 0, 0, 1, 0, 0.3f, 1, 0}, /* i8, mask after the scales */
-        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 0, 3},   /* sliding window: prefill */
-        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 0, 8}, /* window: decode over a longer cache */
-        {1, 5, 21, 4, 2, 16, 1, 16, 1, 1, 0.0f, 1, 6}, /* window: i8 chunk after 16, mask */
+        {1, 1, 1, 1, 1, 8, 1, 0, 0, 0, 0.0f, 0, 0, 0.0f},       /* one query, one key */
+        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 0, 0, 0.0f},      /* SmolLM2 heads, prefill */
+        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 0, 0, 0.0f},    /* decode over a longer cache */
+        {1, 5, 21, 4, 2, 16, 1, 16, 0, 1, 0.0f, 0, 0, 0.0f},    /* a chunk after 16 cached positions */
+        {2, 13, 13, 4, 4, 24, 0, 0, 1, 0, 0.3f, 0, 0, 0.0f},    /* batch, mask with a fully masked row */
+        {1, 6, 10, 8, 1, 40, 1, 4, 1, 0, 0.0f, 0, 0, 0.0f},     /* MQA, causal and mask */
+        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 1, 0, 0.0f},   /* i8 cache: prefill */
+        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 1, 0, 0.0f}, /* i8: decode over a longer cache */
+        {2, 13, 13, 4, 4, 24, 0, 0, 1, 0, 0.3f, 1, 0, 0.0f}, /* i8, mask after the scales */
+        {1, 7, 7, 9, 3, 64, 1, 0, 0, 0, 0.0f, 0, 3, 0.0f},   /* sliding window: prefill */
+        {1, 1, 37, 9, 3, 64, 1, 36, 0, 1, 0.0f, 0, 8, 0.0f}, /* window: decode over a longer cache */
+        {1, 5, 21, 4, 2, 16, 1, 16, 1, 1, 0.0f, 1, 6, 0.0f}, /* window: i8 chunk after 16, mask */
+        {1, 9, 9, 4, 2, 16, 1, 0, 0, 0, 2.0f, 0, 0, 1.5f},  /* soft-capped scores: prefill */
+        {1, 1, 41, 6, 3, 40, 1, 40, 1, 1, 2.0f, 1, 9, 0.7f}, /* capped: i8 decode, window, mask */
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) run_case(&fixed[i], &rng);
 #if SANITIZED
@@ -288,6 +290,7 @@ int main(void) {
         c.scale = loom_rng_uniform(&rng) < 0.3f ? 0.125f : 0.0f;
         c.i8 = loom_rng_uniform(&rng) < 0.3f;
         c.window = c.causal && loom_rng_uniform(&rng) < 0.3f ? 1 + (int)(loom_rng_uniform(&rng) * 20) : 0;
+        c.softcap = t % 3 == 0 ? 0.5f + 0.25f * (float)(t % 8) : 0.0f;
         run_case(&c, &rng);
     }
     test_kv_append(&rng);

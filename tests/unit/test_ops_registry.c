@@ -360,7 +360,7 @@ static void test_costs(void) {
     TENSOR(kk, LOOM_F32, NULL, 1, 4, 1, 8);
     TENSOR(out, LOOM_F32, NULL, 1, 4, 2, 8);
     const loom_tensor *a[3] = {&q, &kk, &kk};
-    loom_attention_attrs full = {0}, causal = {0, 1, 0, 0};
+    loom_attention_attrs full = {0}, causal = {0, 1, 0, 0, 0.0f};
     loom_op_get(LOOM_OP_ATTENTION)->cost(a, 3, &out, &full, &c);
     double full_flops = c.flops;
     CHECK(full_flops >= 4.0 * 1 * 2 * 4 * 4 * 8);
@@ -373,7 +373,7 @@ static void test_costs(void) {
     TENSOR(q1, LOOM_F32, NULL, 1, 1, 2, 8);
     TENSOR(out1, LOOM_F32, NULL, 1, 1, 2, 8);
     const loom_tensor *a1[3] = {&q1, &kk, &kk};
-    loom_attention_attrs dec = {0, 1, 1, 0};
+    loom_attention_attrs dec = {0, 1, 1, 0, 0.0f};
     loom_op_get(LOOM_OP_ATTENTION)->cost(a1, 3, &out1, &dec, &c);
     CHECK(c.bytes_read == (2 * 8 + 2 * 2 * 1 * 8) * 4.0);
 

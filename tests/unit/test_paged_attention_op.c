@@ -2,12 +2,13 @@
  * primitive attention op's reference kernel: a ragged batch of decode rows and
  * prompt chunks over a paged f32 KV cache whose blocks are shuffled, with and
  * without a sliding window (windows of 1 key, shorter and longer than a KV
- * chunk and a block, and longer than every sequence), causal; every kernel
+ * chunk and a block, and longer than every sequence), with and without score
+ * soft-capping, causal; every kernel
  * level (ref included), the batch-invariant path, 1..3 threads with every
  * phase run by every thread in turn (the executor's barriers between
  * phases). Each sequence's expectation: its keys gathered from its blocks
  * into a contiguous [1, kv_len, H_kv, D] and attention with
- * q_pos_offset = kv_len - q_len and the same window. Tolerance 2^-11.
+ * q_pos_offset = kv_len - q_len and the same window and cap. Tolerance 2^-11.
  * Cache rows outside a sequence's window hold NaN: a kernel that read them
  * would put NaN in the output. */
 #include "graph/ops_init.h"
@@ -22,7 +23,7 @@ typedef struct {
 /* Slot of (sequence s, position p) in the cache: block table row s. */
 static int64_t slot(const int32_t *table, int s, int64_t p) { return (int64_t)table[s * MAXB + p / BS] * BS + p % BS; }
 
-static void run(const seq *sq, int n_decode, int window, loom_rng *rng) {
+static void run(const seq *sq, int n_decode, int window, float softcap, loom_rng *rng) {
     int64_t T = 0, row_start[NSEQ + 1] = {0}, kv_len[NSEQ], pos[64], seq_of[64];
     for (int s = 0; s < NSEQ; s++) {
         for (int i = 0; i < sq[s].q_len; i++) pos[T + i] = sq[s].kv_len - sq[s].q_len + i, seq_of[T + i] = s;
@@ -63,7 +64,7 @@ static void run(const seq *sq, int n_decode, int window, loom_rng *rng) {
         TENSOR(tk, LOOM_F32, kc, 1, L, HKV, D);
         TENSOR(tv, LOOM_F32, vc, 1, L, HKV, D);
         TENSOR(to, LOOM_F32, want + row_start[s] * H * D, 1, n, H, D);
-        loom_attention_attrs at = {0.0f, 1, L - n, window};
+        loom_attention_attrs at = {0.0f, 1, L - n, window, softcap};
         const loom_tensor *src[3] = {&tq, &tk, &tv};
         RUN_OK(LOOM_OP_ATTENTION, src, 3, &at, &to);
         free(kc), free(vc);
@@ -77,7 +78,8 @@ static void run(const seq *sq, int n_decode, int window, loom_rng *rng) {
     loom_batch batch = {.n_seqs = NSEQ, .row_start = row_start, .positions = pos, .seq_of_row = seq_of,
                         .kv_len = kv_len, .block_table = &tb, .n_decode = n_decode};
     /* a KV chunk of 4: the decode kernel's split skips the chunks before the window */
-    loom_paged_attention_attrs at = {.kv_chunk = 4, .max_seqs = NSEQ, .max_kv = MAXB * BS, .window = window};
+    loom_paged_attention_attrs at = {.kv_chunk = 4, .max_seqs = NSEQ, .max_kv = MAXB * BS, .window = window,
+                                     .softcap = softcap};
     const loom_tensor *src[3] = {&tq, &tk, &tv};
     const loom_op_info *info = loom_op_get(LOOM_OP_PAGED_ATTENTION);
     size_t sc = info->scratch_size(src, 3, &to, &at), sh = info->shared_size(src, 3, &to, &at);
@@ -107,8 +109,9 @@ static void run(const seq *sq, int n_decode, int window, loom_rng *rng) {
                     double d = fabs((double)got[i] - want[i]);
                     worst = isnan(d) || isnan(worst) ? NAN : d > worst ? d : worst;
                 }
-                CHECK_MSG(bad == 0, "isa %d invariant %d nth %d window %d (%d decoding): %d of %lld values off, "
-                          "max error %g", isa, invariant, nth, window, n_decode, bad, (long long)nq, worst);
+                CHECK_MSG(bad == 0, "isa %d invariant %d nth %d window %d softcap %g (%d decoding): %d of %lld "
+                          "values off, max error %g", isa, invariant, nth, window, (double)softcap, n_decode, bad,
+                          (long long)nq, worst);
             }
     for (int i = 0; i < 3; i++) loom_free_aligned(scratch[i]);
     loom_free_aligned(shared);
@@ -125,8 +128,14 @@ int main(void) {
     const seq chunks[NSEQ] = {{2, 21}, {1, 5}, {7, 7}, {5, 17}};
     const int windows[] = {0, 1, 3, 4, 6, 9, 64};
     for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
-        run(batch, 2, windows[w], &rng);
-        run(chunks, 0, windows[w], &rng);
+        run(batch, 2, windows[w], 0.0f, &rng);
+        run(chunks, 0, windows[w], 0.0f, &rng);
+    }
+    /* score soft-capping (Gemma 2), with and without a window, in both kernels */
+    const float caps[] = {0.5f, 2.0f, 30.0f};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        run(batch, 2, i == 1 ? 3 : 0, caps[i], &rng);
+        run(chunks, 0, i == 1 ? 0 : 4, caps[i], &rng);
     }
     return TEST_SUMMARY();
 }

@@ -25,7 +25,26 @@ typedef struct qcase {
     int pos, mode, block_heads, nth;
     loom_dtype wt;
     loom_act_precision act;   /* of the three matmuls and the fused op */
+    int norm;                 /* 1: the decomposition starts with rms_norm(x, gamma); the op takes it (attrs.norm) */
 } qcase;
+
+static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,
+                          const void *attrs, loom_tensor *dst, int nth);
+
+/* The norm of a case: gamma [hid] drawn from r, xn = rms_norm(x, gamma) by the
+ * primitive kernel of level isa (what the decomposition's matmuls read). */
+static float *norm_input(const qcase *c, loom_isa isa, loom_rng *r, const loom_tensor *tx, loom_tensor *tg,
+                         loom_tensor *txn, float **xn) {
+    float *g = malloc(sizeof(float) * (size_t)c->hid);
+    for (int64_t i = 0; i < c->hid; i++) g[i] = 0.5f + loom_rng_uniform(r);
+    loom_tensor_init(tg, LOOM_F32, 1, (const int64_t[1]){c->hid}, g);
+    *xn = malloc(sizeof(float) * (size_t)(c->T * c->hid));
+    loom_tensor_init(txn, LOOM_F32, 2, (const int64_t[2]){c->T, c->hid}, *xn);
+    const loom_rms_norm_attrs na = {1e-5f};
+    const loom_tensor *s[2] = {tx, tg};
+    CHECK(run_op(LOOM_OP_RMS_NORM, isa, s, 2, &na, txn, c->nth) == LOOM_OK);
+    return g;
+}
 
 static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
 
@@ -37,6 +56,9 @@ static void *make_w(loom_dtype wt, int64_t rows, int64_t hid, loom_rng *r, loom_
     for (int64_t n = 0; n < rows; n++) {
         for (int64_t k = 0; k < hid; k++) row[k] = rnd(r);
         if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
+        else if (wt == LOOM_F16 || wt == LOOM_BF16)
+            for (int64_t k = 0; k < hid; k++)
+                ((uint16_t *)(w + (size_t)n * rb))[k] = wt == LOOM_F16 ? loom_f32_to_f16(row[k]) : loom_f32_to_bf16(row[k]);
         else loom_quantize_row(wt, row, w + (size_t)n * rb, hid);
     }
     free(row);
@@ -93,6 +115,8 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     int q8 = ct == LOOM_I8, nsrc = q8 ? 6 : 4;
     loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f,
                             .freq_scale = 1.0f, .pos_offset = c->pos};
+    loom_tensor tg, txn;
+    float *xn = NULL, *gamma = c->norm ? norm_input(c, isa, &r, &tx, &tg, &txn, &xn) : NULL;
     /* decomposition: matmul x3, rope q and k, kv_append k and v */
     {
         float *yq = malloc(sizeof(float) * (size_t)(T * H * D)), *yk = malloc(sizeof(float) * (size_t)(T * HKV * D)),
@@ -104,7 +128,7 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
         loom_tensor *outs[3] = {&mq, &mk, &mv};
         const loom_matmul_attrs ma = {.act_precision = c->act};
         for (int i = 0; i < 3; i++) {
-            const loom_tensor *s[2] = {&tx, &tw[i]};
+            const loom_tensor *s[2] = {c->norm ? &txn : &tx, &tw[i]};
             CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, &ma, outs[i], c->nth) == LOOM_OK);
         }
         loom_tensor rq, rk, rqo, cK, cV, sk, sv;
@@ -130,7 +154,8 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     }
     /* the fused op */
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
-                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act};
+                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act,
+                              .norm = c->norm, .norm_eps = 1e-5f};
     loom_tensor to, cK, cV;
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
     loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
@@ -140,6 +165,7 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     loom_tensor_init(&tvs, LOOM_F32, 2, (const int64_t[2]){c->S_max, HKV}, vs[1]);
     loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2], &tks, &tvs}, .n_src = nsrc, .dst = &to,
                           .attrs = &at, .dst_extra = {&cK, &cV}, .n_dst_extra = 2};
+    if (c->norm) a.src[a.n_src++] = &tg, nsrc++;
     loom_tensor inferred;
     memset(&inferred, 0, sizeof inferred);
     CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
@@ -148,10 +174,12 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
-    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s act %s block_heads=%d nth=%d cache %s: "
-              "fused qkv_rope differs from matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
+    CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s act %s block_heads=%d nth=%d cache %s "
+              "norm %d: fused qkv_rope differs from [rms_norm+]matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
               (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
-              loom_dtype_name(c->wt), loom_act_precision_name(c->act), c->block_heads, c->nth, loom_dtype_name(ct));
+              loom_dtype_name(c->wt), loom_act_precision_name(c->act), c->block_heads, c->nth, loom_dtype_name(ct),
+              c->norm);
+    free(gamma), free(xn);
     for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
     free(x);
@@ -160,18 +188,31 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
 static void test_against_decomposition(void) {
     const qcase cases[] = {
         /* T, hid, H, HKV, D, n_rot, S_max, pos, mode, block_heads, nth, wt, act */
-        {1, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {3, 96, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {19, 64, 4, 4, 16, 16, 40, 7, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {37, 96, 9, 3, 32, 32, 64, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {37, 96, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
-        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
-        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_FULL},
-        {1, 96, 6, 3, 32, 32, 16, 2, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
-        {19, 96, 6, 3, 32, 16, 40, 7, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
-        {3, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_Q4_0, LOOM_ACT_PREC_FULL},
-        {9, 64, 4, 2, 16, 16, 16, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_0, LOOM_ACT_PREC_FULL},
+        {1, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {3, 96, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {19, 64, 4, 4, 16, 16, 40, 7, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {37, 96, 9, 3, 32, 32, 64, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {37, 96, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 0},
+        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 0},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_FULL, 0},
+        {1, 96, 6, 3, 32, 32, 16, 2, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 0},
+        {19, 96, 6, 3, 32, 16, 40, 7, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 0},
+        {3, 64, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_Q4_0, LOOM_ACT_PREC_FULL, 0},
+        {9, 64, 4, 2, 16, 16, 16, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_0, LOOM_ACT_PREC_FULL, 0},
+        /* the norm on the fly: GEMV (staged rows), GEMM (staged micro-panels, K not a multiple of
+         * any block), x quantized with it (q8 products), full activations, 16-bit weights */
+        {1, 72, 4, 2, 16, 16, 8, 5, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {3, 100, 6, 3, 32, 16, 16, 2, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {37, 100, 9, 3, 32, 20, 64, 11, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {29, 1100, 4, 2, 16, 16, 40, 3, LOOM_ROPE_HALF, 0, 2, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {21, 90, 6, 3, 32, 32, 32, 1, LOOM_ROPE_HALF, 0, 3, LOOM_F16, LOOM_ACT_PREC_Q8, 1},
+        {21, 90, 6, 3, 32, 32, 32, 1, LOOM_ROPE_HALF, 0, 2, LOOM_BF16, LOOM_ACT_PREC_Q8, 1},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1},
+        {2, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1},
+        {13, 1088, 4, 2, 16, 16, 20, 4, LOOM_ROPE_HALF, 0, 2, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 1},
+        {12, 128, 8, 2, 64, 64, 20, 4, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_FULL, 1},
+        {1, 96, 6, 3, 32, 32, 16, 2, LOOM_ROPE_HALF, 0, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1},
     };
     const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
@@ -221,6 +262,8 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
     }
     int q8 = ct == LOOM_I8;
     loom_rope_attrs rope = {.mode = c->mode, .n_rot = (int)c->n_rot, .theta = 10000.0f, .freq_scale = 1.0f};
+    loom_tensor tg, txn;
+    float *xn = NULL, *gamma = c->norm ? norm_input(c, isa, &r, &tx, &tg, &txn, &xn) : NULL;
     loom_tensor cK[2], cV[2], tks[2], tvs[2];
     for (int i = 0; i < 2; i++) {
         loom_tensor_init(&cK[i], ct, 3, (const int64_t[3]){NS, HKV, D}, kc[i]);
@@ -238,7 +281,7 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
         loom_tensor *outs[3] = {&mq, &mk, &mv};
         const loom_matmul_attrs ma = {.act_precision = c->act};
         for (int i = 0; i < 3; i++) {
-            const loom_tensor *s[2] = {&tx, &tw[i]};
+            const loom_tensor *s[2] = {c->norm ? &txn : &tx, &tw[i]};
             CHECK(run_op(LOOM_OP_MATMUL, isa, s, 2, &ma, outs[i], c->nth) == LOOM_OK);
         }
         loom_tensor rq, rk, rqo, rv;
@@ -255,12 +298,14 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
         free(yq), free(yk), free(yv);
     }
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
-                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act, .paged = 1};
+                              .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act, .paged = 1,
+                              .norm = c->norm, .norm_eps = 1e-5f};
     loom_tensor to;
     loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
     int nsrc = q8 ? 8 : 6;
     loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2], &tpos, &tslot, &tks[1], &tvs[1]}, .n_src = nsrc,
                           .dst = &to, .attrs = &at, .dst_extra = {&cK[1], &cV[1]}, .n_dst_extra = 2};
+    if (c->norm) a.src[a.n_src++] = &tg, nsrc++;
     loom_tensor inferred;
     memset(&inferred, 0, sizeof inferred);
     CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
@@ -285,19 +330,23 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
     }
     for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
-    free(x), free(pos), free(slot), free(perm);
+    free(x), free(pos), free(slot), free(perm), free(gamma), free(xn);
 }
 
 static void test_paged(void) {
     const qcase cases[] = {
         /* T, hid, H, HKV, D, n_rot, n_slots, -, mode, block_heads, nth, wt, act */
-        {1, 64, 4, 2, 16, 16, 8, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {5, 96, 6, 3, 32, 16, 24, 0, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {23, 64, 4, 4, 16, 16, 40, 0, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {37, 96, 9, 3, 32, 20, 64, 0, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8},
-        {12, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8},
-        {3, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_INTERLEAVED, 0, 2, LOOM_Q4_1, LOOM_ACT_PREC_Q8},
-        {19, 96, 6, 3, 32, 16, 40, 0, LOOM_ROPE_HALF, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL},
+        {1, 64, 4, 2, 16, 16, 8, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {5, 96, 6, 3, 32, 16, 24, 0, LOOM_ROPE_INTERLEAVED, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {23, 64, 4, 4, 16, 16, 40, 0, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {37, 96, 9, 3, 32, 20, 64, 0, LOOM_ROPE_INTERLEAVED, 2, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 0},
+        {12, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 0},
+        {3, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_INTERLEAVED, 0, 2, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 0},
+        {19, 96, 6, 3, 32, 16, 40, 0, LOOM_ROPE_HALF, 2, 3, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 0},
+        {1, 72, 4, 2, 16, 16, 8, 0, LOOM_ROPE_HALF, 0, 1, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {23, 100, 4, 4, 16, 16, 40, 0, LOOM_ROPE_HALF, 0, 3, LOOM_F32, LOOM_ACT_PREC_Q8, 1},
+        {12, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_HALF, 0, 3, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1},
+        {3, 128, 8, 2, 64, 64, 20, 0, LOOM_ROPE_INTERLEAVED, 0, 2, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 1},
     };
     const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)

@@ -269,10 +269,19 @@ static void test_hf_rope_parameters(void) {
     const char *differ = "{" TINY ",\"rope_theta\":10000,\"rope_parameters\":{\"rope_theta\":1e6}}";
     CHECK(loom_hf_config_parse(differ, strlen(differ), "differ", &c) == LOOM_ERR_FORMAT);
     CHECK_MSG(strstr(loom_last_error(), "differ") != NULL, "%s", loom_last_error());
-    const char *per_layer = "{" TINY ",\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6},"
-                            "\"sliding_attention\":{\"rope_theta\":1e4}}}";
-    CHECK(loom_hf_config_parse(per_layer, strlen(per_layer), "gemma3", &c) == LOOM_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(loom_last_error(), "full_attention") != NULL, "%s", loom_last_error());
+    /* Gemma 3's per layer type: the full layers' object is the model's, the sliding layers' base apart */
+    const char *per_layer = "{" TINY ",\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6,\"rope_type\":"
+                            "\"linear\",\"factor\":8},\"sliding_attention\":{\"rope_theta\":1e4,\"rope_type\":\"default\"}}}";
+    CHECK(loom_hf_config_parse(per_layer, strlen(per_layer), "gemma3", &c) == LOOM_OK);
+    CHECK(c.rope_theta == 1e6f && c.rope_local_theta == 1e4f && strcmp(c.rope_scaling_type, "linear") == 0 &&
+          c.rope_scaling_factor == 8.0f);
+    const char *other_type = "{" TINY ",\"rope_parameters\":{\"chunked_attention\":{\"rope_theta\":1e6}}}";
+    CHECK(loom_hf_config_parse(other_type, strlen(other_type), "x", &c) == LOOM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(loom_last_error(), "chunked_attention") != NULL, "%s", loom_last_error());
+    const char *slide_lin = "{" TINY ",\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6},"
+                            "\"sliding_attention\":{\"rope_theta\":1e4,\"rope_type\":\"linear\",\"factor\":2}}}";
+    CHECK(loom_hf_config_parse(slide_lin, strlen(slide_lin), "x", &c) == LOOM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(loom_last_error(), "sliding_attention.rope_type") != NULL, "%s", loom_last_error());
 
     /* what the Llama-family loader makes of them */
     loom_llama_config lc;
@@ -290,8 +299,45 @@ static void test_hf_rope_parameters(void) {
          0, 0},
         {"{\"model_type\":\"qwen2\"," TINY ",\"use_sliding_window\":true}", LOOM_ERR_UNSUPPORTED,
          "use_sliding_window", 0, 0, 0, 0},
-        {"{\"model_type\":\"gemma2\"," TINY "}", LOOM_ERR_UNSUPPORTED, "gemma2", 0, 0, 0, 0},
+        {"{\"model_type\":\"gemma\"," TINY "}", LOOM_ERR_UNSUPPORTED, "model_type 'gemma'", 0, 0, 0, 0},
+        {"{\"model_type\":\"gemma2\"," TINY ",\"hidden_activation\":\"relu\"}", LOOM_ERR_UNSUPPORTED,
+         "hidden_activation 'relu'", 0, 0, 0, 0},
     };
+    /* Gemma 2: the scale from query_pre_attn_scalar, the soft-caps, every other layer sliding (no
+     * layer_types: Gemma 2's rule); Gemma 3: layer_types as a pattern, its own RoPE for sliding layers */
+    const char *g2 = "{\"model_type\":\"gemma2\"," TINY ",\"hidden_activation\":\"gelu_pytorch_tanh\","
+                     "\"query_pre_attn_scalar\":144,\"attn_logit_softcapping\":50.0,\"final_logit_softcapping\":30.0,"
+                     "\"sliding_window\":4096}";
+    CHECK(loom_hf_config_parse(g2, strlen(g2), "gemma2", &c) == LOOM_OK);
+    CHECK(loom_llama_config_from_hf(&c, "gemma2", &lc) == LOOM_OK && lc.family == LOOM_FAMILY_GEMMA2 &&
+          fabsf(lc.attn_scale - 1.0f / 12.0f) < 1e-7f && lc.attn_softcap == 50.0f && lc.final_softcap == 30.0f &&
+          lc.swa_pattern == 2 && loom_llama_layer_window(&lc, 0) == 4096 && loom_llama_layer_window(&lc, 1) == 0 &&
+          !lc.qk_norm && lc.rope_theta_swa == 0.0f);
+    const char *g3 = "{\"architectures\":[\"Gemma3ForCausalLM\"]," TINY ",\"sliding_window\":512,"
+                     "\"layer_types\":[\"sliding_attention\",\"full_attention\"],\"rope_local_base_freq\":1e4,"
+                     "\"rope_theta\":1e6,\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":8}}";
+    CHECK(loom_hf_config_parse(g3, strlen(g3), "gemma3", &c) == LOOM_OK && c.swa_pattern == 2);
+    CHECK(loom_llama_config_from_hf(&c, "gemma3", &lc) == LOOM_OK && lc.family == LOOM_FAMILY_GEMMA3 && lc.qk_norm &&
+          lc.rope_theta_swa == 1e4f && lc.rope_theta == 1e6f && lc.rope_freq_scale == 0.125f &&
+          loom_llama_layer_window(&lc, 0) == 512 && loom_llama_layer_window(&lc, 1) == 0 && lc.attn_scale == 0.0f);
+    const struct { const char *json; loom_status st; const char *msg; } gbad[] = {
+        {"{\"model_type\":\"gemma3_text\"," TINY ",\"layer_types\":[\"full_attention\",\"sliding_attention\"]}",
+         LOOM_ERR_UNSUPPORTED, "not a repeating pattern"},
+        {"{\"model_type\":\"gemma3_text\"," TINY ",\"layer_types\":[\"sliding_attention\"]}", LOOM_ERR_FORMAT,
+         "one type for each of the 2 layers"},
+        {"{\"model_type\":\"gemma3_text\"," TINY ",\"layer_types\":[\"sliding_attention\",\"chunked\"]}",
+         LOOM_ERR_UNSUPPORTED, "layer_types[1]"},
+        {"{\"model_type\":\"gemma2\"," TINY ",\"query_pre_attn_scalar\":-1}", LOOM_ERR_FORMAT, "query_pre_attn_scalar"},
+        {"{\"model_type\":\"gemma2\"," TINY ",\"attn_logit_softcapping\":\"x\"}", LOOM_ERR_FORMAT,
+         "attn_logit_softcapping"},
+        {"{\"model_type\":\"gemma2\"," TINY ",\"sliding_window_pattern\":0}", LOOM_ERR_FORMAT,
+         "sliding_window_pattern"},
+    };
+    for (size_t i = 0; i < sizeof gbad / sizeof gbad[0]; i++) {
+        loom_status st = loom_hf_config_parse(gbad[i].json, strlen(gbad[i].json), "cfg", &c);
+        CHECK_MSG(st == gbad[i].st && strstr(loom_last_error(), gbad[i].msg) != NULL, "%s: %d '%s'", gbad[i].json,
+                  (int)st, loom_last_error());
+    }
     /* Mistral's window: kept as the model's sliding window, the context is the model's */
     const char *mistral = "{\"model_type\":\"mistral\"," TINY ",\"max_position_embeddings\":32768,"
                           "\"sliding_window\":4096}";

@@ -127,7 +127,7 @@ int cmd_batch(int argc, char **argv) {
         {NULL, "--kv-dtype", ARG_STR, &kv_dtype, "TYPE", CLI_KV_DTYPE_HELP},
         {NULL, "--mode", ARG_STR, &mode, "MODE", "step_by_step, fused or fused_with_checkpoints (default fused)"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
-         "chatml, qwen3, llama2, llama3, mistral or phi3 for \"messages\" (default: the model's own)"},
+         "chatml, qwen3, llama2, llama3, mistral, phi3 or gemma for \"messages\" (default: the model's own)"},
     };
     const char *usage = "-f FILE [-o FILE] [-m MODEL] [-z TOKENIZER] [-np N] [-c N] [-b N] [--no-prefix-cache] [--batch-invariant] [-t N] "
                         "[--kv-dtype T] [--mode MODE] [--chat-template NAME]";

@@ -117,8 +117,9 @@ static int encode_turn(chat_state *c, const char *text, int *n) {
     const char *name = loom_chat_template_name(c->tmpl);
     if (strcmp(name, "llama2") != 0 && strcmp(name, "mistral") != 0) {
         /* chatml, qwen3 and phi3 carry no BOS in their text: add it when the
-         * vocabulary asks; llama3's text starts with <|begin_of_text|> */
-        if (c->first && strcmp(name, "llama3") != 0 && loom_tokenizer_add_bos(c->tok)) flags |= LOOM_TOK_BOS;
+         * vocabulary asks; llama3's text starts with <|begin_of_text|>, gemma's with <bos> */
+        if (c->first && strcmp(name, "llama3") != 0 && strcmp(name, "gemma") != 0 && loom_tokenizer_add_bos(c->tok))
+            flags |= LOOM_TOK_BOS;
         return encode_piece(c, text, len, flags, n);
     }
     const char *p = text, *end = text + len;
@@ -239,7 +240,7 @@ int cmd_chat(int argc, char **argv) {
         {"-s", "--system", ARG_STR, &system, "TEXT", "system message (default: the template's)"},
         {"-sysf", "--system-prompt-file", ARG_STR, &system_file, "FILE", "the system message from FILE"},
         {NULL, "--chat-template", ARG_STR, &tmpl_name, "NAME",
-         "chatml, qwen3, llama2, llama3, mistral or phi3 (default: from the model's template)"},
+         "chatml, qwen3, llama2, llama3, mistral, phi3 or gemma (default: from the model's template)"},
         {"-n", "--n-predict", ARG_INT, &n_predict, "N", "longest reply in tokens (default 512)"},
         {NULL, "--temp", ARG_FLOAT, &temp, "T", "temperature, 0 = greedy (default 0.7)"},
         {NULL, "--top-k", ARG_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)"},

@@ -48,7 +48,7 @@ int cmd_serve(int argc, char **argv) {
         {NULL, "--batch-invariant", ARG_FLAG, &p.batch_invariant, NULL,
          "a request's output does not depend on what runs with it (seeded sampling reproducible under load)"},
         {NULL, "--chat-template", ARG_STR, &p.chat_template, "NAME",
-         "chatml, qwen3, llama2, llama3, mistral or phi3 (default: the model's own)"},
+         "chatml, qwen3, llama2, llama3, mistral, phi3 or gemma (default: the model's own)"},
         {NULL, "--api-key", ARG_STR, &p.api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
         {NULL, "--timeout", ARG_INT, &timeout, "S", "seconds a request may take from its arrival (default 600; 0 = none)"},
         {NULL, "--max-queue", ARG_INT, &p.max_queue, "N",

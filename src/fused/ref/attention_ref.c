@@ -99,6 +99,7 @@ typedef struct ref_op {
     int sparse_mode;
     int64_t pre, next;
     double scale;
+    double softcap;   /* > 0: scores capped, softcap * tanh(s / softcap), before the mask */
     float keep_prob;
     uint64_t seed, offset;
     int tnd;
@@ -117,7 +118,9 @@ static void ref_compute_row(const ref_op *o, const ref_row *r, double *sc) {
         for (int64_t d = 0; d < D; d++)
             dot += (double)loom_ref_get(o->q, r->q_off + d * o->q->stride[o->q->ndim - 1]) *
                    ref_get_kv(&o->kv, 0, r->b, j, hk, d);
-        sc[j] = dot * o->scale + add;
+        double s = dot * o->scale;
+        if (o->softcap > 0.0) s = o->softcap * tanh(s / o->softcap);
+        sc[j] = s + add;
         if (sc[j] > mx || isnan(sc[j])) mx = sc[j];
         if (isnan(mx)) break;
     }
@@ -175,6 +178,7 @@ loom_status loom_attn_ref_flash(const loom_flash_attention_tensors *t,
                 .L = p->input_layout, .N = pr.N, .G = pr.G, .D = pr.D,
                 .sparse_mode = p->sparse_mode, .pre = p->pre_tokens, .next = p->next_tokens,
                 .scale = p->scale_value != 0.0f ? (double)p->scale_value : 1.0 / sqrt((double)pr.D),
+                .softcap = p->softcap,
                 .keep_prob = p->keep_prob, .seed = p->seed, .offset = p->offset,
                 .tnd = p->input_layout == LOOM_ATTN_TND};
     /* a paged cache of a TND query is laid out as BSND [num_blocks, block_size, N_kv, D] */
@@ -237,6 +241,7 @@ loom_status loom_attn_ref_incre(const loom_incre_flash_attention_tensors *t,
                 .L = p->input_layout, .N = pr.N, .G = pr.G, .D = pr.D,
                 .sparse_mode = p->sparse_mode, .pre = p->pre_tokens, .next = p->next_tokens,
                 .scale = p->scale_value != 0.0f ? (double)p->scale_value : 1.0 / sqrt((double)pr.D),
+                .softcap = p->softcap,
                 .keep_prob = 1.0f};
     o.kv = (ref_kv){.k = t->key, .v = t->value, .block_table = t->block_table,
                     .ks = t->key_antiquant_scale, .ko = t->key_antiquant_offset,

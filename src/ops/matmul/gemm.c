@@ -143,11 +143,17 @@ static void plan_bytes(const gemm_plan *p, int64_t rows, int64_t cols, size_t *a
     *b_bytes = (size_t)(rows <= p->mc_one ? ks->nr : nc) * kg;
 }
 
+/* The normalised rows of one A micro-panel (norm_gamma). */
+static size_t stage_bytes(const gemm_plan *p) {
+    return (size_t)p->ks->mr * (size_t)p->kc * sizeof(float) + 64;
+}
+
 static size_t plan_scratch(const gemm_plan *p, const loom_matmul_args *a) {
     size_t ab, bb;
     plan_bytes(p, a->M, a->N, &ab, &bb);
     size_t s = ab + bb + 2 * 64;
     if (ep_aliases(a)) s += (size_t)p->mc_one * (size_t)p->nc_alias * sizeof(float) + 64;
+    if (a->norm_gamma) s += stage_bytes(p);
     return s;
 }
 
@@ -161,6 +167,8 @@ typedef struct gemm_ctx {
     size_t a_panel, b_panel;       /* bytes per packed micro-panel at full kc */
     char *pa, *pb;                 /* packed A block, packed B block */
     float *save;                   /* old y of the chunk when mul/residual alias y */
+    float *stage;                  /* norm_gamma: a micro-panel's rows of x normalised, mr x kc */
+    loom_isa isa;
 } gemm_ctx;
 
 static void tile_epilogue(const gemm_ctx *g, float *c, int64_t m, int64_t n, int rows, int cols,
@@ -199,8 +207,14 @@ static void gemm_rect(const gemm_ctx *g, int64_t m0, int64_t m1, int64_t n0, int
                 int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
                 for (int64_t ir = 0; ir < mcur; ir += mr) {
                     int rows = (int)(mcur - ir < mr ? mcur - ir : mr);
-                    ks->pack_a(a->x + (ic + ir) * a->ldx + pc, a->ldx, rows, kc,
-                               g->pa + (ir / mr) * g->a_panel);
+                    if (g->stage) { /* RMSNorm on the fly: the micro-panel's rows normalised first */
+                        for (int r = 0; r < rows; r++)
+                            loom_matmul_norm_row(a, g->isa, ic + ir + r, pc, kc, g->stage + r * kc);
+                        ks->pack_a(g->stage, kc, rows, kc, g->pa + (ir / mr) * g->a_panel);
+                    } else {
+                        ks->pack_a(a->x + (ic + ir) * a->ldx + pc, a->ldx, rows, kc,
+                                   g->pa + (ir / mr) * g->a_panel);
+                    }
                 }
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     int cols = (int)(ncur - jr < nr ? ncur - jr : nr);
@@ -271,6 +285,11 @@ loom_status loom_gemm_run(const loom_matmul_args *a, loom_isa isa, int ith, int 
     g.b_panel = (size_t)ks->nr * (size_t)kg * (size_t)ks->elem;
     g.pa = align64(scratch);
     g.pb = align64(g.pa + ab);
+    g.isa = isa;
+    /* the stage goes last (after the saved chunk when there is one) */
+    char *end = g.pb + bb;
+    if (ep_aliases(a)) end = align64(end) + (size_t)p.mc_one * (size_t)p.nc_alias * sizeof(float);
+    if (a->norm_gamma) g.stage = (float *)align64(end);
     if (!ep_aliases(a)) {
         gemm_rect(&g, m0, m1, n0, n1);
         return LOOM_OK;

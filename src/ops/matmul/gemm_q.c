@@ -143,6 +143,10 @@ static int32_t bias_mul_for(const loom_matmul_args *a, const loom_gemm_q_kset *k
     return a->wtype == LOOM_Q4_0 ? -8 : a->wtype == LOOM_Q8_0 && ks->q8_unsigned ? -128 : 0;
 }
 
+int32_t loom_gemm_q_bias_mul(const loom_matmul_args *a, loom_isa isa) {
+    return bias_mul_for(a, pick_kset(isa));
+}
+
 void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     int32_t bias_mul = bias_mul_for(a, pick_kset(isa));
     size_t xrow = loom_q8_act_bytes(a->K);
@@ -168,6 +172,7 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
         int64_t mrows = a->M - m0 < mc ? a->M - m0 : mc;
         loom_q8_act x0 = xall;
         if (a->xq) x0 = act_shift(xall, (size_t)m0 * xrow);
+        else if (a->norm_gamma) loom_matmul_quantize_norm_rows(a, isa, bias_mul, m0, m0 + mrows, xbuf);
         else
             for (int64_t i = 0; i < mrows; i++)
                 loom_quantize_act(isa, a->x + (m0 + i) * a->ldx, K, bias_mul, act_shift(x0, (size_t)i * xrow));

@@ -233,6 +233,12 @@ static loom_status gemv_full_run(const loom_matmul_args *a, loom_isa isa, int64_
     return LOOM_OK;
 }
 
+int32_t loom_gemv_bias_mul(const loom_matmul_args *a, loom_isa isa) {
+    int32_t bias_mul;
+    (void)pick_kernel(isa, a->wtype, &bias_mul);
+    return bias_mul;
+}
+
 void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     int32_t bias_mul;
     (void)pick_kernel(isa, a->wtype, &bias_mul);

@@ -4,8 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "ops/quant.h"
+#include "ops/vec/vec.h"
 
 static const char *const act_names[] = {
     [LOOM_ACT_NONE] = "none", [LOOM_ACT_SILU] = "silu", [LOOM_ACT_GELU] = "gelu",
@@ -93,13 +95,71 @@ loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) 
 
 static int use_gemv(const loom_matmul_args *a) { return a->M < LOOM_GEMM_MIN_M && !a->invariant; }
 
+/* ------------------------------------------------------------ RMSNorm of x */
+
+/* The reference kernel's formulas at LOOM_ISA_REF (ops/ref/norm.c), the
+ * vector functions' at other levels (ops/vec/vec_ops.c). */
+void loom_matmul_norm_inv(loom_isa isa, const float *x, int64_t ldx, int64_t K, float eps, int64_t m0,
+                          int64_t m1, double *inv) {
+    const loom_vec_fns *f = isa == LOOM_ISA_REF ? NULL : loom_vec_fns_for(isa);
+    for (int64_t m = m0; m < m1; m++) {
+        const float *r = x + m * ldx;
+        double ss = 0.0;
+        if (f) ss = f->sumsq(r, K);
+        else
+            for (int64_t k = 0; k < K; k++) ss += (double)r[k] * (double)r[k];
+        inv[m] = 1.0 / sqrt(ss / (double)K + (double)eps);
+    }
+}
+
+void loom_matmul_norm_for_size(loom_matmul_args *a) {
+    static const float gamma_marker;
+    static const double inv_marker;
+    a->norm_gamma = &gamma_marker, a->norm_inv = &inv_marker;
+}
+
+void loom_matmul_norm_row(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
+                          float *out) {
+    const float *x = a->x + m * a->ldx + k0, *g = a->norm_gamma + k0;
+    if (isa == LOOM_ISA_REF) {
+        for (int64_t k = 0; k < n; k++) out[k] = (float)((double)x[k] * a->norm_inv[m] * (double)g[k]);
+        return;
+    }
+    loom_vec_fns_for(isa)->scale_row(x, g, a->norm_inv[m], out, n);
+}
+
+void loom_matmul_quantize_norm_rows(const loom_matmul_args *a, loom_isa isa, int32_t bias_mul, int64_t m0,
+                                    int64_t m1, void *dst) {
+    size_t rb = loom_q8_act_bytes(a->K);
+    _Alignas(64) float stage[512]; /* blocks of 32 quantize on their own: a row goes in pieces */
+    for (int64_t m = m0; m < m1; m++) {
+        loom_q8_act row = loom_q8_act_view((char *)dst + (size_t)(m - m0) * rb, a->K);
+        for (int64_t k0 = 0; k0 < a->K; k0 += 512) {
+            int64_t n = a->K - k0 < 512 ? a->K - k0 : 512;
+            loom_matmul_norm_row(a, isa, m, k0, n, stage);
+            loom_q8_act part = {row.qs + k0, row.d + k0 / 32, row.bias + k0 / 32, row.s + k0 / 32};
+            loom_quantize_act(isa, stage, n, bias_mul, part);
+        }
+    }
+}
+
+/* The GEMV reads x whole: with the norm it takes its few rows normalised in
+ * the scratch, this many bytes before its own. */
+static size_t norm_stage_bytes(const loom_matmul_args *a) {
+    if (!a->norm_gamma) return 0;
+    return ((size_t)a->M * (size_t)a->K * sizeof(float) + 63) & ~(size_t)63;
+}
+
 size_t loom_matmul_scratch_size(const loom_matmul_args *a) {
-    /* reference: a W row and an output row */
-    size_t s = (size_t)(((a->K + 15) & ~(int64_t)15) + a->N) * sizeof(float) + 64;
+    /* reference: a W row and an output row (and a normalised x row) */
+    int64_t k16 = (a->K + 15) & ~(int64_t)15;
+    size_t s = (size_t)(k16 + a->N + (a->norm_gamma ? k16 : 0)) * sizeof(float) + 64;
     /* the GEMM's, also below LOOM_GEMM_MIN_M rows: a batch-invariant run takes it there */
     size_t p = loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a) ? loom_gemm_q_scratch_size(a)
                                                                             : loom_gemm_scratch_size(a);
-    if (a->M < LOOM_GEMM_MIN_M && loom_gemv_scratch_size(a) > p) p = loom_gemv_scratch_size(a);
+    /* the GEMV's, after x's few rows normalised when it takes the norm */
+    if (a->M < LOOM_GEMM_MIN_M && loom_gemv_scratch_size(a) + norm_stage_bytes(a) > p)
+        p = loom_gemv_scratch_size(a) + norm_stage_bytes(a);
     return s > p ? s : p;
 }
 
@@ -110,6 +170,11 @@ size_t loom_matmul_xq_bytes(const loom_matmul_args *a) {
 
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     if (loom_matmul_xq_bytes(a) == 0 || isa == LOOM_ISA_REF) return;
+    if (a->norm_gamma) {
+        int32_t bias_mul = use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);
+        loom_matmul_quantize_norm_rows(a, isa, bias_mul, m0, m1, (char *)xq + (size_t)m0 * loom_q8_act_bytes(a->K));
+        return;
+    }
     if (use_gemv(a)) loom_gemv_quantize_x(a, isa, m0, m1, xq);
     else loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
 }
@@ -132,6 +197,7 @@ void loom_matmul_ref_block(const loom_matmul_args *a, int64_t m0, int64_t m1, in
     if (m1 <= m0 || n1 <= n0) return;
     size_t wrow = loom_dtype_row_bytes(a->wtype, a->ldw);
     float *wbuf = scratch, *saved = scratch + ((a->K + 15) & ~(int64_t)15);
+    float *xn = saved + a->N; /* the normalised x row (norm_gamma) */
     loom_epilogue ep = {0};
     int alias = 0;
     if (a->ep) {
@@ -141,6 +207,10 @@ void loom_matmul_ref_block(const loom_matmul_args *a, int64_t m0, int64_t m1, in
     }
     for (int64_t m = m0; m < m1; m++) {
         const float *x = a->x + m * a->ldx;
+        if (a->norm_gamma) {
+            loom_matmul_norm_row(a, LOOM_ISA_REF, m, 0, a->K, xn);
+            x = xn;
+        }
         float *y = a->y + m * a->ldy;
         if (alias) memcpy(saved + n0, y + n0, (size_t)(n1 - n0) * sizeof(float));
         for (int64_t n = n0; n < n1; n++) {
@@ -153,10 +223,23 @@ void loom_matmul_ref_block(const loom_matmul_args *a, int64_t m0, int64_t m1, in
     }
 }
 
+/* a with rows [0, M) of x normalised into stage (M x K) and no norm. */
+static loom_matmul_args staged(const loom_matmul_args *a, loom_isa isa, float *stage) {
+    for (int64_t m = 0; m < a->M; m++) loom_matmul_norm_row(a, isa, m, 0, a->K, stage + m * a->K);
+    loom_matmul_args c = *a;
+    c.x = stage, c.ldx = a->K, c.norm_gamma = NULL, c.norm_inv = NULL;
+    return c;
+}
+
 loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth,
                             void *scratch) {
     LOOM_TRY(loom_matmul_check(a));
+    LOOM_RETURN_IF(a->norm_gamma && !a->norm_inv, LOOM_ERR_INVALID_ARG, "matmul: norm_gamma without norm_inv");
     if (a->M == 0 || a->N == 0) return LOOM_OK;
+    if (a->norm_gamma && isa != LOOM_ISA_REF && use_gemv(a)) {
+        loom_matmul_args c = staged(a, isa, (float *)scratch);
+        return loom_gemv_run(&c, isa, ith, nth, (char *)scratch + norm_stage_bytes(a));
+    }
     if (isa == LOOM_ISA_REF) {
         int64_t lo, hi;
         loom_matmul_split(a->N, 1, ith, nth, &lo, &hi);

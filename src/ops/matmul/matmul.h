@@ -90,7 +90,28 @@ typedef struct loom_matmul_args {
      * other rows, since the GEMM's order over K depends on K alone. Scratch and
      * pre-quantized x are sized for either path. */
     int invariant;
+    /* Optional RMSNorm of x on the fly (norm_gamma NULL: off): the product
+     * takes x'[m][k] = x[m][k] * norm_inv[m] * norm_gamma[k], each value
+     * rounded as the rms_norm kernels round it (the level's scale_row), so
+     * the result is bit for bit rms_norm followed by the matmul, while x'
+     * exists only a micro-panel at a time (GEMM), a row at a time (x
+     * quantized for q8 products) or as the few rows of a GEMV, in scratch.
+     * norm_inv[m] = 1 / sqrt(mean(x[m]^2) + eps): loom_matmul_norm_inv. A
+     * pre-quantized xq must have been made with the same norm. */
+    const float  *norm_gamma;          /* [K] */
+    const double *norm_inv;            /* [M] */
 } loom_matmul_args;
+
+/* norm_inv of rows [m0, m1) of x [.., K] (row stride ldx) as the rms_norm
+ * kernels of level isa compute it, into inv[m0..m1). */
+void loom_matmul_norm_inv(loom_isa isa, const float *x, int64_t ldx, int64_t K, float eps, int64_t m0,
+                          int64_t m1, double *inv);
+/* Marks a as taking the norm, for loom_matmul_scratch_size only (the
+ * planner sizes scratch before any data is bound). */
+void loom_matmul_norm_for_size(loom_matmul_args *a);
+/* Row m of a's normalised x, columns [k0, k0 + n), into out (norm_gamma set). */
+void loom_matmul_norm_row(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
+                          float *out);
 
 /* 1 when a multiplies block-quantized W by f32 x (LOOM_ACT_PREC_FULL). */
 static inline int loom_matmul_full_act(const loom_matmul_args *a) {

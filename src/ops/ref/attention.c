@@ -31,6 +31,9 @@ loom_status loom_ref_attention_infer(const loom_tensor *const *src, int n_src, c
     /* k and v may be a half-precision or an i8 KV cache */
     LOOM_TRY(loom_ref_check_dtype("attention", 1, "k", k, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
     LOOM_TRY(loom_ref_check_dtype("attention", 2, "v", v, LOOM_REF_FLOATS | LOOM_REF_DT(LOOM_I8)));
+    const loom_attention_attrs *at = attrs;
+    LOOM_RETURN_IF(at && (!(at->softcap >= 0.0f) || !isfinite(at->softcap)), LOOM_ERR_INVALID_ARG,
+                   "attention: softcap = %g: expected 0 (none) or a positive finite cap", (double)at->softcap);
     int q8 = k->dtype == LOOM_I8;
     LOOM_RETURN_IF(q8 != (v->dtype == LOOM_I8), LOOM_ERR_DTYPE,
                    "attention: k is %s, v %s: an i8 cache needs both i8", loom_dtype_name(k->dtype),
@@ -143,6 +146,7 @@ loom_status loom_ref_attention(const loom_kernel_args *a) {
                 if (ks) dot *= (double)((const float *)ks->data)[b * ks->stride[0] + j * ks->stride[1] +
                                                                  hk * ks->stride[2]];
                 s = dot * scale;
+                if (at->softcap > 0.0f) s = (double)at->softcap * tanh(s / (double)at->softcap);
                 if (md) s += (double)md[i * m->stride[0] + j * m->stride[1]];
             }
             sc[j] = s;

@@ -99,6 +99,18 @@ void loom_ref_silu_cost(const loom_tensor *const *src, int n_src, const loom_ten
                         const void *attrs, loom_cost *c);
 loom_status loom_ref_silu(const loom_kernel_args *a);
 
+/* ---------------------------------------------------------- scale.c */
+
+loom_status loom_ref_scale_infer(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *dst);
+void loom_ref_scale_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
+                         loom_cost *c);
+loom_status loom_ref_scale(const loom_kernel_args *a);
+loom_status loom_ref_softcap_infer(const loom_tensor *const *src, int n_src, const void *attrs,
+                                   loom_tensor *dst);
+void loom_ref_softcap_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
+                           loom_cost *c);
+loom_status loom_ref_softcap(const loom_kernel_args *a);
+
 /* ---------------------------------------------------------- norm.c */
 
 loom_status loom_ref_rms_norm_infer(const loom_tensor *const *src, int n_src, const void *attrs,

@@ -1,0 +1,120 @@
+/* linear as a graph op: y = x'.W^T (+ residual), x' = rms_norm(x) * gamma when
+ * the norm is on, else x; one launch. The fusion pass puts it in place of
+ * matmul + add (an output projection and the residual stream: the sum is made
+ * in the GEMM's epilogue while the tile is in L1, instead of a separate add
+ * that reads both operands back) and of rms_norm + matmul (the output norm
+ * and the LM head: the norm is applied to x as the GEMM packs it, so x' never
+ * reaches memory). src: x [M, K], w [N, K] (any matmul weight type), then the
+ * residual [M, N] (attrs.residual), then gamma [K] (attrs.norm); dst: y [M, N].
+ * The matmul family's own kernels (ops/matmul), so results equal the unfused
+ * graph's bit for bit: the epilogue's acc + residual is the add kernel's sum,
+ * and the norm rounds x' as the rms_norm kernels do (loom_matmul_norm_row). */
+#include "fused/fused_graph_ops.h"
+
+#include <string.h>
+
+#include "base/status.h"
+#include "ops/matmul/matmul.h"
+#include "ops/ref/ref.h"
+
+static loom_status linear_infer(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *dst) {
+    const char *op = "linear";
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 2, 4));
+    const loom_linear_attrs *at = attrs;
+    LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
+    int want = 2 + (at->residual ? 1 : 0) + (at->norm ? 1 : 0);
+    LOOM_RETURN_IF(n_src != want, LOOM_ERR_INVALID_ARG,
+                   "%s: %d inputs, expected %d: x, w%s%s", op, n_src, want, at->residual ? ", residual" : "",
+                   at->norm ? ", gamma" : "");
+    const loom_tensor *x = src[0], *w = src[1];
+    LOOM_TRY(loom_ref_check_dtype(op, 0, "x", x, LOOM_REF_DT(LOOM_F32)));
+    LOOM_RETURN_IF(x->ndim != 2 || x->stride[1] != 1, LOOM_ERR_SHAPE,
+                   "%s: input 0 (x) must be 2-D [M, K] with contiguous rows", op);
+    int64_t M = x->shape[0], K = x->shape[1];
+    LOOM_RETURN_IF(w->ndim != 2 || w->shape[1] != K || w->stride[1] != 1, LOOM_ERR_SHAPE,
+                   "%s: input 1 (w) must be [N, %lld] with contiguous rows", op, (long long)K);
+    int64_t N = w->shape[0];
+    if (at->residual) {
+        const loom_tensor *r = src[2];
+        LOOM_RETURN_IF(r->dtype != LOOM_F32 || r->ndim != 2 || r->shape[0] != M || r->shape[1] != N ||
+                           r->stride[1] != 1,
+                       LOOM_ERR_SHAPE, "%s: input 2 (residual) must be f32 [%lld, %lld] with contiguous rows", op,
+                       (long long)M, (long long)N);
+    }
+    if (at->norm) {
+        const loom_tensor *g = src[n_src - 1];
+        LOOM_RETURN_IF(g->dtype != LOOM_F32 || loom_tensor_nelem(g) != K || !loom_tensor_is_contiguous(g),
+                       LOOM_ERR_SHAPE, "%s: input %d (the norm's gamma) must be contiguous f32 [%lld]", op, n_src - 1,
+                       (long long)K);
+        LOOM_RETURN_IF(!(at->norm_eps > 0.0f), LOOM_ERR_INVALID_ARG, "%s: norm_eps %g: expected > 0", op,
+                       (double)at->norm_eps);
+    }
+    const int64_t shape[2] = {M, N};
+    loom_ref_set_dst(dst, LOOM_F32, 2, shape);
+    return LOOM_OK;
+}
+
+static void linear_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
+                        loom_cost *c) {
+    const loom_linear_attrs *at = attrs;
+    double M = (double)src[0]->shape[0], K = (double)src[0]->shape[1], N = (double)src[1]->shape[0];
+    c->flops = 2.0 * M * N * K;
+    c->bytes_read = 4.0 * M * K + (double)loom_dtype_row_bytes(src[1]->dtype, src[1]->shape[1]) * N;
+    c->bytes_written = 4.0 * M * N;
+    if (at->residual) c->bytes_read += 4.0 * M * N, c->flops += M * N;
+    if (at->norm) { /* x once more for the rows' statistics, gamma */
+        c->bytes_read += 4.0 * M * K + 4.0 * K;
+        c->flops += 4.0 * M * K;
+    }
+    (void)n_src, (void)dst;
+}
+
+static loom_matmul_args linear_args(const loom_kernel_args *a, const loom_linear_attrs *at, loom_epilogue *ep,
+                                    const loom_tensor *const *src, const loom_tensor *dst) {
+    const loom_tensor *x = src[0], *w = src[1];
+    memset(ep, 0, sizeof *ep);
+    if (at->residual) ep->residual = src[2]->data, ep->ld_res = src[2]->stride[0];
+    loom_matmul_args g = {.x = x->data, .ldx = x->stride[0], .w = w->data, .ldw = w->stride[0],
+                          .wtype = w->dtype, .y = dst->data, .ldy = dst->stride[0], .M = x->shape[0],
+                          .N = w->shape[0], .K = x->shape[1], .ep = at->residual ? ep : NULL,
+                          .act = (loom_act_precision)at->act_precision, .invariant = a ? a->invariant : 0};
+    return g;
+}
+
+/* Scratch: the matmul's, then the rows' 1/rms [M] (doubles) with the norm. */
+static size_t linear_mm_bytes(const loom_tensor *const *src, const loom_tensor *dst, const loom_linear_attrs *at) {
+    loom_epilogue ep;
+    loom_matmul_args g = linear_args(NULL, at, &ep, src, dst);
+    if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
+    return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+}
+
+static size_t linear_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
+                             const void *attrs) {
+    const loom_linear_attrs *at = attrs;
+    (void)n_src;
+    return linear_mm_bytes(src, dst, at) + (at->norm ? (size_t)src[0]->shape[0] * sizeof(double) : 0) + 64;
+}
+
+static loom_status linear_kernel(const loom_kernel_args *a, loom_isa isa) {
+    const loom_linear_attrs *at = a->attrs;
+    loom_epilogue ep;
+    loom_matmul_args g = linear_args(a, at, &ep, a->src, a->dst);
+    if (at->norm) {
+        /* every thread computes the 1/rms of all rows (a pass over x; no
+         * barrier, and the same values whatever the thread) */
+        double *inv = (double *)((char *)a->scratch + linear_mm_bytes(a->src, a->dst, at));
+        const loom_tensor *x = a->src[0];
+        loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, x->shape[0], inv);
+        g.norm_gamma = a->src[a->n_src - 1]->data, g.norm_inv = inv;
+    }
+    return loom_matmul_run(&g, isa, a->ith, a->nth, a->scratch);
+}
+
+LOOM_FUSED_LEVELS(linear, linear_kernel)
+
+void loom_register_linear_op(loom_op_info *e) {
+    e->infer = linear_infer, e->cost = linear_cost, e->scratch_size = linear_scratch, e->ref = linear_ref;
+    e->decomposition = "rms_norm matmul add";
+    LOOM_FUSED_SET_LEVELS(e, linear);
+}

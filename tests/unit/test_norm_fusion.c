@@ -1,0 +1,263 @@
+/* The fused graph ops that take an RMSNorm on the fly or a residual add in
+ * their GEMM's epilogue, against their decompositions run with the primitive
+ * kernels of the same level, bit for bit:
+ *   - linear: matmul + add (an output projection and the residual stream),
+ *     rms_norm + matmul (the output norm and the LM head), and all three;
+ *   - ffn with the norm: rms_norm + gate/up matmuls + silu + mul + down
+ *     matmul (+ add).
+ * Random shapes whose rows and dims are not multiples of any tile (GEMV rows
+ * below 8, GEMM rows above; K of several GEMM k blocks), every weight type
+ * (f32, f16, bf16, q8_0, q4_0, q4_1; quantized ones with q8 and with full
+ * activations), every level, 1-3 threads. Then the ops' argument errors.
+ * (qkv_rope with the norm: test_qkv_rope_op.) */
+#include <string.h>
+
+#include "check.h"
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/rng.h"
+#include "graph/ops_init.h"
+#include "ops/ops.h"
+#include "ops/quant.h"
+
+static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
+
+static void *make_w(loom_dtype wt, int64_t rows, int64_t cols, loom_rng *r, loom_tensor *t) {
+    size_t rb = loom_dtype_row_bytes(wt, cols);
+    char *w = malloc((size_t)rows * rb);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t n = 0; n < rows; n++) {
+        for (int64_t k = 0; k < cols; k++) row[k] = rnd(r) / 4.0f;
+        if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
+        else if (wt == LOOM_F16 || wt == LOOM_BF16)
+            for (int64_t k = 0; k < cols; k++)
+                ((uint16_t *)(w + (size_t)n * rb))[k] = wt == LOOM_F16 ? loom_f32_to_f16(row[k]) : loom_f32_to_bf16(row[k]);
+        else loom_quantize_row(wt, row, w + (size_t)n * rb, cols);
+    }
+    free(row);
+    loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, cols}, w);
+    return w;
+}
+
+/* rows x cols values base + U(-1, 1); rows 0: a vector of cols. */
+static float *make_f(int64_t rows, int64_t cols, loom_rng *r, float base, loom_tensor *t) {
+    int64_t n = (rows > 0 ? rows : 1) * cols;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = base + rnd(r);
+    if (rows > 0) loom_tensor_init(t, LOOM_F32, 2, (const int64_t[2]){rows, cols}, x);
+    else loom_tensor_init(t, LOOM_F32, 1, (const int64_t[1]){cols}, x);
+    return x;
+}
+
+/* Every thread of op's kernel at isa, phases in order, each with scratch of
+ * the size the op asks for (filled with garbage). */
+static loom_status run_threads(loom_op op, loom_isa isa, loom_kernel_args a, int nth) {
+    const loom_op_info *info = loom_op_get(op);
+    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    int phases = info->n_phases > 0 ? info->n_phases : 1;
+    for (int p = 0; p < phases; p++)
+        for (int i = 0; i < nth; i++) {
+            void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
+            memset(s, 0xA5, bytes + 64);
+            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
+            loom_status st = loom_op_kernel(op, isa)(&a);
+            loom_free_aligned(s);
+            if (st != LOOM_OK) return st;
+        }
+    return LOOM_OK;
+}
+
+static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src, const void *attrs,
+                          loom_tensor *dst, int nth) {
+    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs};
+    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
+    return run_threads(op, isa, a, nth);
+}
+
+typedef struct {
+    int64_t M, K, N;          /* linear: x [M, K], w [N, K]; ffn: x [M, K], hidden N */
+    loom_dtype wt;
+    loom_act_precision act;
+    int residual, norm, nth;
+} lcase;
+
+static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
+    loom_rng r;
+    loom_rng_init(&r, seed, 9);
+    loom_tensor tx, tw, tres, tg, txn, ty[2];
+    float *x = make_f(c->M, c->K, &r, 0.3f, &tx), *res = make_f(c->M, c->N, &r, 0.0f, &tres);
+    float *g = make_f(0, c->K, &r, 1.0f, &tg), *xn = make_f(c->M, c->K, &r, 0.0f, &txn);
+    void *w = make_w(c->wt, c->N, c->K, &r, &tw);
+    float *y[2];
+    for (int i = 0; i < 2; i++) y[i] = make_f(c->M, c->N, &r, 0.0f, &ty[i]);
+    /* decomposition: rms_norm, matmul, add */
+    const loom_matmul_attrs ma = {.act_precision = c->act};
+    const loom_rms_norm_attrs na = {1e-5f};
+    if (c->norm) {
+        const loom_tensor *s[2] = {&tx, &tg};
+        CHECK(run_op(LOOM_OP_RMS_NORM, isa, s, 2, &na, &txn, c->nth) == LOOM_OK);
+    }
+    const loom_tensor *sm[2] = {c->norm ? &txn : &tx, &tw};
+    CHECK(run_op(LOOM_OP_MATMUL, isa, sm, 2, &ma, &ty[0], c->nth) == LOOM_OK);
+    if (c->residual) {
+        const loom_tensor *sa[2] = {&tres, &ty[0]};
+        CHECK(run_op(LOOM_OP_ADD, isa, sa, 2, NULL, &ty[0], c->nth) == LOOM_OK);
+    }
+    /* the fused op */
+    loom_linear_attrs at = {.act_precision = c->act, .residual = c->residual, .norm = c->norm, .norm_eps = 1e-5f};
+    loom_kernel_args a = {.src = {&tx, &tw}, .n_src = 2, .dst = &ty[1], .attrs = &at};
+    if (c->residual) a.src[a.n_src++] = &tres;
+    if (c->norm) a.src[a.n_src++] = &tg;
+    loom_tensor inferred;
+    CHECK_MSG(loom_op_get(LOOM_OP_LINEAR)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(run_threads(LOOM_OP_LINEAR, isa, a, c->nth) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)(c->M * c->N)) == 0,
+              "linear %s: M=%lld K=%lld N=%lld %s act %s residual %d norm %d nth %d: differs from its decomposition",
+              loom_isa_name(isa), (long long)c->M, (long long)c->K, (long long)c->N, loom_dtype_name(c->wt),
+              loom_act_precision_name(c->act), c->residual, c->norm, c->nth);
+    free(x), free(res), free(g), free(xn), free(w), free(y[0]), free(y[1]);
+}
+
+static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
+    loom_rng r;
+    loom_rng_init(&r, seed, 11);
+    int64_t M = c->M, D = c->K, H = c->N;
+    loom_tensor tx, tg, txn, twg, twu, twd, tgate, tup, tdown, ty;
+    float *x = make_f(M, D, &r, 0.3f, &tx), *g = make_f(0, D, &r, 1.0f, &tg), *xn = make_f(M, D, &r, 0.0f, &txn);
+    void *wg = make_w(c->wt, H, D, &r, &twg), *wu = make_w(c->wt, H, D, &r, &twu), *wd = make_w(c->wt, D, H, &r, &twd);
+    float *gate = make_f(M, H, &r, 0.0f, &tgate), *up = make_f(M, H, &r, 0.0f, &tup);
+    float *down = make_f(M, D, &r, 0.0f, &tdown), *y = make_f(M, D, &r, 0.0f, &ty);
+    const loom_matmul_attrs ma = {.act_precision = c->act};
+    const loom_rms_norm_attrs na = {1e-5f};
+    const loom_tensor *sn[2] = {&tx, &tg};
+    CHECK(run_op(LOOM_OP_RMS_NORM, isa, sn, 2, &na, &txn, c->nth) == LOOM_OK);
+    const loom_tensor *s1[2] = {&txn, &twg}, *s2[2] = {&txn, &twu};
+    CHECK(run_op(LOOM_OP_MATMUL, isa, s1, 2, &ma, &tgate, c->nth) == LOOM_OK);
+    CHECK(run_op(LOOM_OP_MATMUL, isa, s2, 2, &ma, &tup, c->nth) == LOOM_OK);
+    const loom_tensor *s3[1] = {&tgate}, *s4[2] = {&tgate, &tup}, *s5[2] = {&tgate, &twd};
+    CHECK(run_op(LOOM_OP_SILU, isa, s3, 1, NULL, &tgate, c->nth) == LOOM_OK);
+    CHECK(run_op(LOOM_OP_MUL, isa, s4, 2, NULL, &tgate, c->nth) == LOOM_OK);
+    CHECK(run_op(LOOM_OP_MATMUL, isa, s5, 2, &ma, &tdown, c->nth) == LOOM_OK);
+    if (c->residual) {
+        const loom_tensor *s6[2] = {&tx, &tdown};
+        CHECK(run_op(LOOM_OP_ADD, isa, s6, 2, NULL, &tdown, c->nth) == LOOM_OK);
+    }
+    loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = (int32_t)(H > 40 ? 40 : 0), .act_precision = c->act,
+                         .norm = 1, .norm_eps = 1e-5f};
+    loom_tensor th;
+    float *h = make_f(M, H, &r, 0.0f, &th);
+    loom_kernel_args a = {.src = {&tx, &twg, &twu, &twd}, .n_src = 4, .dst = &ty, .attrs = &at,
+                          .dst_extra = {&th}, .n_dst_extra = 1};
+    if (c->residual) a.src[a.n_src++] = &tx;
+    a.src[a.n_src++] = &tg;
+    loom_tensor inferred;
+    CHECK_MSG(loom_op_get(LOOM_OP_FFN)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(run_threads(LOOM_OP_FFN, isa, a, c->nth) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(memcmp(down, y, sizeof(float) * (size_t)(M * D)) == 0,
+              "ffn %s: M=%lld D=%lld H=%lld %s act %s residual %d nth %d: differs from its decomposition",
+              loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
+              loom_act_precision_name(c->act), c->residual, c->nth);
+    free(x), free(g), free(xn), free(wg), free(wu), free(wd), free(gate), free(up), free(down), free(y), free(h);
+}
+
+static const lcase cases[] = {
+    /* M, K, N, wt, act, residual, norm, nth */
+    {1, 72, 50, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 0, 1},
+    {3, 72, 50, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 1, 3},
+    {7, 100, 37, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2},
+    {9, 100, 37, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 3},
+    {45, 1100, 70, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2},
+    {45, 1100, 70, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 1, 1},
+    {2, 90, 33, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 2},
+    {21, 90, 33, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 3},
+    {2, 90, 33, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 1, 2},
+    {33, 250, 48, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 1, 3},
+    {1, 128, 40, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 1},
+    {19, 1088, 40, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 3},
+    {5, 96, 40, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 0, 1, 2},
+    {17, 96, 40, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 1, 1, 2},
+    {3, 96, 40, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 1, 1, 3},
+    {12, 160, 40, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 3},
+    {1, 160, 40, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 1},
+    {10, 128, 40, LOOM_Q8_0, LOOM_ACT_PREC_FULL, 0, 1, 2},
+};
+
+static void test_linear(void) {
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_linear(&cases[i], (loom_isa)isa, 40 + i);
+}
+
+static void test_ffn_norm(void) {
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            lcase c = cases[i];
+            if (loom_dtype_is_quantized(c.wt) && c.N % 32) c.N = 64; /* the down projection's K is H */
+            check_ffn(&c, (loom_isa)isa, 90 + i);
+        }
+}
+
+/* Wrong inputs are errors naming the op and the input, never a crash. */
+static void test_errors(void) {
+    float buf[64] = {0};
+    loom_tensor x, w, res, g, badg, y;
+    loom_tensor_init(&x, LOOM_F32, 2, (const int64_t[2]){2, 8}, buf);
+    loom_tensor_init(&w, LOOM_F32, 2, (const int64_t[2]){4, 8}, buf);
+    loom_tensor_init(&res, LOOM_F32, 2, (const int64_t[2]){2, 4}, buf);
+    loom_tensor_init(&g, LOOM_F32, 1, (const int64_t[1]){8}, buf);
+    loom_tensor_init(&badg, LOOM_F32, 1, (const int64_t[1]){7}, buf);
+    const loom_op_info *info = loom_op_get(LOOM_OP_LINEAR);
+    loom_linear_attrs at = {.residual = 1, .norm = 1, .norm_eps = 1e-5f};
+    const loom_tensor *ok[4] = {&x, &w, &res, &g}, *bad_g[4] = {&x, &w, &res, &badg}, *bad_r[4] = {&x, &w, &g, &g};
+    CHECK(info->infer(ok, 4, &at, &y) == LOOM_OK && y.shape[0] == 2 && y.shape[1] == 4);
+    CHECK(info->infer(ok, 3, &at, &y) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "linear"));
+    CHECK(info->infer(bad_g, 4, &at, &y) == LOOM_ERR_SHAPE && strstr(loom_last_error(), "gamma"));
+    CHECK(info->infer(bad_r, 4, &at, &y) == LOOM_ERR_SHAPE && strstr(loom_last_error(), "residual"));
+    at.norm_eps = 0.0f;
+    CHECK(info->infer(ok, 4, &at, &y) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "norm_eps"));
+    /* ffn: gamma of the wrong length, six inputs without the norm */
+    loom_tensor wg, wd;
+    loom_tensor_init(&wg, LOOM_F32, 2, (const int64_t[2]){4, 8}, buf);
+    loom_tensor_init(&wd, LOOM_F32, 2, (const int64_t[2]){8, 4}, buf);
+    loom_ffn_attrs fa = {.act = LOOM_ACT_SILU, .norm = 1, .norm_eps = 1e-5f};
+    const loom_tensor *f_ok[6] = {&x, &wg, &wg, &wd, &x, &g}, *f_bad[6] = {&x, &wg, &wg, &wd, &x, &badg};
+    CHECK(loom_op_get(LOOM_OP_FFN)->infer(f_ok, 6, &fa, &y) == LOOM_OK);
+    CHECK(loom_op_get(LOOM_OP_FFN)->infer(f_bad, 6, &fa, &y) == LOOM_ERR_SHAPE && strstr(loom_last_error(), "gamma"));
+    fa.norm = 0;
+    CHECK(loom_op_get(LOOM_OP_FFN)->infer(f_ok, 6, &fa, &y) == LOOM_ERR_INVALID_ARG);
+}
+
+/* The planner sizes scratch before any data is bound: the norm's staging
+ * must be counted from the attributes, not from x's data pointer. */
+static void test_scratch_without_data(void) {
+    static float buf[64 * 4096];
+    loom_tensor x, w, g, y, wg, wd;
+    loom_tensor_init(&x, LOOM_F32, 2, (const int64_t[2]){3, 4096}, buf);
+    loom_tensor_init(&w, LOOM_F32, 2, (const int64_t[2]){64, 4096}, buf);
+    loom_tensor_init(&g, LOOM_F32, 1, (const int64_t[1]){4096}, buf);
+    loom_tensor_init(&y, LOOM_F32, 2, (const int64_t[2]){3, 64}, buf);
+    loom_tensor_init(&wg, LOOM_F32, 2, (const int64_t[2]){64, 4096}, buf);
+    loom_tensor_init(&wd, LOOM_F32, 2, (const int64_t[2]){4096, 64}, buf);
+    loom_linear_attrs la = {.norm = 1, .norm_eps = 1e-5f};
+    loom_ffn_attrs fa = {.act = LOOM_ACT_SILU, .norm = 1, .norm_eps = 1e-5f};
+    const loom_tensor *ls[3] = {&x, &w, &g}, *fs[5] = {&x, &wg, &wg, &wd, &g};
+    size_t l1 = loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 3, &y, &la);
+    size_t f1 = loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 5, &x, &fa);
+    la.norm = 0, fa.norm = 0;
+    size_t l0 = loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 2, &y, &la);
+    size_t f0 = loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 4, &x, &fa);
+    la.norm = 1, fa.norm = 1;
+    x.data = NULL, w.data = NULL, g.data = NULL, y.data = NULL;
+    CHECK_MSG(loom_op_get(LOOM_OP_LINEAR)->scratch_size(ls, 3, &y, &la) == l1, "linear: scratch depends on x's data");
+    CHECK_MSG(loom_op_get(LOOM_OP_FFN)->scratch_size(fs, 5, &x, &fa) == f1, "ffn: scratch depends on x's data");
+    /* 3 rows of 4096 normalised in scratch (the GEMV's stage) */
+    CHECK(l1 >= l0 + 3 * 4096 * sizeof(float) && f1 >= f0 + 3 * 4096 * sizeof(float));
+}
+
+int main(void) {
+    loom_ops_init();
+    RUN_TEST(test_scratch_without_data);
+    RUN_TEST(test_linear);
+    RUN_TEST(test_ffn_norm);
+    RUN_TEST(test_errors);
+    return TEST_SUMMARY();
+}
