@@ -22,8 +22,8 @@ outside the repository):
                            `loom convert` of the f16 file (llama.cpp's
                            converter writes no q4_0, and llama-quantize is not
                            built here)
-then runs, on each file, one tool at a time under the exclusive lock
-(`flock /tmp/loom-bench.lock`):
+then runs, on each file, one tool after the other under one hold of the
+exclusive lock (/tmp/loom-bench.lock, flock(2) as `flock` takes it):
   loom bench  -m FILE -p 512 -n 128 -t THREADS -r REPS --kv-dtype f16 -o json
   llama-bench -m FILE -p 512 -n 128 -t THREADS -r REPS -o json    (f16 KV, its default)
 and prints a markdown table: median tokens/s of both, and loom / llama.cpp.
@@ -39,6 +39,7 @@ class, the pre-tokenizer name llama.cpp is told, whether its tokenizer is
 Qwen2's, and the keys that differ from SHAPE).
 """
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -125,16 +126,26 @@ def convert(family, d, lc_src, loom):
 
 
 def bench(loom, llama_bench, path, threads, reps):
-    """{(engine, test, threads): (median t/s, samples)} for one file."""
-    lock = ["flock", "/tmp/loom-bench.lock"]
+    """{(engine, test, threads): (median t/s, samples)} for one file: both
+    tools, one after the other, under one hold of the exclusive lock (taken
+    as `flock /tmp/loom-bench.lock CMD` takes it: flock(2))."""
+    with open("/tmp/loom-bench.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return bench_locked(loom, llama_bench, path, threads, reps)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def bench_locked(loom, llama_bench, path, threads, reps):
     res = {}
-    out = run(lock + [loom, "bench", "-m", path, "-p", "512", "-n", "128", "-t", threads, "-r", str(reps),
+    out = run([loom, "bench", "-m", path, "-p", "512", "-n", "128", "-t", threads, "-r", str(reps),
                       "--kv-dtype", "f16", "-o", "json"], stdout=subprocess.PIPE, text=True).stdout
     rows = json.loads(out)
     for r in rows:
         test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
         res[("loom", test, r["n_threads"])] = (r["median_ts"], r["samples_ts"])
-    out = run(lock + [llama_bench, "-m", path, "-p", "512", "-n", "128", "-t", threads, "-r", str(reps),
+    out = run([llama_bench, "-m", path, "-p", "512", "-n", "128", "-t", threads, "-r", str(reps),
                       "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
     for r in json.loads(out):
         test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
@@ -161,25 +172,26 @@ def main():
         if f not in FAMILIES:
             sys.exit("bench_families: unknown family %r (known: %s)" % (f, ", ".join(FAMILIES)))
     table, raw = [], []
-    for family in a.families.split(","):
-        files = convert(family, os.path.join(a.out, family), lc_src, loom)
-        if a.only_make:
-            continue
-        for t in a.types.split(","):
-            res, rows = bench(loom, llama_bench, files[t], a.threads, a.reps)
+    files = {f: convert(f, os.path.join(a.out, f), lc_src, loom) for f in a.families.split(",")}
+    if a.only_make:
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for t in a.types.split(","):  # every family in one type, then the next type
+        for family in a.families.split(","):
+            res, rows = bench(loom, llama_bench, files[family][t], a.threads, a.reps)
             model = "%s %s" % (rows[0]["model_type"], rows[0].get("model_size", ""))
-            raw.append(dict(family=family, type=t, file=files[t], loom_model=rows[0]["model_type"],
+            raw.append(dict(family=family, type=t, file=files[family][t], loom_model=rows[0]["model_type"],
                             results={"%s %s t%d" % k: v for k, v in res.items()}))
             for th in [int(x) for x in a.threads.split(",")]:
                 for test in ("pp512", "tg128"):
                     lo, lc = res[("loom", test, th)][0], res[("llama.cpp", test, th)][0]
                     table.append((family, t, test, th, lo, lc, rows[0]["model_type"]))
             print("%s %s done (%s)" % (family, t, model), file=sys.stderr)
-    if a.only_make:
-        return
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with open(os.path.join(a.out, "results-%s.json" % stamp), "w") as f:
-        json.dump(raw, f, indent=1)
+            with open(os.path.join(a.out, "results-%s.json" % stamp), "w") as f:  # so far
+                json.dump(raw, f, indent=1)
+            for family_, t_, test, th, lo, lc, _ in table[-2 * len(a.threads.split(",")):]:
+                print("| %s | %s | %s | %d | %.2f | %.2f | %.2f |" % (family_, t_, test, th, lo, lc, lo / lc),
+                      file=sys.stderr)
     print("| family | weights | test | threads | loom t/s | llama.cpp t/s | loom / llama.cpp |")
     print("|---|---|---|---:|---:|---:|---:|")
     for family, t, test, th, lo, lc, _ in table:

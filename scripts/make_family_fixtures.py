@@ -213,13 +213,14 @@ PPL_TEXT = ("The quick brown fox jumps over the lazy dog. Once upon a time there
 def perplexity(model, tokenizer, text, ctx, bos_first=True):
     """The perplexity of the model on text as llama.cpp's llama-perplexity
     scores it (tools/perplexity/perplexity.cpp, perplexity()): the text,
-    without its last newline (as -f reads a file), tokenized once with the tokenizer's special tokens (BOS when it adds
-    one), cut into the len // ctx full chunks of ctx tokens, each chunk's
-    first token replaced by BOS when the tokenizer adds BOS, run from
-    position 0, and token j+1 scored from the logits at j for j = ctx/2 ..
-    ctx-2 (bos_first=False: chunks as cut, to show that BOS matters);
-    PPL = exp(mean NLL), error = PPL * sqrt((mean(NLL^2) -
-    mean(NLL)^2) / (count - 1)); the running PPL after each chunk."""
+    without its last newline (as -f reads a file), tokenized once with the
+    tokenizer's special tokens (BOS when it adds one), cut into the
+    len // ctx full chunks of ctx tokens, each chunk's first token replaced
+    by BOS when the tokenizer adds BOS, run from position 0, and token j+1
+    scored from the logits at j for j = ctx/2 .. ctx-2 (bos_first=False:
+    the chunks as cut, to show that BOS matters); PPL = exp(mean NLL),
+    error = PPL * sqrt((mean(NLL^2) - mean(NLL)^2) / (count - 1)); the
+    running PPL after each chunk."""
     if text.endswith("\n"):  # llama.cpp's -f (and loom's) drops the file's last newline
         text = text[:-1]
     ids = tokenizer(text)["input_ids"]
