@@ -100,6 +100,7 @@ typedef struct loom_engine_stats {
     int blocks_used, blocks_free, blocks_cached, n_blocks, block_size;
     long prefix_hits, prefix_misses, evictions, cow_copies, preemptions;
     long steps, rows, prompt_tokens, generated_tokens;
+    long blocks_dropped;           /* blocks given back because their keys left the sliding window */
 } loom_engine_stats;
 
 /* Creates an engine over a loaded model (which it borrows: free the engine

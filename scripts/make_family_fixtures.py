@@ -40,6 +40,16 @@ it writes OUT_DIR/<family>/ with
                                    converter writes no window for Mistral and
                                    llama.cpp runs it with full attention, so
                                    its GGUF is checked against these
+  ppl.txt, ppl.json                a text of a few sentences and the perplexity
+                                   transformers gives the model on it, scored
+                                   as llama.cpp's llama-perplexity scores
+                                   (write_perplexity: chunks of 16 tokens, BOS
+                                   first in each when the tokenizer adds one
+                                   (llama's does, as Llama 3's), the second
+                                   half scored; the value, its +/- error, the
+                                   running values, the ids; "full": with full
+                                   attention where logits_full.f32 is), for
+                                   tests/cli/test_family_perplexity.sh
   llama-cpp.gguf                   with --llama-cpp: the folder converted by
                                    llama.cpp's own convert_hf_to_gguf.py (f32)
 
@@ -47,7 +57,7 @@ mixtral and qwen3moe are mixtures of 4 experts (FFN width 64 and 32), the
 top 2 of each token, renormalised; their routers are drawn 3x larger, and
 the seed is the first (of seed, seed + 1000, ...) whose routers keep every
 token's second choice at least MIN_ROUTER_GAP (in logits) from the third, so
-that lossy KV caches cannot switch a token's experts. About 90 KB a family (the
+that lossy KV caches cannot switch a token's experts. About 92 KB a family (the
 mixtures about 150 KB).
 
 llama.cpp's converter names a byte-level BPE's pre-tokenizer by the hash of a
@@ -66,6 +76,7 @@ Everything is seeded: two runs write the same files.
 import copy
 import importlib.machinery
 import json
+import math
 import os
 import struct
 import sys
@@ -102,10 +113,13 @@ TEST_TEXT = ("Hello world! I'LL pay 12345 dollars, don't you?\n\n  Qwen2.5 costs
              "\u4e2d\u6587 ok   end\r\n\tTabs and 7 8 9.")
 
 
-def train_tokenizer(qwen, vocab_size=300):
+def train_tokenizer(qwen, vocab_size=300, bos=False):
     """Trained with GPT-2's pre-tokenizer, whose digit runs give merges of
     digits; the Qwen tokenizers then split with Qwen2's regex, so a pre-
-    tokenizer that kept digits together (Llama 3's) would encode differently."""
+    tokenizer that kept digits together (Llama 3's) would encode differently.
+    bos: the tokenizer adds <|endoftext|> as BOS, in its post-processor, as
+    Llama 3's adds <|begin_of_text|> (tokenizer_config.json names bos_token
+    and has no add_bos_token)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -116,16 +130,17 @@ def train_tokenizer(qwen, vocab_size=300):
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_RE), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    extra = dict(bos_token="<|endoftext|>", add_bos_token=True) if bos else {}
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   chat_template=CHATML)
+                                   chat_template=CHATML, **extra)
 
 
 def config_for(family, vocab):
     common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, rms_norm_eps=1e-6,
                   tie_word_embeddings=False, eos_token_id=0)
-    if family == "llama":
-        return LlamaConfig(rope_theta=500000.0, **common), LlamaForCausalLM
+    if family == "llama":  # its tokenizer adds BOS (<|endoftext|>, id 0)
+        return LlamaConfig(rope_theta=500000.0, bos_token_id=0, **common), LlamaForCausalLM
     if family == "qwen2":
         return Qwen2Config(rope_theta=1000000.0, **common), Qwen2ForCausalLM
     if family == "mistral":
@@ -292,8 +307,87 @@ def make(family, out, tokenizer):
         family, d, cfg.vocab_size, rope, float(logits.abs().max())))
 
 
-def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
-    """Runs llama.cpp's convert_hf_to_gguf.py (in this process: see the module doc)."""
+PPL_CTX = 16  # tokens per chunk of the perplexity fixture (the second half scored)
+PPL_TEXT = ("The quick brown fox jumps over the lazy dog. Once upon a time there was a little model that ran "
+            "on a CPU.\nQwen, Llama and friends: rotary positions, grouped queries, biases and norms; the lazy dog "
+            "said 1234567890 + 987654321 = 1111111111.\n")
+
+
+@torch.no_grad()
+def perplexity(model, tokenizer, text, ctx, bos_first=True):
+    """The perplexity of the model on text as llama.cpp's llama-perplexity
+    scores it (tools/perplexity/perplexity.cpp, perplexity()): the text,
+    without its last newline (as -f reads a file), tokenized once with the
+    tokenizer's special tokens (BOS when it adds one), cut into the
+    len // ctx full chunks of ctx tokens, each chunk's first token replaced
+    by BOS when the tokenizer adds BOS, run from position 0, and token j+1
+    scored from the logits at j for j = ctx/2 .. ctx-2 (bos_first=False:
+    the chunks as cut, to show that BOS matters); PPL = exp(mean NLL),
+    error = PPL * sqrt((mean(NLL^2) - mean(NLL)^2) / (count - 1)); the
+    running PPL after each chunk."""
+    if text.endswith("\n"):  # llama.cpp's -f (and loom's) drops the file's last newline
+        text = text[:-1]
+    ids = tokenizer(text)["input_ids"]
+    plain = tokenizer(text, add_special_tokens=False)["input_ids"]
+    add_bos = len(ids) == len(plain) + 1 and ids[0] == tokenizer.bos_token_id
+    if ids[len(ids) - len(plain):] != plain or len(ids) - len(plain) not in (0, 1) or len(ids) < 2 * ctx:
+        sys.exit("perplexity: the tokenizer adds more than BOS, or the text is shorter than two chunks")
+    nll, nll2, count, running = 0.0, 0.0, 0, []
+    for c in range(len(ids) // ctx):
+        chunk = list(ids[c * ctx:(c + 1) * ctx])
+        if add_bos and bos_first:
+            chunk[0] = tokenizer.bos_token_id
+        logp = torch.log_softmax(model(torch.tensor([chunk])).logits[0].to(torch.float64), dim=-1)
+        for j in range(ctx // 2, ctx - 1):
+            v = -float(logp[j, chunk[j + 1]])
+            nll, nll2, count = nll + v, nll2 + v * v, count + 1
+        running.append(math.exp(nll / count))
+    mean, var = nll / count, nll2 / count - (nll / count) ** 2
+    return dict(ids=ids, add_bos=add_bos, ppl=math.exp(mean), error=math.sqrt(var / (count - 1)) * math.exp(mean),
+                running=running, scored=count)
+
+
+def write_perplexity(d, ctx=PPL_CTX, text=PPL_TEXT):
+    """ppl.txt (the text) and ppl.json (ctx, the token ids, add_bos, the
+    scored count, ppl, error, running) for the fixture folder d, the model read
+    back from its files in f32 as loom reads them. A folder with
+    logits_full.f32 (a window llama.cpp's GGUF does not have) also gets
+    "full": the same scores with full attention, which must differ by 1 %;
+    a tokenizer that adds BOS must change the result by 1e-3 (else a BOS
+    ignored would pass)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    res = perplexity(model, tokenizer, text, ctx)
+    out = dict(ctx=ctx, n_tokens=len(res["ids"]), add_bos=res["add_bos"], bos=tokenizer.bos_token_id,
+               scored=res["scored"], ppl=res["ppl"], error=res["error"], running=res["running"], ids=res["ids"])
+    if res["add_bos"]:
+        diff = abs(perplexity(model, tokenizer, text, ctx, bos_first=False)["ppl"] / res["ppl"] - 1)
+        if diff < 1e-3:
+            sys.exit("%s: BOS first in each chunk changes the perplexity by %.3g only" % (d, diff))
+        print("%s: BOS first in each chunk: perplexity %.3g (relative) from the chunks as cut" % (d, diff))
+    if os.path.exists(os.path.join(d, "logits_full.f32")):
+        window = model.config.sliding_window
+        model.config.sliding_window = None
+        full = perplexity(model, tokenizer, text, ctx)
+        model.config.sliding_window = window
+        diff = abs(full["ppl"] / res["ppl"] - 1)
+        if diff < 1e-2:
+            sys.exit("%s: the window changes the perplexity by %.3g only" % (d, diff))
+        out["full"] = dict(ppl=full["ppl"], error=full["error"], running=full["running"])
+    with open(os.path.join(d, "ppl.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    with open(os.path.join(d, "ppl.json"), "w") as f:  # a key a line
+        f.write("{\n%s\n}\n" % ",\n".join(" %s: %s" % (json.dumps(k), json.dumps(v)) for k, v in out.items()))
+    print("%s: perplexity -c %d: %d tokens%s, PPL = %.4f +/- %.5f%s" % (
+        d, ctx, len(res["ids"]), " (BOS added)" if res["add_bos"] else "", res["ppl"], res["error"],
+        ", full attention %.4f" % out["full"]["ppl"] if "full" in out else ""))
+
+
+def llama_cpp_convert(llama_cpp, model_dir, outfile, pre, outtype="f32", extra=()):
+    """Runs llama.cpp's convert_hf_to_gguf.py (in this process: see the module
+    doc) with --outtype outtype and the extra arguments (bench/bench_families.py
+    uses both)."""
     sys.path[:0] = [llama_cpp, os.path.join(llama_cpp, "gguf-py")]
     try:
         import sentencepiece  # noqa: F401
@@ -309,7 +403,7 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
     # byte-level BPE, which it is told to read as Gemma 3's converter reads one without tokenizer.model
     gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
     argv = sys.argv
-    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", "f32"]
+    sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", outfile, "--outtype", outtype] + list(extra)
     try:
         convert_hf_to_gguf.main()
     finally:
@@ -318,6 +412,7 @@ def llama_cpp_convert(llama_cpp, model_dir, outfile, pre):
 
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3", "mixtral", "qwen3moe")
 QWEN_TOKENIZER = ("qwen2", "qwen3", "qwen3moe")
+BOS_TOKENIZER = ("llama",)  # tokenizers that add BOS
 PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2", "gemma2": "gpt-2",
        "gemma3": "gpt-2", "mixtral": "gpt-2", "qwen3moe": "qwen2"}  # the tokenizers' pre-tokenizers
 
@@ -338,7 +433,9 @@ def main():
         sys.exit(usage)
     torch.manual_seed(0)
     for family in FAMILIES:
-        make(family, args[0], train_tokenizer(qwen=family in QWEN_TOKENIZER))
+        make(family, args[0], train_tokenizer(qwen=family in QWEN_TOKENIZER, bos=family in BOS_TOKENIZER))
+    for family in FAMILIES:
+        write_perplexity(os.path.join(args[0], family))
     for family in FAMILIES if llama_cpp else ():
         d = os.path.join(args[0], family)
         llama_cpp_convert(llama_cpp, d, os.path.join(d, "llama-cpp.gguf"), PRE[family])

@@ -193,8 +193,39 @@ static int piece_id(const hf_vocab *v, const char *s) {
     return -1;
 }
 
-/* Special ids and add_bos/add_eos from tokenizer_config.json (may be NULL). */
-static loom_status specials(const cJSON *cfg, const hf_vocab *v, int bert, loom_gguf_writer *w) {
+/* Whether tokenizer.json's post-processor decides on a leading special token,
+ * as llama.cpp's converter reads it: a TemplateProcessing (alone or in a
+ * Sequence) whose "single" template has more than one item and begins with a
+ * SpecialToken: 1 and *first = that token; a ByteLevel post-processor
+ * without one: 0 (no BOS); else -1 (tokenizer_config.json's add_bos_token
+ * decides). Transformers adds what the post-processor adds. */
+static int post_processor_bos(const cJSON *root, const char **first) {
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+    if (!cJSON_IsObject(pp)) return -1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
+    int decided = -1;
+    for (const cJSON *p = cJSON_IsArray(list) ? list->child : pp; p; p = cJSON_IsArray(list) ? p->next : NULL) {
+        const char *ty = type_of(p);
+        if (strcmp(ty, "ByteLevel") == 0 && decided < 0) decided = 0;
+        if (strcmp(ty, "TemplateProcessing") != 0) continue;
+        const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
+        if (!cJSON_IsArray(single) || cJSON_GetArraySize(single) < 2) continue;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(single->child, "SpecialToken");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(st, "id");
+        if (cJSON_IsString(id)) {
+            *first = id->valuestring;
+            decided = 1;
+        }
+    }
+    return decided;
+}
+
+/* Special ids and add_bos/add_eos from tokenizer_config.json (may be NULL)
+ * and the post-processor of tokenizer.json (root), which decides add_bos when
+ * it says (as in llama.cpp's converter: Llama 3's tokenizer.json adds
+ * <|begin_of_text|> there, its tokenizer_config.json has no add_bos_token). */
+static loom_status specials(const cJSON *root, const cJSON *cfg, const hf_vocab *v, int bert,
+                            loom_gguf_writer *w) {
     if (bert) {
         const char *names[][2] = {{"tokenizer.ggml.unknown_token_id", "[UNK]"},
                                   {"tokenizer.ggml.cls_token_id", "[CLS]"},
@@ -206,7 +237,11 @@ static loom_status specials(const cJSON *cfg, const hf_vocab *v, int bert, loom_
         }
         return LOOM_OK;
     }
-    int bos = piece_id(v, config_token(cfg, "bos_token"));
+    const char *first = NULL;
+    int post = post_processor_bos(root, &first);
+    const char *bos_name = config_token(cfg, "bos_token");
+    if (!bos_name && post == 1) bos_name = first;
+    int bos = piece_id(v, bos_name);
     int eos = piece_id(v, config_token(cfg, "eos_token"));
     int unk = piece_id(v, config_token(cfg, "unk_token"));
     int pad = piece_id(v, config_token(cfg, "pad_token"));
@@ -215,7 +250,8 @@ static loom_status specials(const cJSON *cfg, const hf_vocab *v, int bert, loom_
     if (unk >= 0) LOOM_TRY(loom_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)unk));
     if (pad >= 0) LOOM_TRY(loom_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad));
     const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-    LOOM_TRY(loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(ab)));
+    int add_bos = post == 1 ? bos >= 0 && strcmp(first, bos_name) == 0 : post == 0 ? 0 : cJSON_IsTrue(ab);
+    LOOM_TRY(loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos));
     LOOM_TRY(loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0));
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
     if (cJSON_IsString(tmpl)) LOOM_TRY(loom_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl->valuestring));
@@ -278,7 +314,7 @@ loom_status loom_tokenizer_hf_json_to_gguf(const char *text, size_t len, const c
     free(marked);
     if (s == LOOM_OK)
         s = loom_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LOOM_GGUF_INT32, v.type, (uint64_t)v.n);
-    if (s == LOOM_OK) s = specials(cfg, &v, bert, w);
+    if (s == LOOM_OK) s = specials(root, cfg, &v, bert, w);
 done:
     vocab_free(&v);
     cJSON_Delete(cfg);

@@ -142,6 +142,11 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     e->m = m, e->tok = tok, e->p = p;
     const loom_llama_config *c = &m->cfg;
     e->V = c->vocab_size, e->L = c->n_layers, e->Hkv = c->n_kv_heads, e->D = c->head_dim;
+    /* blocks leave the cache with the window only when every layer slides
+     * (Gemma's global layers still read every key) */
+    e->window = c->sliding_window > 0 ? c->sliding_window : 0;
+    for (int l = 0; l < c->n_layers && e->window > 0; l++)
+        if (loom_llama_layer_window(c, l) != e->window) e->window = 0;
     e->bs = p.block_size;
     e->n_blocks = (p.n_ctx + p.block_size - 1) / p.block_size;
     e->max_blk = (p.seq_len + p.block_size - 1) / p.block_size;
@@ -360,8 +365,8 @@ int loom_engine_pending(const loom_engine *e) {
 /* ------------------------------------------------------------ blocks and events */
 
 void eng_release(loom_engine *e, eng_req *r) {
-    for (int i = 0; i < r->n_blk; i++) loom_kv_blocks_unref(e->blocks, r->blk[i]);
-    r->n_blk = r->n_hash = 0;
+    for (int i = r->n_drop; i < r->n_blk; i++) loom_kv_blocks_unref(e->blocks, r->blk[i]);
+    r->n_blk = r->n_hash = r->n_drop = 0;
     r->n_comp = 0;
 }
 
@@ -445,7 +450,7 @@ loom_status loom_engine_check(const loom_engine *e) {
     int *held = calloc((size_t)e->n_blocks, sizeof *held);
     LOOM_RETURN_IF(!held, LOOM_ERR_NOMEM, "engine_check: out of memory");
     for (int i = 0; i < e->n_reqs; i++)
-        for (int b = 0; b < e->reqs[i]->n_blk; b++) held[e->reqs[i]->blk[b]]++;
+        for (int b = e->reqs[i]->n_drop; b < e->reqs[i]->n_blk; b++) held[e->reqs[i]->blk[b]]++;
     loom_status s = LOOM_OK;
     for (int b = 0; b < e->n_blocks && s == LOOM_OK; b++)
         if (held[b] != loom_kv_blocks_refs(e->blocks, b))

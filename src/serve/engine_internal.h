@@ -20,9 +20,10 @@ typedef struct eng_req {
     int32_t *tok;                /* prompt, then generated tokens */
     int n_tok, cap_tok, n_prompt, n_gen;
     int n_comp;                  /* tokens whose K/V are in the cache: positions 0..n_comp-1 */
-    int *blk;                    /* block table */
+    int *blk;                    /* block table; -1: a block dropped from the window (below n_drop) */
     uint64_t *hash;              /* hash of block i once it is full (prefix cache chain) */
     int n_blk, n_hash, cap_blk;
+    int n_drop;                  /* leading blocks given back: every key in them left the window */
     int n_cached;                /* prompt tokens the first admission found cached */
     int admitted;                /* admitted once (n_cached is set) */
     int64_t order;               /* admission order: preemption takes the newest first */
@@ -40,6 +41,7 @@ struct loom_engine {
     const loom_tokenizer *tok;
     loom_engine_params p;
     int V, L, Hkv, D, bs, n_blocks, max_blk;   /* max_blk: blocks one sequence may hold */
+    int window;                                /* keys a query sees in every layer (sliding window); 0: all */
     loom_dtype kvt;
     /* the paged KV cache: one mapping, K then V per layer, then the i8 scales */
     unsigned char *kv_mem;

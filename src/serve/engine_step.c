@@ -100,6 +100,23 @@ static void commit_full(loom_engine *e, eng_req *r) {
     }
 }
 
+/* Gives back the leading blocks whose every key left the window of every
+ * query to come (sliding-window attention in every layer): the next query is
+ * at position n_comp and sees keys j > n_comp - window, so block b, holding
+ * positions up to (b + 1) * bs - 1, is read no more once (b + 1) * bs <=
+ * n_comp - window + 1. Committed blocks stay in the prefix cache (evictable);
+ * the table keeps -1 in their place. */
+static void drop_window(loom_engine *e, eng_req *r) {
+    if (!e->window || r->n_comp - e->window + 1 < e->bs) return;
+    int upto = (r->n_comp - e->window + 1) / e->bs;
+    if (upto > r->n_blk) upto = r->n_blk;
+    for (; r->n_drop < upto; r->n_drop++) {
+        loom_kv_blocks_unref(e->blocks, r->blk[r->n_drop]);
+        r->blk[r->n_drop] = -1;
+        e->st.blocks_dropped++;
+    }
+}
+
 static void preempt(loom_engine *e, eng_req *r) {
     eng_release(e, r);
     r->state = REQ_WAITING;
@@ -185,7 +202,12 @@ static loom_status run_batch(loom_engine *e, int *n_rows, int *n_out) {
             e->seq_of_row[row] = s;
         }
         e->kv_len[s] = r->n_comp + r->rows;
-        memcpy(e->bt + (size_t)s * e->max_blk, r->blk, sizeof *r->blk * (size_t)r->n_blk);
+        int32_t *bt = e->bt + (size_t)s * e->max_blk;
+        memcpy(bt, r->blk, sizeof *r->blk * (size_t)r->n_blk);
+        /* dropped blocks: the attention kernels do not read keys before the window (the
+         * batch-invariant path reads its tiles and masks them out), but every table entry
+         * below kv_len must name a block: the first one held */
+        for (int b = 0; b < r->n_drop; b++) bt[b] = r->blk[r->n_drop];
         if (r->n_comp + r->rows == r->n_tok) e->out_rows[outs] = row - 1, r->out = outs++;
     }
     e->row_start[e->n_sched] = row;
@@ -327,6 +349,7 @@ loom_status eng_step(loom_engine *e) {
                 if (r->n_comp < r->n_prompt) e->st.prompt_tokens += (r->n_comp + r->rows < r->n_prompt ? r->n_comp + r->rows : r->n_prompt) - r->n_comp;
                 r->n_comp += r->rows;
                 commit_full(e, r);
+                drop_window(e, r);
                 if (r->out >= 0) s = sample(e, r, logits + (size_t)r->out * e->V);
             }
         }

@@ -170,10 +170,54 @@ static void test_bad_input(void) {
     CHECK(loom_tokenizer_load_hf_json("/nonexistent/tokenizer.json", &t) == LOOM_ERR_IO);
 }
 
+/* add_bos: the post-processor decides where it says (llama.cpp's converter's
+ * rule, and what transformers applies): a TemplateProcessing whose single
+ * template starts with a special token adds it as BOS (Llama 3:
+ * <|begin_of_text|>, no add_bos_token in tokenizer_config.json); a ByteLevel
+ * one adds none; without either, tokenizer_config.json's add_bos_token. */
+static void bos_case(const char *post, const char *config, int want_add, int want_bos) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},%s"
+             "\"added_tokens\":[{\"id\":0,\"content\":\"<s>\",\"special\":true},"
+             "{\"id\":1,\"content\":\"<e>\",\"special\":true}],"
+             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"<s>\":0,\"<e>\":1,\"a\":2,\"b\":3},"
+             "\"merges\":[]}}", post);
+    loom_tokenizer *t = NULL;
+    loom_status st = loom_tokenizer_load_hf_json_memory(json, strlen(json), config, config ? strlen(config) : 0,
+                                                        "bos", &t);
+    CHECK_MSG(st == LOOM_OK, "%s %s: %s", post, config ? config : "", loom_last_error());
+    if (st != LOOM_OK) return;
+    CHECK_MSG(loom_tokenizer_add_bos(t) == want_add && (!want_add || loom_tokenizer_bos(t) == want_bos),
+              "post-processor %s, config %s: add_bos %d bos %d, expected %d %d", post, config ? config : "(none)",
+              loom_tokenizer_add_bos(t), loom_tokenizer_bos(t), want_add, want_bos);
+    loom_tokenizer_free(t);
+}
+
+static void test_add_bos(void) {
+    const char *tmpl = "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+                       "{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]},";
+    const char *seq = "\"post_processor\":{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},"
+                      "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\","
+                      "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]}]},";
+    const char *plain = "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":"
+                        "{\"id\":\"A\",\"type_id\":0}}]},";
+    const char *bytelevel = "\"post_processor\":{\"type\":\"ByteLevel\"},";
+    bos_case(tmpl, "{\"bos_token\":\"<s>\"}", 1, 0);                          /* Llama 3 */
+    bos_case(tmpl, NULL, 1, 0);                                                 /* BOS named by the template */
+    bos_case(seq, "{\"bos_token\":\"<s>\"}", 1, 0);                           /* in a Sequence */
+    bos_case(tmpl, "{\"bos_token\":\"<e>\"}", 0, -1);                         /* not the BOS */
+    bos_case(bytelevel, "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", 0, -1); /* as llama.cpp */
+    bos_case(plain, "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", 1, 0); /* no leading special */
+    bos_case("", "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", 1, 0);
+    bos_case("", "{\"bos_token\":\"<s>\"}", 0, -1);
+}
+
 int main(void) {
     const char *dir = getenv("LOOM_SHARED_DIR");
     snprintf(vocab_dir, sizeof vocab_dir, "%s/vocab", dir && *dir ? dir : "../shared");
     RUN_TEST(test_bad_input);
+    RUN_TEST(test_add_bos);
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/ggml-vocab-bert-bge.gguf", vocab_dir);
     CHECK_NEED_FILE(probe, "set LOOM_SHARED_DIR to the shared folder");
