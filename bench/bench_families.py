@@ -11,13 +11,15 @@ outside the repository):
   <family>/hf/             a random model with transformers (shapes in SHAPE and
                            FAMILIES: width 1024, 12 layers, 16 query heads of
                            64, 4 KV heads, FFN 2816, vocabulary 32000, untied
-                           output; about 200M parameters), saved in f16, with
+                           output; about 200M parameters; Gemma 2 and 3 and
+                           Qwen3-MoE in their own proportions, below), saved in f16, with
                            the trained byte-level BPE of the family fixtures
                            (scripts/make_family_fixtures.py), which llama.cpp's
                            converter pads to the vocabulary with [PADn] tokens
   <family>/<family>-f16.gguf, -q8_0.gguf
                            written by llama.cpp's convert_hf_to_gguf.py
                            (--outtype f16, q8_0)
+                           (only the types --types asks for)
   <family>/<family>-q4_0.gguf
                            `loom convert` of the f16 file (llama.cpp's
                            converter writes no q4_0, and llama-quantize is not
@@ -65,6 +67,28 @@ FAMILIES = {
                 dict(rope_theta=1000000.0, sliding_window=4096)),
     # Phi-3-mini's window (2047; longer than the tests, so it changes no work)
     "phi3": ("Phi3Config", "Phi3ForCausalLM", "gpt-2", False, dict(rope_theta=10000.0, sliding_window=2047)),
+    # Gemma 2 (2B's proportions): 4 query heads and 2 KV heads of 256 on a width of 1024, GeGLU FFN 4096,
+    # q.k scaled by query_pre_attn_scalar 256, soft-caps 50 (attention) and 30 (logits), every other
+    # layer sliding with Gemma 2's window of 4096 (longer than the tests), tied embeddings
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", "gpt-2", False,
+               dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, head_dim=256,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=4096,
+                    query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                    sliding_window=4096, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh")),
+    # Gemma 3 (1B's proportions): 4 query heads and 1 KV head of 256, Q/K norms, GeGLU FFN 4096, window 512,
+    # 5 sliding layers (theta 10^4) then 1 global (theta 10^6), tied embeddings
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", "gpt-2", False,
+               dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                    head_dim=256, num_attention_heads=4, num_key_value_heads=1, intermediate_size=4096,
+                    query_pre_attn_scalar=256, sliding_window=512, tie_word_embeddings=True,
+                    layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2,
+                    hidden_activation="gelu_pytorch_tanh")),
+    # Qwen3-MoE (Qwen3-30B-A3B's layout, smaller): Qwen3's attention (16 query heads and 4 KV heads of 128,
+    # Q/K norms), every layer a mixture of 8 experts of width 768, top 2 renormalised
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen2", True,
+                 dict(rope_theta=1000000.0, head_dim=128, num_experts=8, num_experts_per_tok=2,
+                      moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])),
 }
 
 
@@ -101,22 +125,44 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def convert(family, d, lc_src, loom):
-    """The GGUF files of the family, once: {type: path}."""
+# Gemma 3's converter cuts token_embd to the tokenizer's own tokens (300 here; the real Gemma 3 files
+# have 64 unused rows past their vocabulary) while the vocabulary it writes is padded to vocab_size
+# with [PADn]: a file neither engine loads. The bench keeps the 32000 rows, as the other families'
+# files have (the embedding rows are not transformed: Gemma 3's norm shift is for norms only).
+GEMMA3_KEEP_VOCAB = (
+    "import types; sys.modules.setdefault('sentencepiece', types.ModuleType('sentencepiece')); "
+    "sys.modules['sentencepiece'].SentencePieceProcessor = object; "
+    "import importlib.machinery; sys.modules['sentencepiece'].__spec__ = "
+    "importlib.machinery.ModuleSpec('sentencepiece', None); "
+    "sys.path[:0] = [%r, %r]; from conversion import gemma, base; "
+    "orig = gemma.Gemma3Model.modify_tensors; "
+    "gemma.Gemma3Model.modify_tensors = lambda self, t, name, bid: ("
+    "base.TextModel.modify_tensors(self, t, name, bid) if 'embed_tokens.weight' in name "
+    "else orig(self, t, name, bid)); ")
+
+
+def convert(family, d, lc_src, loom, types=("f16", "q8_0", "q4_0")):
+    """The GGUF files of the family in the given types, once: {type: path}
+    (q4_0 is made from the f16 file)."""
     hf = os.path.join(d, "hf")
     make_model(family, hf)
     files = {}
     for outtype in ("f16", "q8_0"):
+        if outtype not in types and not (outtype == "f16" and "q4_0" in types):
+            continue
         out = os.path.join(d, "%s-%s.gguf" % (family, outtype))
         if not os.path.exists(out):
             # in a child process (the converter keeps state); the model name must not say
             # "phi3": llama.cpp then expects Phi-3's own special tokens in the vocabulary
-            code = ("import sys; sys.path.insert(0, %r); import make_family_fixtures as fx; "
+            code = ("import sys; sys.path.insert(0, %r); import make_family_fixtures as fx; %s"
                     "fx.llama_cpp_convert(%r, %r, %r, %r, %r, ['--model-name', 'bench model'])" % (
-                        os.path.join(REPO, "scripts"), lc_src, hf, out + ".tmp", FAMILIES[family][2], outtype))
+                        os.path.join(REPO, "scripts"), GEMMA3_KEEP_VOCAB % (lc_src, os.path.join(lc_src, "gguf-py")) if family == "gemma3" else "",
+                        lc_src, hf, out + ".tmp", FAMILIES[family][2], outtype))
             run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             os.rename(out + ".tmp", out)
         files[outtype] = out
+    if "q4_0" not in types:
+        return files
     out = os.path.join(d, "%s-q4_0.gguf" % family)
     if not os.path.exists(out):
         run([loom, "convert", files["f16"], out + ".tmp", "--type", "q4_0"], stdout=subprocess.DEVNULL)
@@ -172,7 +218,7 @@ def main():
         if f not in FAMILIES:
             sys.exit("bench_families: unknown family %r (known: %s)" % (f, ", ".join(FAMILIES)))
     table, raw = [], []
-    files = {f: convert(f, os.path.join(a.out, f), lc_src, loom) for f in a.families.split(",")}
+    files = {f: convert(f, os.path.join(a.out, f), lc_src, loom, a.types.split(",")) for f in a.families.split(",")}
     if a.only_make:
         return
     stamp = time.strftime("%Y%m%d-%H%M%S")

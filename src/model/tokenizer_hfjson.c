@@ -127,8 +127,8 @@ static loom_status wordpiece(const cJSON *root, const char *name, loom_gguf_writ
 static loom_status byte_bpe(const cJSON *root, const cJSON *model, const char *name, loom_gguf_writer *w) {
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     LOOM_RETURN_IF(!find_node(pre, "ByteLevel", 0), LOOM_ERR_UNSUPPORTED,
-                   "tokenizer '%s': BPE without a ByteLevel pre-tokenizer (SentencePiece-style) is not "
-                   "supported from tokenizer.json; use a GGUF file", name);
+                   "tokenizer '%s': BPE with neither a ByteLevel pre-tokenizer nor SentencePiece's "
+                   "U+2581 spaces (a Replace normalizer or a Metaspace pre-tokenizer) is not supported", name);
     const char *family = "gpt-2";
     const cJSON *digits = find_node(pre, "Digits", 0);
     const cJSON *split = find_node(pre, "Split", 0);
@@ -177,6 +177,129 @@ static loom_status byte_bpe(const cJSON *root, const cJSON *model, const char *n
                                          (uint64_t)nm);
     for (int i = 0; i < nm; i++) free(ms[i]);
     free(ms);
+    return s;
+}
+
+/* ------------------------------------------------------------ SentencePiece-style BPE */
+
+/* Whether a BPE tokenizer.json is SentencePiece-style (Llama 2, Mistral,
+ * Phi-3, Gemma): pieces carry U+2581 for spaces, put there by a normalizer
+ * Replace(" " -> "▁") or a Metaspace pre-tokenizer, and bytes fall back to
+ * <0xXX> pieces; no ByteLevel pre-tokenizer. */
+static int spm_style(const cJSON *root) {
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    const cJSON *nz = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    if (find_node(pre, "ByteLevel", 0)) return 0;
+    if (find_node(pre, "Metaspace", 0)) return 1;
+    const cJSON *rep = find_node(nz, "Replace", 0);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(rep, "content");
+    return cJSON_IsString(content) && strcmp(content->valuestring, "\xe2\x96\x81") == 0;
+}
+
+/* Whether a space-mark is put before the text (SentencePiece's
+ * add_dummy_prefix): a normalizer Prepend("▁"), or a Metaspace whose
+ * prepend_scheme is "always" or "first" (older files: add_prefix_space). */
+static int spm_prefix(const cJSON *root) {
+    const cJSON *pp = find_node(cJSON_GetObjectItemCaseSensitive(root, "normalizer"), "Prepend", 0);
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(pp, "prepend");
+    if (cJSON_IsString(pv) && strcmp(pv->valuestring, "\xe2\x96\x81") == 0) return 1;
+    const cJSON *ms = find_node(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "Metaspace", 0);
+    if (!ms) return 0;
+    const cJSON *sch = cJSON_GetObjectItemCaseSensitive(ms, "prepend_scheme");
+    if (cJSON_IsString(sch)) return strcmp(sch->valuestring, "never") != 0;
+    return !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(ms, "add_prefix_space"));
+}
+
+/* piece -> id over the vocabulary: open addressing, FNV-1a. */
+typedef struct { int cap; int *slot; } piece_map;
+
+static uint64_t fnv1a(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int map_build(const hf_vocab *v, piece_map *m) {
+    m->cap = 1;
+    while (m->cap < 2 * v->n) m->cap <<= 1;
+    m->slot = malloc(sizeof *m->slot * (size_t)m->cap);
+    if (!m->slot) return 0;
+    for (int i = 0; i < m->cap; i++) m->slot[i] = -1;
+    for (int i = 0; i < v->n; i++) {
+        uint64_t h = fnv1a(v->piece[i], strlen(v->piece[i])) & (uint64_t)(m->cap - 1);
+        while (m->slot[h] >= 0) h = (h + 1) & (uint64_t)(m->cap - 1);
+        m->slot[h] = i;
+    }
+    return 1;
+}
+
+static int map_find(const piece_map *m, const hf_vocab *v, const char *s, size_t n) {
+    uint64_t h = fnv1a(s, n) & (uint64_t)(m->cap - 1);
+    for (; m->slot[h] >= 0; h = (h + 1) & (uint64_t)(m->cap - 1)) {
+        const char *p = v->piece[m->slot[h]];
+        if (strlen(p) == n && memcmp(p, s, n) == 0) return m->slot[h];
+    }
+    return -1;
+}
+
+/* SentencePiece BPE from tokenizer.json, as llama.cpp's "llama" vocabulary:
+ * SentencePiece merges the adjacent pair whose joined piece scores highest,
+ * and Hugging Face's conversion wrote those merges in score order, so a
+ * piece's score is minus the rank of the first merge that makes it (pieces
+ * no merge makes: below every merge). <0xXX> pieces are byte pieces when the
+ * model falls back to bytes; model.unk_token is the unknown piece. */
+static loom_status spm_bpe(const cJSON *root, const cJSON *model, const char *name, hf_vocab *v,
+                           loom_gguf_writer *w) {
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    LOOM_RETURN_IF(!cJSON_IsArray(merges), LOOM_ERR_FORMAT, "tokenizer '%s': model.merges is missing", name);
+    float *score = malloc(sizeof *score * (size_t)v->n);
+    piece_map m = {0};
+    if (!score || !map_build(v, &m)) {
+        free(score);
+        free(m.slot);
+        return loom_set_error(LOOM_ERR_NOMEM, "tokenizer '%s': out of memory", name);
+    }
+    for (int i = 0; i < v->n; i++) score[i] = v->type[i] == TOK_TYPE_NORMAL ? -1e30f : 0.0f;
+    loom_status s = LOOM_OK;
+    char buf[1024];
+    int r = 0;
+    for (const cJSON *it = merges->child; it; it = it->next, r++) {
+        const char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        if (cJSON_IsString(it)) {  /* "left right": pieces hold no spaces (U+2581 stands for them) */
+            a = it->valuestring;
+            const char *sp = strchr(a, ' ');
+            if (sp) la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
+        } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+            a = cJSON_GetArrayItem(it, 0)->valuestring, b = cJSON_GetArrayItem(it, 1)->valuestring;
+            la = strlen(a), lb = strlen(b);
+        }
+        if (!a || !b) {
+            s = loom_set_error(LOOM_ERR_FORMAT, "tokenizer '%s': merge %d is neither \"a b\" nor [a, b]", name, r);
+            break;
+        }
+        if (la + lb >= sizeof buf) continue;  /* longer than any piece a merge can make here */
+        memcpy(buf, a, la);
+        memcpy(buf + la, b, lb);
+        int id = map_find(&m, v, buf, la + lb);
+        if (id >= 0 && v->type[id] == TOK_TYPE_NORMAL && score[id] < -1e29f) score[id] = -(float)r;
+    }
+    int fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
+    const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+    for (int i = 0; s == LOOM_OK && i < v->n; i++) {
+        const char *p = v->piece[i];
+        if (fallback && strlen(p) == 6 && memcmp(p, "<0x", 3) == 0 && p[5] == '>' && strchr("0123456789ABCDEF", p[3]) &&
+            strchr("0123456789ABCDEF", p[4]))
+            v->type[i] = TOK_TYPE_BYTE, score[i] = 0.0f;
+        if (cJSON_IsString(unk) && strcmp(p, unk->valuestring) == 0) v->type[i] = TOK_TYPE_UNKNOWN, score[i] = 0.0f;
+    }
+    if (s == LOOM_OK) s = loom_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (s == LOOM_OK)
+        s = loom_gguf_writer_set_arr(w, "tokenizer.ggml.scores", LOOM_GGUF_FLOAT32, score, (uint64_t)v->n);
+    if (s == LOOM_OK) s = loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", spm_prefix(root));
+    free(score);
+    free(m.slot);
     return s;
 }
 
@@ -300,11 +423,13 @@ loom_status loom_tokenizer_hf_json_to_gguf(const char *text, size_t len, const c
     int bert = strcmp(ty, "WordPiece") == 0;
     if (!bert && strcmp(ty, "BPE") != 0) {
         s = loom_set_error(LOOM_ERR_UNSUPPORTED, "tokenizer '%s': model type '%.32s' is not supported "
-                           "(WordPiece and byte-level BPE are)", name, ty);
+                           "(WordPiece, byte-level BPE and SentencePiece-style BPE are)", name, ty);
         goto done;
     }
     s = read_vocab(root, model, name, &v);
-    if (s == LOOM_OK) s = bert ? wordpiece(root, name, w) : byte_bpe(root, model, name, w);
+    if (s == LOOM_OK)
+        s = bert ? wordpiece(root, name, w) : spm_style(root) ? spm_bpe(root, model, name, &v, w)
+                                                              : byte_bpe(root, model, name, w);
     char **marked = NULL;
     if (s == LOOM_OK && bert) s = mark_words(&v, name, &marked);
     if (s == LOOM_OK)

@@ -151,6 +151,22 @@ def hf_seeds():
     out["config_bert"] = b"\1" + json.dumps(cfg).encode()
     out["tok_wordpiece"] = b"\2" + json.dumps(wp).encode()
     out["tok_bpe"] = b"\2" + json.dumps(bpe).encode()
+    # SentencePiece-style BPE (Llama 2 / Gemma): U+2581 spaces, byte fallback, merges
+    sp = "\u2581"
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + \
+        [sp, "h", "e", "l", "o", "w", "r", "d", sp + "h", "he", "ll", sp + "he", "llo", sp + "hello", "or"]
+    svocab = {p: i for i, p in enumerate(pieces)}
+    smerges = [sp + " h", "h e", "l l", sp + "h e", "ll o", sp + "he llo", "o r"]
+    spm = {"added_tokens": [{"id": i, "content": p, "special": True} for i, p in enumerate(pieces[:3])],
+           "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": sp},
+                                                             {"type": "Replace", "pattern": {"String": " "},
+                                                              "content": sp}]},
+           "model": {"type": "BPE", "vocab": svocab, "merges": smerges, "byte_fallback": True, "unk_token": "<unk>"}}
+    out["tok_spm"] = b"\2" + json.dumps(spm).encode()
+    spm_meta = dict(spm)
+    del spm_meta["normalizer"]
+    spm_meta["pre_tokenizer"] = {"type": "Metaspace", "replacement": sp, "prepend_scheme": "first"}
+    out["tok_spm_metaspace"] = b"\2" + json.dumps(spm_meta).encode()
     return out
 
 

@@ -1,6 +1,8 @@
 /* Tokenizers from Hugging Face tokenizer.json. The shared GGUF test
- * vocabularies (bert-bge, gpt-2) are rewritten as tokenizer.json text in
- * Hugging Face's conventions ("##" continuations, byte-level merges), loaded
+ * vocabularies (bert-bge, gpt-2, and the SentencePiece ones of Llama 2 and
+ * Phi-3) are rewritten as tokenizer.json text in Hugging Face's conventions
+ * ("##" continuations, byte-level merges, SentencePiece merges derived from
+ * the scores as Hugging Face's converter derives them), loaded
  * through loom_tokenizer_load_hf_json_memory, and must reproduce the
  * reference ids of ../shared/vocab exactly. Also: bad tokenizer.json input. */
 #include <cJSON.h>
@@ -24,7 +26,81 @@ static char *read_all(const char *path, size_t *size) {
     return buf;
 }
 
-/* tokenizer.json text for a GGUF test vocabulary (bert or gpt2). */
+enum { HF_GPT2 = 0, HF_BERT = 1, HF_SPM = 2, HF_SPM_METASPACE = 3 };
+
+typedef struct { int l, r, id; float score; } spm_merge;
+
+static int cmp_merge(const void *a, const void *b) {
+    const spm_merge *x = a, *y = b;  /* the joined piece's score, high first; then as HF's extractor lists them */
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    if (x->l != y->l) return x->l < y->l ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+/* Pieces sorted for lookups (find_piece). */
+static const char **g_tok;
+static const uint64_t *g_len;
+static int *g_sorted;
+static uint64_t g_n;
+
+static int cmp_piece(const char *a, uint64_t la, const char *b, uint64_t lb) {
+    int c = memcmp(a, b, la < lb ? la : lb);
+    return c ? c : la < lb ? -1 : la > lb;
+}
+
+static int cmp_sorted(const void *x, const void *y) {
+    int i = *(const int *)x, j = *(const int *)y;
+    int c = cmp_piece(g_tok[i], g_len[i], g_tok[j], g_len[j]);
+    return c ? c : (i > j) - (i < j);
+}
+
+/* The lowest id of piece s (n bytes), or -1. */
+static int find_piece(const char *s, uint64_t n) {
+    uint64_t lo = 0, hi = g_n;
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if (cmp_piece(g_tok[g_sorted[mid]], g_len[g_sorted[mid]], s, n) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < g_n && cmp_piece(g_tok[g_sorted[lo]], g_len[g_sorted[lo]], s, n) == 0 ? g_sorted[lo] : -1;
+}
+
+/* Merges of a SentencePiece vocabulary as Hugging Face's conversion derives
+ * them (SentencePieceExtractor): every split of a piece into two pieces of
+ * the vocabulary, ordered by the joined piece's score. */
+static cJSON *spm_merges(const char **tok, const uint64_t *len, const int32_t *type, const float *score, uint64_t n) {
+    cJSON *merges = cJSON_CreateArray();
+    g_tok = tok, g_len = len, g_n = n;
+    g_sorted = malloc(sizeof *g_sorted * n);
+    for (uint64_t i = 0; i < n; i++) g_sorted[i] = (int)i;
+    qsort(g_sorted, n, sizeof *g_sorted, cmp_sorted);
+    size_t cap = 1 << 16, nm = 0;
+    spm_merge *m = malloc(sizeof *m * cap);
+    for (uint64_t i = 0; i < n; i++) {
+        if (type[i] != 1 || len[i] < 2) continue;
+        for (uint64_t k = 1; k < len[i]; k++) {
+            if ((tok[i][k] & 0xC0) == 0x80) continue;  /* split between UTF-8 characters only */
+            int l = find_piece(tok[i], k), r = find_piece(tok[i] + k, len[i] - k);
+            if (l < 0 || r < 0) continue;
+            if (nm == cap) m = realloc(m, sizeof *m * (cap *= 2));
+            m[nm++] = (spm_merge){l, r, (int)i, score[i]};
+        }
+    }
+    free(g_sorted);
+    qsort(m, nm, sizeof *m, cmp_merge);
+    char buf[2100];
+    for (size_t i = 0; i < nm; i++) {
+        snprintf(buf, sizeof buf, "%.*s %.*s", (int)len[m[i].l], tok[m[i].l], (int)len[m[i].r], tok[m[i].r]);
+        cJSON_AddItemToArray(merges, cJSON_CreateString(buf));
+    }
+    free(m);
+    return merges;
+}
+
+/* tokenizer.json text for a GGUF test vocabulary (bert, gpt2, or a
+ * SentencePiece one written as Hugging Face converts it: U+2581 spaces by a
+ * normalizer, or by a Metaspace pre-tokenizer; byte fallback; merges). */
 static char *json_from_gguf(const char *name, int bert) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", vocab_dir, name);
@@ -43,14 +119,14 @@ static char *json_from_gguf(const char *name, int bert) {
     char buf[1024];
     for (uint64_t i = 0; i < n; i++) {
         size_t l = len[i] < 1000 ? len[i] : 1000;
-        if (bert && type[i] == 1) {  /* llama.cpp marks word starts with U+2581; HF marks continuations */
+        if (bert == HF_BERT && type[i] == 1) {  /* llama.cpp marks word starts with U+2581; HF marks continuations */
             if (l >= 3 && memcmp(tok[i], "\xe2\x96\x81", 3) == 0) snprintf(buf, sizeof buf, "%.*s", (int)l - 3, tok[i] + 3);
             else snprintf(buf, sizeof buf, "##%.*s", (int)l, tok[i]);
         } else {
             snprintf(buf, sizeof buf, "%.*s", (int)l, tok[i]);
         }
         cJSON_AddItemToObject(vocab, buf, cJSON_CreateNumber((double)i));
-        if (type[i] == 3) {
+        if (type[i] == 3 || (bert >= HF_SPM && type[i] == 2)) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
             cJSON_AddStringToObject(a, "content", buf);
@@ -58,7 +134,34 @@ static char *json_from_gguf(const char *name, int bert) {
             cJSON_AddItemToArray(added, a);
         }
     }
-    if (bert) {
+    if (bert >= HF_SPM) {
+        cJSON_AddStringToObject(model, "type", "BPE");
+        cJSON_AddBoolToObject(model, "byte_fallback", 1);
+        cJSON_AddStringToObject(model, "unk_token", "<unk>");
+        float *score = malloc(sizeof *score * n);
+        loom_gguf_get_arr_f32(g, "tokenizer.ggml.scores", score, n);
+        cJSON_AddItemToObject(model, "merges", spm_merges(tok, len, type, score, n));
+        free(score);
+        if (bert == HF_SPM) {  /* Llama 2's: Prepend("▁") and Replace(" ", "▁") */
+            cJSON *nz = cJSON_AddObjectToObject(root, "normalizer"), *list = cJSON_AddArrayToObject(nz, "normalizers");
+            cJSON_AddStringToObject(nz, "type", "Sequence");
+            cJSON *pp = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *pat = cJSON_CreateObject();
+            cJSON_AddStringToObject(pp, "type", "Prepend");
+            cJSON_AddStringToObject(pp, "prepend", "\xe2\x96\x81");
+            cJSON_AddStringToObject(rp, "type", "Replace");
+            cJSON_AddStringToObject(pat, "String", " ");
+            cJSON_AddItemToObject(rp, "pattern", pat);
+            cJSON_AddStringToObject(rp, "content", "\xe2\x96\x81");
+            cJSON_AddItemToArray(list, pp);
+            cJSON_AddItemToArray(list, rp);
+        } else {  /* newer files: a Metaspace pre-tokenizer */
+            cJSON *ms = cJSON_AddObjectToObject(root, "pre_tokenizer");
+            cJSON_AddStringToObject(ms, "type", "Metaspace");
+            cJSON_AddStringToObject(ms, "replacement", "\xe2\x96\x81");
+            cJSON_AddStringToObject(ms, "prepend_scheme", "first");
+            cJSON_AddBoolToObject(ms, "split", 0);
+        }
+    } else if (bert) {
         cJSON_AddStringToObject(model, "type", "WordPiece");
         cJSON *nz = cJSON_AddObjectToObject(root, "normalizer");
         cJSON_AddStringToObject(nz, "type", "BertNormalizer");
@@ -97,7 +200,7 @@ static void run_vectors(const char *name, int bert) {
     CHECK_MSG(st == LOOM_OK, "%s: %s", name, loom_last_error());
     free(json);
     if (!t) return;
-    CHECK(strcmp(loom_tokenizer_kind_name(t), bert ? "bert" : "gpt2") == 0);
+    CHECK(strcmp(loom_tokenizer_kind_name(t), bert >= HF_SPM ? "llama" : bert ? "bert" : "gpt2") == 0);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.inp", vocab_dir, name);
     char *inp = read_all(path, NULL);
@@ -118,11 +221,17 @@ static void run_vectors(const char *name, int bert) {
         line = eol + 1;
         st = loom_tokenizer_encode_ex(t, p, strlen(p), 0, got, 1024, &ng);
         if (st == LOOM_OK && ng == nw && memcmp(got, want, sizeof(int32_t) * (size_t)nw) == 0) ok++;
-        else fprintf(stderr, "  %s case %d mismatch: '%.60s'\n", name, n, p);
+        else {
+            fprintf(stderr, "  %s case %d mismatch: '%.60s'\n   want", name, n, p);
+            for (int i = 0; i < nw; i++) fprintf(stderr, " %d", want[i]);
+            fprintf(stderr, "\n   got ");
+            for (int i = 0; i < ng; i++) fprintf(stderr, " %d", got[i]);
+            fprintf(stderr, "\n");
+        }
     }
     fprintf(stderr, "  %s via tokenizer.json: %d / %d cases match\n", name, ok, n);
     CHECK(n > 10 && ok == n);
-    if (bert) {  /* [CLS] ... [SEP] framing */
+    if (bert == HF_BERT) {  /* [CLS] ... [SEP] framing */
         int32_t ids[8];
         int ni = 0;
         CHECK(loom_tokenizer_encode_ex(t, "hello", 5, LOOM_TOK_BOS | LOOM_TOK_EOS, ids, 8, &ni) == LOOM_OK);
@@ -135,6 +244,12 @@ static void run_vectors(const char *name, int bert) {
 
 static void test_bert_vectors(void) { run_vectors("ggml-vocab-bert-bge.gguf", 1); }
 static void test_gpt2_vectors(void) { run_vectors("ggml-vocab-gpt-2.gguf", 0); }
+/* SentencePiece BPE (Llama 2's and Phi-3's vocabularies) from tokenizer.json: the ids llama.cpp
+ * gives from their GGUFs, with the normalizer form and with the Metaspace form */
+static void test_spm_vectors(void) {
+    run_vectors("ggml-vocab-llama-spm.gguf", HF_SPM);
+    run_vectors("ggml-vocab-phi-3.gguf", HF_SPM_METASPACE);
+}
 
 static void expect_bad(const char *json, loom_status want, const char *msg) {
     loom_tokenizer *t = (loom_tokenizer *)1;
@@ -162,7 +277,7 @@ static void test_bad_input(void) {
     expect_bad("{\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":false},\"pre_tokenizer\":"
                "{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
                LOOM_ERR_UNSUPPORTED, "cased");
-    expect_bad("{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
+    expect_bad("{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
                "\"merges\":[]}}", LOOM_ERR_UNSUPPORTED, "ByteLevel");
     expect_bad("{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},"
                "\"merges\":[3]}}", LOOM_ERR_FORMAT, "merge 0");
@@ -223,5 +338,6 @@ int main(void) {
     CHECK_NEED_FILE(probe, "set LOOM_SHARED_DIR to the shared folder");
     RUN_TEST(test_bert_vectors);
     RUN_TEST(test_gpt2_vectors);
+    RUN_TEST(test_spm_vectors);
     return TEST_SUMMARY();
 }
