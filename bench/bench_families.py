@@ -109,14 +109,7 @@ def make_model(family, d):
     os.makedirs(d, exist_ok=True)
     model.to(torch.float16).save_pretrained(d, safe_serialization=True)
     tok = fx.train_tokenizer(qwen=qwen_tok)
-    tok.save_pretrained(d)
-    if family == "phi3":  # as in the fixtures: llama.cpp reads a byte-level BPE under this class only
-        path = os.path.join(d, "tokenizer_config.json")
-        with open(path) as f:
-            tc = json.load(f)
-        tc["tokenizer_class"] = "GPT2Tokenizer"
-        with open(path, "w") as f:
-            json.dump(tc, f, indent=2)
+    fx.save_tokenizer(tok, d, family)  # as in the fixtures (phi3: the class llama.cpp reads a BPE under)
     print("%s: %s, %.1fM parameters" % (family, d, n / 1e6), file=sys.stderr)
 
 

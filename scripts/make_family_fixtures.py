@@ -286,14 +286,7 @@ def make(family, out, tokenizer):
         print("gemma3: all layers sliding (llama.cpp's reading): logits %.3g (relative) from the model's" % diff)
         write_f32(os.path.join(d, "logits_llama_cpp.f32"), lc)
     model.to(torch.float16).save_pretrained(d, safe_serialization=True)
-    tokenizer.save_pretrained(d)
-    if family == "phi3":  # llama.cpp's phi3 converter reads a byte-level BPE only under this class (Phi-4's)
-        path = os.path.join(d, "tokenizer_config.json")
-        with open(path) as f:
-            tc = json.load(f)
-        tc["tokenizer_class"] = "GPT2Tokenizer"
-        with open(path, "w") as f:
-            json.dump(tc, f, indent=2)
+    save_tokenizer(tokenizer, d, family)
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens) + "\n")
     write_f32(os.path.join(d, "logits.f32"), logits)
@@ -415,6 +408,19 @@ QWEN_TOKENIZER = ("qwen2", "qwen3", "qwen3moe")
 BOS_TOKENIZER = ("llama",)  # tokenizers that add BOS
 PRE = {"llama": "gpt-2", "qwen2": "qwen2", "qwen3": "qwen2", "mistral": "gpt-2", "phi3": "gpt-2", "gemma2": "gpt-2",
        "gemma3": "gpt-2", "mixtral": "gpt-2", "qwen3moe": "qwen2"}  # the tokenizers' pre-tokenizers
+
+
+def save_tokenizer(tokenizer, d, family):
+    """Saves tokenizer into folder d; for phi3 under the class llama.cpp's phi3
+    converter reads a byte-level BPE with (Phi-4's GPT2Tokenizer)."""
+    tokenizer.save_pretrained(d)
+    if family == "phi3":
+        path = os.path.join(d, "tokenizer_config.json")
+        with open(path) as f:
+            tc = json.load(f)
+        tc["tokenizer_class"] = "GPT2Tokenizer"
+        with open(path, "w") as f:
+            json.dump(tc, f, indent=2)
 
 
 def main():

@@ -81,19 +81,20 @@ static loom_matmul_args linear_args(const loom_kernel_args *a, const loom_linear
     return g;
 }
 
-/* Scratch: the matmul's, then the rows' 1/rms [M] (doubles) with the norm. */
-static size_t linear_mm_bytes(const loom_tensor *const *src, const loom_tensor *dst, const loom_linear_attrs *at) {
-    loom_epilogue ep;
-    loom_matmul_args g = linear_args(NULL, at, &ep, src, dst);
-    if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
-    return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+/* Scratch: with the norm, the rows' 1/rms [M] (doubles) first, so the kernel
+ * finds the matmul's part without sizing it again; then the matmul's. */
+static size_t inv_bytes(const loom_linear_attrs *at, int64_t M) {
+    return at->norm ? ((size_t)M * sizeof(double) + 63) & ~(size_t)63 : 0;
 }
 
 static size_t linear_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                              const void *attrs) {
     const loom_linear_attrs *at = attrs;
+    loom_epilogue ep;
+    loom_matmul_args g = linear_args(NULL, at, &ep, src, dst);
+    if (at->norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
     (void)n_src;
-    return linear_mm_bytes(src, dst, at) + (at->norm ? (size_t)src[0]->shape[0] * sizeof(double) : 0) + 64;
+    return inv_bytes(at, src[0]->shape[0]) + loom_matmul_scratch_size(&g) + 64;
 }
 
 static loom_status linear_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -103,12 +104,12 @@ static loom_status linear_kernel(const loom_kernel_args *a, loom_isa isa) {
     if (at->norm) {
         /* every thread computes the 1/rms of all rows (a pass over x; no
          * barrier, and the same values whatever the thread) */
-        double *inv = (double *)((char *)a->scratch + linear_mm_bytes(a->src, a->dst, at));
+        double *inv = a->scratch;
         const loom_tensor *x = a->src[0];
         loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, x->shape[0], inv);
         g.norm_gamma = a->src[a->n_src - 1]->data, g.norm_inv = inv;
     }
-    return loom_matmul_run(&g, isa, a->ith, a->nth, a->scratch);
+    return loom_matmul_run(&g, isa, a->ith, a->nth, (char *)a->scratch + inv_bytes(at, a->src[0]->shape[0]));
 }
 
 LOOM_FUSED_LEVELS(linear, linear_kernel)

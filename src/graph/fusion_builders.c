@@ -59,6 +59,36 @@ static int32_t fused_act(const fr_ctx *c, const char *names) {
     return full ? LOOM_ACT_PREC_FULL : LOOM_ACT_PREC_Q8;
 }
 
+/* ------------------------------------------------------------ RMSNorm on the fly */
+
+/* The rule's pattern node "norm" (rms_norm($x, $gamma)) into the fused op:
+ * gamma appended to its inputs, the eps returned; 0 when the fused kernel
+ * cannot take it (x not contiguous [M, K] rows, no gamma, gamma not [K]). */
+static int take_norm(const fr_ctx *c, fr_fused *f, float *eps) {
+    if (fr_node(c, "norm") < 0) return 0;
+    const loom_node *n = gnode(c, "norm");
+    int gv = fr_var(c, "gamma");
+    if (n->n_src != 2 || gv < 0 || n->src[0] != fr_var(c, "x") || f->n_src >= LOOM_MAX_SRC) return 0;
+    const loom_tensor *x = gt(c, n->src[0]), *g = gt(c, gv);
+    if (x->ndim != 2 || x->stride[1] != 1 || g->dtype != LOOM_F32 || loom_tensor_nelem(g) != x->shape[1] ||
+        !loom_tensor_is_contiguous(g))
+        return 0;
+    f->src[f->n_src++] = gv;
+    *eps = ((const loom_rms_norm_attrs *)(const void *)n->attrs)->eps;
+    return 1;
+}
+
+/* qkv_rope's attributes take the rule's norm node, when it has one. */
+static int qkv_norm(const fr_ctx *c, fr_fused *f) {
+    if (fr_node(c, "norm") < 0) return 1;
+    loom_qkv_rope_attrs a;
+    memcpy(&a, f->attrs, sizeof a);
+    if (!take_norm(c, f, &a.norm_eps)) return 0;
+    a.norm = 1;
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
 /* ------------------------------------------------------------ qkv_rope */
 
 static int build_qkv(const fr_ctx *c, fr_fused *f) {
@@ -98,7 +128,7 @@ static int build_qkv(const fr_ctx *c, fr_fused *f) {
     f->dst = qr->dst;
     f->extra[0] = kc->dst, f->extra[1] = vc->dst;
     f->n_extra = 2;
-    return 1;
+    return qkv_norm(c, f); /* norm_qkv_rope rules */
 }
 
 /* The paged form (the engine's graphs): rope at $positions, kv_write to
@@ -139,46 +169,7 @@ static int build_qkv_paged(const fr_ctx *c, fr_fused *f) {
     f->dst = qr->dst;
     f->extra[0] = kc->dst, f->extra[1] = vc->dst;
     f->n_extra = 2;
-    return 1;
-}
-
-/* ------------------------------------------------------------ RMSNorm on the fly */
-
-/* The rule's pattern node "norm" (rms_norm($x, $gamma)) into the fused op:
- * gamma appended to its inputs, the eps returned; 0 when the fused kernel
- * cannot take it (x not contiguous [M, K] rows, no gamma, gamma not [K]). */
-static int take_norm(const fr_ctx *c, fr_fused *f, float *eps) {
-    if (fr_node(c, "norm") < 0) return 0;
-    const loom_node *n = gnode(c, "norm");
-    int gv = fr_var(c, "gamma");
-    if (n->n_src != 2 || gv < 0 || n->src[0] != fr_var(c, "x") || f->n_src >= LOOM_MAX_SRC) return 0;
-    const loom_tensor *x = gt(c, n->src[0]), *g = gt(c, gv);
-    if (x->ndim != 2 || x->stride[1] != 1 || g->dtype != LOOM_F32 || loom_tensor_nelem(g) != x->shape[1] ||
-        !loom_tensor_is_contiguous(g))
-        return 0;
-    f->src[f->n_src++] = gv;
-    *eps = ((const loom_rms_norm_attrs *)(const void *)n->attrs)->eps;
-    return 1;
-}
-
-static int build_norm_qkv(const fr_ctx *c, fr_fused *f) {
-    if (!build_qkv(c, f)) return 0;
-    loom_qkv_rope_attrs a;
-    memcpy(&a, f->attrs, sizeof a);
-    if (!take_norm(c, f, &a.norm_eps)) return 0;
-    a.norm = 1;
-    memcpy(f->attrs, &a, sizeof a);
-    return 1;
-}
-
-static int build_norm_qkv_paged(const fr_ctx *c, fr_fused *f) {
-    if (!build_qkv_paged(c, f)) return 0;
-    loom_qkv_rope_attrs a;
-    memcpy(&a, f->attrs, sizeof a);
-    if (!take_norm(c, f, &a.norm_eps)) return 0;
-    a.norm = 1;
-    memcpy(f->attrs, &a, sizeof a);
-    return 1;
+    return qkv_norm(c, f); /* norm_qkv_rope rules */
 }
 
 /* ------------------------------------------------------------ linear */
@@ -534,9 +525,9 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n", build_ffn, FFN_ROLES},
     {"norm_qkv_rope", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv", "block_heads",
-     build_norm_qkv, NORM_QKV_ROLES},
+     build_qkv, NORM_QKV_ROLES},
     {"norm_qkv_rope_paged", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv positions slots",
-     "block_heads", build_norm_qkv_paged, NORM_QKV_PAGED_ROLES},
+     "block_heads", build_qkv_paged, NORM_QKV_PAGED_ROLES},
     {"norm_ffn", "norm gate up act mul down", "x gamma w_gate w_up w_down", "block_n", build_ffn,
      NORM_FFN_ROLES},
     {"linear", "mm", "x w", "", build_linear, LINEAR_ROLES},

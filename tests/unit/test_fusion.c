@@ -21,6 +21,16 @@ static int fired(const loom_fusion_report *r, const char *name) {
     return -1;
 }
 
+/* The shared set-up of the rule tests: a model of L layers (dim 48, GQA
+ * 4/2, FFN 100, vocab 37), 24 prompt ids, an empty graph. */
+static loom_graph *llama3_setup(tmodel *m, int L, int32_t *ids) {
+    tm_init(m, 48, 4, 2, 100, L, 37, 64, 1);
+    for (int i = 0; i < 24; i++) ids[i] = (i * 5 + 1) % 37;
+    loom_graph *g = NULL;
+    CHECK(loom_graph_init(&g) == LOOM_OK);
+    return g;
+}
+
 /* The default rules on a Llama graph: the norms join the next GEMMs and the
  * residual adds the previous ones' epilogues, so a layer is qkv_rope (with
  * the norm), attention, the output projection (+ residual) and the ffn (with
@@ -32,11 +42,8 @@ static void test_default_rules_on_llama(void) {
     if (!rules) return;
     tmodel m;
     const int L = 3;
-    tm_init(&m, 48, 4, 2, 100, L, 37, 64, 1);
     int32_t ids[24];
-    for (int i = 0; i < 24; i++) ids[i] = (i * 5 + 1) % 37;
-    loom_graph *g;
-    CHECK(loom_graph_init(&g) == LOOM_OK);
+    loom_graph *g = llama3_setup(&m, L, ids);
     for (int round = 0; round < 4; round++) {
         int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0;
         tm_build(&m, g, ids, n, pos, 0);
@@ -96,11 +103,8 @@ static void test_norm_rules_disabled(void) {
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) CHECK(loom_fusion_rules_enable(rules, off[i], 0) == LOOM_OK);
     tmodel m;
     const int L = 3;
-    tm_init(&m, 48, 4, 2, 100, L, 37, 64, 1);
     int32_t ids[24];
-    for (int i = 0; i < 24; i++) ids[i] = (i * 5 + 1) % 37;
-    loom_graph *g;
-    CHECK(loom_graph_init(&g) == LOOM_OK);
+    loom_graph *g = llama3_setup(&m, L, ids);
     tm_build(&m, g, ids, 20, 0, 0);
     loom_fusion_report rep;
     CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);

@@ -19,25 +19,7 @@
 #include "graph/ops_init.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
-
-static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
-
-static void *make_w(loom_dtype wt, int64_t rows, int64_t cols, loom_rng *r, loom_tensor *t) {
-    size_t rb = loom_dtype_row_bytes(wt, cols);
-    char *w = malloc((size_t)rows * rb);
-    float *row = malloc(sizeof(float) * (size_t)cols);
-    for (int64_t n = 0; n < rows; n++) {
-        for (int64_t k = 0; k < cols; k++) row[k] = rnd(r) / 4.0f;
-        if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
-        else if (wt == LOOM_F16 || wt == LOOM_BF16)
-            for (int64_t k = 0; k < cols; k++)
-                ((uint16_t *)(w + (size_t)n * rb))[k] = wt == LOOM_F16 ? loom_f32_to_f16(row[k]) : loom_f32_to_bf16(row[k]);
-        else loom_quantize_row(wt, row, w + (size_t)n * rb, cols);
-    }
-    free(row);
-    loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, cols}, w);
-    return w;
-}
+#include "test_graph_op_common.h"
 
 /* rows x cols values base + U(-1, 1); rows 0: a vector of cols. */
 static float *make_f(int64_t rows, int64_t cols, loom_rng *r, float base, loom_tensor *t) {
@@ -47,31 +29,6 @@ static float *make_f(int64_t rows, int64_t cols, loom_rng *r, float base, loom_t
     if (rows > 0) loom_tensor_init(t, LOOM_F32, 2, (const int64_t[2]){rows, cols}, x);
     else loom_tensor_init(t, LOOM_F32, 1, (const int64_t[1]){cols}, x);
     return x;
-}
-
-/* Every thread of op's kernel at isa, phases in order, each with scratch of
- * the size the op asks for (filled with garbage). */
-static loom_status run_threads(loom_op op, loom_isa isa, loom_kernel_args a, int nth) {
-    const loom_op_info *info = loom_op_get(op);
-    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
-    int phases = info->n_phases > 0 ? info->n_phases : 1;
-    for (int p = 0; p < phases; p++)
-        for (int i = 0; i < nth; i++) {
-            void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
-            memset(s, 0xA5, bytes + 64);
-            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
-            loom_status st = loom_op_kernel(op, isa)(&a);
-            loom_free_aligned(s);
-            if (st != LOOM_OK) return st;
-        }
-    return LOOM_OK;
-}
-
-static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src, const void *attrs,
-                          loom_tensor *dst, int nth) {
-    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs};
-    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
-    return run_threads(op, isa, a, nth);
 }
 
 typedef struct {
@@ -87,7 +44,7 @@ static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
     loom_tensor tx, tw, tres, tg, txn, ty[2];
     float *x = make_f(c->M, c->K, &r, 0.3f, &tx), *res = make_f(c->M, c->N, &r, 0.0f, &tres);
     float *g = make_f(0, c->K, &r, 1.0f, &tg), *xn = make_f(c->M, c->K, &r, 0.0f, &txn);
-    void *w = make_w(c->wt, c->N, c->K, &r, &tw);
+    void *w = make_w(c->wt, c->N, c->K, &r, 0.25f, &tw);
     float *y[2];
     for (int i = 0; i < 2; i++) y[i] = make_f(c->M, c->N, &r, 0.0f, &ty[i]);
     /* decomposition: rms_norm, matmul, add */
@@ -110,7 +67,7 @@ static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
     if (c->norm) a.src[a.n_src++] = &tg;
     loom_tensor inferred;
     CHECK_MSG(loom_op_get(LOOM_OP_LINEAR)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
-    CHECK_MSG(run_threads(LOOM_OP_LINEAR, isa, a, c->nth) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(run_threads(LOOM_OP_LINEAR, loom_op_kernel(LOOM_OP_LINEAR, isa), a, c->nth) == LOOM_OK, "%s", loom_last_error());
     CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)(c->M * c->N)) == 0,
               "linear %s: M=%lld K=%lld N=%lld %s act %s residual %d norm %d nth %d: differs from its decomposition",
               loom_isa_name(isa), (long long)c->M, (long long)c->K, (long long)c->N, loom_dtype_name(c->wt),
@@ -124,7 +81,7 @@ static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
     int64_t M = c->M, D = c->K, H = c->N;
     loom_tensor tx, tg, txn, twg, twu, twd, tgate, tup, tdown, ty;
     float *x = make_f(M, D, &r, 0.3f, &tx), *g = make_f(0, D, &r, 1.0f, &tg), *xn = make_f(M, D, &r, 0.0f, &txn);
-    void *wg = make_w(c->wt, H, D, &r, &twg), *wu = make_w(c->wt, H, D, &r, &twu), *wd = make_w(c->wt, D, H, &r, &twd);
+    void *wg = make_w(c->wt, H, D, &r, 0.25f, &twg), *wu = make_w(c->wt, H, D, &r, 0.25f, &twu), *wd = make_w(c->wt, D, H, &r, 0.25f, &twd);
     float *gate = make_f(M, H, &r, 0.0f, &tgate), *up = make_f(M, H, &r, 0.0f, &tup);
     float *down = make_f(M, D, &r, 0.0f, &tdown), *y = make_f(M, D, &r, 0.0f, &ty);
     const loom_matmul_attrs ma = {.act_precision = c->act};
@@ -152,7 +109,7 @@ static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
     a.src[a.n_src++] = &tg;
     loom_tensor inferred;
     CHECK_MSG(loom_op_get(LOOM_OP_FFN)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
-    CHECK_MSG(run_threads(LOOM_OP_FFN, isa, a, c->nth) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK, "%s", loom_last_error());
     CHECK_MSG(memcmp(down, y, sizeof(float) * (size_t)(M * D)) == 0,
               "ffn %s: M=%lld D=%lld H=%lld %s act %s residual %d nth %d: differs from its decomposition",
               loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),

@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
+#include "test_graph_op_common.h"
 
 typedef struct qcase {
     int64_t T, hid, H, HKV, D, n_rot, S_max;
@@ -27,9 +28,6 @@ typedef struct qcase {
     loom_act_precision act;   /* of the three matmuls and the fused op */
     int norm;                 /* 1: the decomposition starts with rms_norm(x, gamma); the op takes it (attrs.norm) */
 } qcase;
-
-static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,
-                          const void *attrs, loom_tensor *dst, int nth);
 
 /* The norm of a case: gamma [hid] drawn from r, xn = rms_norm(x, gamma) by the
  * primitive kernel of level isa (what the decomposition's matmuls read). */
@@ -46,49 +44,6 @@ static float *norm_input(const qcase *c, loom_isa isa, loom_rng *r, const loom_t
     return g;
 }
 
-static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
-
-/* Weights [rows, hid] of wt, filled from r. */
-static void *make_w(loom_dtype wt, int64_t rows, int64_t hid, loom_rng *r, loom_tensor *t) {
-    size_t rb = loom_dtype_row_bytes(wt, hid);
-    char *w = malloc((size_t)rows * rb);
-    float *row = malloc(sizeof(float) * (size_t)hid);
-    for (int64_t n = 0; n < rows; n++) {
-        for (int64_t k = 0; k < hid; k++) row[k] = rnd(r);
-        if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
-        else if (wt == LOOM_F16 || wt == LOOM_BF16)
-            for (int64_t k = 0; k < hid; k++)
-                ((uint16_t *)(w + (size_t)n * rb))[k] = wt == LOOM_F16 ? loom_f32_to_f16(row[k]) : loom_f32_to_bf16(row[k]);
-        else loom_quantize_row(wt, row, w + (size_t)n * rb, hid);
-    }
-    free(row);
-    loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, hid}, w);
-    return w;
-}
-
-/* Runs every thread of kernel fn (each with its own scratch, phases in order). */
-static loom_status run_threads(loom_op op, loom_kernel_fn fn, loom_kernel_args a, int nth) {
-    const loom_op_info *info = loom_op_get(op);
-    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
-    int phases = info->n_phases > 0 ? info->n_phases : 1;
-    for (int p = 0; p < phases; p++)
-        for (int i = 0; i < nth; i++) {
-            void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
-            memset(s, 0xA5, bytes + 64);
-            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
-            loom_status st = fn(&a);
-            loom_free_aligned(s);
-            if (st != LOOM_OK) return st;
-        }
-    return LOOM_OK;
-}
-
-static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,
-                          const void *attrs, loom_tensor *dst, int nth) {
-    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs};
-    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
-    return run_threads(op, loom_op_kernel(op, isa), a, nth);
-}
 
 static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t seed) {
     loom_rng r;
@@ -98,8 +53,8 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     for (int64_t i = 0; i < T * c->hid; i++) x[i] = rnd(&r);
     loom_tensor tx, tw[3];
     loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, c->hid}, x);
-    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, &tw[1]),
-                  make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
+    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, 1.0f, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, 1.0f, &tw[1]),
+                  make_w(c->wt, HKV * D, c->hid, &r, 1.0f, &tw[2])};
     size_t cache_n = (size_t)(c->S_max * HKV * D), cache_bytes = cache_n * loom_dtype_size(ct);
     unsigned char *kc[2], *vc[2];
     float *q[2], *ks[2], *vs[2]; /* i8 caches: their scale stores [S_max, HKV] */
@@ -233,8 +188,8 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
     for (int64_t i = 0; i < T * c->hid; i++) x[i] = rnd(&r);
     loom_tensor tx, tw[3], tpos, tslot;
     loom_tensor_init(&tx, LOOM_F32, 2, (const int64_t[2]){T, c->hid}, x);
-    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, &tw[1]),
-                  make_w(c->wt, HKV * D, c->hid, &r, &tw[2])};
+    void *w[3] = {make_w(c->wt, H * D, c->hid, &r, 1.0f, &tw[0]), make_w(c->wt, HKV * D, c->hid, &r, 1.0f, &tw[1]),
+                  make_w(c->wt, HKV * D, c->hid, &r, 1.0f, &tw[2])};
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *slot = malloc(sizeof(int32_t) * (size_t)T);
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)NS);
     for (int64_t i = 0; i < NS; i++) perm[i] = (int32_t)i;

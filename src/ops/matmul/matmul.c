@@ -237,6 +237,11 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     LOOM_RETURN_IF(a->norm_gamma && !a->norm_inv, LOOM_ERR_INVALID_ARG, "matmul: norm_gamma without norm_inv");
     if (a->M == 0 || a->N == 0) return LOOM_OK;
     if (a->norm_gamma && isa != LOOM_ISA_REF && use_gemv(a)) {
+        if (a->xq && loom_matmul_xq_bytes(a) > 0) { /* x normalised and quantized already: never read */
+            loom_matmul_args c = *a;
+            c.norm_gamma = NULL, c.norm_inv = NULL;
+            return loom_gemv_run(&c, isa, ith, nth, scratch);
+        }
         loom_matmul_args c = staged(a, isa, (float *)scratch);
         return loom_gemv_run(&c, isa, ith, nth, (char *)scratch + norm_stage_bytes(a));
     }

@@ -1,0 +1,60 @@
+/* Helpers of the fused graph op tests (test_qkv_rope_op.c, test_norm_fusion.c):
+ * random operands, and running every thread and phase of an op's kernel with
+ * the scratch it asks for, as the executor does. */
+#ifndef LOOM_TEST_GRAPH_OP_COMMON_H
+#define LOOM_TEST_GRAPH_OP_COMMON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/rng.h"
+#include "loom.h"
+#include "ops/ops.h"
+#include "ops/quant.h"
+
+static float rnd(loom_rng *r) { return 2.0f * loom_rng_uniform(r) - 1.0f; }
+
+/* Weights [rows, hid] of wt, filled from r with U(-scale, scale) (rounded to wt). */
+static void *make_w(loom_dtype wt, int64_t rows, int64_t hid, loom_rng *r, float scale, loom_tensor *t) {
+    size_t rb = loom_dtype_row_bytes(wt, hid);
+    char *w = malloc((size_t)rows * rb);
+    float *row = malloc(sizeof(float) * (size_t)hid);
+    for (int64_t n = 0; n < rows; n++) {
+        for (int64_t k = 0; k < hid; k++) row[k] = rnd(r) * scale;
+        if (wt == LOOM_F32) memcpy(w + (size_t)n * rb, row, rb);
+        else if (wt == LOOM_F16 || wt == LOOM_BF16)
+            for (int64_t k = 0; k < hid; k++)
+                ((uint16_t *)(w + (size_t)n * rb))[k] = wt == LOOM_F16 ? loom_f32_to_f16(row[k]) : loom_f32_to_bf16(row[k]);
+        else loom_quantize_row(wt, row, w + (size_t)n * rb, hid);
+    }
+    free(row);
+    loom_tensor_init(t, wt, 2, (const int64_t[2]){rows, hid}, w);
+    return w;
+}
+
+/* Runs every thread of kernel fn (each with its own scratch, phases in order). */
+static loom_status run_threads(loom_op op, loom_kernel_fn fn, loom_kernel_args a, int nth) {
+    const loom_op_info *info = loom_op_get(op);
+    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    int phases = info->n_phases > 0 ? info->n_phases : 1;
+    for (int p = 0; p < phases; p++)
+        for (int i = 0; i < nth; i++) {
+            void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
+            memset(s, 0xA5, bytes + 64);
+            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
+            loom_status st = fn(&a);
+            loom_free_aligned(s);
+            if (st != LOOM_OK) return st;
+        }
+    return LOOM_OK;
+}
+
+static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,
+                          const void *attrs, loom_tensor *dst, int nth) {
+    loom_kernel_args a = {.n_src = n_src, .dst = dst, .attrs = attrs};
+    for (int i = 0; i < n_src; i++) a.src[i] = src[i];
+    return run_threads(op, loom_op_kernel(op, isa), a, nth);
+}
+
+#endif
