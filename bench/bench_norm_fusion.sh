@@ -3,8 +3,7 @@
 # previous GEMMs' epilogues (the default rules) against fused mode without
 # them (the same rules with norm_qkv_rope_*, norm_ffn_residual,
 # linear_residual and norm_linear disabled: add_rms_norm and separate norms,
-# the fusion of before), `loom bench` medians in interleaved rounds so that
-# machine drift hits both alike; ratio new / old.
+# the fusion of before), by bench/bench_rules_ab.sh; ratio new / old.
 #   bench/bench_norm_fusion.sh LOOM MODEL THREADS PROMPTS GEN ROUNDS REPS
 # e.g. bench/bench_norm_fusion.sh build/loom ~/.cache/loom/models/SmolLM2-135M-Instruct.Q4_1.gguf 1,2 512,2048 64 3 3
 # A Llama2-7B-shaped model of 2 layers: bench/make_llama_shaped.py OUT --layers 2.
@@ -17,23 +16,4 @@ trap 'rm -rf "$tmp"' EXIT
 awk '/^  - name: (norm_qkv_rope_cache|norm_qkv_rope_cache_i8|norm_qkv_rope_paged|norm_qkv_rope_paged_i8|norm_ffn_residual|linear_residual|norm_linear)$/ {print; getline; print; print "    enabled: false"; next} {print}' \
     "$here/../configs/fusion/default.yaml" >"$tmp/old.yaml"
 [ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = 7 ] || { echo "bench_norm_fusion: could not disable the 7 rules" >&2; exit 1; }
-for r in $(seq "$ROUNDS"); do
-    for v in new old; do
-        rules=()
-        [ "$v" = old ] && rules=(--rules "$tmp/old.yaml")
-        "$LOOM" bench -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$GEN" -r "$REPS" -o jsonl "${rules[@]}" \
-            | sed "s/^{/{\"variant\":\"$v\",\"round\":$r,/" >>"$tmp/all.jsonl"
-    done
-done
-python3 - "$tmp/all.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-key = lambda d: (d["n_threads"], d["n_prompt"], d["n_gen"])
-tests = sorted({key(d) for d in rows})
-print("| test | threads | old fused tok/s (median) | new fused tok/s (median) | new / old |")
-print("|---|---:|---:|---:|---:|")
-for t in tests:
-    med = {v: statistics.median(d["avg_ts"] for d in rows if key(d) == t and d["variant"] == v) for v in ("old", "new")}
-    name = f"pp{t[1]}" if t[1] else f"tg{t[2]}"
-    print(f"| {name} | {t[0]} | {med['old']:.2f} | {med['new']:.2f} | {med['new'] / med['old']:.3f} |")
-PY
+"$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "" "$THREADS" "$PROMPTS" "$GEN" "$ROUNDS" "$REPS"

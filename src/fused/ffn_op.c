@@ -1,10 +1,25 @@
-/* ffn as a graph op: y = down(act(x.Wg^T) * x.Wu^T) (+ residual), two phases.
- * Phase 0 walks the hidden dimension in column blocks (as src/fused/ffn.c):
- * per block the up tile stays in this thread's scratch, the gate tile is
- * computed into h, and act(gate) * up is applied to the tile while it is in
- * cache, so gate, up and act(gate) never reach memory and h is written once. Phase 1 (after the executor's barrier, since it needs all
- * of h) is the down GEMM with the residual added in its epilogue. Activations:
- * loom_act values or user activations registered by name. */
+/* ffn as a graph op: y = down(act(x.Wg^T) * x.Wu^T) (+ residual).
+ *
+ * Two phases (prefill): phase 0 walks the hidden dimension in column blocks
+ * (as src/fused/ffn.c): per block the up tile stays in this thread's scratch,
+ * the gate tile is computed into h, and act(gate) * up is applied to the tile
+ * while it is in cache, so gate, up and act(gate) never reach memory and h is
+ * written once. Phase 1 (after the executor's barrier, since it needs all of
+ * h) is the down GEMM with the residual added in its epilogue.
+ *
+ * One pass (decode and small batches: at most one_pass_rows rows, not
+ * batch-invariant): the hidden dimension is cut into fixed slices (about
+ * ONE_PASS_SLICES, set by H alone); a thread takes whole slices and for each
+ * computes its up and gate tiles and act(gate) * up in scratch, then the
+ * slice's share of the down projection, h_slice . Wd[:, slice]^T, into that
+ * slice's partial [M, D] in the launch's shared buffer. The last thread to
+ * arrive sums the partials in slice order (+ residual) into y. h never
+ * leaves this thread's cache, and there is no barrier inside: one kernel.
+ * The order of the sum is fixed by H, so results are the same bits for any
+ * thread count; against the two-phase kernel (one dot product over all of H)
+ * they differ by rounding only.
+ *
+ * Activations: loom_act values or user activations registered by name. */
 #include "fused/fused_graph_ops.h"
 
 #include <pthread.h>
@@ -18,6 +33,7 @@
 #include "fused/fused_internal.h"
 #include "ops/matmul/matmul.h"
 #include "ops/ref/ref.h"
+#include "ops/vec/vec.h"
 
 #define MAX_ACTS 16
 static struct { char name[32]; loom_ffn_act_fn fn; void *user; } acts[MAX_ACTS];
@@ -48,6 +64,25 @@ int loom_ffn_act_register(const char *name, loom_ffn_act_fn fn, void *user) {
 
 /* The fifth input is the residual (gamma, with the norm, comes last). */
 static int has_residual(const loom_ffn_attrs *at, int n_src) { return n_src - (at->norm ? 1 : 0) == 5; }
+
+#define ONE_PASS_SLICES 8
+
+static int one_pass(const loom_ffn_attrs *at, int64_t M, int invariant) {
+    return !invariant && at->one_pass_rows > 0 && M <= at->one_pass_rows;
+}
+
+/* Hidden columns of a one-pass slice: H / ONE_PASS_SLICES rounded up to 64
+ * (whole blocks of every quantized type); the last slice takes the rest. */
+static int64_t slice_cols(int64_t H) {
+    int64_t s = (H + ONE_PASS_SLICES - 1) / ONE_PASS_SLICES;
+    s = (s + 63) / 64 * 64;
+    return s < H ? s : (H > 0 ? H : 1);
+}
+
+/* Rows a one-pass launch of these shapes may have (0: never one pass). */
+static int64_t one_pass_rows(const loom_ffn_attrs *at, int64_t M) {
+    return at->one_pass_rows > 0 ? (M < at->one_pass_rows ? M : at->one_pass_rows) : 0;
+}
 
 static loom_status ffn_infer(const loom_tensor *const *src, int n_src, const void *attrs,
                              loom_tensor *dst) {
@@ -98,10 +133,12 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     int res = has_residual(at, n_src);
     double M = (double)src[0]->shape[0], D = (double)src[0]->shape[1], H = (double)src[1]->shape[0];
     c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (res ? M * D : 0.0);
-    /* x, the three weights once, h back in phase 1, the residual */
-    c->bytes_read = 4.0 * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + 4.0 * M * H +
+    /* x, the three weights once, h back in phase 1, the residual; in one pass
+     * h and the slices' partials stay in cache */
+    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : 4.0 * M * H;
+    c->bytes_read = 4.0 * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
                     (res ? 4.0 * M * D : 0.0);
-    c->bytes_written = 4.0 * M * H + 4.0 * M * D;   /* h (phase boundary), y */
+    c->bytes_written = h + 4.0 * M * D;   /* h (phase boundary), y */
     if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
         c->bytes_read += 4.0 * M * D + 4.0 * D;
         c->flops += 4.0 * M * D;
@@ -146,6 +183,40 @@ static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, co
            (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
 }
 
+/* One pass, R rows: the sub-GEMMs' scratch, the up and h tiles of a slice,
+ * x quantized once, then with the norm the rows' 1/rms. */
+typedef struct { size_t up, h, xq, inv, end; } one_pass_layout;
+
+/* The down projection of hidden columns [n0, n0 + nb) of R rows: h_slice .
+ * Wd[:, n0:n0+nb]^T (whole blocks: n0 is a multiple of 64). */
+static loom_matmul_args slice_down(const loom_tensor *const *src, int64_t R, int64_t n0, int64_t nb,
+                                   const float *h, float *y, int32_t act) {
+    const loom_tensor *wd = src[3];
+    loom_matmul_args d = {.x = h, .ldx = nb,
+                          .w = wd->data ? (const char *)wd->data + loom_dtype_row_bytes(wd->dtype, n0) : NULL,
+                          .ldw = wd->stride[0], .wtype = wd->dtype, .y = y, .ldy = wd->shape[0], .M = R,
+                          .N = wd->shape[0], .K = nb, .act = (loom_act_precision)act};
+    return d;
+}
+
+static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R) {
+    int64_t sw = slice_cols(src[1]->shape[0]);
+    loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, sw, NULL, sw, at->act_precision);
+    g.M = R;
+    size_t xq = loom_matmul_xq_bytes(&g);
+    if (at->norm) loom_matmul_norm_for_size(&g);
+    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision);
+    size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d);
+    size_t tile = ((size_t)(R * sw) * sizeof(float) + 63) & ~(size_t)63;
+    one_pass_layout L;
+    L.up = ((sg > sd ? sg : sd) + 63) & ~(size_t)63;
+    L.h = L.up + tile;
+    L.xq = L.h + tile;
+    L.inv = L.xq + ((xq + 63) & ~(size_t)63);
+    L.end = L.inv + (at->norm ? (size_t)R * sizeof(double) : 0) + 64;
+    return L;
+}
+
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                           const void *attrs) {
     const loom_ffn_attrs *at = attrs;
@@ -158,13 +229,51 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
     size_t a = xq_offset(src, M, bn, at) + ((loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63) +
                (at->norm ? (size_t)M * sizeof(double) : 0) + 64;
     size_t b = loom_matmul_scratch_size(&d);
-    return a > b ? a : b;
+    size_t c = one_pass_rows(at, M) > 0 ? one_pass_scratch(src, at, one_pass_rows(at, M)).end : 0;
+    a = a > b ? a : b;
+    return a > c ? a : c;
+}
+
+/* The slices' partials of a one-pass launch (the most rows it may have). */
+static size_t ffn_shared(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs) {
+    (void)n_src, (void)dst;
+    const loom_ffn_attrs *at = attrs;
+    int64_t H = src[1]->shape[0], sw = slice_cols(H), R = one_pass_rows(at, src[0]->shape[0]);
+    return (size_t)((H + sw - 1) / sw) * (size_t)R * (size_t)src[3]->shape[0] * sizeof(float);
+}
+
+static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
+    (void)n_src, (void)nth;
+    return one_pass(attrs, src[0]->shape[0], invariant) ? 1 : 2;
+}
+
+/* h = act(h) * up on a tile of M x nb (h's rows ldh apart, up's nb): silu
+ * and mul are the primitive kernels of the level (results equal the unfused
+ * graph's); other activations are applied per element. */
+static loom_status act_times_up(const loom_ffn_attrs *at, loom_isa isa, float *h, int64_t ldh, float *up,
+                                int64_t M, int64_t nb) {
+    loom_tensor th, tu;
+    const int64_t shape[2] = {M, nb};
+    LOOM_TRY(loom_tensor_init(&th, LOOM_F32, 2, shape, h));
+    th.stride[0] = ldh;
+    LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, up));
+    if (at->act == LOOM_ACT_SILU) {
+        loom_kernel_args s = {.src = {&th}, .n_src = 1, .dst = &th, .ith = 0, .nth = 1};
+        LOOM_TRY(loom_op_kernel(LOOM_OP_SILU, isa)(&s));
+    } else {
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < nb; j++) {
+                float *v = h + m * ldh + j;
+                *v = at->act >= LOOM_FFN_ACT_CUSTOM ? custom_act(*v, (void *)(intptr_t)(at->act - LOOM_FFN_ACT_CUSTOM))
+                                                    : loom_act_apply((loom_act)at->act, *v);
+            }
+    }
+    loom_kernel_args mu = {.src = {&th, &tu}, .n_src = 2, .dst = &th, .ith = 0, .nth = 1};
+    return loom_op_kernel(LOOM_OP_MUL, isa)(&mu);
 }
 
 /* Phase 0: per block of hidden columns, the up tile into scratch, the gate
- * tile into h, then act(h) * up on the tile while both are in cache. silu and
- * mul are the primitive kernels of the same level (results equal the unfused
- * graph's); other activations are applied per element. */
+ * tile into h, then act(h) * up on the tile while both are in cache. */
 static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     const loom_ffn_attrs *at = a->attrs;
     const loom_tensor *x = a->src[0], *h = a->dst_extra[0];
@@ -199,29 +308,69 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0], act);
         g.xq = xq, g.invariant = a->invariant, g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
-        loom_tensor th, tu;
-        const int64_t shape[2] = {M, nb};
-        LOOM_TRY(loom_tensor_init(&th, LOOM_F32, 2, shape, hb));
-        th.stride[0] = h->stride[0];
-        LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, up));
-        if (at->act == LOOM_ACT_SILU) {
-            loom_kernel_args s = {.src = {&th}, .n_src = 1, .dst = &th, .ith = 0, .nth = 1};
-            LOOM_TRY(loom_op_kernel(LOOM_OP_SILU, isa)(&s));
-        } else {
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t j = 0; j < nb; j++) {
-                    float *v = hb + m * h->stride[0] + j;
-                    *v = at->act >= LOOM_FFN_ACT_CUSTOM ? custom_act(*v, (void *)(intptr_t)(at->act - LOOM_FFN_ACT_CUSTOM))
-                                                        : loom_act_apply((loom_act)at->act, *v);
-                }
+        LOOM_TRY(act_times_up(at, isa, hb, h->stride[0], up, M, nb));
+    }
+    return LOOM_OK;
+}
+
+/* One pass: the slices [s0, s1) of this thread into their partials, then the
+ * last thread to arrive sums them (module comment). */
+static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
+    const loom_ffn_attrs *at = a->attrs;
+    const loom_tensor *x = a->src[0];
+    const int32_t act = at->act_precision;
+    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0], sw = slice_cols(H);
+    int64_t ns = (H + sw - 1) / sw, s0, s1;
+    float *part = a->shared;
+    loom_status st = LOOM_OK;
+    if ((size_t)(ns * M * D) * sizeof(float) > a->shared_bytes || (a->nth > 1 && !a->arrive))
+        st = loom_set_error(LOOM_ERR_INVALID_ARG, "ffn: one pass of %lld rows needs %lld shared bytes%s, has %zu",
+                            (long long)M, (long long)(ns * M * D * 4), a->nth > 1 && !a->arrive ? " and a counter" : "",
+                            a->shared_bytes);
+    loom_ref_split(ns, a->ith, a->nth, &s0, &s1);
+    if (st == LOOM_OK && s0 < s1) {
+        one_pass_layout L = one_pass_scratch(a->src, at, M);
+        char *sc = a->scratch;
+        float *up = (float *)(sc + L.up), *ht = (float *)(sc + L.h);
+        const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
+        double *inv = at->norm ? (double *)(sc + L.inv) : NULL;
+        loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, sw, NULL, sw, act);
+        if (inv) loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, M, inv);
+        probe.norm_gamma = gamma, probe.norm_inv = inv;
+        void *xq = NULL;
+        if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
+            xq = sc + L.xq;
+            loom_matmul_quantize_x(&probe, isa, 0, M, xq);
         }
-        loom_kernel_args mu = {.src = {&th, &tu}, .n_src = 2, .dst = &th, .ith = 0, .nth = 1};
-        LOOM_TRY(loom_op_kernel(LOOM_OP_MUL, isa)(&mu));
+        for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
+            int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
+            loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
+            u.xq = xq, u.norm_gamma = gamma, u.norm_inv = inv;
+            loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, ht, nb, act);
+            g.xq = xq, g.norm_gamma = gamma, g.norm_inv = inv;
+            loom_matmul_args d = slice_down(a->src, M, n0, nb, ht, part + s * M * D, act);
+            if ((st = loom_matmul_run(&u, isa, 0, 1, sc)) == LOOM_OK &&
+                (st = loom_matmul_run(&g, isa, 0, 1, sc)) == LOOM_OK &&
+                (st = act_times_up(at, isa, ht, nb, up, M, nb)) == LOOM_OK)
+                st = loom_matmul_run(&d, isa, 0, 1, sc);
+        }
+    }
+    int failed = st != LOOM_OK;
+    if (!loom_kernel_arrive(a, &failed) || failed) return st;
+    /* the last thread: y = ((p_0 + p_1) + ...) (+ residual), row by row */
+    const loom_vec_fns *f = loom_vec_fns_for(isa);
+    const loom_tensor *res = has_residual(at, a->n_src) ? a->src[4] : NULL;
+    for (int64_t m = 0; m < M; m++) {
+        float *y = (float *)a->dst->data + m * a->dst->stride[0];
+        memcpy(y, part + m * D, (size_t)D * sizeof(float));
+        for (int64_t s = 1; s < ns; s++) f->add(y, part + (s * M + m) * D, y, D);
+        if (res) f->add(y, (const float *)res->data + m * res->stride[0], y, D);
     }
     return LOOM_OK;
 }
 
 static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
+    if (one_pass(a->attrs, a->src[0]->shape[0], a->invariant)) return one_pass_kernel(a, isa);
     LOOM_RETURN_IF(a->n_dst_extra < 1 || !a->dst_extra[0], LOOM_ERR_INVALID_ARG,
                    "ffn: the hidden buffer output is missing");
     const loom_tensor *h = a->dst_extra[0];
@@ -238,6 +387,7 @@ LOOM_FUSED_LEVELS(ffn, ffn_kernel)
 void loom_register_ffn_op(loom_op_info *e) {
     e->infer = ffn_infer, e->cost = ffn_cost, e->scratch_size = ffn_scratch, e->ref = ffn_ref;
     e->n_phases = 2;
+    e->phases = ffn_phases, e->shared_size = ffn_shared;
     e->decomposition = "matmul matmul silu mul matmul add";
     LOOM_FUSED_SET_LEVELS(e, ffn);
 }

@@ -223,7 +223,8 @@ static size_t inc_scratch(const loom_tensor *const *src, int n_src, const loom_t
 /* Decode on nth threads: split-KV then a merge (two phases) where whole
  * (batch, kv head) units do not share out evenly, one launch otherwise; the
  * split's partials go to the launch's shared buffer. */
-static int inc_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth) {
+static int inc_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
+    (void)invariant;
     op_tensors o;
     attn_problem pr;
     return inc_resolve(src, n_src, attrs, NULL, &o, &pr) == LOOM_OK && attn_decode_splits(&pr, nth) ? 2 : 1;

@@ -396,7 +396,7 @@ loom_status prog_checkpoints_exec(loom_program *p, const loom_step *st, int dump
     loom_executor *e = p->e;
     const loom_graph *fg = p->main.g;
     prog_apply_step(e, &p->twin, e->ref_arena, st);
-    prog_count_phases(&p->twin, e->n_threads);
+    prog_count_phases(&p->twin, e->n_threads, e->invariant);
     int *seen = p->seen; /* per stat, this step: 1 checked, 2 failed */
     for (int i = 0; i < p->n_checks; i++) seen[p->checks[i].stat] = 0;
     loom_status s = LOOM_OK;

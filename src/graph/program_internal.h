@@ -29,6 +29,7 @@ typedef struct prog_node {
     const loom_op_info  *info;
     int                  phases; /* launches; 0: from info->phases at each step */
     int                  cur;    /* launches this step */
+    _Atomic int          arrive; /* the kernel args' arrival counter (loom_kernel_arrive) */
 } prog_node;
 
 /* One compiled graph: the program's own, or its unfused twin (checkpoints). */
@@ -79,7 +80,7 @@ void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, con
  * its base + offset. */
 void prog_bind(prog_graph *pg, unsigned char *arena);
 /* Launch counts of the nodes whose count depends on the step. */
-void prog_count_phases(prog_graph *pg, int nth);
+void prog_count_phases(prog_graph *pg, int nth, int invariant);
 /* Runs nodes [first, last] of pg on the executor's pool. */
 loom_status prog_exec(loom_program *p, prog_graph *pg, int first, int last, int dump, const loom_batch *batch);
 

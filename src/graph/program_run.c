@@ -48,11 +48,12 @@ void prog_apply_step(loom_executor *e, prog_graph *pg, unsigned char *arena, con
     }
 }
 
-void prog_count_phases(prog_graph *pg, int nth) {
+void prog_count_phases(prog_graph *pg, int nth, int invariant) {
     if (!pg->n_dyn_phases) return;
     for (int n = 0; n < pg->g->n_nodes; n++) {
         prog_node *pn = &pg->nodes[n];
-        if (!pn->phases) pn->cur = loom_op_phases(pn->info, pn->args.src, pn->args.n_src, pn->args.attrs, nth);
+        if (!pn->phases)
+            pn->cur = loom_op_phases(pn->info, pn->args.src, pn->args.n_src, pn->args.attrs, nth, invariant);
     }
 }
 
@@ -135,7 +136,7 @@ static void run_worker(int ith, int nth, void *arg) {
     unsigned char *scratch = e->scratch ? e->scratch + (size_t)ith * e->scratch_cap : NULL;
     int step = 0;  /* barriers passed: the same sequence in every thread */
     for (int n = rc->first; n <= rc->last; n++) {
-        const prog_node *pn = &pg->nodes[n];
+        prog_node *pn = &pg->nodes[n];
         loom_kernel_args a = pn->args;
         a.ith = ith, a.nth = nth;
         a.scratch = scratch;
@@ -143,6 +144,7 @@ static void run_worker(int ith, int nth, void *arg) {
         a.scratch_bytes = e->scratch_cap, a.shared_bytes = e->shared_cap;
         a.batch = rc->batch;
         a.invariant = e->invariant;
+        a.arrive = &pn->arrive;
         uint64_t t0 = timing && ith == 0 ? loom_time_ns() : 0;
         for (int ph = 0; ph < pn->cur; ph++) {
             a.phase = ph;
@@ -193,7 +195,7 @@ loom_status loom_program_run(loom_program *p, const loom_step *s) {
         p->last = st;
     }
     prog_apply_step(e, &p->main, e->arena, &st);
-    prog_count_phases(&p->main, e->n_threads);
+    prog_count_phases(&p->main, e->n_threads, e->invariant);
     const loom_graph *g = p->main.g;
     loom_status rs = !g->n_nodes ? LOOM_OK
                      : p->twin.g ? prog_checkpoints_exec(p, &st, e->dump_dir != NULL)

@@ -223,7 +223,9 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
         loom_node *node = &g->nodes[n];
         const loom_op_info *op = loom_op_get(node->op);
         node->stats.kernel = op->name;
-        node->stats.kernels = op->n_phases > 0 ? op->n_phases : 1;
+        loom_kernel_args ka;
+        loom_graph_node_args(g, n, &ka); /* launches at these shapes, one thread, not batch-invariant */
+        node->stats.kernels = loom_op_phases(op, ka.src, ka.n_src, ka.attrs, 1, 0);
         node->stats.flops = c.flops;
         node->stats.bytes_read = c.bytes_read;
         node->stats.bytes_written = c.bytes_written;

@@ -197,8 +197,15 @@ typedef struct {
     int32_t act_precision;  /* loom_act_precision of the three matmuls (as loom_matmul_attrs) */
     int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
     float   norm_eps;
+    int32_t one_pass_rows;  /* launches of at most this many rows run as one kernel (the hidden
+                               dimension in fixed slices, partial down projections summed in
+                               slice order; not in batch-invariant runs); 0: always two */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
+/* The rules' default one_pass_rows: off. The one pass reads Wd in slices of
+ * its rows, which the GEMV's streams and prefetch (tuned for whole rows) run
+ * 0.6-0.9x as fast (bench/results/fusion.md); preset one_pass_ffn sets 7. */
+#define LOOM_FFN_ONE_PASS_ROWS 0
 typedef struct {
     int32_t act_precision;  /* loom_act_precision of the matmul (as loom_matmul_attrs) */
     int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */
@@ -260,7 +267,20 @@ typedef struct loom_kernel_args {
                                              row count; paged_attention: one kernel for every row) */
     size_t             scratch_bytes;     /* the bytes of scratch and of shared (what was planned) */
     size_t             shared_bytes;
+    /* This launch's arrival counter (0 when a launch starts; the executor
+     * keeps one per node): a one-pass kernel whose last step needs every
+     * thread's work counts its threads in with loom_kernel_arrive and lets
+     * the last one finish (the ffn's fixed-order sum of its partials).
+     * NULL on one thread. */
+    _Atomic int       *arrive;
 } loom_kernel_args;
+
+/* Counts thread a->ith in at the end of its share of a one-pass launch
+ * (failed: its share failed). Returns 1 in exactly one thread, the last to
+ * arrive, after every other thread's writes are visible to it, with *failed
+ * set when any thread's share failed; 0 in the others. Every thread of the
+ * launch must call it exactly once, whatever happened before. */
+int loom_kernel_arrive(const loom_kernel_args *a, int *failed);
 
 /* Kernels split their own work by (ith, nth), write only their share of dst,
  * and return LOOM_OK or an error set with loom_set_error. Results must not
@@ -295,11 +315,13 @@ typedef struct loom_op_info {
      * replaces, in order, e.g. "add rms_norm" (NULL for primitives). */
     int n_phases;
     const char *decomposition;
-    /* Ops whose launch depends on the thread count (decode attention: split-KV
-     * and a merge where whole units do not share out): the phases a launch on
-     * nth threads takes, overriding n_phases; its kernels see the same nth and
-     * decide alike. NULL: n_phases. */
-    int (*phases)(const loom_tensor *const *src, int n_src, const void *attrs, int nth);
+    /* Ops whose launch depends on the thread count or the shapes (decode
+     * attention: split-KV and a merge where whole units do not share out; the
+     * ffn: one pass for a few rows): the phases a launch on nth threads takes
+     * (invariant: the executor's batch-invariant flag, kernel args'
+     * invariant), overriding n_phases; its kernels see the same nth, shapes
+     * and flag and decide alike. NULL: n_phases. */
+    int (*phases)(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant);
     /* Bytes of the one buffer all threads of a launch share (kernel args'
      * shared). NULL: none. */
     size_t (*shared_size)(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
@@ -319,7 +341,7 @@ const loom_op_info *loom_op_get(loom_op op);
 loom_kernel_fn loom_op_kernel(loom_op op, loom_isa isa);
 /* Phases (kernel launches) of op on nth threads: its phases callback, else n_phases (at least 1). */
 int loom_op_phases(const loom_op_info *info, const loom_tensor *const *src, int n_src, const void *attrs,
-                   int nth);
+                   int nth, int invariant);
 /* Name of the kernel loom_op_kernel would pick, e.g. "matmul.ref". Never NULL. */
 const char *loom_op_kernel_name(loom_op op, loom_isa isa);
 

@@ -10,6 +10,7 @@
 #include "ops/register.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -178,9 +179,22 @@ void loom_op_refresh_kernel_names(loom_op op) {
 }
 
 int loom_op_phases(const loom_op_info *info, const loom_tensor *const *src, int n_src, const void *attrs,
-                   int nth) {
-    int p = info->phases ? info->phases(src, n_src, attrs, nth) : info->n_phases;
+                   int nth, int invariant) {
+    int p = info->phases ? info->phases(src, n_src, attrs, nth, invariant) : info->n_phases;
     return p > 1 ? p : 1;
+}
+
+/* The counter's low 16 bits count arrivals, the bits above count failed
+ * shares. The last thread resets it for the node's next launch, which starts
+ * after the executor's barrier. */
+int loom_kernel_arrive(const loom_kernel_args *a, int *failed) {
+    int f = *failed ? 1 : 0;
+    if (a->nth <= 1 || !a->arrive) return 1;
+    int v = atomic_fetch_add_explicit(a->arrive, 1 + (f << 16), memory_order_acq_rel) + 1 + (f << 16);
+    if ((v & 0xffff) != a->nth) return 0;
+    *failed = (v >> 16) != 0;
+    atomic_store_explicit(a->arrive, 0, memory_order_relaxed);
+    return 1;
 }
 
 const char *loom_op_kernel_name(loom_op op, loom_isa isa) {
@@ -244,7 +258,7 @@ loom_status loom_op_run(loom_op op, const loom_tensor *const *src, int n_src,
     for (int i = 0; i < n_src; i++) a.src[i] = src[i];
     loom_kernel_fn fn = loom_op_kernel(op, isa);
     loom_status s = LOOM_OK;
-    int phases = loom_op_phases(info, src, n_src, attrs, 1);
+    int phases = loom_op_phases(info, src, n_src, attrs, 1, 0);
     for (int ph = 0; ph < phases && s == LOOM_OK; ph++) {
         a.phase = ph;
         s = fn(&a);

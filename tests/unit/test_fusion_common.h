@@ -121,8 +121,9 @@ static inline int tm_layer_kernels(const loom_graph *g, int l) {
     int k = 0;
     for (int n = 0; n < g->n_nodes; n++)
         if (g->nodes[n].layer == l) {
-            const loom_op_info *i = loom_op_get(g->nodes[n].op);
-            k += i->n_phases > 1 ? i->n_phases : 1;
+            loom_kernel_args a;
+            loom_graph_node_args(g, n, &a);
+            k += loom_op_phases(loom_op_get(g->nodes[n].op), a.src, a.n_src, a.attrs, 1, 0);
         }
     return k;
 }

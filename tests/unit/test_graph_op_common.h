@@ -33,21 +33,30 @@ static void *make_w(loom_dtype wt, int64_t rows, int64_t hid, loom_rng *r, float
     return w;
 }
 
-/* Runs every thread of kernel fn (each with its own scratch, phases in order). */
+/* Runs every thread of kernel fn (each with its own scratch, phases in order,
+ * the launch's shared buffer and arrival counter as the executor gives them;
+ * a.invariant as the caller set it). */
 static loom_status run_threads(loom_op op, loom_kernel_fn fn, loom_kernel_args a, int nth) {
     const loom_op_info *info = loom_op_get(op);
     size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
-    int phases = info->n_phases > 0 ? info->n_phases : 1;
-    for (int p = 0; p < phases; p++)
+    size_t shared = info->shared_size ? info->shared_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    int phases = loom_op_phases(info, a.src, a.n_src, a.attrs, nth, a.invariant);
+    _Atomic int arrive = 0;
+    a.shared = shared ? loom_alloc_aligned(shared, LOOM_ALIGN) : NULL;
+    if (a.shared) memset(a.shared, 0xA5, shared);
+    a.shared_bytes = shared, a.arrive = &arrive;
+    loom_status st = LOOM_OK;
+    for (int p = 0; p < phases && st == LOOM_OK; p++)
         for (int i = 0; i < nth; i++) {
             void *s = loom_alloc_aligned(bytes + 64, LOOM_ALIGN);
             memset(s, 0xA5, bytes + 64);
-            a.ith = i, a.nth = nth, a.scratch = s, a.phase = p;
-            loom_status st = fn(&a);
+            a.ith = i, a.nth = nth, a.scratch = s, a.scratch_bytes = bytes, a.phase = p;
+            loom_status t = fn(&a);
             loom_free_aligned(s);
-            if (st != LOOM_OK) return st;
+            if (t != LOOM_OK && st == LOOM_OK) st = t; /* the others still run: one pass counts them in */
         }
-    return LOOM_OK;
+    loom_free_aligned(a.shared);
+    return st;
 }
 
 static loom_status run_op(loom_op op, loom_isa isa, const loom_tensor *const *src, int n_src,

@@ -590,7 +590,7 @@ static loom_status op_threads(const loom_tensor *const *src, const void *attrs, 
     size_t sb = info->scratch_size(src, 3, dst, attrs), wb = info->shared_size(src, 3, dst, attrs);
     void *ws = loom_alloc_aligned(wb + 64, LOOM_ALIGN);
     memset(ws, 0xA5, wb + 64);
-    *phases = loom_op_phases(info, src, 3, attrs, nth);
+    *phases = loom_op_phases(info, src, 3, attrs, nth, 0);
     loom_kernel_fn fn = loom_op_kernel(LOOM_OP_INCRE_FLASH_ATTENTION, isa);
     loom_status s = LOOM_OK;
     for (int ph = 0; ph < *phases && s == LOOM_OK; ph++)
@@ -686,7 +686,7 @@ static void test_incre_op_table(void) {
             }
         }
         at.kv_chunk = 0; /* 512 keys: one chunk a unit, nothing for a split to share out */
-        for (int nth = 2; nth <= 3; nth++) CHECK(loom_op_phases(info, s3, 3, &at, nth) == 1);
+        for (int nth = 2; nth <= 3; nth++) CHECK(loom_op_phases(info, s3, 3, &at, nth, 0) == 1);
         at.kv_chunk = 16;
         if (sh[i].split[1] < 0) { /* split without the shared buffer: an error, not a crash */
             void *sc = loom_alloc_aligned(info->scratch_size(s3, 3, &d.out, &at), LOOM_ALIGN);

@@ -213,13 +213,18 @@ static void test_forward_vs_naive(const char *path, int threads) {
     loom_model_free(m);
 }
 
-static void test_threads_bit_identical(const char *path) {
+/* Logits of a decode step after a 5-token prompt, bit-identical on 1-3
+ * threads; with preset (one_pass_ffn: the decode ffn as one kernel, its
+ * partials summed by the last thread to arrive) also within rounding of the
+ * default rules' (ref). */
+static void test_threads_bit_identical(const char *path, const char *preset, const float *ref, float *keep) {
     float *out[3];
     for (int t = 1; t <= 3; t++) {
         loom_model_params p = loom_model_default_params();
         p.n_threads = t;
+        p.fusion_preset = preset;
         loom_model *m;
-        CHECK(loom_model_load(path, &p, &m) == LOOM_OK);
+        CHECK_MSG(loom_model_load(path, &p, &m) == LOOM_OK, "%s", loom_last_error());
         out[t - 1] = malloc(512 * sizeof(float));
         int32_t toks[5] = {1, 400, 300, 290, 260};
         CHECK(loom_model_forward(m, toks, 5, 0, out[t - 1]) == LOOM_OK);
@@ -228,6 +233,13 @@ static void test_threads_bit_identical(const char *path) {
     }
     CHECK(memcmp(out[0], out[1], 512 * sizeof(float)) == 0);
     CHECK(memcmp(out[0], out[2], 512 * sizeof(float)) == 0);
+    if (ref) {
+        double err = 0;
+        for (int i = 0; i < 512; i++) err = fmax(err, fabs(out[0][i] - ref[i]) / (1.0 + fabs(ref[i])));
+        CHECK_MSG(err < 1e-5, "preset %s: logits %.3g from the default rules'", preset, err);
+        fprintf(stderr, "  preset %s: max relative logit difference from the default rules %.3g\n", preset, err);
+    }
+    if (keep) memcpy(keep, out[0], 512 * sizeof(float));
     for (int t = 0; t < 3; t++) free(out[t]);
 }
 
@@ -342,7 +354,9 @@ int main(void) {
     test_detect_format(legacy);
     test_forward_vs_naive(legacy, 1);
     test_forward_vs_naive(v1, 2);
-    test_threads_bit_identical(legacy);
+    float def[512];
+    test_threads_bit_identical(legacy, NULL, NULL, def);
+    test_threads_bit_identical(legacy, "one_pass_ffn", def, NULL);
     test_kv_dtypes(legacy);
     return TEST_SUMMARY();
 }

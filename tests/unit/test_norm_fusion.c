@@ -4,12 +4,18 @@
  *   - linear: matmul + add (an output projection and the residual stream),
  *     rms_norm + matmul (the output norm and the LM head), and all three;
  *   - ffn with the norm: rms_norm + gate/up matmuls + silu + mul + down
- *     matmul (+ add).
+ *     matmul (+ add);
+ *   - the ffn's one pass (a few rows: the hidden dimension in fixed slices,
+ *     the partial down projections summed in slice order by the last thread):
+ *     within rounding of the same decomposition (its sum is ordered by
+ *     slice), and bit-identical for 1-3 threads; batch-invariant runs take
+ *     the two phases, bit for bit.
  * Random shapes whose rows and dims are not multiples of any tile (GEMV rows
  * below 8, GEMM rows above; K of several GEMM k blocks), every weight type
  * (f32, f16, bf16, q8_0, q4_0, q4_1; quantized ones with q8 and with full
  * activations), every level, 1-3 threads. Then the ops' argument errors.
  * (qkv_rope with the norm: test_qkv_rope_op.) */
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -75,7 +81,10 @@ static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
     free(x), free(res), free(g), free(xn), free(w), free(y[0]), free(y[1]);
 }
 
-static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
+/* one_pass 0: the two phases, bit for bit against the decomposition; 1: the
+ * one pass (one_pass_rows = M), within rounding of it, the same bits on 1..3
+ * threads, and with a->invariant the two phases again (bit for bit). */
+static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass) {
     loom_rng r;
     loom_rng_init(&r, seed, 11);
     int64_t M = c->M, D = c->K, H = c->N;
@@ -87,7 +96,8 @@ static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
     const loom_matmul_attrs ma = {.act_precision = c->act};
     const loom_rms_norm_attrs na = {1e-5f};
     const loom_tensor *sn[2] = {&tx, &tg};
-    CHECK(run_op(LOOM_OP_RMS_NORM, isa, sn, 2, &na, &txn, c->nth) == LOOM_OK);
+    if (c->norm) CHECK(run_op(LOOM_OP_RMS_NORM, isa, sn, 2, &na, &txn, c->nth) == LOOM_OK);
+    else memcpy(xn, x, sizeof(float) * (size_t)(M * D));
     const loom_tensor *s1[2] = {&txn, &twg}, *s2[2] = {&txn, &twu};
     CHECK(run_op(LOOM_OP_MATMUL, isa, s1, 2, &ma, &tgate, c->nth) == LOOM_OK);
     CHECK(run_op(LOOM_OP_MATMUL, isa, s2, 2, &ma, &tup, c->nth) == LOOM_OK);
@@ -100,21 +110,67 @@ static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
         CHECK(run_op(LOOM_OP_ADD, isa, s6, 2, NULL, &tdown, c->nth) == LOOM_OK);
     }
     loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = (int32_t)(H > 40 ? 40 : 0), .act_precision = c->act,
-                         .norm = 1, .norm_eps = 1e-5f};
+                         .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass ? (int32_t)M : 0};
     loom_tensor th;
     float *h = make_f(M, H, &r, 0.0f, &th);
     loom_kernel_args a = {.src = {&tx, &twg, &twu, &twd}, .n_src = 4, .dst = &ty, .attrs = &at,
                           .dst_extra = {&th}, .n_dst_extra = 1};
     if (c->residual) a.src[a.n_src++] = &tx;
-    a.src[a.n_src++] = &tg;
+    if (c->norm) a.src[a.n_src++] = &tg;
+    const loom_op_info *info = loom_op_get(LOOM_OP_FFN);
     loom_tensor inferred;
-    CHECK_MSG(loom_op_get(LOOM_OP_FFN)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(info->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    CHECK(loom_op_phases(info, a.src, a.n_src, &at, c->nth, 0) == (one_pass ? 1 : 2));
+    CHECK(loom_op_phases(info, a.src, a.n_src, &at, c->nth, 1) == 2);
     CHECK_MSG(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK, "%s", loom_last_error());
-    CHECK_MSG(memcmp(down, y, sizeof(float) * (size_t)(M * D)) == 0,
-              "ffn %s: M=%lld D=%lld H=%lld %s act %s residual %d nth %d: differs from its decomposition",
-              loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
-              loom_act_precision_name(c->act), c->residual, c->nth);
+    const char *what = one_pass ? "one pass" : "two phases";
+    if (!one_pass) {
+        CHECK_MSG(memcmp(down, y, sizeof(float) * (size_t)(M * D)) == 0,
+                  "ffn %s %s: M=%lld D=%lld H=%lld %s act %s residual %d nth %d: differs from its decomposition",
+                  what, loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
+                  loom_act_precision_name(c->act), c->residual, c->nth);
+    } else {
+        /* the same products, summed by slice: rounding apart (relative to the
+         * output's scale), and not bit-equal to the one-dot-product result
+         * only by chance */
+        float big = 0.0f, err = 0.0f;
+        for (int64_t i = 0; i < M * D; i++) {
+            float d = y[i] - down[i];
+            big = fabsf(down[i]) > big ? fabsf(down[i]) : big;
+            err = fabsf(d) > err ? fabsf(d) : err;
+        }
+        CHECK_MSG(err <= 2e-6f * (big + 1.0f),
+                  "ffn one pass %s: M=%lld D=%lld H=%lld %s act %s residual %d norm %d nth %d: max error %g (scale %g)",
+                  loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
+                  loom_act_precision_name(c->act), c->residual, c->norm, c->nth, (double)err, (double)big);
+        /* every thread count gives the same bits */
+        float *y2 = malloc(sizeof(float) * (size_t)(M * D));
+        loom_tensor ty2 = ty;
+        ty2.data = y2;
+        a.dst = &ty2;
+        for (int nth = 1; nth <= 3; nth++) {
+            memset(y2, 0xFF, sizeof(float) * (size_t)(M * D));
+            CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, nth) == LOOM_OK);
+            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn one pass %s %s M=%lld H=%lld: %d threads differ",
+                      loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M, (long long)H, nth);
+        }
+        /* batch-invariant: the two phases (the same bits as with one_pass_rows 0) */
+        a.invariant = 1;
+        CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
+        at.one_pass_rows = 0;
+        a.dst = &ty;
+        CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
+        CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn invariant %s %s M=%lld: not the two phases",
+                  loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M);
+        free(y2);
+    }
     free(x), free(g), free(xn), free(wg), free(wu), free(wd), free(gate), free(up), free(down), free(y), free(h);
+}
+
+static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
+    lcase n = *c;
+    n.norm = 1;
+    check_ffn_mode(&n, isa, seed, 0);
 }
 
 static const lcase cases[] = {
@@ -151,6 +207,27 @@ static void test_ffn_norm(void) {
             if (loom_dtype_is_quantized(c.wt) && c.N % 32) c.N = 64; /* the down projection's K is H */
             check_ffn(&c, (loom_isa)isa, 90 + i);
         }
+}
+
+/* The ffn's one pass: rows of the GEMV and of the GEMM, hidden sizes cut
+ * into several slices with a short last one, D not a multiple of any tile,
+ * every weight type, with and without the norm and the residual. */
+static void test_ffn_one_pass(void) {
+    static const lcase one[] = {
+        /* M, D, H, wt, act, residual, norm, nth */
+        {1, 72, 800, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2},
+        {3, 130, 224, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 0, 3},
+        {7, 72, 96, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 2},
+        {1, 90, 800, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 0, 3},
+        {2, 64, 224, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 2},
+        {1, 96, 800, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 1, 1, 3},
+        {5, 96, 224, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 0, 1, 2},
+        {1, 160, 96, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 3},
+        {12, 100, 224, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2},     /* GEMM rows */
+        {9, 128, 800, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 0, 3},
+    };
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1);
 }
 
 /* Wrong inputs are errors naming the op and the input, never a crash. */
@@ -215,6 +292,7 @@ int main(void) {
     RUN_TEST(test_scratch_without_data);
     RUN_TEST(test_linear);
     RUN_TEST(test_ffn_norm);
+    RUN_TEST(test_ffn_one_pass);
     RUN_TEST(test_errors);
     return TEST_SUMMARY();
 }
