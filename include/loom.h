@@ -707,6 +707,9 @@ typedef struct loom_plan_report_params {
     int fused;                /* plan the fused graph (default: loom_plan_have_fusion()) */
     const char *rules_path;   /* fusion rules file; NULL = built in */
     const char *preset;       /* a preset of the rules, or NULL */
+    loom_dtype act_dtype;     /* activations between kernels, modelled: f32 (default; what loom's
+                                 kernels exchange), f16 or bf16 (the founding numbers' setting:
+                                 every intermediate at 2 bytes, in both modes) */
 } loom_plan_report_params;
 
 /* 1 when this build has the fusion engine (fused plans possible). */

@@ -35,8 +35,8 @@ static void arn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
                      const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]), D = (double)src[0]->shape[src[0]->ndim - 1];
     c->flops = 5.0 * n;                     /* add; square+add, scale, gamma */
-    c->bytes_read = 4.0 * (2.0 * n + D);    /* a, b, gamma; r is re-read from L1 */
-    c->bytes_written = 4.0 * 2.0 * n;       /* y and r (r is used after this node) */
+    c->bytes_read = (LOOM_ES(src[0]) + LOOM_ES(src[1])) * n + 4.0 * D; /* a, b, gamma; r is re-read from L1 */
+    c->bytes_written = 2.0 * LOOM_ES(dst) * n; /* y and r (r is used after this node) */
 }
 
 static loom_tensor rows(const loom_tensor *t, int64_t r0, int64_t nr) {

@@ -135,12 +135,13 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (res ? M * D : 0.0);
     /* x, the three weights once, h back in phase 1, the residual; in one pass
      * h and the slices' partials stay in cache */
-    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : 4.0 * M * H;
-    c->bytes_read = 4.0 * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
-                    (res ? 4.0 * M * D : 0.0);
-    c->bytes_written = h + 4.0 * M * D;   /* h (phase boundary), y */
+    const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst); /* h: at y's element size */
+    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : ey * M * H;
+    c->bytes_read = ex * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
+                    (res ? LOOM_ES(src[4]) * M * D : 0.0);
+    c->bytes_written = h + ey * M * D;   /* h (phase boundary), y */
     if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
-        c->bytes_read += 4.0 * M * D + 4.0 * D;
+        c->bytes_read += ex * M * D + 4.0 * D;
         c->flops += 4.0 * M * D;
     }
 }

@@ -59,14 +59,15 @@ static void linear_cost(const loom_tensor *const *src, int n_src, const loom_ten
     const loom_linear_attrs *at = attrs;
     double M = (double)src[0]->shape[0], K = (double)src[0]->shape[1], N = (double)src[1]->shape[0];
     c->flops = 2.0 * M * N * K;
-    c->bytes_read = 4.0 * M * K + (double)loom_dtype_row_bytes(src[1]->dtype, src[1]->shape[1]) * N;
-    c->bytes_written = 4.0 * M * N;
-    if (at->residual) c->bytes_read += 4.0 * M * N, c->flops += M * N;
+    const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst);
+    c->bytes_read = ex * M * K + (double)loom_dtype_row_bytes(src[1]->dtype, src[1]->shape[1]) * N;
+    c->bytes_written = ey * M * N;
+    if (at->residual) c->bytes_read += LOOM_ES(src[2]) * M * N, c->flops += M * N;
     if (at->norm) { /* x once more for the rows' statistics, gamma */
-        c->bytes_read += 4.0 * M * K + 4.0 * K;
+        c->bytes_read += ex * M * K + 4.0 * K;
         c->flops += 4.0 * M * K;
     }
-    (void)n_src, (void)dst;
+    (void)n_src;
 }
 
 static loom_matmul_args linear_args(const loom_kernel_args *a, const loom_linear_attrs *at, loom_epilogue *ep,

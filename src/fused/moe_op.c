@@ -40,7 +40,7 @@ static void gating_cost(const loom_tensor *const *src, int n_src, const loom_ten
     (void)n_src, (void)attrs;
     double n = (double)loom_tensor_nelem(src[0]), nk = (double)loom_tensor_nelem(dst);
     c->flops = 5.0 * n + n * (double)dst->shape[1] + 2.0 * nk;
-    c->bytes_read = 4.0 * n;
+    c->bytes_read = LOOM_ES(src[0]) * n;
     c->bytes_written = 8.0 * nk; /* weights and ids */
 }
 
@@ -102,18 +102,19 @@ static double expert_bytes(const loom_tensor *w) {
 
 static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
                      loom_cost *c) {
-    (void)dst, (void)attrs;
+    (void)attrs;
     const loom_tensor *wg = src[1];
     double T = (double)src[0]->shape[0], D = (double)src[0]->shape[1], H = (double)wg->shape[1];
+    const double e = LOOM_ES(dst); /* the activations: x, its sorted rows, h, the expert rows, y */
     double k = (double)src[4]->shape[1], R = T * k;
     double experts = loom_moe_experts_read(src[0]->shape[0], src[4]->shape[1], wg->shape[0]);
     c->flops = 2.0 * R * D * H * 3.0 + 5.0 * R * H + 2.0 * R * D + (n_src == 7 ? T * D : 0.0);
     /* phase 0: x, ids; 1: x sorted, the routed experts' gate and up; 2: h, their down;
      * 3: the expert rows, weights (and the residual) */
-    c->bytes_read = 4.0 * T * D + 4.0 * R + 4.0 * R * D + experts * (expert_bytes(wg) + expert_bytes(src[2]) +
-                                                                     expert_bytes(src[3])) +
-                    4.0 * R * H + 4.0 * R * D + 4.0 * R + (n_src == 7 ? 4.0 * T * D : 0.0);
-    c->bytes_written = 4.0 * R * D + 4.0 * R * H + 4.0 * R * D + 4.0 * T * D;
+    c->bytes_read = e * T * D + 4.0 * R + e * R * D + experts * (expert_bytes(wg) + expert_bytes(src[2]) +
+                                                                  expert_bytes(src[3])) +
+                    e * R * H + e * R * D + 4.0 * R + (n_src == 7 ? e * T * D : 0.0);
+    c->bytes_written = e * R * D + e * R * H + e * R * D + e * T * D;
 }
 
 static loom_moe_experts experts_of(const loom_tensor *const *src, const loom_moe_ffn_attrs *at,

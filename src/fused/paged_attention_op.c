@@ -222,8 +222,8 @@ static void pa_cost(const loom_tensor *const *src, int n_src, const loom_tensor 
     double Hkv = (double)k->shape[2];
     double es = (double)loom_dtype_size(k->dtype);
     c->flops = 4.0 * T * H * D * kv;
-    c->bytes_read = 4.0 * T * H * D + 2.0 * T * kv * Hkv * D * es;
-    c->bytes_written = 4.0 * T * H * D;
+    c->bytes_read = LOOM_ES(q) * T * H * D + 2.0 * T * kv * Hkv * D * es;
+    c->bytes_written = LOOM_ES(dst) * T * H * D;
 }
 
 /* ---------------------------------------------------------- kernel */

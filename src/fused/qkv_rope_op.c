@@ -97,16 +97,17 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     double T = (double)src[0]->shape[0], hid = (double)src[0]->shape[1];
     double nq = (double)at->n_heads * at->head_dim, nkv = (double)at->n_kv_heads * at->head_dim;
     c->flops = 2.0 * T * hid * (nq + 2.0 * nkv) + 6.0 * T * (nq + nkv);
-    c->bytes_read = 4.0 * T * hid;                   /* x, once (stays in cache across items) */
+    const double ex = LOOM_ES(src[0]);
+    c->bytes_read = ex * T * hid;                    /* x, once (stays in cache across items) */
     for (int i = 1; i <= 3; i++)                     /* every weight once */
         c->bytes_read += (double)loom_dtype_row_bytes(src[i]->dtype, src[i]->shape[1]) *
                          (double)src[i]->shape[0];
     /* q and the new cache rows */
-    c->bytes_written = 4.0 * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
+    c->bytes_written = LOOM_ES(dst) * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
     if (at->cache_dtype == LOOM_I8) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
     if (at->paged) c->bytes_read += 8.0 * T;         /* positions and slots */
     if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
-        c->bytes_read += 4.0 * T * hid + 4.0 * hid;
+        c->bytes_read += ex * T * hid + 4.0 * hid;
         c->flops += 4.0 * T * hid;
     }
     (void)n_src;

@@ -96,7 +96,7 @@ loom_status loom_plan_report_run(loom_plan_report *r, const loom_plan_report_par
     clear_modes(r);
     r->p = (loom_plan_params){.named = r->nc, .batch = p->batch, .seq = p->seq, .decode = p->decode,
                               .kv_dtype = p->kv_dtype, .wtype = p->wtype, .rules_path = p->rules_path,
-                              .preset = p->preset};
+                              .preset = p->preset, .act_dtype = p->act_dtype};
     if (p->step_by_step) r->modes[r->n_modes++].name = "step_by_step";
     if (p->fused) r->modes[r->n_modes++].name = "fused";
     for (int m = 0; m < r->n_modes; m++) {
@@ -181,10 +181,12 @@ static void print_table(FILE *f, const plan_mode *modes, int n_modes, const loom
     else
         fprintf(f, "prefill: batch %d x %d tokens", p->batch, p->seq);
     if (nc->arch == LOOM_ARCH_BERT)
-        fprintf(f, "; weights %s (encoder: no KV cache)\n", loom_dtype_name(p->wtype));
+        fprintf(f, "; weights %s (encoder: no KV cache)", loom_dtype_name(p->wtype));
     else
-        fprintf(f, "; weights %s, KV cache %s\n", loom_dtype_name(p->wtype),
+        fprintf(f, "; weights %s, KV cache %s", loom_dtype_name(p->wtype),
                    p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
+    fprintf(f, p->act_dtype == LOOM_F32 ? "\n" : "; activations %s between kernels (modelled; loom's kernels exchange f32)\n",
+            loom_dtype_name(p->act_dtype));
     fprintf(f, "hardware %s: %s\n  peak TFLOP/s f32 %.1f, f16 %.1f, bf16 %.1f, int8 %.1f, vector %.1f; "
                "bandwidth %.1f GB/s%s\n", hw->name, hw->description, hw->peak_flops[0] / 1e12,
                hw->peak_flops[1] / 1e12, hw->peak_flops[2] / 1e12, hw->peak_flops[3] / 1e12,
@@ -214,7 +216,8 @@ static void print_table(FILE *f, const plan_mode *modes, int n_modes, const loom
     fprintf(f, "\n");
     const char *rows[] = {"kernels", "GB traffic", "GFLOP", "est. time (ms)", "intermediates MB"};
     for (int r = 0; r < 5; r++) {
-        fprintf(f, "%-26s", rows[r]);
+        /* the arena holds what loom's kernels exchange: f32 whatever --act-dtype models */
+        fprintf(f, "%-26s", r == 4 && p->act_dtype != LOOM_F32 ? "intermediates MB (f32)" : rows[r]);
         for (int m = 0; m < n_modes; m++) {
             const loom_profile_section *t = &modes[m].prof.total;
             if (r == 0) fprintf(f, " %14d", t->kernels);
@@ -252,6 +255,8 @@ static void print_json(FILE *f, const plan_mode *modes, int n_modes, const loom_
     loom_json_str(f, loom_dtype_name(p->wtype));
     fprintf(f, ",\"kv_dtype\":");
     loom_json_str(f, p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
+    fprintf(f, ",\"act_dtype\":");
+    loom_json_str(f, loom_dtype_name(p->act_dtype));
     fprintf(f, ",\"fusion_available\":%s,\"hw\":{\"name\":", loom_plan_have_fusion() ? "true" : "false");
     loom_json_str(f, hw->name);
     fprintf(f, ",\"peak_flops\":{\"f32\":%.6g,\"f16\":%.6g,\"bf16\":%.6g,\"int8\":%.6g},"

@@ -187,6 +187,9 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
     LOOM_RETURN_IF(!valid_wtype(p->wtype), LOOM_ERR_INVALID_ARG,
                    "plan: weight dtype %s: expected f32, f16, bf16, q8_0, q4_0 or q4_1",
                    loom_dtype_name(p->wtype));
+    LOOM_RETURN_IF(p->act_dtype != LOOM_F32 && p->act_dtype != LOOM_F16 && p->act_dtype != LOOM_BF16,
+                   LOOM_ERR_INVALID_ARG, "plan: activation dtype %s: expected f32, f16 or bf16",
+                   loom_dtype_name(p->act_dtype));
 #if !defined(LOOM_HAVE_FUSION)
     LOOM_RETURN_IF(p->fused, LOOM_ERR_UNSUPPORTED,
                    "plan: fused mode needs the fusion engine, which this build does not have");
@@ -194,6 +197,7 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
     info->config = p->custom ? NULL : nc;
     info->n_layers = nc->cfg.n_layers;
     info->decode = p->decode;
+    info->act_dtype = p->act_dtype;
     info->pos = p->decode ? p->seq : 0;
     info->n_tokens = p->decode ? p->batch : p->batch * p->seq;
     /* the Llama graph is one flat sequence (batch fixed up in costing); BERT's is batched */
@@ -259,6 +263,11 @@ static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, 
     /* the prefill head sees the last token of every sequence */
     if (batch > 1 && post && !info->decode && t->ndim == 2 && t->shape[0] == 1) t->shape[0] = batch;
     if (kv_dtype != LOOM_DTYPE_COUNT && is_cache(g, id)) t->dtype = kv_dtype;
+    /* 16-bit activations: every f32 tensor a node produces (not the weights,
+     * caches or other inputs the caller owns) at act_dtype */
+    int r = loom_graph_storage(g, id);
+    if (info->act_dtype != LOOM_F32 && t->dtype == LOOM_F32 && r >= 0 && g->tensors[r].kind != LOOM_TK_EXTERNAL)
+        t->dtype = info->act_dtype;
     int64_t st = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         t->stride[d] = st;

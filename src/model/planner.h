@@ -35,6 +35,7 @@ typedef struct loom_plan_params {
     int fused;              /* apply the fusion rules */
     const char *rules_path; /* fusion rules YAML; NULL = the built-in default */
     const char *preset;     /* preset of the rules file, or NULL */
+    loom_dtype act_dtype;   /* activations between kernels as costed: LOOM_F32 (0), F16 or BF16 */
 } loom_plan_params;
 
 typedef struct loom_plan_info {
@@ -47,6 +48,7 @@ typedef struct loom_plan_info {
     int fusion_applied;     /* 1 when the rules ran */
     int rules_fired;        /* total matches replaced */
     int uncosted;           /* nodes whose cost function reported 0 bytes (a bug if > 0) */
+    loom_dtype act_dtype;   /* as in the params */
 } loom_plan_info;
 
 /* loom_plan_have_fusion() is public (loom.h). */

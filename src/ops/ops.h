@@ -287,6 +287,11 @@ int loom_kernel_arrive(const loom_kernel_args *a, int *failed);
  * depend on nth (bit-identical for any thread count). */
 typedef loom_status (*loom_kernel_fn)(const loom_kernel_args *a);
 
+/* Bytes of one element of t. Cost functions count activations at their
+ * tensors' element size (f32 in every graph loom runs), so `loom plan
+ * --act-dtype f16` can model 16-bit activations between kernels. */
+#define LOOM_ES(t) ((double)loom_dtype_size((t)->dtype))
+
 typedef struct loom_cost {
     double flops;
     double bytes_read;      /* every input read once from main memory */

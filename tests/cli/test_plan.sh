@@ -48,6 +48,31 @@ assert d["hw"]["name"] == "ascend-910b" and d["hw"]["measured"] is False
 PY
 then pass "JSON numbers equal the hand calculation"; else fail "JSON hand calculation"; fi
 
+# --act-dtype f16: every activation between kernels at 2 bytes in both modes; the weights (f16),
+# the norms' f32 gammas and the f16 cache do not change. Hand calculation for one Llama2-7B
+# prefill layer of 4096 tokens: traffic(f16) = fixed + (traffic(f32) - fixed) / 2.
+for a in f32 f16; do
+    "$LOOM" plan --config llama2-7b --seq 4096 --hw h200 --act-dtype $a --json >"$TMP/act_$a.json" 2>"$TMP/err" \
+        || fail "plan --act-dtype $a: $(cat "$TMP/err")"
+done
+if python3 - "$TMP/act_f32.json" "$TMP/act_f16.json" <<'PY'
+import json, sys
+d32, d16 = (json.load(open(f)) for f in sys.argv[1:3])
+assert d32["act_dtype"] == "f32" and d16["act_dtype"] == "f16"
+D, F, S = 4096, 11008, 4096
+fixed = (4 * D * D + 3 * D * F) * 2 + 2 * (2 * S * D * 2) + 2 * D * 4  # weights, KV written and read, gammas
+for m32, m16 in zip(d32["modes"], d16["modes"]):
+    t32 = m32["layer"]["bytes_read"] + m32["layer"]["bytes_written"]
+    t16 = m16["layer"]["bytes_read"] + m16["layer"]["bytes_written"]
+    assert abs(t16 - (fixed + (t32 - fixed) / 2)) < 1.0, (m32["mode"], t32, t16, fixed)
+    assert m16["layer"]["kernels"] == m32["layer"]["kernels"]
+assert abs(d16["modes"][0]["layer"]["bytes_read"] + d16["modes"][0]["layer"]["bytes_written"] - 2233.5e6) < 0.1e6
+PY
+then pass "--act-dtype f16 halves the activations' bytes only (hand calculation)"; else fail "--act-dtype f16 bytes"; fi
+"$LOOM" plan --config llama2-7b --seq 8 --act-dtype q8_0 >/dev/null 2>"$TMP/err" && fail "--act-dtype q8_0 accepted" \
+    || { grep -q "act-dtype 'q8_0': expected f32, f16 or bf16" "$TMP/err" && pass "bad --act-dtype refused by name" \
+         || fail "bad --act-dtype message: $(cat "$TMP/err")"; }
+
 "$LOOM" plan --config tinyllama --seq 64 --hw h200 --svg "$TMP/plan.svg" >/dev/null 2>"$TMP/err" \
     && pass "plan --svg runs" || fail "plan --svg: $(cat "$TMP/err")"
 python3 - "$TMP/plan.svg" <<'PY' && pass "SVG parses, one bar per op kind" || fail "SVG structure"

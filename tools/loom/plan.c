@@ -18,7 +18,7 @@ static int parse_dtype(const char *s, const char *const *names, const loom_dtype
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *arch = NULL, *config = NULL, *phase = "prefill", *kv = "f16", *wt = "f16";
+    const char *arch = NULL, *config = NULL, *phase = "prefill", *kv = "f16", *wt = "f16", *act = "f32";
     const char *hw_name = "cpu", *mode = NULL, *svg = NULL, *rules = NULL, *preset = NULL;
     int batch = 1, seq = 0, json = 0;
     const arg_opt opts[] = {
@@ -32,6 +32,9 @@ int cmd_plan(int argc, char **argv) {
         {NULL, "--phase", ARG_STR, &phase, "PHASE", "prefill (default) or decode"},
         {NULL, "--kv-dtype", ARG_STR, &kv, "T", "KV cache: f32, f16 (default), bf16, int8"},
         {NULL, "--wtype", ARG_STR, &wt, "T", "weights: f32, f16 (default), bf16, q8_0, q4_0, q4_1"},
+        {NULL, "--act-dtype", ARG_STR, &act, "T",
+         "activations between kernels, in both modes: f32 (default, what loom's kernels exchange), f16 or "
+         "bf16 (modelled: every intermediate at 2 bytes)"},
         {NULL, "--hw", ARG_STR, &hw_name, "HW",
          "hardware profile: cpu (default, measured), h200, ascend-910b, or a YAML file"},
         {NULL, "--mode", ARG_STR, &mode, "MODE",
@@ -43,7 +46,7 @@ int cmd_plan(int argc, char **argv) {
          "also write a bar chart of traffic and time per op kind (whole pass) to FILE"},
     };
     const char *usage = "--config NAME|FILE --seq S [--batch B] [--phase prefill|decode] "
-                        "[--kv-dtype T] [--wtype T] [--hw HW] [--mode MODE] [--rules FILE] "
+                        "[--kv-dtype T] [--wtype T] [--act-dtype T] [--hw HW] [--mode MODE] [--rules FILE] "
                         "[--fusion-preset NAME] [--json] [--svg FILE]";
     int r = args_parse("plan", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, 2);
     if (r != 0) return r > 0 ? 0 : 2;
@@ -81,6 +84,12 @@ int cmd_plan(int argc, char **argv) {
     static const loom_dtype kv_vals[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     if (parse_dtype(kv, kv_names, kv_vals, 4, &p.kv_dtype)) {
         fprintf(stderr, "loom plan: --kv-dtype '%s': expected f32, f16, bf16 or int8\n", kv);
+        goto done;
+    }
+    static const char *const act_names[] = {"f32", "f16", "bf16"};
+    static const loom_dtype act_vals[] = {LOOM_F32, LOOM_F16, LOOM_BF16};
+    if (parse_dtype(act, act_names, act_vals, 3, &p.act_dtype)) {
+        fprintf(stderr, "loom plan: --act-dtype '%s': expected f32, f16 or bf16\n", act);
         goto done;
     }
     if (loom_convert_parse_type(wt, &p.wtype) != LOOM_OK) { /* the weight types loom convert writes */

@@ -99,11 +99,11 @@ void loom_ref_attention_cost(const loom_tensor *const *src, int n_src, const loo
     double kv_elems = B * (double)kv_rows * (double)k->shape[2] * D;
     c->flops = B * Hq * pairs * (4.0 * D + 5.0); /* q.k and p.v, plus the softmax */
     const loom_tensor *m = loom_ref_attention_mask(src, n_src);
-    c->bytes_read = (double)loom_tensor_nelem(q) * 4.0 +
+    c->bytes_read = (double)loom_tensor_nelem(q) * LOOM_ES(q) +
                     kv_elems * (double)(loom_dtype_size(k->dtype) + loom_dtype_size(v->dtype)) +
                     (m ? (double)loom_tensor_nelem(m) * 4.0 : 0.0);
     if (k->dtype == LOOM_I8) c->bytes_read += 2.0 * 4.0 * kv_elems / D; /* the rows' scales */
-    c->bytes_written = (double)loom_tensor_nelem(q) * 4.0;
+    c->bytes_written = (double)loom_tensor_nelem(q) * LOOM_ES(dst);
 }
 
 size_t loom_ref_attention_scratch(const loom_tensor *const *src, int n_src,

@@ -22,11 +22,11 @@ static loom_status binary_infer(const char *op, const loom_tensor *const *src, i
     return LOOM_OK;
 }
 
-static void binary_cost(const loom_tensor *const *src, loom_cost *c) {
+static void binary_cost(const loom_tensor *const *src, const loom_tensor *dst, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = n;
-    c->bytes_read = 2.0 * n * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * (LOOM_ES(src[0]) + LOOM_ES(src[1]));
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 /* Work split over flat elements so a single long row still uses every thread. */
@@ -51,7 +51,7 @@ loom_status loom_ref_add_infer(const loom_tensor *const *src, int n_src, const v
 
 void loom_ref_add_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                        const void *attrs, loom_cost *c) {
-    binary_cost(src, c);
+    binary_cost(src, dst, c);
 }
 
 loom_status loom_ref_add(const loom_kernel_args *a) { return binary_run(a, 0); }
@@ -63,7 +63,7 @@ loom_status loom_ref_mul_infer(const loom_tensor *const *src, int n_src, const v
 
 void loom_ref_mul_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
                        const void *attrs, loom_cost *c) {
-    binary_cost(src, c);
+    binary_cost(src, dst, c);
 }
 
 loom_status loom_ref_mul(const loom_kernel_args *a) { return binary_run(a, 1); }
@@ -80,8 +80,8 @@ void loom_ref_silu_cost(const loom_tensor *const *src, int n_src, const loom_ten
                         const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = 4.0 * n; /* negate, exp, add, divide */
-    c->bytes_read = n * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[0]);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_silu(const loom_kernel_args *a) {

@@ -22,8 +22,8 @@ void loom_ref_gelu_cost(const loom_tensor *const *src, int n_src, const loom_ten
                         const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = 8.0 * n;
-    c->bytes_read = n * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[0]);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_gelu(const loom_kernel_args *a) {
@@ -69,8 +69,8 @@ void loom_ref_add_bias_cost(const loom_tensor *const *src, int n_src, const loom
                             const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = n;
-    c->bytes_read = n * 4.0 + (double)src[1]->shape[0] * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[0]) + (double)src[1]->shape[0] * 4.0;
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_add_bias(const loom_kernel_args *a) {

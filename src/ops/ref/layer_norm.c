@@ -37,8 +37,8 @@ void loom_ref_layer_norm_cost(const loom_tensor *const *src, int n_src, const lo
     double n = (double)loom_tensor_nelem(x);
     double D = (double)x->shape[x->ndim - 1];
     c->flops = 7.0 * n; /* mean, centre, square+add, scale, gamma, beta */
-    c->bytes_read = n * 4.0 + (double)(n_src - 1) * D * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(x) + (double)(n_src - 1) * D * 4.0;
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_layer_norm(const loom_kernel_args *a) {

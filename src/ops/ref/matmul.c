@@ -39,8 +39,8 @@ void loom_ref_matmul_cost(const loom_tensor *const *src, int n_src, const loom_t
     double K = (double)w->shape[1], N = (double)w->shape[0];
     double M = (double)loom_ref_rows(x, x->ndim - 1);
     c->flops = 2.0 * M * N * K;
-    c->bytes_read = M * K * 4.0 + N * (double)loom_dtype_row_bytes(w->dtype, w->shape[1]);
-    c->bytes_written = M * N * 4.0;
+    c->bytes_read = M * K * LOOM_ES(x) + N * (double)loom_dtype_row_bytes(w->dtype, w->shape[1]);
+    c->bytes_written = M * N * LOOM_ES(dst);
 }
 
 loom_status loom_ref_matmul(const loom_kernel_args *a) {

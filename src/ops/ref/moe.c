@@ -61,7 +61,7 @@ void loom_ref_top_k_cost(const loom_tensor *const *src, int n_src, const loom_te
     (void)n_src, (void)attrs;
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = n * (double)dst->shape[1];
-    c->bytes_read = 4.0 * n;
+    c->bytes_read = LOOM_ES(src[0]) * n;
     c->bytes_written = 4.0 * (double)loom_tensor_nelem(dst);
 }
 
@@ -165,10 +165,10 @@ void loom_ref_matmul_id_cost(const loom_tensor *const *src, int n_src, const loo
     double T = (double)ids->shape[0], k = (double)ids->shape[1], N = (double)w->shape[1], K = (double)w->shape[2];
     c->flops = 2.0 * T * k * N * K;
     /* only the experts the step routes rows to are read: min(E, T k) of them */
-    c->bytes_read = 4.0 * (double)loom_tensor_nelem(x) + 4.0 * T * k +
+    c->bytes_read = LOOM_ES(x) * (double)loom_tensor_nelem(x) + 4.0 * T * k +
                     loom_moe_experts_read(ids->shape[0], ids->shape[1], w->shape[0]) *
                         (double)loom_moe_expert_bytes(w->dtype, w->shape[1], w->shape[2]);
-    c->bytes_written = 4.0 * (double)loom_tensor_nelem(dst);
+    c->bytes_written = LOOM_ES(dst) * (double)loom_tensor_nelem(dst);
 }
 
 loom_status loom_ref_matmul_id(const loom_kernel_args *a) {
@@ -220,8 +220,8 @@ void loom_ref_moe_sum_cost(const loom_tensor *const *src, int n_src, const loom_
     (void)n_src, (void)attrs;
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = 2.0 * n;
-    c->bytes_read = 4.0 * n + 4.0 * (double)loom_tensor_nelem(src[1]);
-    c->bytes_written = 4.0 * (double)loom_tensor_nelem(dst);
+    c->bytes_read = LOOM_ES(src[0]) * n + 4.0 * (double)loom_tensor_nelem(src[1]);
+    c->bytes_written = LOOM_ES(dst) * (double)loom_tensor_nelem(dst);
 }
 
 loom_status loom_ref_moe_sum(const loom_kernel_args *a) {

@@ -35,8 +35,8 @@ void loom_ref_rms_norm_cost(const loom_tensor *const *src, int n_src, const loom
     double n = (double)loom_tensor_nelem(x);
     double D = (double)x->shape[x->ndim - 1];
     c->flops = 4.0 * n; /* square+add, scale, gamma */
-    c->bytes_read = n * 4.0 + (n_src == 2 ? D * 4.0 : 0.0);
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(x) + (n_src == 2 ? D * 4.0 : 0.0);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_rms_norm(const loom_kernel_args *a) {

@@ -59,8 +59,8 @@ void loom_ref_rope_cost(const loom_tensor *const *src, int n_src, const loom_ten
     double D = (double)x->shape[x->ndim - 1];
     double n_rot = at && at->n_rot ? (double)at->n_rot : D;
     c->flops = D > 0 ? 3.0 * n * n_rot / D : 0.0; /* 2 mul + 1 add per rotated element */
-    c->bytes_read = n * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(x);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_rope(const loom_kernel_args *a) {

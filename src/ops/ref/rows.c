@@ -42,7 +42,7 @@ void loom_ref_get_rows_cost(const loom_tensor *const *src, int n_src, const loom
     double n = (double)src[1]->shape[0], D = (double)src[0]->shape[1];
     c->flops = 0.0;
     c->bytes_read = n * 4.0 + n * (double)loom_dtype_row_bytes(src[0]->dtype, (int64_t)D);
-    c->bytes_written = n * D * 4.0;
+    c->bytes_written = n * D * LOOM_ES(dst);
 }
 
 loom_status loom_ref_get_rows(const loom_kernel_args *a) {
@@ -168,7 +168,7 @@ void loom_ref_kv_append_cost(const loom_tensor *const *src, int n_src, const loo
                              const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[1]);
     c->flops = 0.0;
-    c->bytes_read = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[1]);
     c->bytes_written = n * (double)loom_dtype_size(src[0]->dtype);
     if (n_src == 3) /* i8: a scale per row of the last dim */
         c->bytes_written += 4.0 * n / (double)src[1]->shape[src[1]->ndim - 1];
@@ -254,7 +254,7 @@ void loom_ref_kv_write_cost(const loom_tensor *const *src, int n_src, const loom
     const loom_tensor *x = src[1];
     double n = (double)loom_tensor_nelem(x), T = (double)x->shape[0];
     c->flops = 0.0;
-    c->bytes_read = 4.0 * n + 4.0 * T;
+    c->bytes_read = LOOM_ES(x) * n + 4.0 * T;
     c->bytes_written = (double)loom_dtype_size(src[0]->dtype) * n;
     if (n_src == 4) c->bytes_written += 4.0 * n / (double)x->shape[x->ndim - 1];
 }

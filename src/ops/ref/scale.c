@@ -18,11 +18,11 @@ static loom_status unary_infer(const char *op, const loom_tensor *const *src, in
     return LOOM_OK;
 }
 
-static void unary_cost(const loom_tensor *const *src, double flops_each, loom_cost *c) {
+static void unary_cost(const loom_tensor *const *src, const loom_tensor *dst, double flops_each, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = flops_each * n;
-    c->bytes_read = n * 4.0;
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[0]);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_scale_infer(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *dst) {
@@ -32,7 +32,7 @@ loom_status loom_ref_scale_infer(const loom_tensor *const *src, int n_src, const
 
 void loom_ref_scale_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
                          loom_cost *c) {
-    unary_cost(src, 1.0, c);
+    unary_cost(src, dst, 1.0, c);
 }
 
 loom_status loom_ref_scale(const loom_kernel_args *a) {
@@ -55,7 +55,7 @@ loom_status loom_ref_softcap_infer(const loom_tensor *const *src, int n_src, con
 
 void loom_ref_softcap_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
                            loom_cost *c) {
-    unary_cost(src, 12.0, c); /* two divisions or products and a tanh */
+    unary_cost(src, dst, 12.0, c); /* two divisions or products and a tanh */
 }
 
 loom_status loom_ref_softcap(const loom_kernel_args *a) {

@@ -34,8 +34,8 @@ void loom_ref_softmax_cost(const loom_tensor *const *src, int n_src, const loom_
                            const void *attrs, loom_cost *c) {
     double n = (double)loom_tensor_nelem(src[0]);
     c->flops = 5.0 * n; /* scale, mask, max, exp, sum, divide */
-    c->bytes_read = n * 4.0 + (n_src == 2 ? (double)loom_tensor_nelem(src[1]) * 4.0 : 0.0);
-    c->bytes_written = n * 4.0;
+    c->bytes_read = n * LOOM_ES(src[0]) + (n_src == 2 ? (double)loom_tensor_nelem(src[1]) * 4.0 : 0.0);
+    c->bytes_written = n * LOOM_ES(dst);
 }
 
 loom_status loom_ref_softmax(const loom_kernel_args *a) {
