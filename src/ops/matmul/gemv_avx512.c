@@ -53,57 +53,6 @@ INLINE_F __m512 load_w16_mask(loom_dtype t, const char *w, int64_t k, __mmask16 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* The sums of four rows' 16 lanes as one vector (row r in lane r): each
- * row's lanes are folded in a fixed order that does not depend on the other
- * rows (zero vectors for missing rows), so a row gets the same bits in a
- * group of four or alone. One horizontal reduction per row cost about a
- * third of a 576-long q4 row; four share these eight shuffles. */
-INLINE_F __m128 hsum_rows4(const __m512 v[4]) {
-    /* 128-bit block r of z: row r's four partial sums */
-    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
-    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
-    __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
-    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0x4E));
-    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
-    return _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z));
-}
-
-/* M = 1, rows n .. n+R-1 (R <= 4): each row summed alone over four
- * accumulator sets (W read as one sequential stream, as float_rows with
- * R = 1, U = 4 reads it), then the R sums reduced together (hsum_rows4). On
- * short rows (a 576- or 640-wide LM head) the per-row reduction was a large
- * share of the row's time. */
-INLINE_F void float_rows1(const loom_matmul_args *a, loom_dtype t, int R, int64_t n) {
-    size_t es = t == LOOM_F32 ? 4 : 2;
-    const int64_t K = a->K;
-    __m512 v[4];
-UNROLL
-    for (int r = 0; r < 4; r++) {
-        v[r] = _mm512_setzero_ps();
-        if (r >= R) continue;
-        const char *w = (const char *)a->w + (size_t)((n + r) * a->ldw) * es;
-        __m512 acc[4];
-UNROLL
-        for (int u = 0; u < 4; u++) acc[u] = _mm512_setzero_ps();
-        int64_t k = 0;
-        for (; k + 64 <= K; k += 64) {
-            if (t != LOOM_F32) /* as float_rows */
-UNROLL
-                for (int u = 0; u < 4; u += 2) _mm_prefetch(w + (size_t)(k + 16 * u) * es + GEMV_PREFETCH, LOOM_PF_STREAM);
-UNROLL
-            for (int u = 0; u < 4; u++)
-                acc[u] = _mm512_fmadd_ps(load_w16(t, w, k + 16 * u), _mm512_loadu_ps(a->x + k + 16 * u), acc[u]);
-        }
-        for (; k < K; k += 16) {
-            __mmask16 mk = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
-            acc[0] = _mm512_fmadd_ps(load_w16_mask(t, w, k, mk), _mm512_maskz_loadu_ps(mk, a->x + k), acc[0]);
-        }
-        v[r] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), acc[2]), acc[3]);
-    }
-    _mm_mask_storeu_ps(a->y + n, (__mmask8)((1u << R) - 1), hsum_rows4(v));
-}
-
 /* y[m][n + r] for m < M, r < R: 16 k per step, U steps interleaved over U
  * accumulator sets per row. */
 INLINE_F void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n) {
@@ -377,7 +326,15 @@ UNROLL
         /* offset terms x q4_1's 1, q4_0's -8 (nibbles carry +8) or q8_0's -128 (bytes carry +128) */
         v[r] = _mm512_add_ps(s, _mm512_zextps128_ps512(_mm_mul_ps(h, _mm_set1_ps(off))));
     }
-    _mm_mask_storeu_ps(a->y + n, (__mmask8)((1u << R) - 1), hsum_rows4(v));
+    /* 128-bit block r of z: row r's four partial sums */
+    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+    __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0x4E));
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, 0xB1));
+    __m128 out = _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                                 0, 0, 0, 0), z));
+    _mm_mask_storeu_ps(a->y + n, (__mmask8)((1u << R) - 1), out);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -397,8 +354,7 @@ UNROLL
  * more lines in flight than one (Zen 4, one thread, 4096 x 11008: f32 0.93-0.99
  * -> 1.15x OpenBLAS, f16 9.96 -> 7.62 ms, bf16 5.46 -> 4.61 ms; software
  * prefetching of the one stream instead was slower, 0.89x).
- * M > 1: R rows share each x load; R * M accumulators stay in registers.
- * (Float weights at M = 1 and K < 8192 take FLOAT_BY_M's float_rows1.) */
+ * M > 1: R rows share each x load; R * M accumulators stay in registers. */
 #define BY_M(FN, T)                                                       \
     switch (a->M) {                                                       \
     case 1:                                                               \
@@ -445,20 +401,9 @@ static void __attribute__((target(TGT_Q))) x_reorder(const int8_t *qs, int64_t K
         BY_M(QUANT_ROWS, T)                                               \
     }
 
-/* Float W: M = 1 and K < 8192 in groups of four rows (float_rows1), the
- * rest by BY_M. */
-#define FLOAT_BY_M(T)                                                     \
-    if (a->M == 1 && a->K < 8192) {                                       \
-        int64_t n_ = n0;                                                  \
-        for (; n_ + 4 <= n1; n_ += 4) float_rows1(a, T, 4, n_);           \
-        if (n_ < n1) float_rows1(a, T, (int)(n1 - n_), n_);               \
-    } else {                                                              \
-        BY_M(FLOAT_ROWS, T)                                               \
-    }
-
-__attribute__((target(TGT_F))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { FLOAT_BY_M(LOOM_F32) }
-__attribute__((target(TGT_F))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { FLOAT_BY_M(LOOM_F16) }
-__attribute__((target(TGT_F))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { FLOAT_BY_M(LOOM_BF16) }
+__attribute__((target(TGT_F))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
+__attribute__((target(TGT_F))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
+__attribute__((target(TGT_F))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
 
 __attribute__((target(TGT_Q))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
                                                     int64_t n1) {
