@@ -27,6 +27,15 @@ for ct in f16 bf16 i8; do
         --checkpoint-action fail >"$TMP/out" 2>"$TMP/err" && grep -qE "^  L4 +64 " "$TMP/err" \
         && pass "checkpoints, $ct cache" || fail "checkpoints, $ct cache: $(tail -5 "$TMP/err")"
 done
+# the ffn's one pass (preset one_pass_ffn: decode steps' ffn as one kernel, its partials summed
+# by slice): checked against its decomposition at every layer, the same text on 1-3 threads
+for t in 1 2 3; do
+    "$LOOM" run -m "$M" -z "$Z" --temp 0 -n 64 -t "$t" --fusion-preset one_pass_ffn --mode fused_with_checkpoints \
+        --checkpoint-action fail >"$TMP/op$t" 2>"$TMP/err" && grep -qE "^  L4 +64 .* 0$" "$TMP/err" \
+        && pass "checkpoints, one-pass ffn, $t threads" || fail "checkpoints, one-pass ffn, $t threads: $(tail -5 "$TMP/err")"
+done
+cmp -s "$TMP/op1" "$TMP/op2" && cmp -s "$TMP/op1" "$TMP/op3" && pass "one-pass ffn: same text on 1-3 threads" \
+    || fail "one-pass ffn: the text depends on the thread count"
 # Decode attention split-KV in the graph: with chunks of 16 keys (block_kv) the
 # four kv heads on three threads run split and merge; the text is one thread's.
 sed -e 's/block_kv: auto/block_kv: 16/' "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/chunk16.yaml"
