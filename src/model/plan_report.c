@@ -185,8 +185,10 @@ static void print_table(FILE *f, const plan_mode *modes, int n_modes, const loom
     else
         fprintf(f, "; weights %s, KV cache %s", loom_dtype_name(p->wtype),
                    p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
-    fprintf(f, p->act_dtype == LOOM_F32 ? "\n" : "; activations %s between kernels (modelled; loom's kernels exchange f32)\n",
-            loom_dtype_name(p->act_dtype));
+    if (p->act_dtype != LOOM_F32)
+        fprintf(f, "; activations %s between kernels (modelled; loom's kernels exchange f32)",
+                loom_dtype_name(p->act_dtype));
+    fprintf(f, "\n");
     fprintf(f, "hardware %s: %s\n  peak TFLOP/s f32 %.1f, f16 %.1f, bf16 %.1f, int8 %.1f, vector %.1f; "
                "bandwidth %.1f GB/s%s\n", hw->name, hw->description, hw->peak_flops[0] / 1e12,
                hw->peak_flops[1] / 1e12, hw->peak_flops[2] / 1e12, hw->peak_flops[3] / 1e12,
