@@ -5,7 +5,11 @@
  * the gate tile is computed into h, and act(gate) * up is applied to the tile
  * while it is in cache, so gate, up and act(gate) never reach memory and h is
  * written once. Phase 1 (after the executor's barrier, since it needs all of
- * h) is the down GEMM with the residual added in its epilogue.
+ * h) is the down GEMM with the residual added in its epilogue. When the down
+ * GEMM takes q8 activations (quantized weights), phase 0 writes h already
+ * quantized as that GEMM lays x out (h_q8): h crosses the phase boundary at
+ * about 1.4 bytes a value instead of 4, with the same bytes the down GEMM
+ * would have made from the f32 h.
  *
  * One pass (decode and small batches: at most one_pass_rows rows, not
  * batch-invariant): the hidden dimension is cut into fixed slices (about
@@ -32,6 +36,7 @@
 #include "fused/fused.h"
 #include "fused/fused_internal.h"
 #include "ops/matmul/matmul.h"
+#include "ops/quant.h"
 #include "ops/ref/ref.h"
 #include "ops/vec/vec.h"
 
@@ -123,6 +128,25 @@ static loom_status ffn_infer(const loom_tensor *const *src, int n_src, const voi
     return LOOM_OK;
 }
 
+/* Hidden columns per work item (loom_ffn_block_cols unless the rule gives block_n). */
+static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
+    int64_t bn = at->block_n > 0 ? at->block_n : loom_ffn_block_cols(M, H);
+    return bn < H ? bn : (H > 0 ? H : 1);
+}
+
+/* h in q8 (two phases): when the down projection takes q8 activations
+ * (quantized Wd, act_precision q8) and the column blocks are whole q8
+ * blocks, phase 0 quantizes each finished tile of h straight into h's own
+ * memory (q8 rows of loom_q8_act_bytes(H), under half of h's f32 bytes) as
+ * the down projection would quantize it: phase 1 then reads h at about 1.4
+ * bytes a value instead of 4 and does not quantize it, with the same bytes
+ * (and so the same results) as before. */
+static int h_q8(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t bn) {
+    const loom_tensor *wd = src[3];
+    return loom_dtype_is_quantized(wd->dtype) && at->act_precision != LOOM_ACT_PREC_FULL && bn % 32 == 0 &&
+           wd->shape[1] % 32 == 0;
+}
+
 static double wbytes(const loom_tensor *w) {
     return (double)loom_dtype_row_bytes(w->dtype, w->shape[1]) * (double)w->shape[0];
 }
@@ -136,7 +160,9 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     /* x, the three weights once, h back in phase 1, the residual; in one pass
      * h and the slices' partials stay in cache */
     const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst); /* h: at y's element size */
-    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : ey * M * H;
+    /* h: f32 at y's element size, or q8 rows (h_q8); none in one pass */
+    double hrow = h_q8(src, at, block_cols(at, (int64_t)M, (int64_t)H)) ? (double)loom_q8_act_bytes((int64_t)H) : ey * H;
+    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : M * hrow;
     c->bytes_read = ex * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
                     (res ? LOOM_ES(src[4]) * M * D : 0.0);
     c->bytes_written = h + ey * M * D;   /* h (phase boundary), y */
@@ -164,11 +190,6 @@ static loom_matmul_args down_args(const loom_tensor *const *src, int res, const 
     return g;
 }
 
-/* Hidden columns per work item (loom_ffn_block_cols unless the rule gives block_n). */
-static int64_t block_cols(const loom_ffn_attrs *at, int64_t M, int64_t H) {
-    int64_t bn = at->block_n > 0 ? at->block_n : loom_ffn_block_cols(M, H);
-    return bn < H ? bn : (H > 0 ? H : 1);
-}
 
 static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act, int norm) {
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, act);
@@ -176,12 +197,13 @@ static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_
     return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
 }
 
-/* Phase 0 scratch: the sub-GEMM's, the up tile, then x quantized once for
- * all column blocks (quantized weights with q8 activations: each sub-GEMM
- * would otherwise quantize all of x again). */
+
+/* Phase 0 scratch: the sub-GEMM's, the up tile, (with h in q8) the gate
+ * tile, then x quantized once for all column blocks (quantized weights with
+ * q8 activations: each sub-GEMM would otherwise quantize all of x again). */
 static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, const loom_ffn_attrs *at) {
-    return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) +
-           (((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63);
+    size_t tile = ((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63;
+    return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) + tile * (h_q8(src, at, bn) ? 2 : 1);
 }
 
 /* One pass, R rows: the sub-GEMMs' scratch, the up and h tiles of a slice,
@@ -273,6 +295,14 @@ static loom_status act_times_up(const loom_ffn_attrs *at, loom_isa isa, float *h
     return loom_op_kernel(LOOM_OP_MUL, isa)(&mu);
 }
 
+/* This launch keeps h in q8 (h_q8): a vector level, and h contiguous. */
+static int h_q8_on(const loom_kernel_args *a, loom_isa isa) {
+    const loom_ffn_attrs *at = a->attrs;
+    const loom_tensor *h = a->dst_extra[0];
+    int64_t M = a->src[0]->shape[0], H = a->src[1]->shape[0];
+    return isa != LOOM_ISA_REF && h_q8(a->src, at, block_cols(at, M, H)) && h->stride[0] == H && h->stride[1] == 1;
+}
+
 /* Phase 0: per block of hidden columns, the up tile into scratch, the gate
  * tile into h, then act(h) * up on the tile while both are in cache. */
 static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
@@ -300,16 +330,25 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
         xq = (char *)a->scratch + xq_offset(a->src, M, bn, at);
         loom_matmul_quantize_x(&probe, isa, 0, M, xq);
     }
+    /* h in q8: the gate tile in scratch, then quantized into h's memory as
+     * the down projection (down_q) lays x out */
+    loom_epilogue dep;
+    loom_matmul_args down_q = down_args(a->src, has_residual(at, a->n_src), h, a->dst, &dep, act);
+    down_q.invariant = a->invariant;
+    float *gt = h_q8_on(a, isa) ? up + (((size_t)(M * bn) + 15) & ~(size_t)15) : NULL;
     for (int64_t b = b0; b < b1; b++) {
         int64_t n0 = b * bn, nb = H - n0 < bn ? H - n0 : bn;
-        float *hb = (float *)h->data + n0;
+        float *hb = gt ? gt : (float *)h->data + n0;
+        int64_t ldh = gt ? nb : h->stride[0];
         loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
         u.xq = xq, u.invariant = a->invariant, u.norm_gamma = gamma, u.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
-        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, h->stride[0], act);
+        loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, ldh, act);
         g.xq = xq, g.invariant = a->invariant, g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
-        LOOM_TRY(act_times_up(at, isa, hb, h->stride[0], up, M, nb));
+        LOOM_TRY(act_times_up(at, isa, hb, ldh, up, M, nb));
+        if (gt)
+            for (int64_t m = 0; m < M; m++) loom_matmul_quantize_x_cols(&down_q, isa, m, n0, nb, gt + m * nb, h->data);
     }
     return LOOM_OK;
 }
@@ -380,6 +419,7 @@ static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_ffn_attrs *at = a->attrs;
     loom_matmul_args d = down_args(a->src, has_residual(at, a->n_src), h, a->dst, &ep, at->act_precision);
     d.invariant = a->invariant;
+    if (h_q8_on(a, isa)) d.xq = h->data; /* quantized by phase 0 */
     return loom_matmul_run(&d, isa, a->ith, a->nth, a->scratch);
 }
 

@@ -84,7 +84,7 @@ static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
 /* one_pass 0: the two phases, bit for bit against the decomposition; 1: the
  * one pass (one_pass_rows = M), within rounding of it, the same bits on 1..3
  * threads, and with a->invariant the two phases again (bit for bit). */
-static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass) {
+static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass, int32_t block_n) {
     loom_rng r;
     loom_rng_init(&r, seed, 11);
     int64_t M = c->M, D = c->K, H = c->N;
@@ -109,7 +109,8 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
         const loom_tensor *s6[2] = {&tx, &tdown};
         CHECK(run_op(LOOM_OP_ADD, isa, s6, 2, NULL, &tdown, c->nth) == LOOM_OK);
     }
-    loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = (int32_t)(H > 40 ? 40 : 0), .act_precision = c->act,
+    loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = block_n ? block_n : (int32_t)(H > 40 ? 40 : 0),
+                         .act_precision = c->act,
                          .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass ? (int32_t)M : 0};
     loom_tensor th;
     float *h = make_f(M, H, &r, 0.0f, &th);
@@ -167,10 +168,11 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
     free(x), free(g), free(xn), free(wg), free(wu), free(wd), free(gate), free(up), free(down), free(y), free(h);
 }
 
-static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed) {
+/* block_n 0: 40 columns a block (auto for H <= 40) */
+static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed, int32_t block_n) {
     lcase n = *c;
     n.norm = 1;
-    check_ffn_mode(&n, isa, seed, 0);
+    check_ffn_mode(&n, isa, seed, 0, block_n);
 }
 
 static const lcase cases[] = {
@@ -205,7 +207,15 @@ static void test_ffn_norm(void) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             lcase c = cases[i];
             if (loom_dtype_is_quantized(c.wt) && c.N % 32) c.N = 64; /* the down projection's K is H */
-            check_ffn(&c, (loom_isa)isa, 90 + i);
+            check_ffn(&c, (loom_isa)isa, 90 + i, 0);
+            /* whole q8 blocks per column block: with q8 activations phase 0 writes h
+             * quantized and the down projection reads it so (the same bytes) */
+            if (loom_dtype_is_quantized(c.wt)) {
+                c.N = 96;
+                check_ffn(&c, (loom_isa)isa, 190 + i, 32);
+                c.N = 160;
+                check_ffn(&c, (loom_isa)isa, 290 + i, 64);
+            }
         }
 }
 
@@ -227,7 +237,7 @@ static void test_ffn_one_pass(void) {
         {9, 128, 800, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 0, 3},
     };
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
-        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1);
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0);
 }
 
 /* Wrong inputs are errors naming the op and the input, never a crash. */

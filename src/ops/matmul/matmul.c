@@ -179,6 +179,15 @@ void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0,
     else loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
 }
 
+void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
+                                 const float *v, void *xq) {
+    int32_t bias_mul = use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);
+    loom_q8_act r = loom_q8_act_view((char *)xq + (size_t)m * loom_q8_act_bytes(a->K), a->K);
+    const int64_t b0 = k0 / 32;
+    loom_q8_act cols = {r.qs + k0, r.d + b0, r.bias + b0, r.s + b0};
+    loom_quantize_act(isa, v, n, bias_mul, cols);
+}
+
 void loom_matmul_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
     int64_t units = (n + align - 1) / align;
     int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;

@@ -128,6 +128,13 @@ size_t loom_matmul_xq_bytes(const loom_matmul_args *a);
 /* Quantizes rows m0..m1 of a->x into xq (laid out for a->xq) as the GEMM path
  * of level isa would. */
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
+/* Columns [k0, k0 + n) of row m of x, given as the f32 values v[0, n), into
+ * xq as loom_matmul_quantize_x lays them out (k0 and n multiples of 32; no
+ * norm): the same bytes as quantizing the whole row, for producers that make
+ * x a block of columns at a time (the ffn's h, so its down projection never
+ * reads h in f32). isa > LOOM_ISA_REF and loom_matmul_xq_bytes(a) > 0. */
+void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
+                                 const float *v, void *xq);
 
 /* Runs thread ith's share at the given level (LOOM_ISA_REF: reference
  * product then reference epilogue). scratch: loom_matmul_scratch_size bytes,
