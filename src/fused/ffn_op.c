@@ -166,8 +166,10 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->bytes_read = ex * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
                     (res ? LOOM_ES(src[4]) * M * D : 0.0);
     c->bytes_written = h + ey * M * D;   /* h (phase boundary), y */
-    if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
-        c->bytes_read += ex * M * D + 4.0 * D;
+    if (at->norm) { /* gamma, and x read once more for the rows' statistics unless it is quantized a few
+                     * rows at a time with them (quantized weights, q8 activations) */
+        int q8 = loom_dtype_is_quantized(src[1]->dtype) && at->act_precision != LOOM_ACT_PREC_FULL;
+        c->bytes_read += (q8 ? 0.0 : ex * M * D) + 4.0 * D;
         c->flops += 4.0 * M * D;
     }
 }
@@ -295,6 +297,23 @@ static loom_status act_times_up(const loom_ffn_attrs *at, loom_isa isa, float *h
     return loom_op_kernel(LOOM_OP_MUL, isa)(&mu);
 }
 
+/* x for every gate/up sub-GEMM of a launch, once per thread (no barrier; the
+ * same values whatever the thread): with the norm the rows' 1/rms into inv;
+ * with q8 activations x (normalised) quantized into xq_mem, a few rows at a
+ * time together with their 1/rms so x comes from memory once. Returns the
+ * quantized x, or NULL when the sub-GEMMs take x in f32. */
+static void *prepare_x(loom_matmul_args *probe, const loom_ffn_attrs *at, loom_isa isa, const float *gamma,
+                       double *inv, void *xq_mem) {
+    probe->norm_gamma = gamma, probe->norm_inv = inv;
+    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(probe) > 0) {
+        if (inv) loom_matmul_norm_quantize_x(probe, isa, at->norm_eps, inv, 0, probe->M, xq_mem);
+        else loom_matmul_quantize_x(probe, isa, 0, probe->M, xq_mem);
+        return xq_mem;
+    }
+    if (inv) loom_matmul_norm_inv(isa, probe->x, probe->ldx, probe->K, at->norm_eps, 0, probe->M, inv);
+    return NULL;
+}
+
 /* This launch keeps h in q8 (h_q8): a vector level, and h contiguous. */
 static int h_q8_on(const loom_kernel_args *a, loom_isa isa) {
     const loom_ffn_attrs *at = a->attrs;
@@ -313,23 +332,13 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     if (b0 >= b1) return LOOM_OK;
     const int32_t act = at->act_precision;
     float *up = (float *)((char *)a->scratch + gate_up_mm_bytes(a->src, bn, act, at->norm));
-    void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn, act);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the blocks below */
-    /* the norm: every thread computes the 1/rms of all M rows (a pass over
-     * x; no barrier, and the same values whatever the thread) */
     const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
-    double *inv = NULL;
-    if (at->norm) {
-        inv = (double *)((char *)a->scratch + xq_offset(a->src, M, bn, at) +
-                         ((loom_matmul_xq_bytes(&probe) + 63) & ~(size_t)63));
-        loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, M, inv);
-    }
-    probe.norm_gamma = gamma, probe.norm_inv = inv;
-    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = (char *)a->scratch + xq_offset(a->src, M, bn, at);
-        loom_matmul_quantize_x(&probe, isa, 0, M, xq);
-    }
+    double *inv = at->norm ? (double *)((char *)a->scratch + xq_offset(a->src, M, bn, at) +
+                                        ((loom_matmul_xq_bytes(&probe) + 63) & ~(size_t)63))
+                           : NULL;
+    void *xq = prepare_x(&probe, at, isa, gamma, inv, (char *)a->scratch + xq_offset(a->src, M, bn, at));
     /* h in q8: the gate tile in scratch, then quantized into h's memory as
      * the down projection (down_q) lays x out */
     loom_epilogue dep;
@@ -375,13 +384,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
         const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
         double *inv = at->norm ? (double *)(sc + L.inv) : NULL;
         loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, sw, NULL, sw, act);
-        if (inv) loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, M, inv);
-        probe.norm_gamma = gamma, probe.norm_inv = inv;
-        void *xq = NULL;
-        if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-            xq = sc + L.xq;
-            loom_matmul_quantize_x(&probe, isa, 0, M, xq);
-        }
+        void *xq = prepare_x(&probe, at, isa, gamma, inv, sc + L.xq);
         for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
             int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
             loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);

@@ -106,8 +106,10 @@ static void qkv_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->bytes_written = LOOM_ES(dst) * T * nq + (double)loom_dtype_size((loom_dtype)at->cache_dtype) * T * 2.0 * nkv;
     if (at->cache_dtype == LOOM_I8) c->bytes_written += 4.0 * T * 2.0 * at->n_kv_heads; /* i8: the rows' scales */
     if (at->paged) c->bytes_read += 8.0 * T;         /* positions and slots */
-    if (at->norm) { /* x read once more for the rows' statistics, gamma; the normalised x stays in cache */
-        c->bytes_read += ex * T * hid + 4.0 * hid;
+    if (at->norm) { /* gamma, and x read once more for the rows' statistics unless it is quantized a few
+                     * rows at a time with them (quantized weights, q8 activations) */
+        int q8 = loom_dtype_is_quantized(src[1]->dtype) && at->act_precision != LOOM_ACT_PREC_FULL;
+        c->bytes_read += (q8 ? 0.0 : ex * T * hid) + 4.0 * hid;
         c->flops += 4.0 * T * hid;
     }
     (void)n_src;
@@ -242,14 +244,16 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
     double *inv = at->norm ? (double *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T) +
                                         tile_bytes(at, T, hb))
                            : NULL;
-    if (inv && lo < hi) loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, T, inv);
     void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D, at->act_precision);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the items below */
     probe.norm_gamma = gamma, probe.norm_inv = inv;
     if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = front;
-        loom_matmul_quantize_x(&probe, isa, 0, T, xq);
+        xq = front; /* with the norm: 1/rms and quantized rows a few at a time, x read once */
+        if (inv) loom_matmul_norm_quantize_x(&probe, isa, at->norm_eps, inv, 0, T, xq);
+        else loom_matmul_quantize_x(&probe, isa, 0, T, xq);
+    } else if (inv && lo < hi) {
+        loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, T, inv);
     }
     const float *tab = NULL;
     int any_rope = lo < nq + nk && hi > lo;

@@ -179,6 +179,15 @@ void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0,
     else loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
 }
 
+void loom_matmul_norm_quantize_x(const loom_matmul_args *a, loom_isa isa, float eps, double *inv, int64_t m0,
+                                 int64_t m1, void *xq) {
+    for (int64_t r = m0; r < m1; r += 8) {
+        int64_t r1 = r + 8 < m1 ? r + 8 : m1;
+        loom_matmul_norm_inv(isa, a->x, a->ldx, a->K, eps, r, r1, inv);
+        loom_matmul_quantize_x(a, isa, r, r1, xq);
+    }
+}
+
 void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
                                  const float *v, void *xq) {
     int32_t bias_mul = use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);

@@ -128,6 +128,13 @@ size_t loom_matmul_xq_bytes(const loom_matmul_args *a);
 /* Quantizes rows m0..m1 of a->x into xq (laid out for a->xq) as the GEMM path
  * of level isa would. */
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
+/* With the norm (a->norm_gamma set, a->norm_inv == inv): the 1/rms of rows
+ * [m0, m1) into inv and those rows normalised and quantized into xq, eight
+ * rows at a time, so each row comes from main memory once (the quantizing
+ * pass finds it in cache); the same values as loom_matmul_norm_inv over all
+ * rows then loom_matmul_quantize_x. isa > LOOM_ISA_REF, loom_matmul_xq_bytes(a) > 0. */
+void loom_matmul_norm_quantize_x(const loom_matmul_args *a, loom_isa isa, float eps, double *inv, int64_t m0,
+                                 int64_t m1, void *xq);
 /* Columns [k0, k0 + n) of row m of x, given as the f32 values v[0, n), into
  * xq as loom_matmul_quantize_x lays them out (k0 and n multiples of 32; no
  * norm): the same bytes as quantizing the whole row, for producers that make
