@@ -7,6 +7,9 @@
 
 #define LOOM_ALIGN 64  /* cache line; also the AVX-512 vector size */
 
+/* n rounded up to a multiple of 64 bytes (scratch layouts). */
+static inline size_t loom_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 /* Aligned allocation (align a power of two >= sizeof(void*)); NULL on failure.
  * loom_free_aligned(NULL) is a no-op. size 0 returns a valid unique pointer. */
 void *loom_alloc_aligned(size_t size, size_t align);

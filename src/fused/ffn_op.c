@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/status.h"
 #include "fused/fused.h"
@@ -159,7 +160,7 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     c->flops = 2.0 * M * D * H * 3.0 + 5.0 * M * H + (res ? M * D : 0.0);
     /* x, the three weights once, h back in phase 1, the residual; in one pass
      * h and the slices' partials stay in cache */
-    const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst); /* h: at y's element size */
+    const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst);
     /* h: f32 at y's element size, or q8 rows (h_q8); none in one pass */
     double hrow = h_q8(src, at, block_cols(at, (int64_t)M, (int64_t)H)) ? (double)loom_q8_act_bytes((int64_t)H) : ey * H;
     double h = one_pass(at, (int64_t)M, 0) ? 0.0 : M * hrow;
@@ -192,19 +193,17 @@ static loom_matmul_args down_args(const loom_tensor *const *src, int res, const 
     return g;
 }
 
-
 static size_t gate_up_mm_bytes(const loom_tensor *const *src, int64_t bn, int32_t act, int norm) {
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, act);
     if (norm) loom_matmul_norm_for_size(&g); /* sizes only: x's data may not be bound yet */
-    return (loom_matmul_scratch_size(&g) + 63) & ~(size_t)63;
+    return loom_align64(loom_matmul_scratch_size(&g));
 }
-
 
 /* Phase 0 scratch: the sub-GEMM's, the up tile, (with h in q8) the gate
  * tile, then x quantized once for all column blocks (quantized weights with
  * q8 activations: each sub-GEMM would otherwise quantize all of x again). */
 static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, const loom_ffn_attrs *at) {
-    size_t tile = ((size_t)(M * bn) * sizeof(float) + 63) & ~(size_t)63;
+    size_t tile = loom_align64((size_t)(M * bn) * sizeof(float));
     return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) + tile * (h_q8(src, at, bn) ? 2 : 1);
 }
 
@@ -232,12 +231,12 @@ static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loo
     if (at->norm) loom_matmul_norm_for_size(&g);
     loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision);
     size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d);
-    size_t tile = ((size_t)(R * sw) * sizeof(float) + 63) & ~(size_t)63;
+    size_t tile = loom_align64((size_t)(R * sw) * sizeof(float));
     one_pass_layout L;
-    L.up = ((sg > sd ? sg : sd) + 63) & ~(size_t)63;
+    L.up = loom_align64(sg > sd ? sg : sd);
     L.h = L.up + tile;
     L.xq = L.h + tile;
-    L.inv = L.xq + ((xq + 63) & ~(size_t)63);
+    L.inv = L.xq + loom_align64(xq);
     L.end = L.inv + (at->norm ? (size_t)R * sizeof(double) : 0) + 64;
     return L;
 }
@@ -251,7 +250,7 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
     loom_matmul_args d = down_args(src, has_residual(at, n_src), NULL, &y, &ep, at->act_precision);
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, bn, NULL, bn, at->act_precision);
     /* then, with the norm, the rows' 1/rms [M] (doubles) */
-    size_t a = xq_offset(src, M, bn, at) + ((loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63) +
+    size_t a = xq_offset(src, M, bn, at) + loom_align64(loom_matmul_xq_bytes(&g)) +
                (at->norm ? (size_t)M * sizeof(double) : 0) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     size_t c = one_pass_rows(at, M) > 0 ? one_pass_scratch(src, at, one_pass_rows(at, M)).end : 0;
@@ -272,46 +271,27 @@ static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attr
     return one_pass(attrs, src[0]->shape[0], invariant) ? 1 : 2;
 }
 
-/* h = act(h) * up on a tile of M x nb (h's rows ldh apart, up's nb): silu
- * and mul are the primitive kernels of the level (results equal the unfused
- * graph's); other activations are applied per element. */
-static loom_status act_times_up(const loom_ffn_attrs *at, loom_isa isa, float *h, int64_t ldh, float *up,
-                                int64_t M, int64_t nb) {
+/* Other activations than silu are applied per element. */
+loom_status loom_fused_act_mul_tile(int32_t act, loom_isa isa, float *h, int64_t ldh, const float *up, int64_t M,
+                                    int64_t nb) {
     loom_tensor th, tu;
     const int64_t shape[2] = {M, nb};
     LOOM_TRY(loom_tensor_init(&th, LOOM_F32, 2, shape, h));
     th.stride[0] = ldh;
-    LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, up));
-    if (at->act == LOOM_ACT_SILU) {
+    LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, (void *)(uintptr_t)up));
+    if (act == LOOM_ACT_SILU) {
         loom_kernel_args s = {.src = {&th}, .n_src = 1, .dst = &th, .ith = 0, .nth = 1};
         LOOM_TRY(loom_op_kernel(LOOM_OP_SILU, isa)(&s));
     } else {
         for (int64_t m = 0; m < M; m++)
             for (int64_t j = 0; j < nb; j++) {
                 float *v = h + m * ldh + j;
-                *v = at->act >= LOOM_FFN_ACT_CUSTOM ? custom_act(*v, (void *)(intptr_t)(at->act - LOOM_FFN_ACT_CUSTOM))
-                                                    : loom_act_apply((loom_act)at->act, *v);
+                *v = act >= LOOM_FFN_ACT_CUSTOM ? custom_act(*v, (void *)(intptr_t)(act - LOOM_FFN_ACT_CUSTOM))
+                                                : loom_act_apply((loom_act)act, *v);
             }
     }
     loom_kernel_args mu = {.src = {&th, &tu}, .n_src = 2, .dst = &th, .ith = 0, .nth = 1};
     return loom_op_kernel(LOOM_OP_MUL, isa)(&mu);
-}
-
-/* x for every gate/up sub-GEMM of a launch, once per thread (no barrier; the
- * same values whatever the thread): with the norm the rows' 1/rms into inv;
- * with q8 activations x (normalised) quantized into xq_mem, a few rows at a
- * time together with their 1/rms so x comes from memory once. Returns the
- * quantized x, or NULL when the sub-GEMMs take x in f32. */
-static void *prepare_x(loom_matmul_args *probe, const loom_ffn_attrs *at, loom_isa isa, const float *gamma,
-                       double *inv, void *xq_mem) {
-    probe->norm_gamma = gamma, probe->norm_inv = inv;
-    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(probe) > 0) {
-        if (inv) loom_matmul_norm_quantize_x(probe, isa, at->norm_eps, inv, 0, probe->M, xq_mem);
-        else loom_matmul_quantize_x(probe, isa, 0, probe->M, xq_mem);
-        return xq_mem;
-    }
-    if (inv) loom_matmul_norm_inv(isa, probe->x, probe->ldx, probe->K, at->norm_eps, 0, probe->M, inv);
-    return NULL;
 }
 
 /* This launch keeps h in q8 (h_q8): a vector level, and h contiguous. */
@@ -335,10 +315,9 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, bn, NULL, bn, act);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the blocks below */
     const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
-    double *inv = at->norm ? (double *)((char *)a->scratch + xq_offset(a->src, M, bn, at) +
-                                        ((loom_matmul_xq_bytes(&probe) + 63) & ~(size_t)63))
-                           : NULL;
-    void *xq = prepare_x(&probe, at, isa, gamma, inv, (char *)a->scratch + xq_offset(a->src, M, bn, at));
+    char *xq_mem = (char *)a->scratch + xq_offset(a->src, M, bn, at);
+    double *inv = at->norm ? (double *)(xq_mem + loom_align64(loom_matmul_xq_bytes(&probe))) : NULL;
+    void *xq = loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, xq_mem);
     /* h in q8: the gate tile in scratch, then quantized into h's memory as
      * the down projection (down_q) lays x out */
     loom_epilogue dep;
@@ -355,9 +334,8 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
         loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, hb, ldh, act);
         g.xq = xq, g.invariant = a->invariant, g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
-        LOOM_TRY(act_times_up(at, isa, hb, ldh, up, M, nb));
-        if (gt)
-            for (int64_t m = 0; m < M; m++) loom_matmul_quantize_x_cols(&down_q, isa, m, n0, nb, gt + m * nb, h->data);
+        LOOM_TRY(loom_fused_act_mul_tile(at->act, isa, hb, ldh, up, M, nb));
+        if (gt) loom_matmul_quantize_x_cols(&down_q, isa, n0, nb, gt, nb, h->data);
     }
     return LOOM_OK;
 }
@@ -384,7 +362,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
         const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
         double *inv = at->norm ? (double *)(sc + L.inv) : NULL;
         loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, sw, NULL, sw, act);
-        void *xq = prepare_x(&probe, at, isa, gamma, inv, sc + L.xq);
+        void *xq = loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, sc + L.xq);
         for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
             int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
             loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
@@ -394,7 +372,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
             loom_matmul_args d = slice_down(a->src, M, n0, nb, ht, part + s * M * D, act);
             if ((st = loom_matmul_run(&u, isa, 0, 1, sc)) == LOOM_OK &&
                 (st = loom_matmul_run(&g, isa, 0, 1, sc)) == LOOM_OK &&
-                (st = act_times_up(at, isa, ht, nb, up, M, nb)) == LOOM_OK)
+                (st = loom_fused_act_mul_tile(at->act, isa, ht, nb, up, M, nb)) == LOOM_OK)
                 st = loom_matmul_run(&d, isa, 0, 1, sc);
         }
     }

@@ -51,6 +51,12 @@ int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int6
  * fused op's activation precision act (a loom_act_precision). */
 loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *w, int64_t n0, int64_t nn,
                                        float *y, int64_t ldy, int32_t act);
+/* h = act(h) * up on a tile of M x nb (h's rows ldh apart, up's nb): act a
+ * loom_act or LOOM_FFN_ACT_CUSTOM + a registered activation; silu and mul
+ * run the primitive kernels of level isa, so results equal the unfused
+ * graph's (src/fused/ffn_op.c; the ffn's and the MoE experts' tiles). */
+loom_status loom_fused_act_mul_tile(int32_t act, loom_isa isa, float *h, int64_t ldh, const float *up, int64_t M,
+                                    int64_t nb);
 
 /* qkv_rope.c: RoPE in place on a tile of T rows of nh heads of D floats (row
  * stride ldy); row t's cos/sin at cs/sn + t * ld_tab, laid out as

@@ -17,8 +17,6 @@
 #include "fused/fused_internal.h"
 #include "ops/ref/ref.h"
 
-#define A64(n) (((size_t)(n) + 63) & ~(size_t)63)
-
 /* ------------------------------------------------------------ thread-level pieces */
 
 loom_status loom_moe_gating_rows(const loom_tensor *logits, int64_t k, int renorm, loom_tensor *weights,
@@ -65,7 +63,7 @@ static int64_t block_of(const loom_moe_experts *g, int64_t N) {
 
 size_t loom_moe_experts_scratch(const loom_moe_experts *g, int64_t rows_bound) {
     int64_t bh = block_of(g, g->H), bd = block_of(g, g->D);
-    size_t up = A64((size_t)(rows_bound * bh) * sizeof(float));
+    size_t up = loom_align64((size_t)(rows_bound * bh) * sizeof(float));
     size_t a = up + loom_moe_gemm_scratch(rows_bound, g->D, bh, g->wtype, g->act);
     size_t b = loom_moe_gemm_scratch(rows_bound, g->H, bd, g->dtype_down, g->act);
     return a > b ? a : b;
@@ -89,7 +87,7 @@ loom_status loom_moe_experts_gate_up(const loom_moe_experts *g, loom_isa isa, in
     loom_ref_split(loom_moe_units(g->offsets, g->n_experts, g->H, bn), ith, nth, &lo, &hi);
     float *up = scratch;
     int64_t rows_bound = g->rows;
-    void *mm = (char *)scratch + A64((size_t)(rows_bound * bn) * sizeof(float));
+    void *mm = (char *)scratch + loom_align64((size_t)(rows_bound * bn) * sizeof(float));
     for (int64_t i = lo; i < hi; i++) {
         int64_t e, n0;
         loom_moe_unit_at(g->offsets, g->n_experts, g->H, bn, i, &e, &n0);
@@ -99,15 +97,7 @@ loom_status loom_moe_experts_gate_up(const loom_moe_experts *g, loom_isa isa, in
         LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, mm));
         loom_matmul_args gt = unit_gemm(g, e, g->x, g->ldx, g->w_gate, g->wtype, g->H, g->D, n0, nb, hb, g->ldh);
         LOOM_TRY(loom_matmul_run(&gt, isa, 0, 1, mm));
-        loom_tensor th, tu;
-        const int64_t shape[2] = {M, nb};
-        LOOM_TRY(loom_tensor_init(&th, LOOM_F32, 2, shape, hb));
-        th.stride[0] = g->ldh;
-        LOOM_TRY(loom_tensor_init(&tu, LOOM_F32, 2, shape, up));
-        loom_kernel_args s = {.src = {&th}, .n_src = 1, .dst = &th, .ith = 0, .nth = 1};
-        LOOM_TRY(loom_op_kernel(LOOM_OP_SILU, isa)(&s));
-        loom_kernel_args mu = {.src = {&th, &tu}, .n_src = 2, .dst = &th, .ith = 0, .nth = 1};
-        LOOM_TRY(loom_op_kernel(LOOM_OP_MUL, isa)(&mu));
+        LOOM_TRY(loom_fused_act_mul_tile(LOOM_ACT_SILU, isa, hb, g->ldh, up, M, nb));
     }
     return LOOM_OK;
 }
@@ -132,12 +122,10 @@ void loom_moe_finalize_rows(const float *ys, int64_t ldys, const int32_t *inv, c
     int64_t lo, hi;
     loom_ref_split(T, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        /* the k rows of token t are anywhere in ys: sum them by rank, as moe_sum does over [k, D] */
-        for (int64_t d = 0; d < D; d++) {
-            double acc = 0.0;
-            for (int64_t j = 0; j < k; j++) acc += (double)w[t * ldw + j] * (double)ys[inv[t * k + j] * ldys + d];
-            y[t * ldy + d] = res ? res[t * ldres + d] + (float)acc : (float)acc;
-        }
+        /* the k rows of token t are anywhere in ys: summed by rank with moe_sum's row function */
+        const float *rows[k];
+        for (int64_t j = 0; j < k; j++) rows[j] = ys + inv[t * k + j] * ldys;
+        loom_moe_sum_row(rows, w + t * ldw, k, D, res ? res + t * ldres : NULL, y + t * ldy);
     }
 }
 
@@ -199,7 +187,7 @@ loom_status loom_moe_gating_top_k_softmax(const loom_tensor *logits, const loom_
     LOOM_TRY(loom_fused_check_2d(op, "weights", weights, T, p->top_k));
     LOOM_TRY(check_i32(op, "expert_ids", expert_ids, T, p->top_k));
     int nth = pool_threads(pool);
-    size_t per = A64((size_t)E * sizeof(float));
+    size_t per = loom_align64((size_t)E * sizeof(float));
     unsigned char *mem = loom_alloc_aligned(per * (size_t)nth, 64);
     LOOM_RETURN_IF(!mem, LOOM_ERR_NOMEM, "%s: out of memory", op);
     moe_call c = {.phase = 0, .isa = loom_cpu_isa(), .logits = logits, .weights = weights, .ids = expert_ids,
@@ -278,14 +266,14 @@ loom_status loom_grouped_matmul_swiglu(const loom_tensor *x, const loom_tensor *
     for (int64_t e = 0; e < E; e++)
         LOOM_RETURN_IF(off[e + 1] < off[e], LOOM_ERR_INVALID_ARG, "%s: expert_offsets decrease at expert %lld", op,
                        (long long)e);
-    size_t hb = A64((size_t)(R * H) * sizeof(float));
+    size_t hb = loom_align64((size_t)(R * H) * sizeof(float));
     loom_moe_experts g = {.offsets = off, .n_experts = E, .rows = R, .D = D, .H = H, .x = x->data,
                           .ldx = x->stride[0], .w_gate = w_gate->data, .w_up = w_up->data, .wtype = w_gate->dtype,
                           .w_down = w_down->data, .dtype_down = w_down->dtype, .ldh = H, .y = y->data,
                           .ldy = y->stride[0], .block_n = prm.block_n, .act = prm.act_precision,
                           .invariant = prm.invariant};
     int nth = pool_threads(pool);
-    size_t per = A64(loom_moe_experts_scratch(&g, R));
+    size_t per = loom_align64(loom_moe_experts_scratch(&g, R));
     unsigned char *mem = loom_alloc_aligned(hb + per * (size_t)nth, 64);
     LOOM_RETURN_IF(!mem, LOOM_ERR_NOMEM, "%s: out of memory", op);
     g.h = (float *)(void *)mem;

@@ -12,12 +12,11 @@
 
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "fused/fused_internal.h"
 #include "fused/moe.h"
 #include "ops/ref/ref.h"
-
-#define A64(n) (((size_t)(n) + 63) & ~(size_t)63)
 
 /* ------------------------------------------------------------ moe_gating_top_k_softmax */
 
@@ -46,7 +45,7 @@ static void gating_cost(const loom_tensor *const *src, int n_src, const loom_ten
 
 static size_t gating_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs) {
     (void)n_src, (void)dst, (void)attrs;
-    return A64((size_t)src[0]->shape[1] * sizeof(float));
+    return loom_align64((size_t)src[0]->shape[1] * sizeof(float));
 }
 
 static loom_status gating_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -135,7 +134,7 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
     const loom_tensor *ids = src[4];
     int64_t T = src[0]->shape[0], k = ids->shape[1];
     loom_moe_experts g = experts_of(src, attrs, NULL, NULL);
-    return loom_moe_routing_bytes(T, k, src[1]->shape[0]) + A64(loom_moe_experts_scratch(&g, T * k));
+    return loom_moe_routing_bytes(T, k, src[1]->shape[0]) + loom_align64(loom_moe_experts_scratch(&g, T * k));
 }
 
 static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {

@@ -238,23 +238,15 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
      * tables of every position, built once (the items rotate the same
      * positions). */
     unsigned char *front = (unsigned char *)a->scratch + qkv_front(a->src, at, hb);
-    /* the norm: every thread computes the 1/rms of all T rows (a pass over x;
-     * no barrier, and the same values whatever the thread) */
+    /* x made ready once per thread (no barrier; the same values whatever the
+     * thread): the norm's 1/rms of all T rows, x quantized (loom_matmul_prepare_x) */
     const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
     double *inv = at->norm ? (double *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T) +
                                         tile_bytes(at, T, hb))
                            : NULL;
-    void *xq = NULL;
     loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, hb * D, NULL, hb * D, at->act_precision);
     probe.invariant = a->invariant; /* the GEMM's x layout, as the items below */
-    probe.norm_gamma = gamma, probe.norm_inv = inv;
-    if (lo < hi && isa != LOOM_ISA_REF && loom_matmul_xq_bytes(&probe) > 0) {
-        xq = front; /* with the norm: 1/rms and quantized rows a few at a time, x read once */
-        if (inv) loom_matmul_norm_quantize_x(&probe, isa, at->norm_eps, inv, 0, T, xq);
-        else loom_matmul_quantize_x(&probe, isa, 0, T, xq);
-    } else if (inv && lo < hi) {
-        loom_matmul_norm_inv(isa, x->data, x->stride[0], x->shape[1], at->norm_eps, 0, T, inv);
-    }
+    void *xq = lo < hi ? loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, front) : NULL;
     const float *tab = NULL;
     int any_rope = lo < nq + nk && hi > lo;
     if (any_rope && isa != LOOM_ISA_REF && rope_table_bytes(at, T) > 0) {

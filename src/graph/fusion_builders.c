@@ -78,6 +78,24 @@ static int take_norm(const fr_ctx *c, fr_fused *f, float *eps) {
     return 1;
 }
 
+/* The rule's residual node add(r, prod) into the fused op: r appended to its
+ * inputs and the add's output made the fused op's; 0 when r or the sum is not
+ * 2-D [rows of prod, cols of prod] with contiguous rows. Returns 1 without a
+ * residual node. */
+static int take_residual(const fr_ctx *c, fr_fused *f, int prod) {
+    int res = fr_node(c, "residual");
+    if (res < 0) return 1;
+    const loom_node *r = &c->g->nodes[res];
+    int other = r->src[0] == prod ? r->src[1] : r->src[0];
+    const loom_tensor *rt = gt(c, other), *rd = gt(c, r->dst), *y = gt(c, prod);
+    if (rt->ndim != 2 || rt->stride[1] != 1 || y->ndim != 2 || rt->shape[0] != y->shape[0] ||
+        rt->shape[1] != y->shape[1] || rd->ndim != 2 || f->n_src >= LOOM_MAX_SRC)
+        return 0;
+    f->src[f->n_src++] = other;
+    f->dst = r->dst;
+    return 1;
+}
+
 /* qkv_rope's attributes take the rule's norm node, when it has one. */
 static int qkv_norm(const fr_ctx *c, fr_fused *f) {
     if (fr_node(c, "norm") < 0) return 1;
@@ -189,17 +207,8 @@ static int build_linear(const fr_ctx *c, fr_fused *f) {
     f->n_src = 2;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w");
     f->dst = mm->dst;
-    if (res >= 0) {
-        const loom_node *r = &c->g->nodes[res];
-        int other = r->src[0] == mm->dst ? r->src[1] : r->src[0];
-        const loom_tensor *rt = gt(c, other), *rd = gt(c, r->dst);
-        if (rt->ndim != 2 || rt->stride[1] != 1 || rt->shape[0] != y->shape[0] || rt->shape[1] != y->shape[1] ||
-            rd->ndim != 2)
-            return 0;
-        f->src[f->n_src++] = other;
-        f->dst = r->dst;
-        a.residual = 1;
-    }
+    if (!take_residual(c, f, mm->dst)) return 0;
+    a.residual = res >= 0;
     if (has_norm) {
         if (!take_norm(c, f, &a.norm_eps)) return 0;
         a.norm = 1;
@@ -288,7 +297,6 @@ static int act_of(const loom_node *n) {
 
 static int build_ffn(const fr_ctx *c, fr_fused *f) {
     const loom_node *act = gnode(c, "act"), *down = gnode(c, "down");
-    int res = fr_node(c, "residual");
     const loom_tensor *x = gt(c, fr_var(c, "x"));
     int a = act_of(act);
     int32_t prec = fused_act(c, "gate up down");
@@ -303,14 +311,7 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
     f->src[3] = fr_var(c, "w_down");
     f->dst = down->dst;
-    if (res >= 0) {
-        const loom_node *r = &c->g->nodes[res];
-        int other = r->src[0] == down->dst ? r->src[1] : r->src[0];
-        const loom_tensor *rt = gt(c, other);
-        if (rt->ndim != 2 || rt->stride[1] != 1) return 0;
-        f->src[f->n_src++] = other;
-        f->dst = r->dst;
-    }
+    if (!take_residual(c, f, down->dst)) return 0;
     if (fr_node(c, "norm") >= 0) {
         if (!take_norm(c, f, &at.norm_eps)) return 0;
         at.norm = 1;
@@ -344,7 +345,6 @@ static int build_moe_gating(const fr_ctx *c, fr_fused *f) {
 
 static int build_moe_ffn(const fr_ctx *c, fr_fused *f) {
     const loom_node *sum = gnode(c, "sum");
-    int res = fr_node(c, "residual");
     const loom_tensor *x = gt(c, fr_var(c, "x")), *wg = gt(c, fr_var(c, "w_gate")), *ids = gt(c, fr_var(c, "ids"));
     int32_t prec = fused_act(c, "gate up down");
     if (prec < 0 || x->ndim != 2 || x->stride[1] != 1 || wg->ndim != 3 || ids->ndim != 2) return 0;
@@ -354,14 +354,7 @@ static int build_moe_ffn(const fr_ctx *c, fr_fused *f) {
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
     f->src[3] = fr_var(c, "w_down"), f->src[4] = fr_var(c, "ids"), f->src[5] = fr_var(c, "weights");
     f->dst = sum->dst;
-    if (res >= 0) {
-        const loom_node *r = &c->g->nodes[res];
-        int other = r->src[0] == sum->dst ? r->src[1] : r->src[0];
-        const loom_tensor *rt = gt(c, other);
-        if (rt->ndim != 2 || rt->stride[1] != 1) return 0;
-        f->src[f->n_src++] = other;
-        f->dst = r->dst;
-    }
+    if (!take_residual(c, f, sum->dst)) return 0;
     memcpy(f->attrs, &at, sizeof at);
     /* the phase buffers: x sorted by expert, h, the experts' outputs */
     int rows = (int)(x->shape[0] * ids->shape[1]);

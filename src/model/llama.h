@@ -24,7 +24,7 @@ typedef enum {
     LOOM_FAMILY_COUNT
 } loom_llama_family;
 
-/* "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3" ("?" out of range). */
+/* "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe" ("?" out of range). */
 const char *loom_llama_family_name(loom_llama_family f);
 
 typedef struct loom_llama_config {

@@ -56,7 +56,7 @@ static loom_op_info op_table[] = {
                           .opt = {[LOOM_ISA_GENERIC] = loom_add_bias_generic}},
     [LOOM_OP_KV_WRITE] = {.name = "kv_write", .n_src_min = 3, .n_src_max = 4, REF(kv_write), .dst_views_src0 = 1},
     [LOOM_OP_SCALE] = {.name = "scale", .n_src_min = 1, .n_src_max = 1, .attr_size = sizeof(loom_scale_attrs),
-                       REF(scale), .opt = {[LOOM_ISA_GENERIC] = loom_scale_generic}},
+                       REF(scale)}, /* one f32 product an element: the reference kernel at every level */
     [LOOM_OP_SOFTCAP] = {.name = "softcap", .n_src_min = 1, .n_src_max = 1,
                          .attr_size = sizeof(loom_softcap_attrs), REF(softcap),
                          .opt = {[LOOM_ISA_GENERIC] = loom_softcap_generic}},

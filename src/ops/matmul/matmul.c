@@ -128,6 +128,12 @@ void loom_matmul_norm_row(const loom_matmul_args *a, loom_isa isa, int64_t m, in
     loom_vec_fns_for(isa)->scale_row(x, g, a->norm_inv[m], out, n);
 }
 
+/* Columns [k0, ...) of a quantized x row (k0 a multiple of 32). */
+static loom_q8_act q8_cols(loom_q8_act r, int64_t k0) {
+    loom_q8_act c = {r.qs + k0, r.d + k0 / 32, r.bias + k0 / 32, r.s + k0 / 32};
+    return c;
+}
+
 void loom_matmul_quantize_norm_rows(const loom_matmul_args *a, loom_isa isa, int32_t bias_mul, int64_t m0,
                                     int64_t m1, void *dst) {
     size_t rb = loom_q8_act_bytes(a->K);
@@ -137,8 +143,7 @@ void loom_matmul_quantize_norm_rows(const loom_matmul_args *a, loom_isa isa, int
         for (int64_t k0 = 0; k0 < a->K; k0 += 512) {
             int64_t n = a->K - k0 < 512 ? a->K - k0 : 512;
             loom_matmul_norm_row(a, isa, m, k0, n, stage);
-            loom_q8_act part = {row.qs + k0, row.d + k0 / 32, row.bias + k0 / 32, row.s + k0 / 32};
-            loom_quantize_act(isa, stage, n, bias_mul, part);
+            loom_quantize_act(isa, stage, n, bias_mul, q8_cols(row, k0));
         }
     }
 }
@@ -168,33 +173,49 @@ size_t loom_matmul_xq_bytes(const loom_matmul_args *a) {
     return (size_t)a->M * loom_q8_act_bytes(a->K);
 }
 
+/* The bias_mul x is quantized with for a's path (GEMV or GEMM) at level isa. */
+static int32_t xq_bias_mul(const loom_matmul_args *a, loom_isa isa) {
+    return use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);
+}
+
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
     if (loom_matmul_xq_bytes(a) == 0 || isa == LOOM_ISA_REF) return;
     if (a->norm_gamma) {
-        int32_t bias_mul = use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);
-        loom_matmul_quantize_norm_rows(a, isa, bias_mul, m0, m1, (char *)xq + (size_t)m0 * loom_q8_act_bytes(a->K));
+        loom_matmul_quantize_norm_rows(a, isa, xq_bias_mul(a, isa), m0, m1,
+                                       (char *)xq + (size_t)m0 * loom_q8_act_bytes(a->K));
         return;
     }
     if (use_gemv(a)) loom_gemv_quantize_x(a, isa, m0, m1, xq);
     else loom_gemm_q_quantize_x(a, isa, m0, m1, xq);
 }
 
-void loom_matmul_norm_quantize_x(const loom_matmul_args *a, loom_isa isa, float eps, double *inv, int64_t m0,
-                                 int64_t m1, void *xq) {
-    for (int64_t r = m0; r < m1; r += 8) {
-        int64_t r1 = r + 8 < m1 ? r + 8 : m1;
-        loom_matmul_norm_inv(isa, a->x, a->ldx, a->K, eps, r, r1, inv);
-        loom_matmul_quantize_x(a, isa, r, r1, xq);
+void *loom_matmul_prepare_x(loom_matmul_args *a, loom_isa isa, const float *gamma, float eps, double *inv,
+                            void *xq) {
+    a->norm_gamma = gamma, a->norm_inv = gamma ? inv : NULL;
+    if (isa != LOOM_ISA_REF && loom_matmul_xq_bytes(a) > 0) {
+        if (!gamma) {
+            loom_matmul_quantize_x(a, isa, 0, a->M, xq);
+            return xq;
+        }
+        /* eight rows at a time: their 1/rms, then the same rows normalised and
+         * quantized while they are in cache, so x comes from memory once */
+        for (int64_t r = 0; r < a->M; r += 8) {
+            int64_t r1 = r + 8 < a->M ? r + 8 : a->M;
+            loom_matmul_norm_inv(isa, a->x, a->ldx, a->K, eps, r, r1, inv);
+            loom_matmul_quantize_x(a, isa, r, r1, xq);
+        }
+        return xq;
     }
+    if (gamma) loom_matmul_norm_inv(isa, a->x, a->ldx, a->K, eps, 0, a->M, inv);
+    return NULL;
 }
 
-void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
-                                 const float *v, void *xq) {
-    int32_t bias_mul = use_gemv(a) ? loom_gemv_bias_mul(a, isa) : loom_gemm_q_bias_mul(a, isa);
-    loom_q8_act r = loom_q8_act_view((char *)xq + (size_t)m * loom_q8_act_bytes(a->K), a->K);
-    const int64_t b0 = k0 / 32;
-    loom_q8_act cols = {r.qs + k0, r.d + b0, r.bias + b0, r.s + b0};
-    loom_quantize_act(isa, v, n, bias_mul, cols);
+void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t k0, int64_t n, const float *v,
+                                 int64_t ldv, void *xq) {
+    const int32_t bias_mul = xq_bias_mul(a, isa);
+    const size_t rb = loom_q8_act_bytes(a->K);
+    for (int64_t m = 0; m < a->M; m++)
+        loom_quantize_act(isa, v + m * ldv, n, bias_mul, q8_cols(loom_q8_act_view((char *)xq + (size_t)m * rb, a->K), k0));
 }
 
 void loom_matmul_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {

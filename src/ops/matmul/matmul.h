@@ -128,20 +128,22 @@ size_t loom_matmul_xq_bytes(const loom_matmul_args *a);
 /* Quantizes rows m0..m1 of a->x into xq (laid out for a->xq) as the GEMM path
  * of level isa would. */
 void loom_matmul_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
-/* With the norm (a->norm_gamma set, a->norm_inv == inv): the 1/rms of rows
- * [m0, m1) into inv and those rows normalised and quantized into xq, eight
- * rows at a time, so each row comes from main memory once (the quantizing
- * pass finds it in cache); the same values as loom_matmul_norm_inv over all
- * rows then loom_matmul_quantize_x. isa > LOOM_ISA_REF, loom_matmul_xq_bytes(a) > 0. */
-void loom_matmul_norm_quantize_x(const loom_matmul_args *a, loom_isa isa, float eps, double *inv, int64_t m0,
-                                 int64_t m1, void *xq);
-/* Columns [k0, k0 + n) of row m of x, given as the f32 values v[0, n), into
- * xq as loom_matmul_quantize_x lays them out (k0 and n multiples of 32; no
- * norm): the same bytes as quantizing the whole row, for producers that make
- * x a block of columns at a time (the ffn's h, so its down projection never
- * reads h in f32). isa > LOOM_ISA_REF and loom_matmul_xq_bytes(a) > 0. */
-void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t m, int64_t k0, int64_t n,
-                                 const float *v, void *xq);
+/* x of a, made ready once for many matmuls over it (the column blocks of a
+ * fused QKV or FFN), by each thread alike (no barrier): with an RMSNorm
+ * (gamma, eps; inv: a->M doubles) the rows' 1/rms into inv and gamma/inv set
+ * on a; with q8 activations x (normalised) quantized into xq, eight rows at a
+ * time together with their 1/rms so x comes from memory once. Returns xq, or
+ * NULL when the matmuls take x in f32. The same values as
+ * loom_matmul_norm_inv over all rows then loom_matmul_quantize_x. */
+void *loom_matmul_prepare_x(loom_matmul_args *a, loom_isa isa, const float *gamma, float eps, double *inv,
+                            void *xq);
+/* Columns [k0, k0 + n) of every row of x, given as the f32 values v (rows ldv
+ * apart), into xq as loom_matmul_quantize_x lays them out (k0 and n multiples
+ * of 32; no norm): the same bytes as quantizing whole rows, for producers that
+ * make x a block of columns at a time (the ffn's h, so its down projection
+ * never reads h in f32). isa > LOOM_ISA_REF and loom_matmul_xq_bytes(a) > 0. */
+void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t k0, int64_t n, const float *v,
+                                 int64_t ldv, void *xq);
 
 /* Runs thread ith's share at the given level (LOOM_ISA_REF: reference
  * product then reference epilogue). scratch: loom_matmul_scratch_size bytes,

@@ -8,14 +8,13 @@
 
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/status.h"
 #include "ops/ref/ref.h"
 #include "ops/register.h"
 
-#define A64(n) (((size_t)(n) + 63) & ~(size_t)63)
-
 size_t loom_moe_routing_bytes(int64_t n_tokens, int64_t top_k, int64_t n_experts) {
-    return A64((size_t)(n_experts + 1) * sizeof(int32_t)) + 2 * A64((size_t)(n_tokens * top_k) * sizeof(int32_t));
+    return loom_align64((size_t)(n_experts + 1) * sizeof(int32_t)) + 2 * loom_align64((size_t)(n_tokens * top_k) * sizeof(int32_t));
 }
 
 loom_status loom_moe_route(const int32_t *ids, int64_t ld_ids, int64_t n_tokens, int64_t top_k,
@@ -23,8 +22,8 @@ loom_status loom_moe_route(const int32_t *ids, int64_t ld_ids, int64_t n_tokens,
     char *p = mem;
     r->n_tokens = n_tokens, r->top_k = top_k, r->n_experts = n_experts;
     r->offsets = (int32_t *)(void *)p;
-    r->perm = (int32_t *)(void *)(p + A64((size_t)(n_experts + 1) * sizeof(int32_t)));
-    r->inv = (int32_t *)(void *)((char *)r->perm + A64((size_t)(n_tokens * top_k) * sizeof(int32_t)));
+    r->perm = (int32_t *)(void *)(p + loom_align64((size_t)(n_experts + 1) * sizeof(int32_t)));
+    r->inv = (int32_t *)(void *)((char *)r->perm + loom_align64((size_t)(n_tokens * top_k) * sizeof(int32_t)));
     memset(r->offsets, 0, (size_t)(n_experts + 1) * sizeof(int32_t));
     for (int64_t t = 0; t < n_tokens; t++)
         for (int64_t j = 0; j < top_k; j++) {
@@ -59,11 +58,11 @@ size_t loom_moe_gemm_scratch(int64_t max_rows, int64_t K, int64_t nb, loom_dtype
     loom_matmul_args big = unit_args(max_rows, K, nb, wtype, act);
     loom_matmul_args small = unit_args(max_rows < LOOM_GEMM_MIN_M ? max_rows : LOOM_GEMM_MIN_M - 1, K, nb, wtype, act);
     size_t s = loom_matmul_scratch_size(&big), s2 = loom_matmul_scratch_size(&small);
-    return A64(s > s2 ? s : s2);
+    return loom_align64(s > s2 ? s : s2);
 }
 
 size_t loom_moe_unit_scratch(int64_t max_rows, int64_t K, int64_t nb, loom_dtype wtype, loom_act_precision act) {
-    return loom_moe_gemm_scratch(max_rows, K, nb, wtype, act) + A64((size_t)(max_rows * K) * sizeof(float));
+    return loom_moe_gemm_scratch(max_rows, K, nb, wtype, act) + loom_align64((size_t)(max_rows * K) * sizeof(float));
 }
 
 loom_status loom_moe_unit_run(const loom_moe_unit *u, loom_isa isa, float *tile, void *scratch) {
@@ -79,7 +78,7 @@ loom_status loom_moe_unit_run(const loom_moe_unit *u, loom_isa isa, float *tile,
     g.w = (const char *)u->w + (size_t)u->e * loom_moe_expert_bytes(u->wtype, u->N, u->K) + (size_t)u->n0 * row;
     g.y = tile;
     g.invariant = u->invariant;
-    return loom_matmul_run(&g, isa, 0, 1, (char *)scratch + A64((size_t)(M * u->K) * sizeof(float)));
+    return loom_matmul_run(&g, isa, 0, 1, (char *)scratch + loom_align64((size_t)(M * u->K) * sizeof(float)));
 }
 
 int64_t loom_moe_units(const int32_t *offsets, int64_t E, int64_t N, int64_t bn) {
@@ -113,7 +112,7 @@ static size_t matmul_id_scratch(const loom_tensor *const *src, int n_src, const 
     int64_t nb = N < MATMUL_ID_BLOCK ? N : MATMUL_ID_BLOCK;
     loom_act_precision act = attrs ? (loom_act_precision)((const loom_matmul_attrs *)attrs)->act_precision
                                    : LOOM_ACT_PREC_Q8;
-    return loom_moe_routing_bytes(T, k, w->shape[0]) + A64((size_t)(mid_rows(ids) * nb) * sizeof(float)) +
+    return loom_moe_routing_bytes(T, k, w->shape[0]) + loom_align64((size_t)(mid_rows(ids) * nb) * sizeof(float)) +
            loom_moe_unit_scratch(mid_rows(ids), K, nb, w->dtype, act);
 }
 
@@ -131,7 +130,7 @@ static loom_status matmul_id_level(const loom_kernel_args *a, loom_isa isa) {
     LOOM_TRY(loom_moe_route(ids->data, k, T, k, E, s, &r));
     s += loom_moe_routing_bytes(T, k, E);
     float *tile = (float *)(void *)s;
-    s += A64((size_t)(mid_rows(ids) * nb) * sizeof(float));
+    s += loom_align64((size_t)(mid_rows(ids) * nb) * sizeof(float));
     loom_moe_unit u = {.r = &r, .x = x->data, .ldx = x->ndim == 3 ? x->stride[1] : x->stride[0],
                        .x_div = x->ndim == 3 ? 1 : k, .K = K, .w = w->data, .wtype = w->dtype, .N = N,
                        .act = a->attrs ? (loom_act_precision)((const loom_matmul_attrs *)a->attrs)->act_precision

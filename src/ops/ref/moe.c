@@ -32,11 +32,10 @@ void loom_moe_weights_row(const float *p, const int32_t *ids, int64_t k, int ren
     for (int64_t j = 0; j < k; j++) w[j] = renorm ? (float)((double)p[ids[j]] / sum) : p[ids[j]];
 }
 
-void loom_moe_sum_row(const float *x, int64_t ld_rank, const float *w, int64_t k, int64_t D, const float *res,
-                      float *y) {
+void loom_moe_sum_row(const float *const *rows, const float *w, int64_t k, int64_t D, const float *res, float *y) {
     for (int64_t d = 0; d < D; d++) {
         double acc = 0.0;
-        for (int64_t j = 0; j < k; j++) acc += (double)w[j] * (double)x[j * ld_rank + d];
+        for (int64_t j = 0; j < k; j++) acc += (double)w[j] * (double)rows[j][d];
         y[d] = res ? res[d] + (float)acc : (float)acc;
     }
 }
@@ -232,9 +231,12 @@ loom_status loom_ref_moe_sum(const loom_kernel_args *a) {
     loom_ref_split(x->shape[0], a->ith, a->nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float wr[k];
-        for (int64_t j = 0; j < k; j++) wr[j] = ((const float *)w->data)[t * w->stride[0] + j * w->stride[1]];
-        loom_moe_sum_row((const float *)x->data + t * x->stride[0], x->stride[1], wr, k, D, NULL,
-                         (float *)y->data + t * y->stride[0]);
+        const float *rows[k];
+        for (int64_t j = 0; j < k; j++) {
+            wr[j] = ((const float *)w->data)[t * w->stride[0] + j * w->stride[1]];
+            rows[j] = (const float *)x->data + t * x->stride[0] + j * x->stride[1];
+        }
+        loom_moe_sum_row(rows, wr, k, D, NULL, (float *)y->data + t * y->stride[0]);
     }
     return LOOM_OK;
 }

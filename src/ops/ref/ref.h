@@ -160,10 +160,9 @@ loom_status loom_ref_attention(const loom_kernel_args *a);
 void loom_moe_top_k_row(const float *x, int64_t E, int64_t k, int32_t *ids);
 /* w[j] = p[ids[j]], divided by their sum (in f64) when renorm. */
 void loom_moe_weights_row(const float *p, const int32_t *ids, int64_t k, int renorm, float *w);
-/* y[d] = (res[d] +) sum_j w[j] * x[j * ld_rank + d], summed in f64 in rank order j = 0, 1, ..;
- * res NULL: the sum alone. */
-void loom_moe_sum_row(const float *x, int64_t ld_rank, const float *w, int64_t k, int64_t D, const float *res,
-                      float *y);
+/* y[d] = (res[d] +) sum_j w[j] * rows[j][d], summed in f64 in rank order j = 0, 1, ..;
+ * res NULL: the sum alone (moe_sum's rows, and moe_finalize_routing's scattered ones). */
+void loom_moe_sum_row(const float *const *rows, const float *w, int64_t k, int64_t D, const float *res, float *y);
 #define LOOM_REF_DECL(op)                                                                                 \
     loom_status loom_ref_##op##_infer(const loom_tensor *const *src, int n_src, const void *attrs,       \
                                       loom_tensor *dst);                                                 \

@@ -1,22 +1,12 @@
-/* scale (y = x * s) and softcap (y = c * tanh(x / c)) in float, elements split
- * over threads as the reference splits them; each element is computed alone,
- * so the result does not depend on the thread count. */
+/* softcap (y = c * tanh(x / c)) in float, elements split over threads as the
+ * reference splits them; each element is computed alone, so the result does
+ * not depend on the thread count. (scale runs its reference kernel, one f32
+ * product an element, at every level.) */
 #include "ops/vec/vec_scale.h"
 
 #include <math.h>
 
 #include "ops/ref/ref.h"
-
-loom_status loom_scale_generic(const loom_kernel_args *a) {
-    const loom_tensor *x = a->src[0], *y = a->dst;
-    const float s = ((const loom_scale_attrs *)a->attrs)->scale;
-    const float *xd = x->data;
-    float *yd = y->data;
-    int64_t lo, hi;
-    loom_ref_split(loom_tensor_nelem(x), a->ith, a->nth, &lo, &hi);
-    for (int64_t e = lo; e < hi; e++) yd[loom_ref_row_offset(y, y->ndim, e)] = xd[loom_ref_row_offset(x, x->ndim, e)] * s;
-    return LOOM_OK;
-}
 
 loom_status loom_softcap_generic(const loom_kernel_args *a) {
     const loom_tensor *x = a->src[0], *y = a->dst;
