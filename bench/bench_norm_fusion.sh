@@ -15,5 +15,8 @@ trap 'rm -rf "$tmp"' EXIT
 # the rules of before: the new rules disabled
 awk '/^  - name: (norm_qkv_rope_cache|norm_qkv_rope_cache_i8|norm_qkv_rope_paged|norm_qkv_rope_paged_i8|norm_ffn_residual|linear_residual|norm_linear)$/ {print; getline; print; print "    enabled: false"; next} {print}' \
     "$here/../configs/fusion/default.yaml" >"$tmp/old.yaml"
-[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = 7 ] || { echo "bench_norm_fusion: could not disable the 7 rules" >&2; exit 1; }
-"$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "" "$THREADS" "$PROMPTS" "$GEN" "$ROUNDS" "$REPS"
+[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = "$(($(grep -c 'enabled: false' "$here/../configs/fusion/default.yaml") + 7))" ] \
+    || { echo "bench_norm_fusion: could not disable the 7 rules" >&2; exit 1; }
+# the rules of now from the same file (not the binary's built-in copy, which may be older)
+"$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "$here/../configs/fusion/default.yaml" "$THREADS" \
+    "$PROMPTS" "$GEN" "$ROUNDS" "$REPS"

@@ -4,9 +4,9 @@
 # slowest) so that machine drift hits both alike; ratio new / old.
 #   bench/bench_rules_ab.sh LOOM MODEL OLD_RULES NEW_RULES THREADS PROMPTS GEN ROUNDS REPS
 # OLD_RULES or NEW_RULES "" = the built-in rules. PROMPTS 0 or GEN 0: that test only.
-# e.g. the ffn's one pass against two kernels for every row count:
-#   sed 's/one_pass_rows: auto/one_pass_rows: 0/' configs/fusion/default.yaml > /tmp/two.yaml
-#   bench/bench_rules_ab.sh build/loom MODEL.gguf /tmp/two.yaml "" 1,2 0 64 6 3
+# e.g. the ffn's one pass for decode (new) against the default two kernels (old):
+#   sed 's/one_pass_rows: auto/one_pass_rows: 7/' configs/fusion/default.yaml > /tmp/one.yaml
+#   bench/bench_rules_ab.sh build/loom MODEL.gguf "" /tmp/one.yaml 1,2 0 64 6 3
 set -euo pipefail
 LOOM=${1:?loom binary} MODEL=${2:?model} OLD=${3?old rules} NEW=${4?new rules}
 THREADS=${5:-2} PROMPTS=${6:-512} GEN=${7:-64} ROUNDS=${8:-3} REPS=${9:-3}
@@ -20,7 +20,7 @@ for r in $(seq "$ROUNDS"); do
         [ "$v" = old ] && f=$OLD
         rules=()
         [ -n "$f" ] && rules=(--rules "$f")
-        "$LOOM" bench -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$GEN" -r "$REPS" -o jsonl "${rules[@]}" \
+        "$LOOM" bench -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$GEN" -r "$REPS" -o jsonl ${rules[@]+"${rules[@]}"} \
             | sed "s/^{/{\"variant\":\"$v\",\"round\":$r,/" >>"$tmp/all.jsonl"
     done
 done

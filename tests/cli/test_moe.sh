@@ -34,6 +34,7 @@ then pass "decode bytes per layer: one expert's weights more for top-2 than top-
 # loom plan: 8 experts instead of 4, same top 2: the same decode traffic in moe_ffn
 cp "$FIX/mixtral/config.json" "$TMP/e8.json"
 sed -i 's/"num_local_experts": 4/"num_local_experts": 8/' "$TMP/e8.json"
+grep -q '"num_local_experts": 8' "$TMP/e8.json" || fail "could not make the 8-expert config"
 "$LOOM" plan --config "$FIX/mixtral/config.json" --seq 16 --phase decode --json >"$TMP/e4.plan" 2>"$TMP/err" \
     || fail "plan e4: $(cat "$TMP/err")"
 "$LOOM" plan --config "$TMP/e8.json" --seq 16 --phase decode --json >"$TMP/e8.plan" 2>"$TMP/err" \

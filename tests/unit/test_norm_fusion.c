@@ -155,11 +155,14 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
             CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn one pass %s %s M=%lld H=%lld: %d threads differ",
                       loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M, (long long)H, nth);
         }
-        /* batch-invariant: the two phases (the same bits as with one_pass_rows 0) */
+        /* batch-invariant: the two phases (the same bits as with one_pass_rows 0), both
+         * outputs written afresh */
         a.invariant = 1;
+        memset(y2, 0xFF, sizeof(float) * (size_t)(M * D));
         CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
         at.one_pass_rows = 0;
         a.dst = &ty;
+        memset(y, 0xFF, sizeof(float) * (size_t)(M * D));
         CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
         CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn invariant %s %s M=%lld: not the two phases",
                   loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M);
