@@ -4,6 +4,9 @@
 # slowest) so that machine drift hits both alike; ratio new / old.
 #   bench/bench_rules_ab.sh LOOM MODEL OLD_RULES NEW_RULES THREADS PROMPTS GEN ROUNDS REPS
 # OLD_RULES or NEW_RULES "" = the built-in rules. PROMPTS 0 or GEN 0: that test only.
+# LOOM_OLD=PATH: the old side runs that binary instead of LOOM (two builds against
+# each other, e.g. the commit before a change: LOOM_OLD=/tmp/old/build/loom
+# bench/bench_rules_ab.sh build/loom MODEL "" "" 1,2 512 64 4 3).
 # e.g. the ffn's one pass for decode (new) against the default two kernels (old):
 #   sed 's/one_pass_rows: auto/one_pass_rows: 7/' configs/fusion/default.yaml > /tmp/one.yaml
 #   bench/bench_rules_ab.sh build/loom MODEL.gguf "" /tmp/one.yaml 1,2 0 64 6 3
@@ -16,11 +19,11 @@ for r in $(seq "$ROUNDS"); do
     order="new old"
     [ $((r % 2)) = 0 ] && order="old new"
     for v in $order; do
-        f=$NEW
-        [ "$v" = old ] && f=$OLD
+        f=$NEW bin=$LOOM
+        [ "$v" = old ] && f=$OLD bin=${LOOM_OLD:-$LOOM}
         rules=()
         [ -n "$f" ] && rules=(--rules "$f")
-        "$LOOM" bench -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$GEN" -r "$REPS" -o jsonl ${rules[@]+"${rules[@]}"} \
+        "$bin" bench -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$GEN" -r "$REPS" -o jsonl ${rules[@]+"${rules[@]}"} \
             | sed "s/^{/{\"variant\":\"$v\",\"round\":$r,/" >>"$tmp/all.jsonl"
     done
 done

@@ -50,7 +50,7 @@ int cmd_run(int argc, char **argv) {
          "step_by_step, fused or fused_with_checkpoints (default: $LOOM_MODE, the rules' mode:, "
          "fused)"},
         {NULL, "--rules", ARG_STR, &rules, "FILE", "fusion rules YAML (default: built in)"},
-        {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules: small, 7b, 13b, 70b"},
+        {NULL, "--fusion-preset", ARG_STR, &preset, "NAME", "preset of the rules: small, 7b, 13b, 70b, fast_attention, one_pass_ffn"},
         {NULL, "--checkpoint-action", ARG_STR, &ckpt_action, "ACTION",
          "warn or fail when a checkpoint exceeds tolerance (default: the rules')"},
         {NULL, "--dump", ARG_STR, &dump, "DIR", "write every intermediate tensor to DIR"},
