@@ -17,6 +17,7 @@ renders.txt is a sequence of cases, each:
 or, where the template raises an exception (Gemma 2's refuses a system message),
     refused LEN\n<LEN bytes of its message>\n
 """
+import jinja2
 import json
 import os
 import sys
@@ -67,7 +68,7 @@ def main():
             try:
                 text, head = tok.apply_chat_template(conv, chat_template=cfg["chat_template"], tokenize=False,
                                                      add_generation_prompt=gen), "render"
-            except Exception as e:  # the template refuses the conversation (Gemma 2: a system message)
+            except jinja2.exceptions.TemplateError as e:  # the template refuses the conversation (Gemma 2: a system message)
                 text, head = str(e), "refused"
             out += f"case {name} {int(gen)} {len(msgs)}\n".encode()
             for r, c in msgs:

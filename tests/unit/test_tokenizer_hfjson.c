@@ -101,7 +101,7 @@ static cJSON *spm_merges(const char **tok, const uint64_t *len, const int32_t *t
 /* tokenizer.json text for a GGUF test vocabulary (bert, gpt2, or a
  * SentencePiece one written as Hugging Face converts it: U+2581 spaces by a
  * normalizer, or by a Metaspace pre-tokenizer; byte fallback; merges). */
-static char *json_from_gguf(const char *name, int bert) {
+static char *json_from_gguf(const char *name, int kind) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", vocab_dir, name);
     loom_gguf *g;
@@ -119,14 +119,14 @@ static char *json_from_gguf(const char *name, int bert) {
     char buf[1024];
     for (uint64_t i = 0; i < n; i++) {
         size_t l = len[i] < 1000 ? len[i] : 1000;
-        if (bert == HF_BERT && type[i] == 1) {  /* llama.cpp marks word starts with U+2581; HF marks continuations */
+        if (kind == HF_BERT && type[i] == 1) {  /* llama.cpp marks word starts with U+2581; HF marks continuations */
             if (l >= 3 && memcmp(tok[i], "\xe2\x96\x81", 3) == 0) snprintf(buf, sizeof buf, "%.*s", (int)l - 3, tok[i] + 3);
             else snprintf(buf, sizeof buf, "##%.*s", (int)l, tok[i]);
         } else {
             snprintf(buf, sizeof buf, "%.*s", (int)l, tok[i]);
         }
         cJSON_AddItemToObject(vocab, buf, cJSON_CreateNumber((double)i));
-        if (type[i] == 3 || (bert >= HF_SPM && type[i] == 2)) {
+        if (type[i] == 3 || (kind >= HF_SPM && type[i] == 2)) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
             cJSON_AddStringToObject(a, "content", buf);
@@ -134,7 +134,7 @@ static char *json_from_gguf(const char *name, int bert) {
             cJSON_AddItemToArray(added, a);
         }
     }
-    if (bert >= HF_SPM) {
+    if (kind >= HF_SPM) {
         cJSON_AddStringToObject(model, "type", "BPE");
         cJSON_AddBoolToObject(model, "byte_fallback", 1);
         cJSON_AddStringToObject(model, "unk_token", "<unk>");
@@ -142,7 +142,7 @@ static char *json_from_gguf(const char *name, int bert) {
         loom_gguf_get_arr_f32(g, "tokenizer.ggml.scores", score, n);
         cJSON_AddItemToObject(model, "merges", spm_merges(tok, len, type, score, n));
         free(score);
-        if (bert == HF_SPM) {  /* Llama 2's: Prepend("▁") and Replace(" ", "▁") */
+        if (kind == HF_SPM) {  /* Llama 2's: Prepend("▁") and Replace(" ", "▁") */
             cJSON *nz = cJSON_AddObjectToObject(root, "normalizer"), *list = cJSON_AddArrayToObject(nz, "normalizers");
             cJSON_AddStringToObject(nz, "type", "Sequence");
             cJSON *pp = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *pat = cJSON_CreateObject();
@@ -161,7 +161,7 @@ static char *json_from_gguf(const char *name, int bert) {
             cJSON_AddStringToObject(ms, "prepend_scheme", "first");
             cJSON_AddBoolToObject(ms, "split", 0);
         }
-    } else if (bert) {
+    } else if (kind == HF_BERT) {
         cJSON_AddStringToObject(model, "type", "WordPiece");
         cJSON *nz = cJSON_AddObjectToObject(root, "normalizer");
         cJSON_AddStringToObject(nz, "type", "BertNormalizer");
@@ -191,8 +191,8 @@ static char *json_from_gguf(const char *name, int bert) {
     return text;
 }
 
-static void run_vectors(const char *name, int bert) {
-    char *json = json_from_gguf(name, bert);
+static void run_vectors(const char *name, int kind) {
+    char *json = json_from_gguf(name, kind);
     CHECK_MSG(json != NULL, "%s: cannot build tokenizer.json", name);
     if (!json) return;
     loom_tokenizer *t = NULL;
@@ -200,7 +200,7 @@ static void run_vectors(const char *name, int bert) {
     CHECK_MSG(st == LOOM_OK, "%s: %s", name, loom_last_error());
     free(json);
     if (!t) return;
-    CHECK(strcmp(loom_tokenizer_kind_name(t), bert >= HF_SPM ? "llama" : bert ? "bert" : "gpt2") == 0);
+    CHECK(strcmp(loom_tokenizer_kind_name(t), kind >= HF_SPM ? "llama" : kind == HF_BERT ? "bert" : "gpt2") == 0);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.inp", vocab_dir, name);
     char *inp = read_all(path, NULL);
@@ -242,8 +242,8 @@ static void run_vectors(const char *name, int bert) {
     loom_tokenizer_free(t);
 }
 
-static void test_bert_vectors(void) { run_vectors("ggml-vocab-bert-bge.gguf", 1); }
-static void test_gpt2_vectors(void) { run_vectors("ggml-vocab-gpt-2.gguf", 0); }
+static void test_bert_vectors(void) { run_vectors("ggml-vocab-bert-bge.gguf", HF_BERT); }
+static void test_gpt2_vectors(void) { run_vectors("ggml-vocab-gpt-2.gguf", HF_GPT2); }
 /* SentencePiece BPE (Llama 2's and Phi-3's vocabularies) from tokenizer.json: the ids llama.cpp
  * gives from their GGUFs, with the normalizer form and with the Metaspace form */
 static void test_spm_vectors(void) {
