@@ -231,7 +231,7 @@ static void run_vectors(const char *name, int kind) {
     }
     fprintf(stderr, "  %s via tokenizer.json: %d / %d cases match\n", name, ok, n);
     CHECK(n > 10 && ok == n);
-    if (bert == HF_BERT) {  /* [CLS] ... [SEP] framing */
+    if (kind == HF_BERT) {  /* [CLS] ... [SEP] framing */
         int32_t ids[8];
         int ni = 0;
         CHECK(loom_tokenizer_encode_ex(t, "hello", 5, LOOM_TOK_BOS | LOOM_TOK_EOS, ids, 8, &ni) == LOOM_OK);
