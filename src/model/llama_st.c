@@ -98,31 +98,31 @@ static loom_status experts_bytes(const loom_safetensors *st, const loom_llama_co
                        loom_dtype_name(x.dtype));
         *dt = x.dtype;
     }
-    *bytes = (((size_t)c->n_experts * (size_t)(rows * cols) * loom_dtype_size(*dt)) + 63) & ~(size_t)63;
+    *bytes = loom_align64((size_t)c->n_experts * (size_t)(rows * cols) * loom_dtype_size(*dt));
     return LOOM_OK;
 }
 
 /* The experts of t in layer l stacked into one contiguous [n_experts, rows, cols]
- * tensor at *next (Hugging Face stores one tensor per expert). */
+ * tensor at *next (Hugging Face stores one tensor per expert); their shapes and
+ * one dtype were checked by experts_bytes when the block was sized. */
 static loom_status experts_stack(const loom_safetensors *st, const loom_llama_config *c,
                                  const loom_llama_layer_tensor *t, int l, unsigned char **next, loom_tensor *out) {
-    size_t bytes;
-    loom_dtype dt = LOOM_F32;
-    LOOM_TRY(experts_bytes(st, c, t, l, &bytes, &dt));
     int64_t rows = loom_llama_dim_size(c, t->rows), cols = loom_llama_dim_size(c, t->cols);
-    size_t one = (size_t)(rows * cols) * loom_dtype_size(dt);
+    loom_dtype dt = LOOM_F32;
+    size_t one = 0;
     for (int e = 0; e < c->n_experts; e++) {
         char n[160];
         loom_tensor x;
         loom_llama_hf_name(c, t, l, e, n, sizeof n);
         LOOM_TRY(mat(st, n, rows, cols, &x));
         LOOM_RETURN_IF(!loom_tensor_is_contiguous(&x), LOOM_ERR_FORMAT, "llama: tensor '%s' is not contiguous", n);
+        if (e == 0) dt = x.dtype, one = (size_t)(rows * cols) * loom_dtype_size(dt);
         memcpy(*next + one * (size_t)e, x.data, one);
     }
     const int64_t shape[3] = {c->n_experts, rows, cols};
     LOOM_TRY(loom_tensor_init(out, dt, 3, shape, *next));
     loom_tensor_set_name(out, "model.layers.%d.%s", l, t->gguf);
-    *next += bytes;
+    *next += loom_align64((size_t)c->n_experts * one);
     return LOOM_OK;
 }
 

@@ -210,38 +210,6 @@ static int spm_prefix(const cJSON *root) {
     return !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(ms, "add_prefix_space"));
 }
 
-/* piece -> id over the vocabulary: open addressing, FNV-1a. */
-typedef struct { int cap; int *slot; } piece_map;
-
-static uint64_t fnv1a(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
-
-static int map_build(const hf_vocab *v, piece_map *m) {
-    m->cap = 1;
-    while (m->cap < 2 * v->n) m->cap <<= 1;
-    m->slot = malloc(sizeof *m->slot * (size_t)m->cap);
-    if (!m->slot) return 0;
-    for (int i = 0; i < m->cap; i++) m->slot[i] = -1;
-    for (int i = 0; i < v->n; i++) {
-        uint64_t h = fnv1a(v->piece[i], strlen(v->piece[i])) & (uint64_t)(m->cap - 1);
-        while (m->slot[h] >= 0) h = (h + 1) & (uint64_t)(m->cap - 1);
-        m->slot[h] = i;
-    }
-    return 1;
-}
-
-static int map_find(const piece_map *m, const hf_vocab *v, const char *s, size_t n) {
-    uint64_t h = fnv1a(s, n) & (uint64_t)(m->cap - 1);
-    for (; m->slot[h] >= 0; h = (h + 1) & (uint64_t)(m->cap - 1)) {
-        const char *p = v->piece[m->slot[h]];
-        if (strlen(p) == n && memcmp(p, s, n) == 0) return m->slot[h];
-    }
-    return -1;
-}
-
 /* SentencePiece BPE from tokenizer.json, as llama.cpp's "llama" vocabulary:
  * SentencePiece merges the adjacent pair whose joined piece scores highest,
  * and Hugging Face's conversion wrote those merges in score order, so a
@@ -252,15 +220,23 @@ static loom_status spm_bpe(const cJSON *root, const cJSON *model, const char *na
                            loom_gguf_writer *w) {
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     LOOM_RETURN_IF(!cJSON_IsArray(merges), LOOM_ERR_FORMAT, "tokenizer '%s': model.merges is missing", name);
+    /* piece -> id: the tokenizers' own table (loom_tok_find) over the pieces */
     float *score = malloc(sizeof *score * (size_t)v->n);
-    piece_map m = {0};
-    if (!score || !map_build(v, &m)) {
+    uint32_t *len = malloc(sizeof *len * (size_t)v->n);
+    loom_tokenizer *m = NULL;
+    if (!score || !len) {
         free(score);
-        free(m.slot);
+        free(len);
         return loom_set_error(LOOM_ERR_NOMEM, "tokenizer '%s': out of memory", name);
     }
+    for (int i = 0; i < v->n; i++) len[i] = (uint32_t)strlen(v->piece[i]);
+    loom_status s = loom_tok_create(TOK_SPM, v->n, v->piece, len, NULL, &m);
+    free(len);
+    if (s != LOOM_OK) {
+        free(score);
+        return s;
+    }
     for (int i = 0; i < v->n; i++) score[i] = v->type[i] == TOK_TYPE_NORMAL ? -1e30f : 0.0f;
-    loom_status s = LOOM_OK;
     char buf[1024];
     int r = 0;
     for (const cJSON *it = merges->child; it; it = it->next, r++) {
@@ -282,7 +258,7 @@ static loom_status spm_bpe(const cJSON *root, const cJSON *model, const char *na
         if (la + lb >= sizeof buf) continue;  /* longer than any piece a merge can make here */
         memcpy(buf, a, la);
         memcpy(buf + la, b, lb);
-        int id = map_find(&m, v, buf, la + lb);
+        int id = loom_tok_find(m, buf, la + lb);
         if (id >= 0 && v->type[id] == TOK_TYPE_NORMAL && score[id] < -1e29f) score[id] = -(float)r;
     }
     int fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
@@ -299,7 +275,7 @@ static loom_status spm_bpe(const cJSON *root, const cJSON *model, const char *na
         s = loom_gguf_writer_set_arr(w, "tokenizer.ggml.scores", LOOM_GGUF_FLOAT32, score, (uint64_t)v->n);
     if (s == LOOM_OK) s = loom_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", spm_prefix(root));
     free(score);
-    free(m.slot);
+    loom_tokenizer_free(m);
     return s;
 }
 
