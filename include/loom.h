@@ -188,6 +188,14 @@ typedef struct loom_model_params {
      * processes through the page cache; nothing copied). Default from $LOOM_MMAP
      * (1 = keep the mapping). */
     int use_mmap;
+    /* 1 (default): the q8_0 / q4_0 / q4_1 matrices are also kept packed in the
+     * layout of the quantized GEMM's kernel (VNNI CPUs; about 1.1-1.2x their
+     * bytes, made at load), so the GEMM over several rows - prompts, a batch of
+     * decoding sequences, batch-invariant runs - reads them as they are instead
+     * of laying them out on every call; results are the same bits either way.
+     * 0: not packed (less memory; one-row decode does not use them). Default
+     * from $LOOM_PACK_WEIGHTS (0 = off). */
+    int pack_weights;
 } loom_model_params;
 
 typedef struct loom_model_info {

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "graph/act_precision.h"
 #include "model/llama_st.h"
+#include "ops/matmul/matmul.h"
 
 /* KV caches come from anonymous mappings: zero-filled by the kernel and only
  * resident once written, so a long context costs memory as it fills. */
@@ -55,6 +56,8 @@ loom_model_params loom_model_default_params(void) {
     loom_model_params p = {.n_threads = loom_cpu_count(), .n_ctx = 0, .mode = LOOM_MODE_FUSED, .dump_dir = NULL};
     const char *mm = getenv("LOOM_MMAP");
     p.use_mmap = mm && *mm && strcmp(mm, "0") != 0;
+    const char *pk = getenv("LOOM_PACK_WEIGHTS");
+    p.pack_weights = !(pk && strcmp(pk, "0") == 0);
     return p;
 }
 
@@ -133,6 +136,53 @@ static unsigned weights_tune_needs(const loom_model *m) {
     return loom_tune_needs(seen, n, m->params.kv_dtype, m->params.act_precision);
 }
 
+/* Matrix t as a GEMM's W: all rows of all its leading dimensions (a stack of
+ * experts is one matrix of n_experts * rows rows). */
+static int pack_desc(const loom_tensor *t, loom_pack_desc *d) {
+    if (!t->data || t->ndim < 2 || !loom_dtype_is_quantized(t->dtype)) return 0;
+    int64_t rows = 1;
+    for (int i = 0; i < t->ndim - 1; i++) rows *= t->shape[i];
+    for (int i = 0; i < t->ndim - 2; i++) /* stacked contiguously */
+        if (t->stride[i] != t->shape[i + 1] * t->stride[i + 1]) return 0;
+    d->w = t->data, d->wtype = t->dtype, d->N = rows, d->K = t->shape[t->ndim - 1];
+    d->ldw = t->stride[t->ndim - 2];
+    return 1;
+}
+
+static int desc_cmp(const void *x, const void *y) {
+    const char *a = ((const loom_pack_desc *)x)->w, *b = ((const loom_pack_desc *)y)->w;
+    return a < b ? -1 : a > b;
+}
+
+/* The quantized matrices of the layers and the output projection, packed once
+ * for the GEMM (loom_packed_weights). Views into a merged matrix (wq in wqkv,
+ * w1 in w13) and a tied output are the same rows: packed once. */
+static loom_status pack_model_weights(loom_model *m) {
+    const int per_layer = LOOM_LLAMA_LAYER_TENSORS;
+    loom_pack_desc *d = malloc(((size_t)m->cfg.n_layers * per_layer + 1) * sizeof *d);
+    LOOM_RETURN_IF(!d, LOOM_ERR_NOMEM, "out of memory");
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int i = 0; i < per_layer; i++) {
+            const loom_llama_layer_tensor *lt = &loom_llama_layer_tensors[i];
+            if (!lt->norm) n += pack_desc((const loom_tensor *)((const char *)&m->w.layers[l] + lt->field), &d[n]);
+        }
+    n += pack_desc(&m->w.output, &d[n]);
+    qsort(d, (size_t)n, sizeof *d, desc_cmp);
+    int k = 0;
+    for (int i = 0; i < n; i++) { /* drop a matrix inside the one before it */
+        if (k > 0) {
+            const loom_pack_desc *p = &d[k - 1];
+            const char *end = (const char *)p->w + (size_t)p->N * loom_dtype_row_bytes(p->wtype, p->ldw);
+            if ((const char *)d[i].w < end) continue;
+        }
+        d[k++] = d[i];
+    }
+    loom_status s = loom_packed_weights_create(d, k, loom_cpu_isa(), &m->packed);
+    free(d);
+    return s;
+}
+
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out) {
     LOOM_RETURN_IF(!out, LOOM_ERR_INVALID_ARG, "model_load: NULL argument");
     *out = NULL;
@@ -160,6 +210,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         if (m->st) loom_safetensors_make_resident(m->st);
         if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }
+    if (params.pack_weights && (s = pack_model_weights(m)) != LOOM_OK) goto fail;
     const loom_llama_config *c = &m->cfg;
     /* the kernel variants these weights and this cache use: from the wisdom
      * file, or timed once on this CPU model (docs/tuning.md) */
@@ -232,6 +283,7 @@ void loom_model_free(loom_model *m) {
     loom_program_free(m->prefill);
     loom_program_free(m->prefill_all);
     loom_executor_free(m->exec);
+    loom_packed_weights_free(m->packed); /* before the weights it was made from go */
     cache_free(m->k_cache, m->cache_bytes);
     cache_free(m->v_cache, m->cache_bytes);
     cache_free(m->k_scale, m->scale_bytes);

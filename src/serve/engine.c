@@ -153,6 +153,7 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     e->kvt = m->params.kv_dtype;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
+    e->prev_invariant = m->exec->invariant; /* restored by loom_engine_free */
     m->exec->invariant = p.batch_invariant != 0;
     loom_status s = alloc_buffers(e);
     /* the pool: anonymous memory, resident only as blocks are written, in 4 KiB
@@ -198,6 +199,7 @@ void eng_req_free(eng_req *r) {
 
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
+    e->m->exec->invariant = e->prev_invariant; /* the model's own forward passes as before */
     loom_program_free(e->prog);
     loom_program_free(e->decode);
     loom_kv_blocks_free(e->blocks);

@@ -17,6 +17,9 @@
 
 #include "base/rng.h"
 #include "serve/engine.h"
+#include "base/cpu.h"
+#include "model/model.h"
+#include "ops/matmul/matmul.h"
 
 static char model_path[1024], tok_path[1024];
 static loom_model *g_model;
@@ -413,7 +416,35 @@ static void test_batch_invariance(void) {
         return;
     }
     CHECK(loom_model_load(q4, &mp, &m) == LOOM_OK && loom_tokenizer_from_gguf(m->gguf, &tok) == LOOM_OK);
+    CHECK(m && m->packed && (loom_packed_weights_count(m->packed) > 0 ||
+                             loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, loom_cpu_isa()) == 0));
     if (m && tok) inv_case(q4, m, tok, 8, 99);
+    /* weights packed at load (the default) and not: the same logits, bit for
+     * bit, for a prompt (the GEMM) and a decode step (the GEMV), the packed
+     * panels read by the prompt */
+    loom_model_params np = mp;
+    np.pack_weights = 0;
+    loom_model *u = NULL;
+    CHECK(loom_model_load(q4, &np, &u) == LOOM_OK && u && !u->packed);
+    if (m && u) {
+        int32_t ids[40];
+        for (int i = 0; i < 40; i++) ids[i] = 1 + (i * 977) % 4000;
+        int nv = loom_model_get_info(m).vocab_size;
+        float *a = malloc((size_t)nv * 2 * sizeof *a), *b = a + nv;
+        CHECK(loom_model_kv_reset(m) == LOOM_OK && loom_model_kv_reset(u) == LOOM_OK);
+        uint64_t h0 = loom_matmul_packed_hits();
+        CHECK(loom_model_forward(m, ids, 39, 0, a) == LOOM_OK);
+        CHECK(loom_matmul_packed_hits() > h0 || loom_packed_weights_count(m->packed) == 0);
+        uint64_t h1 = loom_matmul_packed_hits();
+        CHECK(loom_model_forward(u, ids, 39, 0, b) == LOOM_OK);
+        CHECK(loom_matmul_packed_hits() == h1); /* u has nothing packed */
+        CHECK_MSG(memcmp(a, b, (size_t)nv * sizeof *a) == 0, "packed weights change the prompt's logits");
+        CHECK(loom_model_forward(m, ids + 39, 1, 39, a) == LOOM_OK);
+        CHECK(loom_model_forward(u, ids + 39, 1, 39, b) == LOOM_OK);
+        CHECK_MSG(memcmp(a, b, (size_t)nv * sizeof *a) == 0, "packed weights change the decode logits");
+        free(a);
+    }
+    loom_model_free(u);
     loom_tokenizer_free(tok);
     loom_model_free(m);
 }

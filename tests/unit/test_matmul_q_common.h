@@ -61,6 +61,7 @@ typedef struct mq {
     float *old;          /* [M, N]: y's contents before the call when the epilogue reads y */
     loom_epilogue ep;
     int has_ep;
+    int invariant;       /* loom_matmul_args.invariant: the GEMM below LOOM_GEMM_MIN_M rows too */
     double amp;          /* E: how much the epilogue can amplify a product error */
 } mq;
 
@@ -145,7 +146,7 @@ static int mq_reads_y(const mq *p) {
 static loom_matmul_args mq_args(const mq *p, float *y, int64_t ldy) {
     loom_matmul_args a = {.x = p->x, .ldx = p->ldx, .w = p->w, .ldw = p->ldw, .wtype = p->wt,
                           .y = y, .ldy = ldy, .M = p->M, .N = p->N, .K = p->K,
-                          .ep = p->has_ep ? &p->ep : NULL, .act = p->act};
+                          .ep = p->has_ep ? &p->ep : NULL, .act = p->act, .invariant = p->invariant};
     return a;
 }
 

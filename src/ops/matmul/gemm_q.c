@@ -115,7 +115,7 @@ static void micro_g(loom_dtype wt, int64_t b0, int64_t nblk, const loom_q8_act *
         for (int n = 0; n < cols; n++) c[i * ldc + n] = acc[i][n];
 }
 
-static const loom_gemm_q_kset kset_generic = {"generic", G_MR, G_NR, 0, pack_g, micro_g};
+static const loom_gemm_q_kset kset_generic = {"generic", G_MR, G_NR, 0, pack_g, micro_g, NULL};
 
 const loom_gemm_q_kset *loom_gemm_q_kset_generic(void) { return &kset_generic; }
 
@@ -130,7 +130,7 @@ static inline loom_q8_act act_shift(loom_q8_act v, size_t bytes) {
     return v;
 }
 
-static const loom_gemm_q_kset *pick_kset(loom_isa isa) {
+const loom_gemm_q_kset *loom_gemm_q_kset_for(loom_isa isa) {
 #if defined(__x86_64__)
     if (isa >= LOOM_ISA_AVX512 && loom_cpu_get()->avx512_vnni) return loom_gemm_q_kset_avx512_vnni();
     if (isa >= LOOM_ISA_AVX2) return loom_gemm_q_kset_avx2();
@@ -144,11 +144,11 @@ static int32_t bias_mul_for(const loom_matmul_args *a, const loom_gemm_q_kset *k
 }
 
 int32_t loom_gemm_q_bias_mul(const loom_matmul_args *a, loom_isa isa) {
-    return bias_mul_for(a, pick_kset(isa));
+    return bias_mul_for(a, loom_gemm_q_kset_for(isa));
 }
 
 void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
-    int32_t bias_mul = bias_mul_for(a, pick_kset(isa));
+    int32_t bias_mul = bias_mul_for(a, loom_gemm_q_kset_for(isa));
     size_t xrow = loom_q8_act_bytes(a->K);
     loom_q8_act x0 = loom_q8_act_view(xq, a->K);
     for (int64_t m = m0; m < m1; m++)
@@ -156,7 +156,7 @@ void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0,
 }
 
 loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
-    const loom_gemm_q_kset *ks = pick_kset(isa);
+    const loom_gemm_q_kset *ks = loom_gemm_q_kset_for(isa);
     int64_t lo, hi;
     loom_matmul_split(a->N, ks->nr, ith, nth, &lo, &hi);
     if (lo >= hi) return LOOM_OK;
@@ -166,6 +166,9 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     size_t bb = loom_gemm_q_panel_block_bytes(ks->nr);
     char *xbuf = scratch, *panel = xbuf + align64((size_t)mc * xrow);
     float *tile = (float *)(panel + (size_t)nb * loom_gemm_q_panel_block_bytes(LOOM_GEMM_Q_MAX_NR));
+    /* weights packed once at load: the panels are read where they are */
+    const uint8_t *packed = loom_gemm_q_packed_find(a, ks);
+    const size_t pbb = packed ? loom_gemm_q_packed_block_bytes(a->wtype, ks->nr) : bb;
     loom_q8_act xall = a->xq ? loom_q8_act_view((void *)a->xq, K) : loom_q8_act_view(xbuf, K);
     if (a->xq) mc = a->M; /* everything is quantized already */
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
@@ -178,7 +181,9 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
                 loom_quantize_act(isa, a->x + (m0 + i) * a->ldx, K, bias_mul, act_shift(x0, (size_t)i * xrow));
         for (int64_t n0 = lo; n0 < hi; n0 += ks->nr) {
             int cols = (int)(hi - n0 < ks->nr ? hi - n0 : ks->nr);
-            ks->pack(a->wtype, (const char *)a->w + (size_t)n0 * wrow, wrow, cols, nb, panel);
+            const char *pn = panel;
+            if (packed) pn = (const char *)packed + (size_t)(n0 / ks->nr) * (size_t)nb * pbb;
+            else ks->pack(a->wtype, (const char *)a->w + (size_t)n0 * wrow, wrow, cols, nb, panel);
             float *c = a->ep ? tile : a->y + m0 * a->ldy + n0;
             int64_t ldc = a->ep ? ks->nr : a->ldy;
             for (int64_t b0 = 0; b0 < nb; b0 += KC_BLOCKS) {
@@ -188,8 +193,8 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
                     loom_q8_act xr[LOOM_GEMM_Q_MAX_MR];
                     for (int r = 0; r < ks->mr; r++)  /* short tiles repeat their last row */
                         xr[r] = act_shift(x0, (size_t)(i0 + (r < rows ? r : rows - 1)) * xrow);
-                    ks->micro(a->wtype, b0, nblk, xr, panel + (size_t)b0 * bb, c + i0 * ldc, ldc, rows,
-                              cols, b0 > 0);
+                    (packed ? ks->micro_packed : ks->micro)(a->wtype, b0, nblk, xr, pn + (size_t)b0 * pbb,
+                                                            c + i0 * ldc, ldc, rows, cols, b0 > 0);
                 }
             }
             if (a->ep) loom_matmul_finish_tile(a, isa, tile, ldc, m0, n0, mrows, cols);

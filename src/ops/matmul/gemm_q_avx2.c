@@ -116,7 +116,7 @@ static void micro_avx2(loom_dtype wt, int64_t b0, int64_t nblk, const loom_q8_ac
     }
 }
 
-static const loom_gemm_q_kset kset = {"avx2", MR, NR, 0, pack_avx2, micro_avx2};
+static const loom_gemm_q_kset kset = {"avx2", MR, NR, 0, pack_avx2, micro_avx2, NULL};
 
 const loom_gemm_q_kset *loom_gemm_q_kset_avx2(void) { return &kset; }
 

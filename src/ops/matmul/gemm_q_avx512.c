@@ -134,15 +134,21 @@ INLINE __m512i bcast_quad(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-INLINE void micro_body(loom_dtype wt, int64_t b0, int64_t nblk, const loom_q8_act *xr,
+/* R: the x rows computed (a constant, <= MR; rows <= R of them stored).
+ * compact: the panel packed once at load (gemm_q_kernels.h): q4 nibbles two
+ * quads to a byte, split here with one shift and two masks per 64 bytes. The
+ * int32 block sums are exact in any order, so both forms give the same bits. */
+INLINE void micro_body(loom_dtype wt, int compact, int R, int64_t b0, int64_t nblk, const loom_q8_act *xr,
                        const uint8_t *panel, float *c, int64_t ldc, int rows, int cols,
                        int accumulate) {
-    const size_t bb = loom_gemm_q_panel_block_bytes(NR);
+    const size_t bb = compact ? loom_gemm_q_packed_block_bytes(wt, NR) : loom_gemm_q_panel_block_bytes(NR);
+    const size_t dof = compact ? loom_gemm_q_packed_scale_offset(wt, NR) : 32 * NR;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     __mmask16 m0 = (__mmask16)(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
     __mmask16 m1 = (__mmask16)(cols >= 32 ? 0xFFFF : cols > 16 ? (1u << (cols - 16)) - 1 : 0);
     __m512 acc[MR][2];
 UNROLL
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < R; i++) {
         if (accumulate && i < rows) {
             acc[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
             acc[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
@@ -153,23 +159,42 @@ UNROLL
     }
     for (int64_t b = b0; b < b0 + nblk; b++) {
         const uint8_t *q = panel + (size_t)(b - b0) * bb;
-        const float *d = (const float *)(q + 32 * NR);
+        const float *d = (const float *)(q + dof);
         __m512i s[MR][2];
 UNROLL
-        for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm512_set1_epi32(xr[i].bias[b]);
+        for (int i = 0; i < R; i++) s[i][0] = s[i][1] = _mm512_set1_epi32(xr[i].bias[b]);
+        if (compact && wt != LOOM_Q8_0) {
 UNROLL
-        for (int j = 0; j < 8; j++) {
-            __m512i w0 = _mm512_load_si512(q + j * 128), w1 = _mm512_load_si512(q + j * 128 + 64);
+            for (int j = 0; j < 4; j++) {
+                __m512i g0 = _mm512_load_si512(q + j * 128), g1 = _mm512_load_si512(q + j * 128 + 64);
+                __m512i w0 = _mm512_and_si512(g0, low4), w1 = _mm512_and_si512(g1, low4);
+                __m512i v0 = _mm512_and_si512(_mm512_srli_epi32(g0, 4), low4);
+                __m512i v1 = _mm512_and_si512(_mm512_srli_epi32(g1, 4), low4);
 UNROLL
-            for (int i = 0; i < MR; i++) {
-                __m512i xq = bcast_quad(xr[i].qs + b * 32 + 4 * j);
-                s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xq);
-                s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xq);
+                for (int i = 0; i < R; i++) {
+                    __m512i xq = bcast_quad(xr[i].qs + b * 32 + 4 * j);
+                    __m512i xh = bcast_quad(xr[i].qs + b * 32 + 4 * j + 16);
+                    s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xq);
+                    s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xq);
+                    s[i][0] = _mm512_dpbusd_epi32(s[i][0], v0, xh);
+                    s[i][1] = _mm512_dpbusd_epi32(s[i][1], v1, xh);
+                }
+            }
+        } else {
+UNROLL
+            for (int j = 0; j < 8; j++) {
+                __m512i w0 = _mm512_load_si512(q + j * 128), w1 = _mm512_load_si512(q + j * 128 + 64);
+UNROLL
+                for (int i = 0; i < R; i++) {
+                    __m512i xq = bcast_quad(xr[i].qs + b * 32 + 4 * j);
+                    s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xq);
+                    s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xq);
+                }
             }
         }
         __m512 d0 = _mm512_load_ps(d), d1 = _mm512_load_ps(d + 16);
 UNROLL
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 dx = _mm512_set1_ps(xr[i].d[b]);
             acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(d0, dx), acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), acc[i][1]);
@@ -177,7 +202,7 @@ UNROLL
         if (wt == LOOM_Q4_1) {
             __m512 n0 = _mm512_load_ps(d + NR), n1 = _mm512_load_ps(d + NR + 16);
 UNROLL
-            for (int i = 0; i < MR; i++) {
+            for (int i = 0; i < R; i++) {
                 __m512 sx = _mm512_set1_ps(xr[i].s[b]);
                 acc[i][0] = _mm512_fmadd_ps(n0, sx, acc[i][0]);
                 acc[i][1] = _mm512_fmadd_ps(n1, sx, acc[i][1]);
@@ -185,7 +210,7 @@ UNROLL
         }
     }
 UNROLL
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < R; i++)
         if (i < rows) {
             _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
             _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
@@ -196,12 +221,34 @@ __attribute__((target(TGT)))
 static void micro_vnni(loom_dtype wt, int64_t b0, int64_t nblk, const loom_q8_act *xr,
                        const void *panel, float *c, int64_t ldc, int rows, int cols, int accumulate) {
     if (wt == LOOM_Q4_1)
-        micro_body(LOOM_Q4_1, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate);
+        micro_body(LOOM_Q4_1, 0, MR, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate);
     else
-        micro_body(LOOM_Q8_0, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate);
+        micro_body(LOOM_Q8_0, 0, MR, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate);
 }
 
-static const loom_gemm_q_kset kset = {"avx512_vnni", MR, NR, 1, pack_vnni, micro_vnni};
+/* Over packed panels the tile computes only its rows: a batch of a few
+ * sequences (or one, batch-invariant) is often a short tile. */
+#define PACKED_ROWS(WT)                                                                              \
+    switch (rows) {                                                                                  \
+    case 1: micro_body(WT, 1, 1, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;        \
+    case 2: micro_body(WT, 1, 2, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;        \
+    case 3: micro_body(WT, 1, 3, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;        \
+    case 4: micro_body(WT, 1, 4, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;        \
+    case 5: micro_body(WT, 1, 5, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;        \
+    default: micro_body(WT, 1, MR, b0, nblk, xr, panel, c, ldc, rows, cols, accumulate); break;      \
+    }
+
+__attribute__((target(TGT)))
+static void micro_vnni_packed(loom_dtype wt, int64_t b0, int64_t nblk, const loom_q8_act *xr,
+                              const void *panel, float *c, int64_t ldc, int rows, int cols, int accumulate) {
+    switch (wt) {
+    case LOOM_Q4_1: PACKED_ROWS(LOOM_Q4_1); break;
+    case LOOM_Q4_0: PACKED_ROWS(LOOM_Q4_0); break;
+    default: PACKED_ROWS(LOOM_Q8_0); break;
+    }
+}
+
+static const loom_gemm_q_kset kset = {"avx512_vnni", MR, NR, 1, pack_vnni, micro_vnni, micro_vnni_packed};
 
 const loom_gemm_q_kset *loom_gemm_q_kset_avx512_vnni(void) { return &kset; }
 

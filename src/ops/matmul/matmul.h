@@ -145,6 +145,37 @@ void *loom_matmul_prepare_x(loom_matmul_args *a, loom_isa isa, const float *gamm
 void loom_matmul_quantize_x_cols(const loom_matmul_args *a, loom_isa isa, int64_t k0, int64_t n, const float *v,
                                  int64_t ldv, void *xq);
 
+/* ------------------------------------------------------------ weights packed once */
+
+/* The quantized GEMM (q8_0, q4_0, q4_1 W with q8 activations) lays W's rows
+ * out for its dot-product instruction on every call; weights packed once here
+ * are read as they are instead (packed.c). Results do not change: the same
+ * values meet in the same order. */
+typedef struct loom_packed_weights loom_packed_weights;
+typedef struct loom_pack_desc {
+    const void *w;           /* [N, K] rows, row stride ldw elements */
+    loom_dtype  wtype;
+    int64_t     N, K, ldw;
+} loom_pack_desc;
+
+/* Bytes W's packed form takes for the GEMM at level isa on this CPU; 0 when it
+ * has none (float W, a kernel set without a compact form, K % 32). */
+size_t loom_matmul_packed_bytes(loom_dtype wt, int64_t N, int64_t K, loom_isa isa);
+/* Packs the matrices that have a packed form at level isa (the others are
+ * skipped) into one block and registers them process-wide: from then on every
+ * quantized GEMM at that level over one of them, or over a range of its rows
+ * starting at a multiple of the kernel's panel rows (32 with VNNI), reads the
+ * packed panels. The matrices' bytes must stay where they are, unchanged,
+ * until loom_packed_weights_free. A matrix overlapping one packed already is
+ * an error. */
+loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa isa, loom_packed_weights **out);
+size_t loom_packed_weights_bytes(const loom_packed_weights *p);
+int loom_packed_weights_count(const loom_packed_weights *p);   /* matrices packed */
+/* Unregisters and frees (NULL: nothing). */
+void loom_packed_weights_free(loom_packed_weights *p);
+/* Quantized GEMM calls that read packed panels so far, process-wide (tests, profiles). */
+uint64_t loom_matmul_packed_hits(void);
+
 /* Runs thread ith's share at the given level (LOOM_ISA_REF: reference
  * product then reference epilogue). scratch: loom_matmul_scratch_size bytes,
  * 64-byte aligned. */

@@ -1,0 +1,173 @@
+/*
+ * Weights packed once for the quantized GEMM (src/ops/matmul/packed.c): the
+ * GEMM over registered weights reads their compact panels, and every result is
+ * the same bytes as packing on the call (and within the reference bound, for
+ * nth 1, 2, 3, 5: test_matmul_q_common.h). Row ranges hit at panel
+ * boundaries and fall back elsewhere; freeing unregisters; overlaps and bad
+ * arguments are errors.
+ */
+#include "test_matmul_q_common.h"
+
+static const loom_dtype qtypes[3] = {LOOM_Q8_0, LOOM_Q4_0, LOOM_Q4_1};
+
+/* y of p at level isa on one thread, unpacked, into a fresh copy of ybuf. */
+static float *run_copy(mq *p, loom_isa isa) {
+    CHECK(mq_run(p, isa, 1) == LOOM_OK);
+    size_t bytes = (size_t)(2 * GUARD + p->M * p->ldy) * sizeof(float);
+    float *c = malloc(bytes);
+    memcpy(c, p->ybuf, bytes);
+    return c;
+}
+
+static loom_pack_desc desc_of(const mq *p) {
+    loom_pack_desc d = {p->w, p->wt, p->N, p->K, p->ldw};
+    return d;
+}
+
+static void test_same_bits(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 71, 0);
+    int packed_runs = 0;
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 8; i++) {
+                mq p;
+                int64_t M = 1 + (int64_t)(loom_rng_u32(&rng) % 40);
+                int64_t N = 1 + (int64_t)(loom_rng_u32(&rng) % 150);
+                int64_t K = 32 * (1 + (int64_t)(loom_rng_u32(&rng) % 40)); /* past one 512-k chunk */
+                mq_init(&p, M, N, K, (int)(loom_rng_u32(&rng) % 4), qtypes[d], &rng);
+                p.invariant = M < LOOM_GEMM_MIN_M; /* the GEMM at every row count */
+                mq_set_ep(&p, i % 2 ? EP_BIAS | EP_RES : 0, i % 3 == 1 ? LOOM_ACT_SILU : LOOM_ACT_NONE);
+                mq_reference(&p);
+                float *want = run_copy(&p, levels[l]);
+                loom_pack_desc dd = desc_of(&p);
+                loom_packed_weights *pw = NULL;
+                CHECK(loom_packed_weights_create(&dd, 1, levels[l], &pw) == LOOM_OK);
+                size_t expect = loom_matmul_packed_bytes(p.wt, N, K, levels[l]);
+                CHECK(loom_packed_weights_bytes(pw) == expect);
+                CHECK(loom_packed_weights_count(pw) == (expect > 0));
+                uint64_t h0 = loom_matmul_packed_hits();
+                mq_check(&p, levels[l]);
+                uint64_t h1 = loom_matmul_packed_hits();
+                /* one lookup hit per thread with columns: nth 1, 2, 3, 5 */
+                CHECK_MSG(expect == 0 ? h1 == h0 : h1 > h0, "%s %s: packed panels %s", loom_isa_name(levels[l]),
+                          loom_dtype_name(p.wt), expect ? "not read" : "read without a packed form");
+                packed_runs += expect > 0;
+                CHECK(mq_run(&p, levels[l], 1) == LOOM_OK);
+                size_t bytes = (size_t)(2 * GUARD + M * p.ldy) * sizeof(float);
+                CHECK_MSG(memcmp(want, p.ybuf, bytes) == 0, "%s %s M=%lld N=%lld K=%lld: packed differs",
+                          loom_isa_name(levels[l]), loom_dtype_name(p.wt), (long long)M, (long long)N, (long long)K);
+                uint64_t h2 = loom_matmul_packed_hits();
+                loom_packed_weights_free(pw); /* unregistered: packing on the call again */
+                CHECK(mq_run(&p, levels[l], 1) == LOOM_OK);
+                CHECK(loom_matmul_packed_hits() == h2);
+                free(want);
+                mq_free(&p);
+            }
+    if (loom_matmul_packed_bytes(LOOM_Q4_0, 32, 32, loom_cpu_best_isa()) == 0)
+        printf("  (this CPU's quantized GEMM has no compact form: packing skips every matrix)\n");
+    else CHECK(packed_runs > 0);
+}
+
+/* Rows [r0, r0 + n) of a packed matrix: the same bytes as those rows unpacked;
+ * the packed panels are read when r0 is a multiple of the panel rows (32). */
+static void test_row_ranges(void) {
+    loom_isa isa = loom_cpu_best_isa();
+    loom_rng rng;
+    loom_rng_init(&rng, 72, 0);
+    static const int64_t ranges[][2] = {{0, 200}, {32, 168}, {96, 40}, {64, 1}, {5, 100}, {33, 31}, {192, 8}};
+    for (int d = 0; d < 3; d++) {
+        mq p;
+        mq_init(&p, 12, 200, 96, 1, qtypes[d], &rng);
+        int has = loom_matmul_packed_bytes(p.wt, p.N, p.K, isa) > 0;
+        size_t rb = loom_dtype_row_bytes(p.wt, p.ldw);
+        float *want = falloc(p.M * p.N), *got = falloc(p.M * p.N);
+        for (int r = 0; r < 7; r++) {
+            int64_t r0 = ranges[r][0], n = ranges[r][1];
+            loom_matmul_args a = {.x = p.x, .ldx = p.ldx, .w = (const char *)p.w + (size_t)r0 * rb, .ldw = p.ldw,
+                                  .wtype = p.wt, .y = want, .ldy = n, .M = p.M, .N = n, .K = p.K};
+            void *s = loom_alloc_aligned(loom_matmul_scratch_size(&a), LOOM_ALIGN);
+            CHECK(loom_matmul_run(&a, isa, 0, 1, s) == LOOM_OK);
+            loom_pack_desc dd = desc_of(&p);
+            loom_packed_weights *pw = NULL;
+            CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK);
+            uint64_t h0 = loom_matmul_packed_hits();
+            a.y = got;
+            CHECK(loom_matmul_run(&a, isa, 0, 1, s) == LOOM_OK);
+            int hit = loom_matmul_packed_hits() > h0;
+            CHECK_MSG(hit == (has && r0 % 32 == 0), "%s rows [%lld, +%lld): packed panels %s", loom_dtype_name(p.wt),
+                      (long long)r0, (long long)n, hit ? "read at an unaligned start" : "not read");
+            CHECK_MSG(memcmp(want, got, (size_t)(p.M * n) * sizeof(float)) == 0, "%s rows [%lld, +%lld) differ",
+                      loom_dtype_name(p.wt), (long long)r0, (long long)n);
+            loom_packed_weights_free(pw);
+            loom_free_aligned(s);
+        }
+        free(want), free(got);
+        mq_free(&p);
+    }
+}
+
+/* A NaN in x row m: that row NaN, the others right, over packed panels too. */
+static void test_nan_rows(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 74, 0);
+    for (int d = 0; d < 3; d++) {
+        mq p;
+        mq_init(&p, 19, 45, 96, 1, qtypes[d], &rng);
+        loom_pack_desc dd = desc_of(&p);
+        loom_packed_weights *pw = NULL;
+        CHECK(loom_packed_weights_create(&dd, 1, loom_cpu_best_isa(), &pw) == LOOM_OK);
+        mq_check_nan_row(&p, loom_cpu_best_isa());
+        loom_packed_weights_free(pw);
+        mq_free(&p);
+    }
+}
+
+static void test_errors(void) {
+    loom_isa isa = loom_cpu_best_isa();
+    loom_rng rng;
+    loom_rng_init(&rng, 73, 0);
+    mq p;
+    mq_init(&p, 8, 64, 64, 0, LOOM_Q4_1, &rng);
+    loom_pack_desc dd = desc_of(&p);
+    loom_packed_weights *pw = NULL, *again = (loom_packed_weights *)&dd;
+    CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK);
+    if (loom_packed_weights_count(pw) == 1) {
+        /* the same matrix, or rows of it, twice */
+        CHECK(loom_packed_weights_create(&dd, 1, isa, &again) == LOOM_ERR_INVALID_ARG && again == NULL);
+        loom_pack_desc half = {(const char *)p.w + 32 * loom_dtype_row_bytes(p.wt, p.ldw), p.wt, 32, p.K, p.ldw};
+        CHECK(loom_packed_weights_create(&half, 1, isa, &again) == LOOM_ERR_INVALID_ARG && again == NULL);
+        /* two in one call that share rows */
+        loom_packed_weights_free(pw);
+        loom_pack_desc two[2] = {dd, half};
+        CHECK(loom_packed_weights_create(two, 2, isa, &pw) == LOOM_ERR_INVALID_ARG && pw == NULL);
+        /* the failures left nothing registered: one packs again */
+        CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK && loom_packed_weights_count(pw) == 1);
+        /* the size: ceil(64 / 32) panels x 2 blocks x (16 + 8) bytes a row of a block, 32 rows */
+        CHECK(loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, isa) == 2 * 2 * 24 * 32);
+        CHECK(loom_matmul_packed_bytes(LOOM_Q4_0, 33, 64, isa) == 2 * 2 * 20 * 32);
+        CHECK(loom_matmul_packed_bytes(LOOM_Q8_0, 1, 32, isa) == 36 * 32);
+    }
+    loom_packed_weights_free(pw);
+    /* no packed form: float weights, the reference, K not whole blocks */
+    CHECK(loom_matmul_packed_bytes(LOOM_F32, 64, 64, isa) == 0);
+    CHECK(loom_matmul_packed_bytes(LOOM_Q4_0, 64, 64, LOOM_ISA_REF) == 0);
+    loom_pack_desc f = {p.x, LOOM_F32, 8, 64, 64};
+    CHECK(loom_packed_weights_create(&f, 1, isa, &pw) == LOOM_OK && loom_packed_weights_count(pw) == 0);
+    loom_packed_weights_free(pw);
+    loom_pack_desc none = {NULL, LOOM_Q4_0, 8, 64, 64};
+    CHECK(loom_packed_weights_create(&none, 1, isa, &pw) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_packed_weights_create(NULL, 1, isa, &pw) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_packed_weights_create(&dd, 1, isa, NULL) == LOOM_ERR_INVALID_ARG);
+    loom_packed_weights_free(NULL);
+    mq_free(&p);
+}
+
+int main(void) {
+    find_levels();
+    RUN_TEST(test_same_bits);
+    RUN_TEST(test_row_ranges);
+    RUN_TEST(test_nan_rows);
+    RUN_TEST(test_errors);
+    return TEST_SUMMARY();
+}
