@@ -57,9 +57,12 @@ static const shape all_shapes[] = {
     {"small", 4, 1536, 576},        {"small", 512, 1536, 576},     {"small", 512, 576, 1536},
     /* LM heads at decode: SmolLM2's 49152 x 576 (short rows) and Llama 2's 32000 x 4096 */
     {"head", 1, 49152, 576},        {"head", 16, 49152, 576},      {"head", 1, 32000, 4096},
+    /* a decode step of 16 sequences (the batch engine): SmolLM2's and Llama 2 7B's projections */
+    {"batch", 16, 1536, 576},       {"batch", 16, 576, 1536},      {"batch", 16, 4096, 4096},
+    {"batch", 16, 11008, 4096},
 };
 
-/* Decode rows cycle through enough copies of W (at least 8x the L3 size and 1 GiB in
+/* Decode rows (and batch decode steps, M <= 32) cycle through enough copies of W (at least 8x the L3 size and 1 GiB in
  * all) that every call streams W from DRAM, as a real decode step does with a
  * model far larger than the cache; otherwise small quantized W would be timed
  * from L3. */
@@ -226,7 +229,7 @@ static void *make_weights(loom_dtype t, const float *w32, int64_t N, int64_t K) 
 }
 
 int main(int argc, char **argv) {
-    int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0, hot = 0, ab = 0;
+    int threads[8] = {1, 2}, n_threads = 2, reps = 5, quick = 0, hot = 0, ab = 0, packs[2] = {0}, n_packs = 1;
     const char *dtypes = "f32,f16,bf16,q8_0,q4_0,q4_1", *sets = "square,prefill,decode", *isa_name = NULL;
     const char *acts = "q8";
     for (int i = 1; i < argc; i++) {
@@ -234,8 +237,10 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: bench_matmul [--threads 1,2] [--dtypes f32,f16,bf16,q8_0,q4_0,q4_1]\n"
                    "                    [--sets square,prefill,decode,small,head] [--act q8,full] [--reps N]\n"
-                   "                    [--isa ref|generic|avx2|avx512] [--quick] [--hot] [--ab]\n"
-                   "Defaults: --threads 1,2, all dtypes, --sets square,prefill,decode, --act q8, --reps 5.\n"
+                   "                    [--isa ref|generic|avx2|avx512] [--quick] [--hot] [--ab] [--pack 0,1]\n"
+                   "Defaults: --threads 1,2, all dtypes, --sets square,prefill,decode, --act q8, --reps 5, --pack 0.\n"
+                   "--pack 1: quantized W packed once for the GEMM first (loom_packed_weights, as models are\n"
+                   "when an engine runs several sequences); --pack 0,1 runs both.\n"
                    "Built with -DLOOM_BENCH_OPENBLAS=ON, f32 rows also run OpenBLAS; on an AVX-512 CPU the\n"
                    "program runs itself again with OPENBLAS_CORETYPE set if OpenBLAS chose a core without\n"
                    "AVX-512 (a user's OPENBLAS_CORETYPE is kept, with a warning). --ab: f32 rows time loom\n"
@@ -253,6 +258,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--reps") == 0) reps = atoi(v);
         else if (strcmp(a, "--isa") == 0) isa_name = v;
         else if (strcmp(a, "--act") == 0) acts = v;
+        else if (strcmp(a, "--pack") == 0) { /* 0, 1, 0,1 or 1,0 */
+            n_packs = 0;
+            for (const char *q = v; *q && n_packs < 2; q++)
+                if (*q == '0' || *q == '1') packs[n_packs++] = *q == '1';
+                else if (*q != ',') n_packs = -1;
+        }
         else { fprintf(stderr, "bench_matmul: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -263,7 +274,10 @@ int main(int argc, char **argv) {
 #else
     if (ab) { fprintf(stderr, "bench_matmul: --ab compares with OpenBLAS: configure with -DLOOM_BENCH_OPENBLAS=ON\n"); return 2; }
 #endif
-    if (n_threads < 1 || reps < 1) { fprintf(stderr, "bench_matmul: bad --threads or --reps\n"); return 2; }
+    if (n_threads < 1 || reps < 1 || n_packs < 1) {
+        fprintf(stderr, "bench_matmul: bad --threads, --reps or --pack\n");
+        return 2;
+    }
     loom_isa isa = loom_cpu_isa();
     if (isa_name && (loom_isa_parse(isa_name, &isa) != LOOM_OK || loom_cpu_set_isa(isa) != LOOM_OK)) {
         fprintf(stderr, "bench_matmul: unsupported --isa %s\n", isa_name);
@@ -308,8 +322,8 @@ int main(int argc, char **argv) {
            ab ? "loom and OpenBLAS alternate (--ab: rounds A B B A, medians over rounds)"
               : "all of loom's calls, then all of OpenBLAS's");
 #endif
-    printf("\n| set | M | N | K | dtype | act | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| set | M | N | K | dtype | act | packed | threads | ms | GFLOP/s | GB/s | OpenBLAS GFLOP/s | loom/OpenBLAS | %% of read BW |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
     for (size_t s = 0; s < sizeof all_shapes / sizeof all_shapes[0]; s++) {
         const shape *sh = &all_shapes[s];
@@ -331,7 +345,7 @@ int main(int argc, char **argv) {
             if (parse_dtype(tok, &t) != 0) { fprintf(stderr, "bench_matmul: unknown dtype %s\n", tok); return 2; }
             double wbytes = (double)loom_dtype_row_bytes(t, K) * (double)N;
             int n_copies = 1;
-            if (M == 1 && !hot) {
+            if (M <= 32 && !hot) {
                 double l3 = f->l3_bytes > 0 ? (double)f->l3_bytes : 32.0 * (1 << 20);
                 double want = 8.0 * l3 > (double)(1 << 30) ? 8.0 * l3 : (double)(1 << 30);
                 n_copies = (int)(want / wbytes) + 1;
@@ -344,8 +358,23 @@ int main(int argc, char **argv) {
                     return 1;
                 }
             int na = loom_dtype_is_quantized(t) ? n_acts : 1;
+            for (int pi = 0; pi < n_packs; pi++)
             for (int ai = 0; ai < na; ai++)
             for (int ti = 0; ti < n_threads; ti++) {
+                loom_packed_weights *pw = NULL;
+                if (packs[pi] && (!loom_dtype_is_quantized(t) || act_list[ai] == LOOM_ACT_PREC_FULL)) continue;
+                if (packs[pi]) {
+                    loom_pack_desc pd[MAX_COPIES];
+                    for (int i = 0; i < n_copies; i++) pd[i] = (loom_pack_desc){copies[i], t, N, K, K};
+                    if (loom_packed_weights_create(pd, n_copies, isa, &pw) != LOOM_OK) {
+                        fprintf(stderr, "bench_matmul: %s\n", loom_last_error());
+                        return 1;
+                    }
+                    if (loom_packed_weights_count(pw) == 0) { /* no packed form at this level */
+                        loom_packed_weights_free(pw);
+                        continue;
+                    }
+                }
                 int nt = threads[ti];
                 loom_act_precision act = loom_dtype_is_quantized(t) ? act_list[ai] : LOOM_ACT_PREC_DEFAULT;
                 run_ctx c = {.a = {.x = x, .ldx = K, .w = copies[0], .ldw = K, .wtype = t, .y = y,
@@ -375,14 +404,16 @@ int main(int argc, char **argv) {
                     snprintf(ratio, sizeof ratio, "%.2f", ab ? ratio_ab : bsec / sec);
                 }
 #endif
-                if (M == 1 && !hot) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / read_bw[ti]);
-                printf("| %s | %lld | %lld | %lld | %s | %s | %d | %.4f | %.1f | %.1f | %s | %s | %s |\n", sh->set,
+                if (M <= 32 && !hot) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / read_bw[ti]);
+                printf("| %s | %lld | %lld | %lld | %s | %s | %s | %d | %.4f | %.1f | %.1f | %s | %s | %s |\n", sh->set,
                        (long long)M, (long long)N, (long long)K, tok,
-                       act == LOOM_ACT_PREC_DEFAULT ? "-" : loom_act_precision_name(act), nt, sec * 1e3, gflops,
+                       act == LOOM_ACT_PREC_DEFAULT ? "-" : loom_act_precision_name(act), pw ? "yes" : "no", nt,
+                       sec * 1e3, gflops,
                        gbs, blas, ratio, frac);
                 fflush(stdout);
                 loom_free_aligned(c.scratch);
                 loom_pool_free(c.pool);
+                loom_packed_weights_free(pw);
             }
             for (int i = 0; i < n_copies; i++) loom_free_aligned(copies[i]);
         }

@@ -57,7 +57,7 @@ loom_model_params loom_model_default_params(void) {
     const char *mm = getenv("LOOM_MMAP");
     p.use_mmap = mm && *mm && strcmp(mm, "0") != 0;
     const char *pk = getenv("LOOM_PACK_WEIGHTS");
-    p.pack_weights = !(pk && strcmp(pk, "0") == 0);
+    p.pack_weights = pk && *pk ? (strcmp(pk, "0") == 0 ? -1 : 1) : 0;
     return p;
 }
 
@@ -157,7 +157,8 @@ static int desc_cmp(const void *x, const void *y) {
 /* The quantized matrices of the layers and the output projection, packed once
  * for the GEMM (loom_packed_weights). Views into a merged matrix (wq in wqkv,
  * w1 in w13) and a tied output are the same rows: packed once. */
-static loom_status pack_model_weights(loom_model *m) {
+loom_status loom_model_pack_weights(loom_model *m) {
+    if (m->packed || m->params.pack_weights < 0) return LOOM_OK;
     const int per_layer = LOOM_LLAMA_LAYER_TENSORS;
     loom_pack_desc *d = malloc(((size_t)m->cfg.n_layers * per_layer + 1) * sizeof *d);
     LOOM_RETURN_IF(!d, LOOM_ERR_NOMEM, "out of memory");
@@ -210,7 +211,7 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         if (m->st) loom_safetensors_make_resident(m->st);
         if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }
-    if (params.pack_weights && (s = pack_model_weights(m)) != LOOM_OK) goto fail;
+    if (params.pack_weights > 0 && (s = loom_model_pack_weights(m)) != LOOM_OK) goto fail;
     const loom_llama_config *c = &m->cfg;
     /* the kernel variants these weights and this cache use: from the wisdom
      * file, or timed once on this CPU model (docs/tuning.md) */

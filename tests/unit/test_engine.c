@@ -407,7 +407,7 @@ static void test_batch_invariance(void) {
     if (md && *md) snprintf(q4, sizeof q4, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", md);
     else snprintf(q4, sizeof q4, "%s/.cache/loom/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
     loom_model_params mp = loom_model_default_params();
-    mp.n_threads = 1, mp.n_ctx = 256;
+    mp.n_threads = 1, mp.n_ctx = 256, mp.pack_weights = 0;
     loom_model *m = NULL;
     loom_tokenizer *tok = NULL;
     if (access(q4, R_OK) != 0) {
@@ -416,14 +416,15 @@ static void test_batch_invariance(void) {
         return;
     }
     CHECK(loom_model_load(q4, &mp, &m) == LOOM_OK && loom_tokenizer_from_gguf(m->gguf, &tok) == LOOM_OK);
+    CHECK(m && !m->packed); /* by default packed for an engine of several sequences */
+    if (m && tok) inv_case(q4, m, tok, 8, 99);
     CHECK(m && m->packed && (loom_packed_weights_count(m->packed) > 0 ||
                              loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, loom_cpu_isa()) == 0));
-    if (m && tok) inv_case(q4, m, tok, 8, 99);
     /* weights packed at load (the default) and not: the same logits, bit for
      * bit, for a prompt (the GEMM) and a decode step (the GEMV), the packed
      * panels read by the prompt */
     loom_model_params np = mp;
-    np.pack_weights = 0;
+    np.pack_weights = -1;
     loom_model *u = NULL;
     CHECK(loom_model_load(q4, &np, &u) == LOOM_OK && u && !u->packed);
     if (m && u) {
