@@ -69,6 +69,75 @@ static void test_same_bits(void) {
     else CHECK(packed_runs > 0);
 }
 
+/* 2..7 rows over packed weights take the packed GEMM, not the GEMV: within the
+ * reference bound, the bytes of the batch-invariant GEMM (which takes the
+ * GEMM at every row count); one row stays on the GEMV. */
+static void test_few_rows(void) {
+    loom_isa isa = loom_cpu_best_isa();
+    loom_rng rng;
+    loom_rng_init(&rng, 75, 0);
+    for (int d = 0; d < 3; d++)
+        for (int64_t M = 1; M < LOOM_GEMM_MIN_M; M++) {
+            mq p;
+            mq_init(&p, M, 70 + 13 * M, 32 * (3 + M), (int)(M % 3), qtypes[d], &rng);
+            mq_set_ep(&p, M % 2 ? EP_RES : 0, LOOM_ACT_NONE);
+            mq_reference(&p);
+            p.invariant = 1;
+            float *gemm = run_copy(&p, isa);
+            p.invariant = 0;
+            float *gemv = run_copy(&p, isa);
+            loom_pack_desc dd = desc_of(&p);
+            loom_packed_weights *pw = NULL;
+            CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK);
+            mq_check(&p, isa);
+            CHECK(mq_run(&p, isa, 1) == LOOM_OK);
+            size_t bytes = (size_t)(2 * GUARD + M * p.ldy) * sizeof(float);
+            const float *want = M >= 2 && loom_packed_weights_count(pw) ? gemm : gemv;
+            CHECK_MSG(memcmp(want, p.ybuf, bytes) == 0, "%s M=%lld: packed weights should take the %s",
+                      loom_dtype_name(p.wt), (long long)M, want == gemm ? "GEMM" : "GEMV");
+            loom_packed_weights_free(pw);
+            free(gemm), free(gemv);
+            mq_free(&p);
+        }
+}
+
+/* x quantized once (loom_matmul_quantize_x) and given to matmuls over two
+ * matrices, one packed (the GEMM from two rows) and one not (the GEMV), as the
+ * fused QKV and FFN share it across their matrices: each gives the bytes of
+ * quantizing x itself, for 1..7 rows, every format and level. */
+static void test_shared_xq(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 76, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int64_t M = 1; M < LOOM_GEMM_MIN_M; M += 2) {
+                mq p, o; /* p's W packed, o's not; o takes p's x */
+                mq_init(&p, M, 96, 160, 0, qtypes[d], &rng);
+                mq_init(&o, M, 64, 160, 0, qtypes[d], &rng);
+                memcpy(o.x, p.x, (size_t)(M * p.ldx) * sizeof(float));
+                loom_pack_desc dd = desc_of(&p);
+                loom_packed_weights *pw = NULL;
+                CHECK(loom_packed_weights_create(&dd, 1, levels[l], &pw) == LOOM_OK);
+                float *wp = run_copy(&p, levels[l]), *wo = run_copy(&o, levels[l]);
+                loom_matmul_args a = mq_args(&p, p.y, p.ldy), b = mq_args(&o, o.y, o.ldy);
+                void *xq = loom_alloc_aligned(loom_matmul_xq_bytes(&a), LOOM_ALIGN);
+                loom_matmul_quantize_x(&b, levels[l], 0, M, xq); /* as for the unpacked (GEMV) one */
+                a.xq = b.xq = xq;
+                void *s = loom_alloc_aligned(loom_matmul_scratch_size(&a) + loom_matmul_scratch_size(&b), LOOM_ALIGN);
+                CHECK(loom_matmul_run(&a, levels[l], 0, 1, s) == LOOM_OK);
+                CHECK(loom_matmul_run(&b, levels[l], 0, 1, s) == LOOM_OK);
+                CHECK_MSG(memcmp(wp + GUARD, p.y, (size_t)(M * p.ldy) * sizeof(float)) == 0 &&
+                              memcmp(wo + GUARD, o.y, (size_t)(M * o.ldy) * sizeof(float)) == 0,
+                          "%s %s M=%lld: x quantized once differs on the %s matrix", loom_isa_name(levels[l]),
+                          loom_dtype_name(p.wt), (long long)M,
+                          memcmp(wp + GUARD, p.y, (size_t)(M * p.ldy) * sizeof(float)) ? "packed" : "unpacked");
+                loom_free_aligned(s), loom_free_aligned(xq);
+                loom_packed_weights_free(pw);
+                free(wp), free(wo);
+                mq_free(&p), mq_free(&o);
+            }
+}
+
 /* Rows [r0, r0 + n) of a packed matrix: the same bytes as those rows unpacked;
  * the packed panels are read when r0 is a multiple of the panel rows (32). */
 static void test_row_ranges(void) {
@@ -166,6 +235,8 @@ static void test_errors(void) {
 int main(void) {
     find_levels();
     RUN_TEST(test_same_bits);
+    RUN_TEST(test_few_rows);
+    RUN_TEST(test_shared_xq);
     RUN_TEST(test_row_ranges);
     RUN_TEST(test_nan_rows);
     RUN_TEST(test_errors);

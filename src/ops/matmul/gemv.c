@@ -233,21 +233,6 @@ static loom_status gemv_full_run(const loom_matmul_args *a, loom_isa isa, int64_
     return LOOM_OK;
 }
 
-int32_t loom_gemv_bias_mul(const loom_matmul_args *a, loom_isa isa) {
-    int32_t bias_mul;
-    (void)pick_kernel(isa, a->wtype, &bias_mul);
-    return bias_mul;
-}
-
-void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq) {
-    int32_t bias_mul;
-    (void)pick_kernel(isa, a->wtype, &bias_mul);
-    size_t rb = loom_q8_act_bytes(a->K);
-    for (int64_t m = m0; m < m1; m++)
-        loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul,
-                          loom_q8_act_view((char *)xq + (size_t)m * rb, a->K));
-}
-
 loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
     int64_t lo, hi;
     loom_matmul_split(a->N, 16, ith, nth, &lo, &hi);

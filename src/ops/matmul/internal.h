@@ -17,14 +17,13 @@ size_t loom_gemm_scratch_size(const loom_matmul_args *a);
 /* GEMM with block-quantized weights (gemm_q*.c): q8_0, q4_0, q4_1. */
 loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch);
 size_t loom_gemm_q_scratch_size(const loom_matmul_args *a);
-/* The bias_mul (ops/quant.h) the GEMV and the quantized GEMM quantize x with at level isa. */
-int32_t loom_gemv_bias_mul(const loom_matmul_args *a, loom_isa isa);
+/* The bias_mul (ops/quant.h) the quantized GEMM quantizes x with at level isa
+ * (pre-quantized x is made with it for either path: matmul.c, xq_bias_mul). */
 int32_t loom_gemm_q_bias_mul(const loom_matmul_args *a, loom_isa isa);
 /* Rows [m0, m1) of a's x normalised (norm_gamma) and quantized with bias_mul,
  * row m at dst + (m - m0) * loom_q8_act_bytes(K). */
 void loom_matmul_quantize_norm_rows(const loom_matmul_args *a, loom_isa isa, int32_t bias_mul, int64_t m0,
                                     int64_t m1, void *dst);
-void loom_gemv_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0, int64_t m1, void *xq);
 
 /* Reference product for rows/columns [m0, m1) x [n0, n1) (f64 accumulation,

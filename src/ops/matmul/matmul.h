@@ -64,7 +64,8 @@ const char *loom_act_name(loom_act act);
 
 /* ------------------------------------------------------------ matmul */
 
-#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path */
+#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path (from 2 rows, quantized weights packed
+                               once take the GEMM: loom_packed_weights below) */
 
 typedef struct loom_matmul_args {
     const float *x;  int64_t ldx;      /* [M, K] f32, row stride in elements */
@@ -75,8 +76,8 @@ typedef struct loom_matmul_args {
     const loom_epilogue *ep;           /* NULL: plain product */
     /* Optional, quantized W only: x already quantized by
      * loom_matmul_quantize_x for the same wtype, M, K and isa (all M rows,
-     * row i at i * loom_q8_act_bytes(K); the layout depends on the path M
-     * selects). Callers that run many matmuls over one x (the column blocks
+     * row i at i * loom_q8_act_bytes(K); one layout for the GEMV and the GEMM,
+     * so it may serve matmuls over several matrices that take different paths). Callers that run many matmuls over one x (the column blocks
      * of a fused FFN or QKV) quantize it once instead of once per call.
      * Ignored by the reference. */
     const void  *xq;
