@@ -193,7 +193,7 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
         }
     }
     loom_free_aligned(tmp);
-    if (s == LOOM_OK) s = table_add(p);
+    if (s == LOOM_OK && p->n > 0) s = table_add(p);
     if (s != LOOM_OK) {
         p->n = 0; /* not in the table */
         loom_packed_weights_free(p);
