@@ -2,6 +2,7 @@
  * load, stepped per call). */
 #include "model/model.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,7 +158,7 @@ static int desc_cmp(const void *x, const void *y) {
 /* The quantized matrices of the layers and the output projection, packed once
  * for the GEMM (loom_packed_weights). Views into a merged matrix (wq in wqkv,
  * w1 in w13) and a tied output are the same rows: packed once. */
-loom_status loom_model_pack_weights(loom_model *m) {
+static loom_status pack_weights_locked(loom_model *m) {
     if (m->packed || m->params.pack_weights < 0) return LOOM_OK;
     const int per_layer = LOOM_LLAMA_LAYER_TENSORS;
     loom_pack_desc *d = malloc(((size_t)m->cfg.n_layers * per_layer + 1) * sizeof *d);
@@ -181,6 +182,15 @@ loom_status loom_model_pack_weights(loom_model *m) {
     }
     loom_status s = loom_packed_weights_create(d, k, loom_cpu_isa(), &m->packed);
     free(d);
+    return s;
+}
+
+/* Engines created from several threads over one model pack it once. */
+loom_status loom_model_pack_weights(loom_model *m) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    loom_status s = pack_weights_locked(m);
+    pthread_mutex_unlock(&mu);
     return s;
 }
 
