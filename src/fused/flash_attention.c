@@ -33,6 +33,8 @@ typedef struct fa_plan {
     int q16, k16, v16;               /* bf16 products read bf16 q / K / V as they are (else round) */
     int pgather;                     /* a paged cache whose blocks are not whole tiles: f32 and bf16
                                         K/V rows gathered once per thread and kv head into the caches */
+    int krows, vrows;                /* ... except f32 K / V rows with f32 products where the kernel
+                                        reads rows by pointer (bgemm_rows): in place, nothing gathered */
     int64_t vpk_pairs;               /* bf16 products: pairs the packed-V cache holds (0: none) */
     int64_t kpk_rows;                /* rounded K: rows the bf16 K cache holds (0: none) */
     int64_t kf_rows, vf_rows;        /* f16 K / V: rows the widened (f32) caches hold (0: none) */
@@ -42,6 +44,8 @@ typedef struct fa_plan {
 typedef struct fa_item { int64_t b, hkv, hs, qb; } fa_item;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+#define FA_MAX_ROWS 256 /* keys of a tile whose rows go by pointer (fa_plan.krows) */
 
 static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_kernels *kern) {
     memset(pl, 0, sizeof *pl);
@@ -84,6 +88,11 @@ static void fa_plan_init(fa_plan *pl, const attn_problem *pr, const loom_attn_ke
      * every tile would be, once per item: its rows are gathered once per thread and kv head
      * instead, into the caches that widen or round them */
     pl->pgather = pr->paged && pr->block_size % pl->bc != 0;
+    /* (decided at run time: scratch sizes below never depend on the kernel) */
+    pl->krows = pl->pgather && kern && kern->bgemm_rows && pl->bc <= FA_MAX_ROWS && pr->k.dtype == LOOM_F32 &&
+                pr->k.sd == 1 && pr->kq.mode < 0;
+    pl->vrows = pl->pgather && kern && kern->bgemm_rows && pl->bc <= FA_MAX_ROWS && pr->v.dtype == LOOM_F32 &&
+                pr->v.sd == 1 && pr->vq.mode < 0;
     pl->kpk_rows = ((hp || q8c) && !pl->k16) || (pl->pgather && pl->k16) ? pr->kv_cache : 0;
     /* f16 K and V for f32 products: widened once per thread and kv head (a
      * call per row and tile cost ~6 % each at D = 64); a bf16 K too when q is
@@ -455,6 +464,10 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 }
                 kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
                 if (pl->q8) fa_scale_cols(pr, &pr->kq, it, &s, j0, nc, sc->s, mp);
+            } else if (pl->krows) { /* a paged f32 K read in place, a row pointer per key */
+                const float *rows[FA_MAX_ROWS];
+                for (int c = 0; c < nc; c++) rows[c] = (const float *)fa_kv_row(pr, &pr->k, it, &s, j0 + c);
+                kn->bgemm_rows(sc->s, mp, rows, 0, sc->qt, mp, nc, (int)D, mp, NULL);
             } else {
                 const float *kp = NULL;
                 if (sc->kf) kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D;
@@ -497,6 +510,12 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 }
                 kn->pv_bf16(sc->ot, mp, v16, ldv, sc->s, mp, sc->alpha, nc, (int)D, mp,
                             (uint32_t *)sc->a, (uint32_t *)sc->vbuf);
+                continue;
+            }
+            if (pl->vrows) {
+                const float *rows[FA_MAX_ROWS];
+                for (int c = 0; c < nc; c++) rows[c] = (const float *)fa_kv_row(pr, &pr->v, it, &s, j0 + c);
+                kn->bgemm_rows(sc->ot, mp, rows, 1, sc->s, mp, (int)D, nc, mp, sc->alpha);
                 continue;
             }
             const float *vp = NULL;

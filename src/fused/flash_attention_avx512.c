@@ -67,6 +67,67 @@ static ATTN_T512 void bgemm_avx512(float *c, int64_t ldc, const float *a, int64_
     if (r < mp) bg_cols(1, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
 }
 
+/* bg_tile with A's rows by pointer: rows[n0 + n][k] (QK^T) or rows[k][n0 + n]
+ * (PV); the same FMAs in the same order as bg_tile over the rows gathered. */
+ATTN_INLINE ATTN_T512 void bgr_tile(int NNT, int NV, int pv, float *c, int64_t ldc, const float *const *rows,
+                                    int64_t n0, const float *b, int64_t ldb, int kk, const float *alpha) {
+    __m512 acc[NN][4];
+    const float *rn[NN] = {0};
+    if (!pv)
+        for (int n = 0; n < NNT; n++) rn[n] = rows[n0 + n];
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) acc[n][v] = _mm512_setzero_ps();
+    for (int k = 0; k < kk; k++) {
+        const float *bk = b + k * ldb, *rk = pv ? rows[k] + n0 : NULL;
+        __m512 bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(bk + 16 * v);
+        for (int n = 0; n < NNT; n++) {
+            __m512 av = _mm512_set1_ps(pv ? rk[n] : rn[n][k]);
+            for (int v = 0; v < NV; v++) acc[n][v] = _mm512_fmadd_ps(av, bv[v], acc[n][v]);
+        }
+    }
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) {
+            float *cp = c + n * ldc + 16 * v;
+            __m512 r = acc[n][v];
+            if (alpha) r = _mm512_fmadd_ps(_mm512_loadu_ps(alpha + 16 * v), _mm512_loadu_ps(cp), r);
+            _mm512_storeu_ps(cp, r);
+        }
+}
+
+ATTN_INLINE ATTN_T512 void bgr_cols(int NV, int pv, float *c, int64_t ldc, const float *const *rows,
+                                    const float *b, int64_t ldb, int nn, int kk, const float *alpha) {
+    int n = 0;
+    for (; n + NN <= nn; n += NN) bgr_tile(NN, NV, pv, c + n * ldc, ldc, rows, n, b, ldb, kk, alpha);
+    float *cn = c + n * ldc;
+    switch (nn - n) {
+    case 1: bgr_tile(1, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 2: bgr_tile(2, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 3: bgr_tile(3, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 4: bgr_tile(4, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 5: bgr_tile(5, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    default: break;
+    }
+}
+
+static ATTN_T512 void bgemm_rows_avx512(float *c, int64_t ldc, const float *const *rows, int pv, const float *b,
+                                        int64_t ldb, int nn, int kk, int mp, const float *alpha) {
+    int r = 0;
+    for (; r + 64 <= mp; r += 64) {
+        if (pv) bgr_cols(4, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(4, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    }
+    if (r + 32 <= mp) {
+        if (pv) bgr_cols(2, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(2, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        r += 32;
+    }
+    if (r < mp) {
+        if (pv) bgr_cols(1, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(1, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    }
+}
+
 /* ---------------------------------------------------------- bf16 products */
 
 /* 5 broadcast rows x 4 vectors: 20 accumulators, 4 B vectors and the
@@ -248,6 +309,7 @@ static ATTN_T512 void softcap_avx512(float *s, int64_t n, float c) {
 const loom_attn_kernels loom_attn_kernels_avx512 = {
     .name = "avx512",
     .bgemm = bgemm_avx512,
+    .bgemm_rows = bgemm_rows_avx512,
     .qk_bf16 = NULL,
     .softmax_cols = softmax_cols_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
@@ -273,6 +335,7 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
 const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .name = "avx512_bf16",
     .bgemm = bgemm_avx512,
+    .bgemm_rows = bgemm_rows_avx512,
     .qk_bf16 = qk_bf16_avx512,
     .pv_bf16 = pv_bf16_avx512,
     .softmax_cols = softmax_cols_avx512,

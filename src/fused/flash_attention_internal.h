@@ -261,6 +261,11 @@ typedef struct loom_attn_kernels {
      * b = P^T. */
     void (*bgemm)(float *c, int64_t ldc, const float *a, int64_t san, int64_t sak,
                   const float *b, int64_t ldb, int nn, int kk, int mp, const float *alpha);
+    /* bgemm with A's key rows by pointer (a paged cache read in place): QK^T (pv 0):
+     * A(n, k) = rows[n][k]; PV (pv 1): A(n, k) = rows[k][n]. The same operations in
+     * the same order as bgemm over those rows gathered. NULL if unsupported. */
+    void (*bgemm_rows)(float *c, int64_t ldc, const float *const *rows, int pv, const float *b, int64_t ldb,
+                       int nn, int kk, int mp, const float *alpha);
     /* QK^T with bf16 K (rows of ldk elements) and Q^T packed as bf16 pairs
      * [kk/2][mp] (u32): s[n][r] = scale * sum_d k[n][d] q[r][d]. NULL if unsupported. */
     void (*qk_bf16)(float *s, int64_t lds, const uint16_t *k, int64_t ldk, const uint32_t *qt2,

@@ -60,6 +60,44 @@ static void test_row_conversion(void) {
     }
 }
 
+/* bgemm_rows (key rows by pointer, a paged cache read in place) gives bgemm's
+ * bytes over the same rows gathered, in both products (QK^T: rows are the
+ * output rows n; PV: rows are the summed keys k, with and without alpha), for
+ * tile shapes across the register tile (6 rows, 16/32/64 lanes). */
+static void test_bgemm_rows(void) {
+    const loom_attn_kernels *ks = loom_attn_kernels_for(loom_cpu_best_isa());
+    if (!ks->bgemm_rows) {
+        printf("  (no bgemm_rows at this level: paged f32 tiles are gathered)\n");
+        return;
+    }
+    loom_rng rng;
+    loom_rng_init(&rng, 91, 0);
+    enum { R = 70, K = 72, MP = 80 };
+    static float pool[R * 2 * K], gathered[R * K], b[K * MP], alpha[MP], c0[K * MP], c1[K * MP];
+    const float *rows[R];
+    for (int i = 0; i < R * 2 * K; i++) pool[i] = loom_rng_uniform(&rng) - 0.5f;
+    for (int i = 0; i < K * MP; i++) b[i] = loom_rng_uniform(&rng) - 0.5f;
+    for (int i = 0; i < MP; i++) alpha[i] = loom_rng_uniform(&rng);
+    for (int t = 0; t < 40; t++) {
+        int pv = t % 2, nn = 1 + (int)(loom_rng_u32(&rng) % 13), kk = 1 + (int)(loom_rng_u32(&rng) % K);
+        int mp = 16 * (1 + (int)(loom_rng_u32(&rng) % 5));
+        const float *al = pv && t % 4 == 1 ? alpha : NULL;
+        int nrows = pv ? kk : nn, width = pv ? nn : kk; /* rows of A by pointer, scattered in the pool */
+        if (nrows > R) nrows = R;
+        if (pv && kk > R) kk = R;
+        for (int r = 0; r < nrows; r++) {
+            rows[r] = pool + (size_t)((r * 37) % R) * 2 * K + (r % 3);
+            memcpy(gathered + (size_t)r * width, rows[r], (size_t)width * sizeof(float));
+        }
+        for (int i = 0; i < K * MP; i++) c0[i] = c1[i] = (float)(i % 7) - 3.0f;
+        if (pv) ks->bgemm(c0, MP, gathered, 1, width, b, MP, nn, kk, mp, al);
+        else ks->bgemm(c0, MP, gathered, width, 1, b, MP, nn, kk, mp, al);
+        ks->bgemm_rows(c1, MP, rows, pv, b, MP, nn, kk, mp, al);
+        CHECK_MSG(memcmp(c0, c1, sizeof c0) == 0, "%s bgemm_rows (%s, nn %d, kk %d, mp %d%s) differs from bgemm",
+                  ks->name, pv ? "PV" : "QK", nn, kk, mp, al ? ", alpha" : "");
+    }
+}
+
 static void test_masked_rows_and_skipped_tiles(void) {
     loom_rng r;
     loom_rng_init(&r, 3, 1);
@@ -500,6 +538,7 @@ static void test_tnd_scratch_fits_longest(void) {
 int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_row_conversion);
+    RUN_TEST(test_bgemm_rows);
     RUN_TEST(test_masked_rows_and_skipped_tiles);
     RUN_TEST(test_nonfinite_inputs);
     RUN_TEST(test_dropout);
