@@ -147,6 +147,14 @@ loom_engine_stats loom_engine_get_stats(const loom_engine *e);
  * LOOM_ERR_INVALID_ARG before the first step that ran a program (*out
  * zeroed), LOOM_ERR_NOMEM. Release *out with loom_profile_free. */
 loom_status loom_engine_last_profile(loom_engine *e, loom_profile *out);
+/* Runs reps + 1 steps (the first a warm-up) with every node of the forward
+ * program timed, and *out as loom_engine_last_profile with each node's median
+ * time: the profile of a batch step (loom profile -np). The steps' events are
+ * not returned. Every timed step must run the warm-up's program over as many
+ * rows (decode steps of the same running sequences): LOOM_ERR_INVALID_ARG when
+ * one does not (a prompt chunk, a sequence that finished) or nothing is
+ * pending; reps in 1..1000. Release *out with loom_profile_free. */
+loom_status loom_engine_profile_steps(loom_engine *e, int reps, loom_profile *out);
 /* One line of `loom batch`'s JSONL input (docs/batch.md): a request object
  *   {"id": ..., "prompt": "..." | "messages": [{"role", "content"}, ...],
  *    "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",

@@ -435,6 +435,59 @@ loom_status loom_engine_last_profile(loom_engine *e, loom_profile *out) {
     return loom_profile_collect(g, e->m->cfg.n_layers, phase, loom_mode_name(e->m->params.mode), e->last_rows, out);
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+loom_status loom_engine_profile_steps(loom_engine *e, int reps, loom_profile *out) {
+    LOOM_RETURN_IF(!e || !out, LOOM_ERR_INVALID_ARG, "engine_profile_steps: NULL argument");
+    memset(out, 0, sizeof *out);
+    LOOM_RETURN_IF(reps < 1 || reps > 1000, LOOM_ERR_INVALID_ARG,
+                   "engine_profile_steps: repetitions must be in 1..1000, got %d", reps);
+    if (e->prog) loom_program_set_timing(e->prog, 1);
+    if (e->decode) loom_program_set_timing(e->decode, 1);
+    loom_status s = LOOM_OK;
+    double *t = NULL;
+    const loom_program *prog = NULL;
+    const loom_graph *g = NULL;
+    int rows = 0;
+    for (int r = -1; r < reps && s == LOOM_OK; r++) {
+        const loom_engine_event *ev;
+        int n_ev;
+        int steps = (int)e->st.steps;
+        if ((s = loom_engine_step(e, &ev, &n_ev)) != LOOM_OK) break;
+        if (e->st.steps == steps || !e->last || (r >= 0 && (e->last != prog || e->last_rows != rows))) {
+            s = loom_set_error(LOOM_ERR_INVALID_ARG, "engine_profile_steps: step %d ran %s", r + 2,
+                               e->st.steps == steps || !e->last ? "no program (nothing pending)"
+                                                                : "another program or row count than the one before "
+                                                                  "(a prompt chunk, a finished sequence)");
+            break;
+        }
+        prog = e->last, rows = e->last_rows;
+        if (r < 0) continue;
+        g = loom_engine_last_graph(e);
+        if (!t && !(t = malloc(sizeof *t * (size_t)reps * (size_t)g->n_nodes))) {
+            s = loom_set_error(LOOM_ERR_NOMEM, "engine_profile_steps: out of memory");
+            break;
+        }
+        for (int k = 0; k < g->n_nodes; k++) t[(size_t)k * reps + r] = g->nodes[k].stats.time_ns;
+    }
+    if (e->prog) loom_program_set_timing(e->prog, 0);
+    if (e->decode) loom_program_set_timing(e->decode, 0);
+    if (s == LOOM_OK) {
+        loom_graph *gm = (loom_graph *)g; /* the program's own graph: its node stats take the medians */
+        for (int k = 0; k < gm->n_nodes; k++) {
+            qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
+            gm->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
+        }
+        const char *phase = e->last == e->decode ? "decode" : "prefill";
+        s = loom_profile_collect(gm, e->m->cfg.n_layers, phase, loom_mode_name(e->m->params.mode), rows, out);
+    }
+    free(t);
+    return s;
+}
+
 loom_engine_stats loom_engine_get_stats(const loom_engine *e) {
     loom_engine_stats st = e->st;
     loom_kv_blocks_stats b = loom_kv_blocks_get_stats(e->blocks);

@@ -147,4 +147,27 @@ then pass "i8 KV cache: cache bytes and scales in the accounting"; else fail "i8
 QW="$(dirname "$0")/../fixtures/families/qwen2"
 "$LOOM" profile -m "$QW" --prompt-len 8 -t 1 >"$TMP/qw" 2>"$TMP/err" && grep -q "^prefill: 8 tokens" "$TMP/qw" \
     && pass "--prompt-len without a BOS token" || fail "--prompt-len without BOS: $(cat "$TMP/err")"
+# -np N: the decode step of N sequences on the batch engine, timed, in both modes
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 12 -np 4 -t 2 -r 2 --json >"$TMP/np" 2>"$TMP/err" \
+    && pass "profile -np 4 runs" || fail "profile -np 4: $(cat "$TMP/err")"
+if python3 - "$TMP/np" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+profs = d["report"]["profiles"]
+dec = [p for p in profs if p["phase"] == "decode"]
+pre = [p for p in profs if p["phase"] == "prefill"]
+assert {p["mode"] for p in dec} == {"step_by_step", "fused"}, dec
+for p in pre:
+    assert p["tokens"] == 12, p["tokens"]
+for p in dec:
+    assert p["tokens"] == 4, p["tokens"]  # one row per sequence
+    layers = [s for s in p["sections"] if s["name"].startswith("L")]
+    assert len(layers) == 5 and all(s["time_ms"] > 0 for s in layers), layers
+    chains = [k.split(".")[0] for s in layers for k in s["chain"]]
+    assert "paged_attention" in chains, chains  # the engine's program, not the model's
+PY
+then pass "-np: a timed decode step of 4 rows over the paged cache"; else fail "-np JSON"; fi
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 -np 300 >/dev/null 2>"$TMP/err" \
+    && fail "-np 300 accepted" || { grep -q "\-np must be in 1..256" "$TMP/err" && pass "-np out of range: an error" \
+    || fail "-np 300: $(cat "$TMP/err")"; }
 finish

@@ -543,8 +543,8 @@ static void test_add_text(void) {
     loom_engine_free(e);
 }
 
-/* Before a step ran a program there is no profile. */
-static void test_profile_before_step(void) {
+/* Before a step ran a program there is no profile; timed steps of decoding sequences give one. */
+static void test_profiles(void) {
     loom_engine *e;
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 2;
@@ -552,6 +552,21 @@ static void test_profile_before_step(void) {
     loom_profile prof;
     CHECK(loom_engine_last_profile(e, &prof) == LOOM_ERR_INVALID_ARG && prof.n_sections == 0);
     CHECK(loom_engine_last_profile(NULL, &prof) == LOOM_ERR_INVALID_ARG);
+    /* timed steps: nothing pending, bad repetitions; then two decoding sequences */
+    CHECK(loom_engine_profile_steps(e, 3, &prof) == LOOM_ERR_INVALID_ARG && prof.n_sections == 0);
+    CHECK(loom_engine_profile_steps(e, 0, &prof) == LOOM_ERR_INVALID_ARG);
+    CHECK(loom_engine_profile_steps(NULL, 3, &prof) == LOOM_ERR_INVALID_ARG);
+    int32_t ids[6] = {1, 40, 41, 42, 43, 44};
+    loom_request_params p = greedy(12);
+    CHECK(loom_engine_add(e, 1, ids, 6, &p) == LOOM_OK && loom_engine_add(e, 2, ids + 1, 5, &p) == LOOM_OK);
+    const loom_engine_event *ev;
+    int n_ev;
+    CHECK(loom_engine_step(e, &ev, &n_ev) == LOOM_OK); /* both prompts, one step */
+    CHECK_MSG(loom_engine_profile_steps(e, 3, &prof) == LOOM_OK, "%s", loom_last_error());
+    CHECK(prof.n_tokens == 2 && prof.n_sections == g_model->cfg.n_layers + 2);
+    for (int k = 1; k <= g_model->cfg.n_layers; k++) CHECK(prof.sections[k].time_ns > 0);
+    loom_profile_free(&prof);
+    CHECK(loom_engine_get_stats(e).generated_tokens == 2 + 2 * 4); /* and the warm-up and 3 timed steps, 2 rows each */
     loom_engine_free(e);
 }
 
@@ -591,7 +606,7 @@ int main(void) {
     RUN_TEST(test_prefix_cache);
     RUN_TEST(test_errors_and_cancel);
     RUN_TEST(test_wait);
-    RUN_TEST(test_profile_before_step);
+    RUN_TEST(test_profiles);
     RUN_TEST(test_add_text);
     RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);

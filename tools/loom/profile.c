@@ -9,7 +9,7 @@
 
 typedef struct prof_opts {
     const char *model_path, *tok_path, *prompt, *rules, *preset;
-    int threads, n_ctx, prompt_len, decode_steps, reps;
+    int threads, n_ctx, prompt_len, decode_steps, reps, parallel;
     loom_dtype kv_dtype;
     loom_act_precision act;
 } prof_opts;
@@ -23,6 +23,39 @@ static loom_status add_sampling(loom_profile *p, const float *logits, int vocab)
     loom_sampler_params sp = loom_sampler_default_params();
     sp.top_p = 0.9f; /* loom run's default (the library's is 1: no nucleus) */
     return loom_profile_add_sampler(p, logits, vocab, &sp);
+}
+
+/* -np N: N sequences on the batch engine, each prompt its own (ids shifted, so
+ * no prefix is shared), run into decode; then the decode step of all N is
+ * profiled (loom_engine_profile_steps) into *dec. */
+static int profile_batch(const prof_opts *o, loom_model *m, const loom_tokenizer *tok, const int32_t *ids, int n,
+                         loom_profile *dec) {
+    loom_model_info info = loom_model_get_info(m);
+    int N = o->parallel, budget = n + o->decode_steps + o->reps + 16; /* sequences of the first prompt chunk decode during the later ones */
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = N, ep.seq_len = budget, ep.n_ctx = N * (budget + 32);
+    loom_engine *e = NULL;
+    if (loom_engine_create(m, tok, &ep, &e) != LOOM_OK) return cli_fail("profile", "-np: the engine");
+    loom_request_params rp = loom_request_default_params();
+    rp.sampling.temperature = 0.0f, rp.max_tokens = budget - n, rp.ignore_eos = 1;
+    int32_t *own = malloc((size_t)n * sizeof *own);
+    int rc = !own;
+    for (int q = 0; q < N && !rc; q++) {
+        for (int i = 0; i < n; i++) own[i] = i == 0 ? ids[0] : 3 + (ids[i] + 7 * q) % (info.vocab_size - 3);
+        if (loom_engine_add(e, q, own, n, &rp) != LOOM_OK) rc = cli_fail("profile", "-np: adding a request");
+    }
+    /* prompts (in chunks), then decode steps until the last one before the profiled ones */
+    const loom_engine_event *ev;
+    int n_ev;
+    for (int guard = 0; !rc && guard < 1 << 20; guard++) {
+        loom_engine_stats st = loom_engine_get_stats(e);
+        if (st.prompt_tokens >= (long)N * n && st.generated_tokens >= (long)N * o->decode_steps) break;
+        if (loom_engine_step(e, &ev, &n_ev) != LOOM_OK) rc = cli_fail("profile", "-np: a step");
+    }
+    if (!rc && loom_engine_profile_steps(e, o->reps, dec) != LOOM_OK) rc = cli_fail("profile", "-np: the batch step");
+    free(own);
+    loom_engine_free(e);
+    return rc;
 }
 
 /* Loads the model in mode, runs the prefill and decode steps, collects profiles. */
@@ -62,6 +95,14 @@ static int profile_mode(const prof_opts *o, loom_exec_mode mode, loom_profile *p
         n = o->prompt_len;
     } else if (cli_encode("profile", tok, o->prompt ? o->prompt : "Once upon a time",
                           info.n_ctx - o->decode_steps, &ids, &n)) {
+        goto done;
+    }
+    if (o->parallel > 0) { /* the batch's decode step; the prefill table is one sequence's */
+        if (loom_model_profile(m, ids, n, 0, o->reps, logits, pre) != LOOM_OK) {
+            cli_fail("profile", "prefill failed");
+            goto done;
+        }
+        rc = profile_batch(o, m, tok, ids, n, dec);
         goto done;
     }
     if (loom_model_profile(m, ids, n, 0, o->reps, logits, pre) != LOOM_OK) {
@@ -110,6 +151,8 @@ int cmd_profile(int argc, char **argv) {
          "use a synthetic prompt of N tokens instead of -p (default: 'Once upon a time')"},
         {NULL, "--decode-steps", ARG_INT, &o.decode_steps, "N",
          "decode steps after the prefill; the last one is profiled (default 1)"},
+        {"-np", "--parallel", ARG_INT, &o.parallel, "N",
+         "profile the decode step of N sequences at once on the batch engine (default: one sequence)"},
         {"-r", "--repetitions", ARG_INT, &o.reps, "N",
          "timed runs of each profiled step after a warm-up run; times are medians (default 5)"},
         {"-t", "--threads", ARG_INT, &o.threads, "N", "threads (default: the CPUs loom may run on)"},
@@ -123,7 +166,7 @@ int cmd_profile(int argc, char **argv) {
         {NULL, "--json", ARG_FLAG, &json, NULL, "print JSON instead of tables"},
         {NULL, "--svg", ARG_STR, &svg, "FILE", "write a bar chart of traffic and time per op kind"},
     };
-    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-len N] [--decode-steps N] [-r N] "
+    const char *usage = "[-m MODEL] [-z TOKENIZER] [-p PROMPT | -f FILE | --prompt-len N] [--decode-steps N] [-np N] [-r N] "
                         "[-t N] [-c N] [--kv-dtype T] [--act-precision q8|full] [--mode MODE] [--rules FILE] "
                         "[--fusion-preset NAME] [--json] "
                         "[--svg FILE]";
@@ -147,6 +190,10 @@ int cmd_profile(int argc, char **argv) {
     if (cli_kv_dtype("profile", kv_dtype, &o.kv_dtype) || cli_act_precision("profile", act, &o.act)) return 1;
     if (o.reps < 1 || o.reps > 1000) {
         fprintf(stderr, "loom profile: -r must be in 1..1000, got %d\n", o.reps);
+        return 1;
+    }
+    if (o.parallel < 0 || o.parallel > 256) {
+        fprintf(stderr, "loom profile: -np must be in 1..256, got %d\n", o.parallel);
         return 1;
     }
     if (o.decode_steps < 1) {
