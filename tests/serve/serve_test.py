@@ -419,15 +419,16 @@ def test_load(loom, mdir, n_clients):
 
     def stream(i):
         cl = OpenAI(base_url=srv.url(), api_key="none", max_retries=0, timeout=120)
-        s = cl.completions.create(model=LLM, prompt="Once upon a time %d" % i, max_tokens=40, stream=True,
+        s = cl.completions.create(model=LLM, prompt="Once upon a time %d" % i, max_tokens=200, stream=True,
                                   extra_body={"ignore_eos": True})
         chunks = [c for c in s]
         done.append((len(chunks), chunks[-1].choices[0].finish_reason if chunks and chunks[-1].choices else None))
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    deadline = time.time() + 30
-    while time.time() < deadline and metrics(srv, None).get("loom_generation_tokens_total", 0) < 3:
+    deadline = time.time() + 30  # all three admitted (a client may take a while to connect) and generating
+    while time.time() < deadline and (metrics(srv, None).get("loom_requests_in_flight", 0) < 3 or
+                                      metrics(srv, None).get("loom_generation_tokens_total", 0) < 3):
         time.sleep(0.02)
     srv.proc.send_signal(signal.SIGTERM)
     for t in threads:

@@ -94,14 +94,17 @@ loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) 
                           name ? name : "(null)");
 }
 
-/* The GEMV below LOOM_GEMM_MIN_M rows, except in batch-invariant runs and, from
- * two rows, over quantized weights packed once: the packed GEMM then reads W
- * once for up to six rows and beats the GEMV's row groups (SmolLM2 Q4_1 decode
- * of 2 / 4 / 6 sequences: 1.3-1.6x the tokens/s); one row stays on the GEMV. */
+/* The GEMV below LOOM_GEMM_MIN_M rows, except in batch-invariant runs and,
+ * from two rows, for quantized weights with q8 activations at a level whose
+ * GEMM reads weights packed once (VNNI): that GEMM reads W once for up to six
+ * rows and beats the GEMV's row groups (SmolLM2 Q4_1 decode of 2 / 4 / 6
+ * sequences: 1.3-1.6x the tokens/s). The choice depends on the level, never
+ * on whether these weights are packed, so packing does not change a result
+ * (`loom serve`, which packs, and `loom run`, which does not, agree). */
 static int use_gemv(const loom_matmul_args *a, loom_isa isa) {
     if (a->M >= LOOM_GEMM_MIN_M || a->invariant) return 0;
     if (a->M < 2 || !loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return 1;
-    return loom_gemm_q_packed_find(a, loom_gemm_q_kset_for(isa)) == NULL;
+    return loom_gemm_q_kset_for(isa)->micro_packed == NULL;
 }
 
 /* ------------------------------------------------------------ RMSNorm of x */

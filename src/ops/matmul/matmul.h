@@ -64,8 +64,8 @@ const char *loom_act_name(loom_act act);
 
 /* ------------------------------------------------------------ matmul */
 
-#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path (from 2 rows, quantized weights packed
-                               once take the GEMM: loom_packed_weights below) */
+#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path (from 2 rows, quantized weights with q8
+                               activations take the GEMM where it reads packed weights: matmul.c) */
 
 typedef struct loom_matmul_args {
     const float *x;  int64_t ldx;      /* [M, K] f32, row stride in elements */
