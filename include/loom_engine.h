@@ -44,7 +44,9 @@ typedef struct loom_engine_params {
                             and the thread count (batch-invariant kernels: the GEMM for every row count,
                             one attention kernel for every row); 0 (default): the fastest kernels, whose
                             results depend on the rows of a step within the f32 tolerance. It applies
-                            to the model's executor, so to every program on it. */
+                            to the model's executor, so to every program on it: while any batch-invariant
+                            engine over a model exists, its other engines and its own forward passes run
+                            the invariant kernels too. */
 } loom_engine_params;
 
 loom_engine_params loom_engine_default_params(void);

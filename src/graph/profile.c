@@ -39,6 +39,18 @@ static loom_status add_launch(loom_profile *p, loom_profile_section *s, const ch
     return append_chain(s, kernel);
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void loom_profile_node_medians(loom_graph *g, double *t, int reps) {
+    for (int k = 0; k < g->n_nodes; k++) {
+        qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
+        g->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
+    }
+}
+
 loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *phase,
                                  const char *mode, int n_tokens, loom_profile *out) {
     memset(out, 0, sizeof *out);

@@ -15,6 +15,9 @@
  * and the printers are public: loom.h. */
 
 /* Groups the stats of an executed graph. Sections: embed, L0..L{n_layers-1}, head. */
+/* Each node's time as the median of reps timed runs of one program:
+ * t[k * reps + r] is node k's time in run r (sorted in place). */
+void loom_profile_node_medians(loom_graph *g, double *t, int reps);
 loom_status loom_profile_collect(const loom_graph *g, int n_layers, const char *phase,
                                  const char *mode, int n_tokens, loom_profile *out);
 /* s as a JSON string (quotes, backslashes and control characters escaped). */

@@ -32,10 +32,7 @@ static loom_status timed_step(loom_model *m, const int32_t *ids, int n, int pos,
             return loom_set_error(LOOM_ERR_NOMEM, "profile: out of memory");
         for (int k = 0; k < g->n_nodes; k++) t[(size_t)k * reps + r] = g->nodes[k].stats.time_ns;
     }
-    for (int k = 0; k < g->n_nodes; k++) {
-        qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
-        g->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
-    }
+    loom_profile_node_medians(g, t, reps);
     free(t);
     *out = g;
     return LOOM_OK;

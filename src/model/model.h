@@ -28,6 +28,7 @@ struct loom_model {
     loom_mapped_file   file;
     loom_model_params  params;
     struct loom_packed_weights *packed; /* the quantized matrices packed once for the GEMM, or NULL */
+    int                invariant_engines; /* batch-invariant engines over the model: exec->invariant while > 0 */
     int                n_ctx;
     void              *k_cache;   /* [n_layers, n_ctx, n_kv_heads, head_dim] of params.kv_dtype */
     void              *v_cache;   /* same */

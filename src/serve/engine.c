@@ -3,6 +3,7 @@
  * engine_step.c. */
 #include "serve/engine_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -137,8 +138,13 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     *out = NULL;
     loom_engine_params p = pp ? *pp : loom_engine_default_params();
     LOOM_TRY(check_params(m, &p));
-    /* several rows a step: the GEMM reads the weights packed once */
-    if (m->params.pack_weights == 0 && (p.n_seq_max > 1 || p.batch_invariant)) LOOM_TRY(loom_model_pack_weights(m));
+    /* several rows a step: the GEMM reads the weights packed once (a speed-up only:
+     * without the memory for it, the engine runs unpacked) */
+    if (m->params.pack_weights == 0 && (p.n_seq_max > 1 || p.batch_invariant) &&
+        loom_model_pack_weights(m) != LOOM_OK) {
+        fprintf(stderr, "loom: weights not packed (%s); the engine runs without\n", loom_last_error());
+        loom_clear_error();
+    }
     loom_engine *e = calloc(1, sizeof *e);
     LOOM_RETURN_IF(!e, LOOM_ERR_NOMEM, "engine: out of memory");
     e->m = m, e->tok = tok, e->p = p;
@@ -155,8 +161,9 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     e->kvt = m->params.kv_dtype;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
-    e->prev_invariant = m->exec->invariant; /* restored by loom_engine_free */
-    m->exec->invariant = p.batch_invariant != 0;
+    /* the executor is the model's: invariant while any invariant engine over it lives */
+    if (p.batch_invariant) m->invariant_engines++;
+    m->exec->invariant = m->invariant_engines > 0;
     loom_status s = alloc_buffers(e);
     /* the pool: anonymous memory, resident only as blocks are written, in 4 KiB
      * pages: each layer's K and V pool is its own region, so with transparent
@@ -201,7 +208,8 @@ void eng_req_free(eng_req *r) {
 
 void loom_engine_free(loom_engine *e) {
     if (!e) return;
-    e->m->exec->invariant = e->prev_invariant; /* the model's own forward passes as before */
+    if (e->p.batch_invariant) e->m->invariant_engines--; /* counted once the engine got this far */
+    e->m->exec->invariant = e->m->invariant_engines > 0;
     loom_program_free(e->prog);
     loom_program_free(e->decode);
     loom_kv_blocks_free(e->blocks);
@@ -435,11 +443,6 @@ loom_status loom_engine_last_profile(loom_engine *e, loom_profile *out) {
     return loom_profile_collect(g, e->m->cfg.n_layers, phase, loom_mode_name(e->m->params.mode), e->last_rows, out);
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 loom_status loom_engine_profile_steps(loom_engine *e, int reps, loom_profile *out) {
     LOOM_RETURN_IF(!e || !out, LOOM_ERR_INVALID_ARG, "engine_profile_steps: NULL argument");
     memset(out, 0, sizeof *out);
@@ -477,10 +480,7 @@ loom_status loom_engine_profile_steps(loom_engine *e, int reps, loom_profile *ou
     if (e->decode) loom_program_set_timing(e->decode, 0);
     if (s == LOOM_OK) {
         loom_graph *gm = (loom_graph *)g; /* the program's own graph: its node stats take the medians */
-        for (int k = 0; k < gm->n_nodes; k++) {
-            qsort(t + (size_t)k * reps, (size_t)reps, sizeof *t, by_value);
-            gm->nodes[k].stats.time_ns = t[(size_t)k * reps + reps / 2];
-        }
+        loom_profile_node_medians(gm, t, reps);
         const char *phase = e->last == e->decode ? "decode" : "prefill";
         s = loom_profile_collect(gm, e->m->cfg.n_layers, phase, loom_mode_name(e->m->params.mode), rows, out);
     }

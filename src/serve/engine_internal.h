@@ -38,7 +38,6 @@ typedef struct eng_req {
 
 struct loom_engine {
     loom_model *m;
-    int prev_invariant;   /* the model executor's batch-invariant flag before this engine set it */
     const loom_tokenizer *tok;
     loom_engine_params p;
     int V, L, Hkv, D, bs, n_blocks, max_blk;   /* max_blk: blocks one sequence may hold */

@@ -416,13 +416,13 @@ static void test_batch_invariance(void) {
         return;
     }
     CHECK(loom_model_load(q4, &mp, &m) == LOOM_OK && loom_tokenizer_from_gguf(m->gguf, &tok) == LOOM_OK);
-    CHECK(m && !m->packed); /* by default packed for an engine of several sequences */
+    CHECK(m && !m->packed); /* by default packed when an engine of several sequences is created */
     if (m && tok) inv_case(q4, m, tok, 8, 99);
     CHECK(m && m->packed && (loom_packed_weights_count(m->packed) > 0 ||
                              loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, loom_cpu_isa()) == 0));
-    /* weights packed at load (the default) and not: the same logits, bit for
-     * bit, for a prompt (the GEMM) and a decode step (the GEMV), the packed
-     * panels read by the prompt */
+    /* weights packed (by the engines above: the default packs for an engine of
+     * several sequences) and not: the same logits, bit for bit, for a prompt
+     * (the GEMM) and a decode step (the GEMV), the packed panels read by the prompt */
     loom_model_params np = mp;
     np.pack_weights = -1;
     loom_model *u = NULL;
@@ -570,6 +570,25 @@ static void test_profiles(void) {
     loom_engine_free(e);
 }
 
+/* The model's executor is batch-invariant while any invariant engine over it
+ * lives, whatever order engines are freed in. */
+static void test_invariant_flag(void) {
+    loom_engine_params ep = loom_engine_default_params();
+    ep.n_seq_max = 2, ep.seq_len = 64, ep.n_ctx = 256;
+    loom_engine *a, *b, *c;
+    ep.batch_invariant = 1;
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &a) == LOOM_OK && g_model->exec->invariant);
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &b) == LOOM_OK);
+    ep.batch_invariant = 0;
+    CHECK(loom_engine_create(g_model, g_tok, &ep, &c) == LOOM_OK && g_model->exec->invariant);
+    loom_engine_free(a);
+    CHECK_MSG(g_model->exec->invariant, "freeing one invariant engine switched off the other's");
+    loom_engine_free(b);
+    CHECK(!g_model->exec->invariant);
+    loom_engine_free(c);
+    CHECK(!g_model->exec->invariant && g_model->invariant_engines == 0);
+}
+
 static void test_wait(void) {
     loom_engine_params ep = loom_engine_default_params();
     ep.n_seq_max = 2;
@@ -607,6 +626,7 @@ int main(void) {
     RUN_TEST(test_errors_and_cancel);
     RUN_TEST(test_wait);
     RUN_TEST(test_profiles);
+    RUN_TEST(test_invariant_flag);
     RUN_TEST(test_add_text);
     RUN_TEST(test_batch_invariance);
     loom_tokenizer_free(g_tok);

@@ -106,8 +106,10 @@ static void test_few_rows(void) {
 }
 
 /* x quantized once (loom_matmul_quantize_x) and given to matmuls over two
- * matrices, one packed (the GEMM from two rows) and one not (the GEMV), as the
- * fused QKV and FFN share it across their matrices: each gives the bytes of
+ * matrices that take different paths, as a fused QKV or FFN shares it across
+ * its matrices: p's packed and batch-invariant (the GEMM at every row count),
+ * o's unpacked and not (the GEMV at one row; the GEMV for 2..7 rows where the
+ * level has no packed form), x quantized for o's path. Each gives the bytes of
  * quantizing x itself, for 1..7 rows, every format and level. */
 static void test_shared_xq(void) {
     loom_rng rng;
@@ -122,6 +124,7 @@ static void test_shared_xq(void) {
                 loom_pack_desc dd = desc_of(&p);
                 loom_packed_weights *pw = NULL;
                 CHECK(loom_packed_weights_create(&dd, 1, levels[l], &pw) == LOOM_OK);
+                p.invariant = 1;
                 float *wp = run_copy(&p, levels[l]), *wo = run_copy(&o, levels[l]);
                 loom_matmul_args a = mq_args(&p, p.y, p.ldy), b = mq_args(&o, o.y, o.ldy);
                 void *xq = loom_alloc_aligned(loom_matmul_xq_bytes(&a), LOOM_ALIGN);

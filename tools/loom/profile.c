@@ -31,29 +31,37 @@ static loom_status add_sampling(loom_profile *p, const float *logits, int vocab)
 static int profile_batch(const prof_opts *o, loom_model *m, const loom_tokenizer *tok, const int32_t *ids, int n,
                          loom_profile *dec) {
     loom_model_info info = loom_model_get_info(m);
-    int N = o->parallel, budget = n + o->decode_steps + o->reps + 16; /* sequences of the first prompt chunk decode during the later ones */
+    int N = o->parallel;
     loom_engine_params ep = loom_engine_default_params();
+    /* room for every sequence to decode through the others' prompt chunks, the
+     * --decode-steps and the profiled steps without reaching its limit */
+    int chunks = (int)(((long)N * n + ep.n_batch - 1) / ep.n_batch);
+    int budget = n + chunks + o->decode_steps + o->reps + 2;
     ep.n_seq_max = N, ep.seq_len = budget, ep.n_ctx = N * (budget + 32);
     loom_engine *e = NULL;
     if (loom_engine_create(m, tok, &ep, &e) != LOOM_OK) return cli_fail("profile", "-np: the engine");
     loom_request_params rp = loom_request_default_params();
     rp.sampling.temperature = 0.0f, rp.max_tokens = budget - n, rp.ignore_eos = 1;
     int32_t *own = malloc((size_t)n * sizeof *own);
-    int rc = !own;
+    int *made = calloc((size_t)N, sizeof *made); /* tokens each sequence has generated */
+    int rc = !own || !made;
     for (int q = 0; q < N && !rc; q++) {
         for (int i = 0; i < n; i++) own[i] = i == 0 ? ids[0] : 3 + (ids[i] + 7 * q) % (info.vocab_size - 3);
         if (loom_engine_add(e, q, own, n, &rp) != LOOM_OK) rc = cli_fail("profile", "-np: adding a request");
     }
-    /* prompts (in chunks), then decode steps until the last one before the profiled ones */
-    const loom_engine_event *ev;
-    int n_ev;
-    for (int guard = 0; !rc && guard < 1 << 20; guard++) {
-        loom_engine_stats st = loom_engine_get_stats(e);
-        if (st.prompt_tokens >= (long)N * n && st.generated_tokens >= (long)N * o->decode_steps) break;
+    /* prompts (in chunks), then decode until every sequence has made --decode-steps tokens */
+    for (int guard = 0; !rc && guard < budget + 4; guard++) {
+        int least = made[0];
+        for (int q = 1; q < N; q++) least = made[q] < least ? made[q] : least;
+        if (least >= o->decode_steps) break;
+        const loom_engine_event *ev;
+        int n_ev;
         if (loom_engine_step(e, &ev, &n_ev) != LOOM_OK) rc = cli_fail("profile", "-np: a step");
+        for (int k = 0; !rc && k < n_ev; k++)
+            if (ev[k].token >= 0 && ev[k].id >= 0 && ev[k].id < N) made[ev[k].id] = ev[k].n_generated;
     }
     if (!rc && loom_engine_profile_steps(e, o->reps, dec) != LOOM_OK) rc = cli_fail("profile", "-np: the batch step");
-    free(own);
+    free(own), free(made);
     loom_engine_free(e);
     return rc;
 }

@@ -12,7 +12,7 @@
  *   d[nr]        f32 scales        m[nr]  f32 mins (q4_1; zero otherwise)
  * Rows beyond the edge of W are packed as zeros.
  *
- * Weights packed once (loom_matmul_pack_weights, packed.c) keep a compact form
+ * Weights packed once (loom_packed_weights_create, packed.c) keep a compact form
  * of the same panels, every nr rows of W one after the other, all of K:
  *   q4_0 / q4_1  cq[4][nr][4]: byte t of quad j of row c holds quad j's nibble
  *                low and quad j + 4's high (16 * nr bytes, the bytes of the

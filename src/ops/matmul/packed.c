@@ -43,6 +43,7 @@ struct loom_packed_weights {
 static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
 static packed_entry *table;     /* sorted by base, ranges disjoint */
 static int table_n, table_cap;
+static atomic_int table_used;   /* table_n, read without the lock: nothing packed, no lookup */
 static atomic_uint_fast64_t hits;
 
 static int packable(loom_dtype wt, int64_t N, int64_t K, int64_t ldw, const loom_gemm_q_kset *ks) {
@@ -104,6 +105,7 @@ static loom_status table_add(const loom_packed_weights *p) {
         memcpy(table + table_n, p->entries, (size_t)p->n * sizeof *table);
         table_n += p->n;
         qsort(table, (size_t)table_n, sizeof *table, entry_cmp);
+        atomic_store(&table_used, table_n);
     }
     pthread_rwlock_unlock(&table_lock);
     return s;
@@ -118,12 +120,14 @@ static void table_remove(const loom_packed_weights *p) {
         if (!mine) table[k++] = table[j];
     }
     table_n = k;
+    atomic_store(&table_used, table_n);
     pthread_rwlock_unlock(&table_lock);
 }
 
 const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gemm_q_kset *ks) {
     const char *w = a->w;
     const uint8_t *found = NULL;
+    if (atomic_load_explicit(&table_used, memory_order_relaxed) == 0) return NULL; /* e.g. loom run */
     pthread_rwlock_rdlock(&table_lock);
     int lo = 0, hi = table_n; /* the last entry with base <= w */
     while (hi - lo > 1) {
@@ -171,6 +175,7 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
     p->block = p->n ? loom_alloc_aligned(total, LOOM_ALIGN) : NULL;
     if (!p->entries || (p->n && (!tmp || !p->block))) {
         loom_free_aligned(tmp);
+        p->n = 0; /* not in the table */
         loom_packed_weights_free(p);
         return loom_set_error(LOOM_ERR_NOMEM, "pack_weights: cannot allocate %zu bytes", total);
     }
