@@ -388,6 +388,18 @@ static const float *fa_wide_fill(const fa_plan *pl, const fa_item *it, const att
     return dst;
 }
 
+/* A tile's product over a paged f32 K (v 0: S = Q K^T) or V (v 1: O^T += V^T P^T)
+ * read in place, a row pointer per key (pl->krows, pl->vrows). Out of line: the
+ * tile loop of fa_item_run stays as it is for every other cache. */
+static __attribute__((noinline)) void fa_rows_product(const fa_plan *pl, const fa_item *it, const attn_seq *s,
+                                                      int v, int64_t j0, int nc, int mp, const fa_scratch *sc) {
+    const attn_problem *pr = pl->pr;
+    const float *rows[FA_MAX_ROWS];
+    for (int c = 0; c < nc; c++) rows[c] = (const float *)fa_kv_row(pr, v ? &pr->v : &pr->k, it, s, j0 + c);
+    if (v) pl->kern->bgemm_rows(sc->ot, mp, rows, 1, sc->s, mp, (int)pr->D, nc, mp, sc->alpha);
+    else pl->kern->bgemm_rows(sc->s, mp, rows, 0, sc->qt, mp, nc, (int)pr->D, mp, NULL);
+}
+
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
                         fa_vcache *vc) {
     const attn_problem *pr = pl->pr;
@@ -465,9 +477,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
                 if (pl->q8) fa_scale_cols(pr, &pr->kq, it, &s, j0, nc, sc->s, mp);
             } else if (pl->krows) { /* a paged f32 K read in place, a row pointer per key */
-                const float *rows[FA_MAX_ROWS];
-                for (int c = 0; c < nc; c++) rows[c] = (const float *)fa_kv_row(pr, &pr->k, it, &s, j0 + c);
-                kn->bgemm_rows(sc->s, mp, rows, 0, sc->qt, mp, nc, (int)D, mp, NULL);
+                fa_rows_product(pl, it, &s, 0, j0, nc, mp, sc);
             } else {
                 const float *kp = NULL;
                 if (sc->kf) kp = fa_wide_fill(pl, it, &s, vc, sc, 0, j0 + nc) + j0 * D;
@@ -513,9 +523,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 continue;
             }
             if (pl->vrows) {
-                const float *rows[FA_MAX_ROWS];
-                for (int c = 0; c < nc; c++) rows[c] = (const float *)fa_kv_row(pr, &pr->v, it, &s, j0 + c);
-                kn->bgemm_rows(sc->ot, mp, rows, 1, sc->s, mp, (int)D, nc, mp, sc->alpha);
+                fa_rows_product(pl, it, &s, 1, j0, nc, mp, sc);
                 continue;
             }
             const float *vp = NULL;

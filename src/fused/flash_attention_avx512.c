@@ -11,24 +11,19 @@
 
 #define NN 6 /* broadcast rows per tile: NN x NV accumulators, NV <= 4 */
 
-/* c[n][r..] for n < NNT, NV vectors of 16 lanes, A(n, k) = a[n*san + k*sak] or,
- * with rows (a paged cache read in place), rows[n0 + n][k] (pv 0: QK^T) or
- * rows[k][n0 + n] (pv 1: PV): the same FMAs in the same order either way. */
-ATTN_INLINE ATTN_T512 void bg_tile(int NNT, int NV, float *c, int64_t ldc, const float *a, int64_t san,
-                                   int64_t sak, const float *const *rows, int pv, int64_t n0, const float *b,
-                                   int64_t ldb, int kk, const float *alpha) {
+/* c[n][r..] for n < NNT, NV vectors of 16 lanes. */
+ATTN_INLINE ATTN_T512 void bg_tile(int NNT, int NV, float *c, int64_t ldc, const float *a,
+                                   int64_t san, int64_t sak, const float *b, int64_t ldb, int kk,
+                                   const float *alpha) {
     __m512 acc[NN][4];
-    const float *rn[NN] = {0};
-    if (rows && !pv)
-        for (int n = 0; n < NNT; n++) rn[n] = rows[n0 + n];
     for (int n = 0; n < NNT; n++)
         for (int v = 0; v < NV; v++) acc[n][v] = _mm512_setzero_ps();
     for (int k = 0; k < kk; k++) {
-        const float *bk = b + k * ldb, *ak = rows ? (pv ? rows[k] + n0 : NULL) : a + k * sak;
+        const float *bk = b + k * ldb, *ak = a + k * sak;
         __m512 bv[4];
         for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(bk + 16 * v);
         for (int n = 0; n < NNT; n++) {
-            __m512 av = _mm512_set1_ps(rows && !pv ? rn[n][k] : rows ? ak[n] : ak[n * san]);
+            __m512 av = _mm512_set1_ps(ak[n * san]);
             for (int v = 0; v < NV; v++) acc[n][v] = _mm512_fmadd_ps(av, bv[v], acc[n][v]);
         }
     }
@@ -41,48 +36,96 @@ ATTN_INLINE ATTN_T512 void bg_tile(int NNT, int NV, float *c, int64_t ldc, const
         }
 }
 
-ATTN_INLINE ATTN_T512 void bg_cols(int NV, float *c, int64_t ldc, const float *a, int64_t san, int64_t sak,
-                                   const float *const *rows, int pv, const float *b, int64_t ldb, int nn, int kk,
+ATTN_INLINE ATTN_T512 void bg_cols(int NV, float *c, int64_t ldc, const float *a, int64_t san,
+                                   int64_t sak, const float *b, int64_t ldb, int nn, int kk,
                                    const float *alpha) {
     int n = 0;
     for (; n + NN <= nn; n += NN)
-        bg_tile(NN, NV, c + n * ldc, ldc, rows ? NULL : a + n * san, san, sak, rows, pv, n, b, ldb, kk, alpha);
-    const float *an = rows ? NULL : a + n * san;
+        bg_tile(NN, NV, c + n * ldc, ldc, a + n * san, san, sak, b, ldb, kk, alpha);
+    const float *an = a + n * san;
     float *cn = c + n * ldc;
     switch (nn - n) {
-    case 1: bg_tile(1, NV, cn, ldc, an, san, sak, rows, pv, n, b, ldb, kk, alpha); break;
-    case 2: bg_tile(2, NV, cn, ldc, an, san, sak, rows, pv, n, b, ldb, kk, alpha); break;
-    case 3: bg_tile(3, NV, cn, ldc, an, san, sak, rows, pv, n, b, ldb, kk, alpha); break;
-    case 4: bg_tile(4, NV, cn, ldc, an, san, sak, rows, pv, n, b, ldb, kk, alpha); break;
-    case 5: bg_tile(5, NV, cn, ldc, an, san, sak, rows, pv, n, b, ldb, kk, alpha); break;
+    case 1: bg_tile(1, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 2: bg_tile(2, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 3: bg_tile(3, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 4: bg_tile(4, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
+    case 5: bg_tile(5, NV, cn, ldc, an, san, sak, b, ldb, kk, alpha); break;
     default: break;
     }
-}
-
-/* Both products over 64-, 32- and 16-lane column groups; rows NULL: A strided. */
-ATTN_INLINE ATTN_T512 void bg_all(float *c, int64_t ldc, const float *a, int64_t san, int64_t sak,
-                                  const float *const *rows, int pv, const float *b, int64_t ldb, int nn, int kk,
-                                  int mp, const float *alpha) {
-    int r = 0;
-    for (; r + 64 <= mp; r += 64)
-        bg_cols(4, c + r, ldc, a, san, sak, rows, pv, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
-    if (r + 32 <= mp) {
-        bg_cols(2, c + r, ldc, a, san, sak, rows, pv, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
-        r += 32;
-    }
-    if (r < mp) bg_cols(1, c + r, ldc, a, san, sak, rows, pv, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
 }
 
 static ATTN_T512 void bgemm_avx512(float *c, int64_t ldc, const float *a, int64_t san,
                                    int64_t sak, const float *b, int64_t ldb, int nn, int kk,
                                    int mp, const float *alpha) {
-    bg_all(c, ldc, a, san, sak, NULL, 0, b, ldb, nn, kk, mp, alpha);
+    int r = 0;
+    for (; r + 64 <= mp; r += 64)
+        bg_cols(4, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    if (r + 32 <= mp) {
+        bg_cols(2, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        r += 32;
+    }
+    if (r < mp) bg_cols(1, c + r, ldc, a, san, sak, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+}
+
+/* bg_tile with A's rows by pointer: rows[n0 + n][k] (QK^T) or rows[k][n0 + n]
+ * (PV); the same FMAs in the same order as bg_tile over the rows gathered. */
+ATTN_INLINE ATTN_T512 void bgr_tile(int NNT, int NV, int pv, float *c, int64_t ldc, const float *const *rows,
+                                    int64_t n0, const float *b, int64_t ldb, int kk, const float *alpha) {
+    __m512 acc[NN][4];
+    const float *rn[NN] = {0};
+    if (!pv)
+        for (int n = 0; n < NNT; n++) rn[n] = rows[n0 + n];
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) acc[n][v] = _mm512_setzero_ps();
+    for (int k = 0; k < kk; k++) {
+        const float *bk = b + k * ldb, *rk = pv ? rows[k] + n0 : NULL;
+        __m512 bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(bk + 16 * v);
+        for (int n = 0; n < NNT; n++) {
+            __m512 av = _mm512_set1_ps(pv ? rk[n] : rn[n][k]);
+            for (int v = 0; v < NV; v++) acc[n][v] = _mm512_fmadd_ps(av, bv[v], acc[n][v]);
+        }
+    }
+    for (int n = 0; n < NNT; n++)
+        for (int v = 0; v < NV; v++) {
+            float *cp = c + n * ldc + 16 * v;
+            __m512 r = acc[n][v];
+            if (alpha) r = _mm512_fmadd_ps(_mm512_loadu_ps(alpha + 16 * v), _mm512_loadu_ps(cp), r);
+            _mm512_storeu_ps(cp, r);
+        }
+}
+
+ATTN_INLINE ATTN_T512 void bgr_cols(int NV, int pv, float *c, int64_t ldc, const float *const *rows,
+                                    const float *b, int64_t ldb, int nn, int kk, const float *alpha) {
+    int n = 0;
+    for (; n + NN <= nn; n += NN) bgr_tile(NN, NV, pv, c + n * ldc, ldc, rows, n, b, ldb, kk, alpha);
+    float *cn = c + n * ldc;
+    switch (nn - n) {
+    case 1: bgr_tile(1, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 2: bgr_tile(2, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 3: bgr_tile(3, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 4: bgr_tile(4, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    case 5: bgr_tile(5, NV, pv, cn, ldc, rows, n, b, ldb, kk, alpha); break;
+    default: break;
+    }
 }
 
 static ATTN_T512 void bgemm_rows_avx512(float *c, int64_t ldc, const float *const *rows, int pv, const float *b,
                                         int64_t ldb, int nn, int kk, int mp, const float *alpha) {
-    if (pv) bg_all(c, ldc, NULL, 0, 0, rows, 1, b, ldb, nn, kk, mp, alpha);
-    else bg_all(c, ldc, NULL, 0, 0, rows, 0, b, ldb, nn, kk, mp, alpha);
+    int r = 0;
+    for (; r + 64 <= mp; r += 64) {
+        if (pv) bgr_cols(4, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(4, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    }
+    if (r + 32 <= mp) {
+        if (pv) bgr_cols(2, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(2, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        r += 32;
+    }
+    if (r < mp) {
+        if (pv) bgr_cols(1, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+        else bgr_cols(1, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    }
 }
 
 /* ---------------------------------------------------------- bf16 products */
