@@ -188,15 +188,18 @@ typedef struct loom_model_params {
      * processes through the page cache; nothing copied). Default from $LOOM_MMAP
      * (1 = keep the mapping). */
     int use_mmap;
-    /* The q8_0 / q4_0 / q4_1 matrices kept also packed in the layout of the
-     * quantized GEMM's kernel (VNNI CPUs; about 1.1-1.2x their bytes, made
-     * once): the GEMM over several rows - a batch of decoding sequences,
-     * batch-invariant runs - then reads them as they are instead of laying them
-     * out on every call (SmolLM2 Q4_1, 16 sequences: 1.54x the tokens/s).
-     * Results are the same bits either way. 0 (default): when an engine for
-     * more than one sequence, or a batch-invariant one, is created over the
-     * model (one-sequence decode and prompts gain nothing measurable); 1: at
-     * load; -1: never. Default from $LOOM_PACK_WEIGHTS (1 = at load, 0 = never). */
+    /* The q8_0 / q4_0 / q4_1 matrices packed at load in the layout of the
+     * quantized GEMM's kernel (CPUs with AVX512-VNNI, activations q8; the
+     * file's bytes, transposed; made on n_threads threads), which then reads
+     * them as they are for every row count - one decoding sequence, a batch,
+     * a prompt - instead of laying them out on every call. The file's copy of
+     * a packed matrix leaves the process (left out of the resident copy, or
+     * dropped from the mapping; read back from the page cache if something
+     * still reads it), so the model takes its weights' bytes once. 0
+     * (default) and 1: packed at load (1: a failure to pack fails the load;
+     * 0 runs unpacked with a warning); -1: never (one-row products then take
+     * the GEMV, whose sums are ordered otherwise: logits differ in the last
+     * bits). Default from $LOOM_PACK_WEIGHTS (1 = at load, 0 = never). */
     int pack_weights;
 } loom_model_params;
 

@@ -539,7 +539,15 @@ loom_status loom_gguf_open(const char *path, loom_gguf **out) {
     return open_common(g, out);
 }
 
-int loom_gguf_make_resident(loom_gguf *g) { return g && g->mapped && loom_mapped_file_resident(&g->file); }
+int loom_gguf_make_resident(loom_gguf *g) { return loom_gguf_make_resident_except(g, NULL, 0); }
+
+int loom_gguf_make_resident_except(loom_gguf *g, const loom_byte_range *skip, int n) {
+    return g && g->mapped ? loom_mapped_file_resident_except(&g->file, skip, n) : 0;
+}
+
+void loom_gguf_drop(loom_gguf *g, const loom_byte_range *skip, int n) {
+    if (g && g->mapped) loom_mapped_file_drop(&g->file, skip, n);
+}
 
 void loom_gguf_close(loom_gguf *g) {
     if (!g) return;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include "loom.h"
+#include "model/mapped_file.h"
 
 typedef struct loom_gguf loom_gguf;                 /* an open (mapped) GGUF file */
 typedef struct loom_gguf_writer loom_gguf_writer;   /* builds a GGUF file */
@@ -107,6 +108,13 @@ void loom_gguf_close(loom_gguf *g);
 /* The file's pages replaced by anonymous huge pages at the same addresses
  * (loom_mapped_file_resident); 1 when done. A GGUF opened from memory: 0. */
 int loom_gguf_make_resident(loom_gguf *g);
+/* The same, except the whole pages inside the ranges, which stay the file's
+ * (loom_mapped_file_resident_except: -1 with the error set when the mapping is
+ * unusable). */
+int loom_gguf_make_resident_except(loom_gguf *g, const loom_byte_range *skip, int n);
+/* The whole pages inside the ranges dropped from the process while they are
+ * the file's (loom_mapped_file_drop). */
+void loom_gguf_drop(loom_gguf *g, const loom_byte_range *skip, int n);
 
 const char *loom_gguf_path(const loom_gguf *g);
 uint32_t loom_gguf_version(const loom_gguf *g);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -70,34 +71,129 @@ loom_status loom_mapped_file_open(loom_mapped_file *f, const char *path) {
     return LOOM_OK;
 }
 
-int loom_mapped_file_resident(loom_mapped_file *f) {
+/* The whole pages of the ranges inside [0, size) as sorted, merged [a, b)
+ * offsets into iv (n entries at most); their count. */
+typedef struct span {
+    size_t a, b;
+} span;
+
+static int span_cmp(const void *x, const void *y) {
+    const span *s = x, *t = y;
+    return s->a < t->a ? -1 : s->a > t->a;
+}
+
+static int page_spans(const loom_mapped_file *f, const loom_byte_range *r, int n, span *iv) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)f->data, hi = lo + f->size;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)r[i].p, b = a + r[i].n;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        a = (a + pg - 1) / pg * pg;
+        b = b / pg * pg;
+        if (a < b) iv[k++] = (span){a - lo, b - lo};
+    }
+    qsort(iv, (size_t)k, sizeof *iv, span_cmp);
+    int m = 0;
+    for (int i = 0; i < k; i++) {
+        if (m > 0 && iv[i].a <= iv[m - 1].b) {
+            if (iv[i].b > iv[m - 1].b) iv[m - 1].b = iv[i].b;
+        } else {
+            iv[m++] = iv[i];
+        }
+    }
+    return m;
+}
+
+/* Copies [off, off + n) of the file's bytes to q except the spans. */
+static void copy_except(char *q, const unsigned char *src, size_t off, size_t n, const span *iv, int k) {
+    size_t end = off + n;
+    for (int i = 0; i < k && off < end; i++) {
+        if (iv[i].b <= off) continue;
+        if (iv[i].a >= end) break;
+        if (iv[i].a > off) memcpy(q + off, src + off, iv[i].a - off);
+        off = iv[i].b;
+    }
+    if (off < end) memcpy(q + off, src + off, end - off);
+}
+
+/* The span [a, b) of f, a resident copy with nothing there yet, given the
+ * file's bytes again: the file mapped in place, else read into place. */
+static int restore_span(loom_mapped_file *f, int fd, span s) {
+    char *at = (char *)f->data + s.a;
+    if (mmap(at, s.b - s.a, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)s.a) == at) return 1;
+    if (mprotect(at, s.b - s.a, PROT_READ | PROT_WRITE) != 0) return 0;
+    for (size_t done = 0; done < s.b - s.a;) {
+        ssize_t r = pread(fd, at + done, s.b - s.a - done, (off_t)(s.a + done));
+        if (r <= 0) return 0;
+        done += (size_t)r;
+    }
+    return mprotect(at, s.b - s.a, PROT_READ) == 0;
+}
+
+int loom_mapped_file_resident_except(loom_mapped_file *f, const loom_byte_range *skip, int n) {
     if (!f || !f->data || f->resident) return f && f->resident;
     if (((uintptr_t)f->data & (HUGE_PAGE - 1)) != 0) return 0; /* a small file: its pages stay */
+    span *iv = n > 0 ? malloc((size_t)n * sizeof *iv) : NULL;
+    int k = iv ? page_spans(f, skip, n, iv) : 0;
+    int fd = k > 0 ? open(f->path, O_RDONLY) : -1;
+    if (fd < 0) k = 0; /* the file cannot give the pages back: all copied */
     size_t len = page_round(f->size);
     char *q = reserve_aligned(len);
-    if (!q) return 0;
-    if (mprotect(q, len, PROT_READ | PROT_WRITE) != 0) {
-        munmap(q, len);
+    if (!q || mprotect(q, len, PROT_READ | PROT_WRITE) != 0) {
+        if (q) munmap(q, len);
+        if (fd >= 0) close(fd);
+        free(iv);
         return 0;
     }
     madvise(q, len, MADV_HUGEPAGE);
+    /* huge pages not where a span is: a byte copied beside it would bring a
+     * whole 2 MiB page in (freed only when the span is mapped back) */
+    for (int i = 0; i < k; i++) {
+        size_t a = iv[i].a & ~(HUGE_PAGE - 1), b = (iv[i].b + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        madvise(q + a, (b < len ? b : len) - a, MADV_NOHUGEPAGE);
+    }
     /* in chunks, each chunk's file pages dropped from the process once copied
-     * (the page cache keeps them), so the peak is the copy plus one chunk */
+     * (the page cache keeps them), so the peak is the copy plus one chunk; the
+     * skipped spans are never touched, so they take no memory */
     const size_t chunk = 16 * HUGE_PAGE;
     for (size_t off = 0; off < f->size; off += chunk) {
-        size_t n = f->size - off < chunk ? f->size - off : chunk;
-        memcpy(q + off, f->data + off, n);
-        if (n == chunk) madvise((void *)(f->data + off), n, MADV_DONTNEED);
+        size_t c = f->size - off < chunk ? f->size - off : chunk;
+        copy_except(q, f->data, off, c, iv, k);
+        if (c == chunk) madvise((void *)(f->data + off), c, MADV_DONTNEED);
     }
     mprotect(q, len, PROT_READ); /* read-only, as the mapping was */
     /* the anonymous pages take the mapping's place: same address, huge pages kept */
     void *r = mremap(q, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->data);
     if (r == MAP_FAILED) {
         munmap(q, len);
+        if (fd >= 0) close(fd);
+        free(iv);
         return 0;
     }
     f->resident = 1;
+    int ok = 1;
+    for (int i = 0; i < k && ok; i++) ok = restore_span(f, fd, iv[i]);
+    if (fd >= 0) close(fd);
+    free(iv);
+    if (!ok) {
+        loom_set_error(LOOM_ERR_IO, "'%s': cannot map the file's pages back after the resident copy: %s", f->path,
+                       strerror(errno));
+        return -1;
+    }
     return 1;
+}
+
+int loom_mapped_file_resident(loom_mapped_file *f) { return loom_mapped_file_resident_except(f, NULL, 0); }
+
+void loom_mapped_file_drop(loom_mapped_file *f, const loom_byte_range *skip, int n) {
+    if (!f || !f->data || f->resident || n <= 0) return;
+    span *iv = malloc((size_t)n * sizeof *iv);
+    if (!iv) return;
+    int k = page_spans(f, skip, n, iv);
+    for (int i = 0; i < k; i++) madvise((void *)(f->data + iv[i].a), iv[i].b - iv[i].a, MADV_DONTNEED);
+    free(iv);
 }
 
 void loom_mapped_file_close(loom_mapped_file *f) {

@@ -2,7 +2,6 @@
  * load, stepped per call). */
 #include "model/model.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,10 +154,16 @@ static int desc_cmp(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
+static void drop_source(const void *w, size_t bytes, void *ctx) {
+    loom_model *m = ctx;
+    loom_byte_range r = {w, bytes};
+    if (m->gguf) loom_gguf_drop(m->gguf, &r, 1);
+}
+
 /* The quantized matrices of the layers and the output projection, packed once
  * for the GEMM (loom_packed_weights). Views into a merged matrix (wq in wqkv,
  * w1 in w13) and a tied output are the same rows: packed once. */
-static loom_status pack_weights_locked(loom_model *m) {
+static loom_status pack_weights(loom_model *m) {
     if (m->packed || m->params.pack_weights < 0) return LOOM_OK;
     const int per_layer = LOOM_LLAMA_LAYER_TENSORS;
     loom_pack_desc *d = malloc(((size_t)m->cfg.n_layers * per_layer + 1) * sizeof *d);
@@ -180,17 +185,30 @@ static loom_status pack_weights_locked(loom_model *m) {
         }
         d[k++] = d[i];
     }
-    loom_status s = loom_packed_weights_create(d, k, loom_cpu_isa(), &m->packed);
+    /* each matrix's file pages dropped once packed: the load's peak is the
+     * packed form plus one matrix, not twice the weights (release_packed_sources) */
+    loom_status s = loom_packed_weights_create_cb(d, k, loom_cpu_isa(), m->params.n_threads, drop_source, m,
+                                                  &m->packed);
     free(d);
     return s;
 }
 
-/* Engines created from several threads over one model pack it once. */
-loom_status loom_model_pack_weights(loom_model *m) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&mu);
-    loom_status s = pack_weights_locked(m);
-    pthread_mutex_unlock(&mu);
+/* The file's pages of the matrices packed once: the one-row GEMM reads the
+ * panels too (ops/matmul/matmul.c), so nothing but an occasional reader (a
+ * tied embedding's rows, f32-activation or reference runs) touches them. With
+ * resident (the GGUF's pages copied to huge pages) they are left out of the
+ * copy; with the mapping kept they are dropped from the process. Either way
+ * they stay the file's and read back from the page cache when touched, so the
+ * model takes about its file's bytes once, not twice. */
+static loom_status release_packed_sources(loom_model *m, int resident) {
+    int n = loom_packed_weights_count(m->packed);
+    loom_byte_range *r = n > 0 ? malloc((size_t)n * sizeof *r) : NULL;
+    for (int i = 0; r && i < n; i++) r[i].n = loom_packed_weights_source(m->packed, i, &r[i].p);
+    if (!r) n = 0; /* out of memory: everything copied, nothing dropped */
+    loom_status s = LOOM_OK;
+    if (resident && m->gguf && loom_gguf_make_resident_except(m->gguf, r, n) < 0) s = LOOM_ERR_IO;
+    if (!resident && m->gguf) loom_gguf_drop(m->gguf, r, n);
+    free(r);
     return s;
 }
 
@@ -216,12 +234,20 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         free(m);
         return s;
     }
+    /* the quantized matrices packed for the GEMM first, from the file's pages,
+     * so that the resident copy leaves those pages to the file */
+    if (params.pack_weights >= 0 && params.act_precision == LOOM_ACT_PREC_Q8 &&
+        (s = pack_weights(m)) != LOOM_OK) {
+        if (params.pack_weights > 0) goto fail;
+        fprintf(stderr, "loom: weights not packed (%s); running without\n", loom_last_error());
+        loom_clear_error();
+        s = LOOM_OK;
+    }
+    if ((s = release_packed_sources(m, !params.use_mmap)) != LOOM_OK) goto fail;
     if (!params.use_mmap) { /* the weights into huge pages, at the same addresses */
-        if (m->gguf) loom_gguf_make_resident(m->gguf);
         if (m->st) loom_safetensors_make_resident(m->st);
         if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }
-    if (params.pack_weights > 0 && (s = loom_model_pack_weights(m)) != LOOM_OK) goto fail;
     const loom_llama_config *c = &m->cfg;
     /* the kernel variants these weights and this cache use: from the wisdom
      * file, or timed once on this CPU model (docs/tuning.md) */

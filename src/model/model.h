@@ -48,9 +48,6 @@ struct loom_model {
     int               *ksc, *vsc; /* per-layer scale store ids (i8 caches) */
 };
 
-/* The quantized matrices packed once for the GEMM (loom_model_params.pack_weights),
- * unless they are already or the params say never. */
-loom_status loom_model_pack_weights(loom_model *m);
 
 /* The program that ran last, with its node stats filled for that step
  * (loom_program_account); NULL before the first forward pass. */

@@ -138,13 +138,6 @@ loom_status loom_engine_create(loom_model *m, const loom_tokenizer *tok, const l
     *out = NULL;
     loom_engine_params p = pp ? *pp : loom_engine_default_params();
     LOOM_TRY(check_params(m, &p));
-    /* several rows a step: the GEMM reads the weights packed once (a speed-up only:
-     * without the memory for it, the engine runs unpacked) */
-    if (m->params.pack_weights == 0 && (p.n_seq_max > 1 || p.batch_invariant) &&
-        loom_model_pack_weights(m) != LOOM_OK) {
-        fprintf(stderr, "loom: weights not packed (%s); the engine runs without\n", loom_last_error());
-        loom_clear_error();
-    }
     loom_engine *e = calloc(1, sizeof *e);
     LOOM_RETURN_IF(!e, LOOM_ERR_NOMEM, "engine: out of memory");
     e->m = m, e->tok = tok, e->p = p;

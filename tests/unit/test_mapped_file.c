@@ -66,6 +66,65 @@ static void test_resident(void) {
     free(path);
 }
 
+/* Resident except some ranges (unaligned, overlapping, one partly outside the
+ * file, one empty): every byte keeps its value, read before and after; the
+ * whole pages of a range are the file's again (not resident memory: Rss of the
+ * mapping below the file's size); dropping ranges of a file mapping keeps the
+ * bytes too. */
+static long mapping_rss_kib(const void *addr) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    long rss = -1;
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line */
+            if (in) break;
+            in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+            continue;
+        }
+        if (in && sscanf(line, "Rss: %ld kB", &rss) == 1) break;
+    }
+    fclose(f);
+    return rss;
+}
+
+static void test_resident_except(void) {
+    const size_t n = ((size_t)9 << 20) + 4321;
+    char *path = write_file("except", n, 11);
+    loom_mapped_file f;
+    CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
+    const unsigned char *d = f.data;
+    loom_byte_range skip[5] = {{d + 1000, (size_t)3 << 20},           /* unaligned, several pages */
+                               {d + ((size_t)2 << 20) + 77, 1 << 20}, /* overlaps the first */
+                               {d + ((size_t)6 << 20) + 5, 4000},     /* under a page: nothing whole */
+                               {d + ((size_t)8 << 20), (size_t)4 << 20}, /* runs past the end */
+                               {d + 100, 0}};
+    CHECK(loom_mapped_file_resident_except(&f, skip, 5) == 1);
+    CHECK(f.resident && f.data == d);
+    check_bytes(&f, n, 11); /* skipped pages read back from the file */
+    loom_mapped_file_close(&f);
+    CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
+    d = f.data;
+    loom_byte_range big = {d + 4096, (size_t)7 << 20};
+    CHECK(loom_mapped_file_resident_except(&f, &big, 1) == 1);
+    /* the skipped 7 MiB are not in memory until read: the mapping holds the
+     * rest (first page, last 2 MiB) at most */
+    long rss = mapping_rss_kib(f.data + n - 1);
+    CHECK_MSG(rss >= 0 && rss < 4096, "%ld KiB resident after leaving 7 MiB of 9 to the file", rss);
+    check_bytes(&f, n, 11);
+    loom_mapped_file_close(&f);
+    /* a file mapping: ranges dropped, the bytes unchanged */
+    CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
+    check_bytes(&f, n, 11);
+    loom_mapped_file_drop(&f, skip, 5);
+    check_bytes(&f, n, 11);
+    loom_mapped_file_close(&f);
+    unlink(path);
+    free(path);
+}
+
 static void test_model_same_logits(void) {
     const char *dir = getenv("LOOM_SHARED_DIR");
     char path[1024];
@@ -95,6 +154,7 @@ static void test_model_same_logits(void) {
 
 int main(void) {
     RUN_TEST(test_resident);
+    RUN_TEST(test_resident_except);
     RUN_TEST(test_model_same_logits);
     return TEST_SUMMARY();
 }

@@ -24,6 +24,17 @@ static loom_pack_desc desc_of(const mq *p) {
     return d;
 }
 
+typedef struct seen {
+    int calls;
+    const void *w;
+    size_t bytes;
+} seen;
+
+static void on_packed(const void *w, size_t bytes, void *ctx) {
+    seen *s = ctx;
+    s->calls++, s->w = w, s->bytes = bytes;
+}
+
 static void test_same_bits(void) {
     loom_rng rng;
     loom_rng_init(&rng, 71, 0);
@@ -42,10 +53,17 @@ static void test_same_bits(void) {
                 float *want = run_copy(&p, levels[l]);
                 loom_pack_desc dd = desc_of(&p);
                 loom_packed_weights *pw = NULL;
-                CHECK(loom_packed_weights_create(&dd, 1, levels[l], &pw) == LOOM_OK);
+                /* on 1..4 threads (units of 64 panels: N up to 150 makes one) */
+                seen s = {0};
+                CHECK(loom_packed_weights_create_cb(&dd, 1, levels[l], 1 + i % 4, on_packed, &s, &pw) == LOOM_OK);
                 size_t expect = loom_matmul_packed_bytes(p.wt, N, K, levels[l]);
                 CHECK(loom_packed_weights_bytes(pw) == expect);
                 CHECK(loom_packed_weights_count(pw) == (expect > 0));
+                const void *src = NULL;
+                CHECK(expect == 0 || (loom_packed_weights_source(pw, 0, &src) == N * loom_dtype_row_bytes(p.wt, p.ldw) &&
+                                      src == p.w));
+                CHECK_MSG(s.calls == (expect > 0) && (expect == 0 || (s.w == p.w && s.bytes == N * loom_dtype_row_bytes(p.wt, p.ldw))),
+                          "packed %d times", s.calls);
                 uint64_t h0 = loom_matmul_packed_hits();
                 mq_check(&p, levels[l]);
                 uint64_t h1 = loom_matmul_packed_hits();
@@ -72,7 +90,8 @@ static void test_same_bits(void) {
 /* 2..7 rows of quantized weights take the GEMM at a level with packed
  * weights (VNNI), packed or not: within the reference bound, the bytes of the
  * batch-invariant GEMM (which takes the GEMM at every row count), the same
- * bytes with the weights packed; one row takes the GEMV. */
+ * bytes with the weights packed. One row takes the GEMV unpacked and the GEMM
+ * over the packed panels: then the batch-invariant GEMM's bytes too. */
 static void test_few_rows(void) {
     loom_isa isa = loom_cpu_best_isa();
     int vnni = loom_matmul_packed_bytes(LOOM_Q4_0, 32, 32, isa) > 0;
@@ -95,10 +114,14 @@ static void test_few_rows(void) {
             loom_pack_desc dd = desc_of(&p);
             loom_packed_weights *pw = NULL;
             CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK);
+            uint64_t h0 = loom_matmul_packed_hits();
             mq_check(&p, isa);
             CHECK(mq_run(&p, isa, 1) == LOOM_OK);
-            CHECK_MSG(memcmp(plain, p.ybuf, bytes) == 0, "%s M=%lld: packing the weights changes the result",
+            CHECK_MSG(memcmp(vnni ? gemm : plain, p.ybuf, bytes) == 0, "%s M=%lld: packed, not the GEMM's bytes",
                       loom_dtype_name(p.wt), (long long)M);
+            CHECK_MSG(vnni ? loom_matmul_packed_hits() > h0 : loom_matmul_packed_hits() == h0,
+                      "%s M=%lld: packed panels %s", loom_dtype_name(p.wt), (long long)M,
+                      vnni ? "not read" : "read without a packed form");
             loom_packed_weights_free(pw);
             free(gemm), free(plain);
             mq_free(&p);
@@ -183,6 +206,55 @@ static void test_row_ranges(void) {
     }
 }
 
+/* Packing shared among threads (units of 64 panels, several per matrix): the
+ * same results on 1 and 3 threads as unpacked, each matrix reported once with
+ * its source bytes. */
+typedef struct seen_all {
+    int calls;
+    size_t bytes;
+} seen_all;
+
+static void on_packed_all(const void *w, size_t bytes, void *ctx) {
+    seen_all *s = ctx;
+    (void)w;
+    __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->bytes, bytes, __ATOMIC_RELAXED);
+}
+
+static void test_threads(void) {
+    loom_isa isa = loom_cpu_best_isa();
+    loom_rng rng;
+    loom_rng_init(&rng, 77, 0);
+    static const int64_t Ns[3] = {2100, 4200 + 17, 40}; /* 2, 3 and 1 units */
+    mq p[3];
+    loom_pack_desc dd[3];
+    float *want[3];
+    size_t src = 0;
+    for (int i = 0; i < 3; i++) {
+        mq_init(&p[i], 3, Ns[i], 64, i, qtypes[i], &rng);
+        p[i].invariant = 1; /* the GEMM at 3 rows on every level */
+        want[i] = run_copy(&p[i], isa);
+        dd[i] = desc_of(&p[i]);
+        src += (size_t)Ns[i] * loom_dtype_row_bytes(p[i].wt, p[i].ldw);
+    }
+    int has = loom_matmul_packed_bytes(LOOM_Q4_0, 32, 32, isa) > 0;
+    for (int nth = 1; nth <= 3; nth += 2) {
+        seen_all s = {0, 0};
+        loom_packed_weights *pw = NULL;
+        CHECK(loom_packed_weights_create_cb(dd, 3, isa, nth, on_packed_all, &s, &pw) == LOOM_OK);
+        CHECK_MSG(has ? s.calls == 3 && s.bytes == src : s.calls == 0, "nth %d: %d matrices reported", nth, s.calls);
+        for (int i = 0; i < 3; i++) {
+            uint64_t h0 = loom_matmul_packed_hits();
+            CHECK(mq_run(&p[i], isa, 1) == LOOM_OK);
+            CHECK(loom_matmul_packed_hits() > h0 || !has);
+            size_t bytes = (size_t)(2 * GUARD + p[i].M * p[i].ldy) * sizeof(float);
+            CHECK_MSG(memcmp(want[i], p[i].ybuf, bytes) == 0, "nth %d, matrix %d: packed differs", nth, i);
+        }
+        loom_packed_weights_free(pw);
+    }
+    for (int i = 0; i < 3; i++) free(want[i]), mq_free(&p[i]);
+}
+
 /* A NaN in x row m: that row NaN, the others right, over packed panels too. */
 static void test_nan_rows(void) {
     loom_rng rng;
@@ -219,10 +291,11 @@ static void test_errors(void) {
         CHECK(loom_packed_weights_create(two, 2, isa, &pw) == LOOM_ERR_INVALID_ARG && pw == NULL);
         /* the failures left nothing registered: one packs again */
         CHECK(loom_packed_weights_create(&dd, 1, isa, &pw) == LOOM_OK && loom_packed_weights_count(pw) == 1);
-        /* the size: ceil(64 / 32) panels x 2 blocks x (16 + 8) bytes a row of a block, 32 rows */
-        CHECK(loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, isa) == 2 * 2 * 24 * 32);
-        CHECK(loom_matmul_packed_bytes(LOOM_Q4_0, 33, 64, isa) == 2 * 2 * 20 * 32);
-        CHECK(loom_matmul_packed_bytes(LOOM_Q8_0, 1, 32, isa) == 36 * 32);
+        /* the size: ceil(64 / 32) panels x 2 blocks x the file's bytes a row of a
+         * block (q4_1 16 + 2 + 2, q4_0 16 + 2, q8_0 32 + 2), 32 rows */
+        CHECK(loom_matmul_packed_bytes(LOOM_Q4_1, 64, 64, isa) == 2 * 2 * 20 * 32);
+        CHECK(loom_matmul_packed_bytes(LOOM_Q4_0, 33, 64, isa) == 2 * 2 * 18 * 32);
+        CHECK(loom_matmul_packed_bytes(LOOM_Q8_0, 1, 32, isa) == 34 * 32);
     }
     loom_packed_weights_free(pw);
     /* no packed form: float weights, the reference, K not whole blocks */
@@ -245,6 +318,7 @@ int main(void) {
     RUN_TEST(test_few_rows);
     RUN_TEST(test_shared_xq);
     RUN_TEST(test_row_ranges);
+    RUN_TEST(test_threads);
     RUN_TEST(test_nan_rows);
     RUN_TEST(test_errors);
     return TEST_SUMMARY();

@@ -6,7 +6,7 @@
  * Each thread owns a contiguous range of W rows (output columns). It
  * quantizes up to MC rows of x into its scratch, packs nr rows of W at a time
  * into a panel (all of K), and runs the register tile over the panel in
- * chunks of KC_BLOCKS blocks so the panel chunk stays in L1 while the x chunk
+ * chunks of at most KC_BYTES so the panel chunk stays in L1 while the x chunk
  * streams from L2. Partial sums go through y (f32, exact); with an epilogue
  * they go through a scratch tile instead, finished (epilogue, copy to y)
  * while it is still in L2, since the epilogue may read y's old values.
@@ -20,7 +20,7 @@
 
 #include "base/alloc.h"
 
-#define KC_BLOCKS 16              /* 512 k per chunk: a 32-row panel chunk is 20 KiB */
+#define KC_BYTES (20u << 10)      /* panel bytes per k chunk: stays in L1 (per-call panels: 16 blocks) */
 #define X_SCRATCH (4u << 20)      /* bytes of quantized x per MC block */
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -155,7 +155,8 @@ void loom_gemm_q_quantize_x(const loom_matmul_args *a, loom_isa isa, int64_t m0,
         loom_quantize_act(isa, a->x + m * a->ldx, a->K, bias_mul, act_shift(x0, (size_t)m * xrow));
 }
 
-loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch) {
+loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch,
+                            const uint8_t *packed) {
     const loom_gemm_q_kset *ks = loom_gemm_q_kset_for(isa);
     int64_t lo, hi;
     loom_matmul_split(a->N, ks->nr, ith, nth, &lo, &hi);
@@ -167,10 +168,16 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     char *xbuf = scratch, *panel = xbuf + align64((size_t)mc * xrow);
     float *tile = (float *)(panel + (size_t)nb * loom_gemm_q_panel_block_bytes(LOOM_GEMM_Q_MAX_NR));
     /* weights packed once at load: the panels are read where they are */
-    const uint8_t *packed = loom_gemm_q_packed_find(a, ks);
     const size_t pbb = packed ? loom_gemm_q_packed_block_bytes(a->wtype, ks->nr) : bb;
     loom_q8_act xall = a->xq ? loom_q8_act_view((void *)a->xq, K) : loom_q8_act_view(xbuf, K);
     if (a->xq) mc = a->M; /* everything is quantized already */
+    /* k chunks of at most KC_BYTES of panel, of even size (18 blocks are one
+     * chunk of 18 for compact q4, not 16 + 2); the partial sums pass through
+     * c in f32 between chunks, so the chunking never changes a bit */
+    int64_t kc = (int64_t)(KC_BYTES / pbb), nchunk;
+    if (kc < 1) kc = 1;
+    nchunk = (nb + kc - 1) / kc;
+    kc = nchunk > 0 ? (nb + nchunk - 1) / nchunk : 1;
     for (int64_t m0 = 0; m0 < a->M; m0 += mc) {
         int64_t mrows = a->M - m0 < mc ? a->M - m0 : mc;
         loom_q8_act x0 = xall;
@@ -186,8 +193,8 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
             else ks->pack(a->wtype, (const char *)a->w + (size_t)n0 * wrow, wrow, cols, nb, panel);
             float *c = a->ep ? tile : a->y + m0 * a->ldy + n0;
             int64_t ldc = a->ep ? ks->nr : a->ldy;
-            for (int64_t b0 = 0; b0 < nb; b0 += KC_BLOCKS) {
-                int64_t nblk = nb - b0 < KC_BLOCKS ? nb - b0 : KC_BLOCKS;
+            for (int64_t b0 = 0; b0 < nb; b0 += kc) {
+                int64_t nblk = nb - b0 < kc ? nb - b0 : kc;
                 for (int64_t i0 = 0; i0 < mrows; i0 += ks->mr) {
                     int rows = (int)(mrows - i0 < ks->mr ? mrows - i0 : ks->mr);
                     loom_q8_act xr[LOOM_GEMM_Q_MAX_MR];

@@ -136,7 +136,8 @@ INLINE __m512i bcast_quad(const int8_t *p) {
 
 /* R: the x rows computed (a constant, <= MR; rows <= R of them stored).
  * compact: the panel packed once at load (gemm_q_kernels.h): q4 nibbles two
- * quads to a byte, split here with one shift and two masks per 64 bytes. The
+ * quads to a byte, split here with one shift and two masks per 64 bytes, f16
+ * scales widened exactly (vcvtph2ps). The
  * int32 block sums are exact in any order, so both forms give the same bits. */
 INLINE void micro_body(loom_dtype wt, int compact, int R, int64_t b0, int64_t nblk, const loom_q8_act *xr,
                        const uint8_t *panel, float *c, int64_t ldc, int rows, int cols,
@@ -192,7 +193,13 @@ UNROLL
                 }
             }
         }
-        __m512 d0 = _mm512_load_ps(d), d1 = _mm512_load_ps(d + 16);
+        __m512 d0, d1;
+        if (compact) { /* f16 scales */
+            d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + dof)));
+            d1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + dof + 32)));
+        } else {
+            d0 = _mm512_load_ps(d), d1 = _mm512_load_ps(d + 16);
+        }
 UNROLL
         for (int i = 0; i < R; i++) {
             __m512 dx = _mm512_set1_ps(xr[i].d[b]);
@@ -200,7 +207,13 @@ UNROLL
             acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), acc[i][1]);
         }
         if (wt == LOOM_Q4_1) {
-            __m512 n0 = _mm512_load_ps(d + NR), n1 = _mm512_load_ps(d + NR + 16);
+            __m512 n0, n1;
+            if (compact) {
+                n0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + dof + 2 * NR)));
+                n1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + dof + 2 * NR + 32)));
+            } else {
+                n0 = _mm512_load_ps(d + NR), n1 = _mm512_load_ps(d + NR + 16);
+            }
 UNROLL
             for (int i = 0; i < R; i++) {
                 __m512 sx = _mm512_set1_ps(xr[i].s[b]);

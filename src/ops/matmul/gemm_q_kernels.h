@@ -18,6 +18,8 @@
  *                low and quad j + 4's high (16 * nr bytes, the bytes of the
  *                file's blocks, transposed), then d[nr] and, q4_1, m[nr]
  *   q8_0         q[8][nr][4] as above, then d[nr]
+ *                d and m as the file's f16 bits (zero beyond W's edge): the
+ *                form has the file's bytes (18 / 20 / 34 per row and block)
  * A set reads it with micro_packed (NULL: the set has no compact form).
  */
 #ifndef LOOM_OPS_MATMUL_GEMM_Q_KERNELS_H
@@ -35,7 +37,7 @@ static inline size_t loom_gemm_q_packed_scale_offset(loom_dtype wt, int nr) {
     return (size_t)nr * (wt == LOOM_Q8_0 ? 32 : 16);
 }
 static inline size_t loom_gemm_q_packed_block_bytes(loom_dtype wt, int nr) {
-    return loom_gemm_q_packed_scale_offset(wt, nr) + (size_t)nr * (wt == LOOM_Q4_1 ? 8 : 4);
+    return loom_gemm_q_packed_scale_offset(wt, nr) + (size_t)nr * (wt == LOOM_Q4_1 ? 4 : 2);
 }
 
 typedef struct loom_gemm_q_kset {

@@ -4,6 +4,8 @@
 #ifndef LOOM_OPS_MATMUL_INTERNAL_H
 #define LOOM_OPS_MATMUL_INTERNAL_H
 
+#include <stdint.h>
+
 #include "ops/matmul/matmul.h"
 
 /* GEMV (gemv*.c): M < LOOM_GEMM_MIN_M, any weight dtype. */
@@ -14,8 +16,10 @@ size_t loom_gemv_scratch_size(const loom_matmul_args *a);
 loom_status loom_gemm_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch);
 size_t loom_gemm_scratch_size(const loom_matmul_args *a);
 
-/* GEMM with block-quantized weights (gemm_q*.c): q8_0, q4_0, q4_1. */
-loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch);
+/* GEMM with block-quantized weights (gemm_q*.c): q8_0, q4_0, q4_1. packed:
+ * a's panels packed once (loom_gemm_q_packed_find for isa's set), or NULL. */
+loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth, void *scratch,
+                            const uint8_t *packed);
 size_t loom_gemm_q_scratch_size(const loom_matmul_args *a);
 /* The bias_mul (ops/quant.h) the quantized GEMM quantizes x with at level isa
  * (pre-quantized x is made with it for either path: matmul.c, xq_bias_mul). */

@@ -94,17 +94,30 @@ loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) 
                           name ? name : "(null)");
 }
 
-/* The GEMV below LOOM_GEMM_MIN_M rows, except in batch-invariant runs and,
- * from two rows, for quantized weights with q8 activations at a level whose
- * GEMM reads weights packed once (VNNI): that GEMM reads W once for up to six
- * rows and beats the GEMV's row groups (SmolLM2 Q4_1 decode of 2 / 4 / 6
- * sequences: 1.3-1.6x the tokens/s). The choice depends on the level, never
- * on whether these weights are packed, so packing does not change a result
- * (`loom serve`, which packs, and `loom run`, which does not, agree). */
-static int use_gemv(const loom_matmul_args *a, loom_isa isa) {
+/* The path of a below LOOM_GEMM_MIN_M rows: the GEMV, except in
+ * batch-invariant runs and for quantized weights with q8 activations at a
+ * level whose GEMM reads weights packed once (VNNI). There the GEMM takes two
+ * rows and more whatever the packing (it reads W once for up to six rows and
+ * beats the GEMV's row groups: SmolLM2 Q4_1 decode of 2 / 4 / 6 sequences,
+ * 1.3-1.6x the tokens/s), and one row when W is packed: over the panels it
+ * reads what the GEMV reads, as fast (the file's bytes), so a packed model
+ * needs its file's copy of the matrix no more (model.c). Unpacked, one row
+ * takes the GEMV (laying the panels out per call would cost 3x); its sums are
+ * ordered otherwise, so one row differs in the last bits between a packed and
+ * an unpacked matrix, which only LOOM_PACK_WEIGHTS=0 or a packing failure
+ * gives. packed: a's panels (loom_gemm_q_packed_find) or NULL. */
+static int use_gemv(const loom_matmul_args *a, loom_isa isa, const uint8_t *packed) {
     if (a->M >= LOOM_GEMM_MIN_M || a->invariant) return 0;
-    if (a->M < 2 || !loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return 1;
-    return loom_gemm_q_kset_for(isa)->micro_packed == NULL;
+    if (!loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return 1;
+    if (loom_gemm_q_kset_for(isa)->micro_packed == NULL) return 1;
+    return a->M < 2 && !packed;
+}
+
+/* The panels of a's weights packed once for its level's GEMM, or NULL (not
+ * quantized, f32 activations, the reference level, nothing packed). */
+static const uint8_t *packed_for(const loom_matmul_args *a, loom_isa isa) {
+    if (!loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return NULL;
+    return loom_gemm_q_packed_find(a, loom_gemm_q_kset_for(isa));
 }
 
 /* ------------------------------------------------------------ RMSNorm of x */
@@ -288,7 +301,9 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     LOOM_TRY(loom_matmul_check(a));
     LOOM_RETURN_IF(a->norm_gamma && !a->norm_inv, LOOM_ERR_INVALID_ARG, "matmul: norm_gamma without norm_inv");
     if (a->M == 0 || a->N == 0) return LOOM_OK;
-    if (a->norm_gamma && isa != LOOM_ISA_REF && use_gemv(a, isa)) {
+    const uint8_t *packed = packed_for(a, isa);
+    const int gemv = use_gemv(a, isa, packed);
+    if (a->norm_gamma && isa != LOOM_ISA_REF && gemv) {
         if (a->xq && loom_matmul_xq_bytes(a) > 0) { /* x normalised and quantized already: never read */
             loom_matmul_args c = *a;
             c.norm_gamma = NULL, c.norm_inv = NULL;
@@ -303,8 +318,8 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
         loom_matmul_ref_block(a, 0, a->M, lo, hi, scratch);
         return LOOM_OK;
     }
-    if (use_gemv(a, isa)) return loom_gemv_run(a, isa, ith, nth, scratch);
+    if (gemv) return loom_gemv_run(a, isa, ith, nth, scratch);
     if (loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a))
-        return loom_gemm_q_run(a, isa, ith, nth, scratch);
+        return loom_gemm_q_run(a, isa, ith, nth, scratch, packed);
     return loom_gemm_run(a, isa, ith, nth, scratch);
 }

@@ -170,8 +170,17 @@ size_t loom_matmul_packed_bytes(loom_dtype wt, int64_t N, int64_t K, loom_isa is
  * until loom_packed_weights_free. A matrix overlapping one packed already is
  * an error. */
 loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa isa, loom_packed_weights **out);
+/* The same on nth threads (the caller's and up to nth - 1 started for it),
+ * calling packed(w, bytes, ctx) with each matrix's source bytes once it is
+ * packed, from any of them (model.c drops those pages as it goes). */
+loom_status loom_packed_weights_create_cb(const loom_pack_desc *d, int n, loom_isa isa, int nth,
+                                          void (*packed)(const void *w, size_t bytes, void *ctx), void *ctx,
+                                          loom_packed_weights **out);
 size_t loom_packed_weights_bytes(const loom_packed_weights *p);
 int loom_packed_weights_count(const loom_packed_weights *p);   /* matrices packed */
+/* The bytes of W that matrix i (< count, in address order) was packed from:
+ * their start in *w, their size returned (0 for no such matrix). */
+size_t loom_packed_weights_source(const loom_packed_weights *p, int i, const void **w);
 /* Unregisters and frees (NULL: nothing). */
 void loom_packed_weights_free(loom_packed_weights *p);
 /* Quantized GEMM calls that read packed panels so far, process-wide (tests, profiles). */

@@ -4,8 +4,9 @@
  * The quantized GEMM lays each panel of nr W rows out for its dot-product
  * instruction (gemm_q_kernels.h) and normally does it on every call: at a few
  * rows of x (a batch of decoding sequences) that costs as much as the
- * products. Packed here once, in the set's compact form (q4 kept at 4 bits, so
- * about 1.1-1.2x the file's bytes), the panels are read where they are.
+ * products. Packed here once, in the set's compact form (q4 kept at 4 bits,
+ * f16 scales: the file's bytes, transposed), the panels are read where they
+ * are.
  *
  * A process-wide table maps each packed matrix's address range to its panels;
  * loom_gemm_q_run looks the weights of every call up (a binary search under a
@@ -59,12 +60,13 @@ size_t loom_matmul_packed_bytes(loom_dtype wt, int64_t N, int64_t K, loom_isa is
 }
 
 /* One panel: the set's own packing into tmp, then its q4 bytes two quads to a
- * byte (the layouts are in gemm_q_kernels.h). */
+ * byte, and the file's f16 scales (and q4_1's mins) copied as they are (the
+ * layouts are in gemm_q_kernels.h). */
 static void pack_panel(const loom_gemm_q_kset *ks, loom_dtype wt, const char *w, size_t row_bytes, int cols,
                        int64_t nb, uint8_t *tmp, uint8_t *out) {
     const int nr = ks->nr;
     const size_t bb = loom_gemm_q_panel_block_bytes(nr), pbb = loom_gemm_q_packed_block_bytes(wt, nr);
-    const size_t sof = loom_gemm_q_packed_scale_offset(wt, nr);
+    const size_t sof = loom_gemm_q_packed_scale_offset(wt, nr), bs = loom_dtype_block_bytes(wt);
     ks->pack(wt, w, row_bytes, cols, nb, tmp);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = tmp + (size_t)b * bb;
@@ -72,7 +74,13 @@ static void pack_panel(const loom_gemm_q_kset *ks, loom_dtype wt, const char *w,
         if (wt == LOOM_Q8_0) memcpy(o, q, sof);
         else
             for (size_t i = 0; i < sof; i++) o[i] = (uint8_t)(q[i] | q[i + sof] << 4);
-        memcpy(o + sof, q + 32 * (size_t)nr, pbb - sof); /* d, and q4_1's m right after */
+        uint16_t *d = (uint16_t *)(o + sof), *mn = d + nr; /* every block starts with d, q4_1's m next */
+        memset(d, 0, pbb - sof);
+        for (int c = 0; c < cols; c++) {
+            const char *blk = w + (size_t)c * row_bytes + (size_t)b * bs;
+            memcpy(&d[c], blk, 2);
+            if (wt == LOOM_Q4_1) memcpy(&mn[c], blk + 2, 2);
+        }
     }
 }
 
@@ -152,6 +160,54 @@ const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gem
 uint64_t loom_matmul_packed_hits(void) { return (uint64_t)atomic_load_explicit(&hits, memory_order_relaxed); }
 
 loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa isa, loom_packed_weights **out) {
+    return loom_packed_weights_create_cb(d, n, isa, 1, NULL, NULL, out);
+}
+
+/* The packing shared among threads: units of up to UNIT_PANELS panels of one
+ * matrix, taken in turn; the thread finishing a matrix's last unit reports it. */
+#define UNIT_PANELS 64
+
+typedef struct pack_job {
+    loom_packed_weights *p;
+    const loom_gemm_q_kset *ks;
+    size_t tmp_bytes;
+    int n_units;
+    int *unit_entry;          /* per unit: its matrix; its first panel in unit_panel */
+    int64_t *unit_panel;
+    atomic_int next;          /* the next unit to take */
+    atomic_int *left;         /* per matrix: units not packed yet */
+    void (*packed)(const void *w, size_t bytes, void *ctx);
+    void *ctx;
+} pack_job;
+
+static void pack_units(pack_job *j, uint8_t *tmp) {
+    const int nr = j->ks->nr;
+    for (int u; (u = atomic_fetch_add(&j->next, 1)) < j->n_units;) {
+        packed_entry *e = &j->p->entries[j->unit_entry[u]];
+        int64_t nb = e->K / 32, p0 = j->unit_panel[u], np = (e->N + nr - 1) / nr;
+        size_t pbytes = (size_t)nb * loom_gemm_q_packed_block_bytes(e->wtype, nr);
+        for (int64_t q = p0; q < np && q < p0 + UNIT_PANELS; q++) {
+            int64_t r = q * nr;
+            int cols = (int)(e->N - r < nr ? e->N - r : nr);
+            pack_panel(j->ks, e->wtype, e->base + (size_t)r * e->row_bytes, e->row_bytes, cols, nb, tmp,
+                       (uint8_t *)e->panels + (size_t)q * pbytes);
+        }
+        if (atomic_fetch_sub(&j->left[j->unit_entry[u]], 1) == 1 && j->packed)
+            j->packed(e->base, (size_t)(e->end - e->base), j->ctx);
+    }
+}
+
+static void *pack_thread(void *arg) {
+    pack_job *j = arg;
+    uint8_t *tmp = loom_alloc_aligned(j->tmp_bytes, LOOM_ALIGN);
+    if (tmp) pack_units(j, tmp); /* else the other threads take every unit */
+    loom_free_aligned(tmp);
+    return NULL;
+}
+
+loom_status loom_packed_weights_create_cb(const loom_pack_desc *d, int n, loom_isa isa, int nth,
+                                          void (*packed)(const void *w, size_t bytes, void *ctx), void *ctx,
+                                          loom_packed_weights **out) {
     LOOM_RETURN_IF(!out || (n > 0 && !d) || n < 0, LOOM_ERR_INVALID_ARG, "pack_weights: invalid arguments");
     *out = NULL;
     for (int i = 0; i < n; i++)
@@ -161,6 +217,7 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
     LOOM_RETURN_IF(!p, LOOM_ERR_NOMEM, "out of memory");
     p->entries = calloc((size_t)(n > 0 ? n : 1), sizeof *p->entries);
     size_t total = 0, tmp_bytes = 0;
+    int n_units = 0;
     for (int i = 0; p->entries && i < n; i++) {
         if (isa <= LOOM_ISA_REF || !packable(d[i].wtype, d[i].N, d[i].K, d[i].ldw, ks)) continue;
         packed_entry *e = &p->entries[p->n++];
@@ -170,11 +227,17 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
         total += loom_matmul_packed_bytes(d[i].wtype, d[i].N, d[i].K, isa);
         size_t t = (size_t)(d[i].K / 32) * loom_gemm_q_panel_block_bytes(ks->nr);
         if (t > tmp_bytes) tmp_bytes = t;
+        n_units += (int)(((d[i].N + ks->nr - 1) / ks->nr + UNIT_PANELS - 1) / UNIT_PANELS);
     }
+    pack_job j = {.p = p, .ks = ks, .tmp_bytes = tmp_bytes, .n_units = n_units, .packed = packed, .ctx = ctx};
     uint8_t *tmp = p->n ? loom_alloc_aligned(tmp_bytes, LOOM_ALIGN) : NULL;
     p->block = p->n ? loom_alloc_aligned(total, LOOM_ALIGN) : NULL;
-    if (!p->entries || (p->n && (!tmp || !p->block))) {
+    j.unit_entry = malloc((size_t)(n_units + 1) * sizeof *j.unit_entry);
+    j.unit_panel = malloc((size_t)(n_units + 1) * sizeof *j.unit_panel);
+    j.left = malloc((size_t)(p->n + 1) * sizeof *j.left);
+    if (!p->entries || !j.unit_entry || !j.unit_panel || !j.left || (p->n && (!tmp || !p->block))) {
         loom_free_aligned(tmp);
+        free(j.unit_entry), free(j.unit_panel), free(j.left);
         p->n = 0; /* not in the table */
         loom_packed_weights_free(p);
         return loom_set_error(LOOM_ERR_NOMEM, "pack_weights: cannot allocate %zu bytes", total);
@@ -186,18 +249,30 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
         if (overlaps(&p->entries[i], &p->entries[i - 1]))
             s = loom_set_error(LOOM_ERR_INVALID_ARG, "pack_weights: two matrices share rows (at %p)",
                                (const void *)p->entries[i].base);
+    /* every matrix's place in the block, and the units */
     uint8_t *o = p->block;
-    for (int i = 0; i < p->n && s == LOOM_OK; i++) {
+    int u = 0;
+    for (int i = 0; i < p->n; i++) {
         packed_entry *e = &p->entries[i];
-        int64_t nb = e->K / 32;
+        int64_t np = (e->N + ks->nr - 1) / ks->nr;
         e->panels = o;
-        for (int64_t r = 0; r < e->N; r += ks->nr) {
-            int cols = (int)(e->N - r < ks->nr ? e->N - r : ks->nr);
-            pack_panel(ks, e->wtype, e->base + (size_t)r * e->row_bytes, e->row_bytes, cols, nb, tmp, o);
-            o += (size_t)nb * loom_gemm_q_packed_block_bytes(e->wtype, ks->nr);
-        }
+        o += (size_t)np * (size_t)(e->K / 32) * loom_gemm_q_packed_block_bytes(e->wtype, ks->nr);
+        int k = 0;
+        for (int64_t q = 0; q < np; q += UNIT_PANELS, k++) j.unit_entry[u] = i, j.unit_panel[u++] = q;
+        atomic_init(&j.left[i], k);
+    }
+    atomic_init(&j.next, 0);
+    if (s == LOOM_OK && p->n > 0) {
+        enum { MAX_HELPERS = 63 };
+        pthread_t th[MAX_HELPERS];
+        int helpers = nth - 1 < n_units - 1 ? nth - 1 : n_units - 1, started = 0;
+        if (helpers > MAX_HELPERS) helpers = MAX_HELPERS;
+        while (started < helpers && pthread_create(&th[started], NULL, pack_thread, &j) == 0) started++;
+        pack_units(&j, tmp); /* with as many helpers as could start, or alone */
+        for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     }
     loom_free_aligned(tmp);
+    free(j.unit_entry), free(j.unit_panel), free(j.left);
     if (s == LOOM_OK && p->n > 0) s = table_add(p);
     if (s != LOOM_OK) {
         p->n = 0; /* not in the table */
@@ -210,6 +285,12 @@ loom_status loom_packed_weights_create(const loom_pack_desc *d, int n, loom_isa 
 
 size_t loom_packed_weights_bytes(const loom_packed_weights *p) { return p ? p->bytes : 0; }
 int loom_packed_weights_count(const loom_packed_weights *p) { return p ? p->n : 0; }
+
+size_t loom_packed_weights_source(const loom_packed_weights *p, int i, const void **w) {
+    if (!p || i < 0 || i >= p->n) return 0;
+    *w = p->entries[i].base;
+    return (size_t)(p->entries[i].end - p->entries[i].base);
+}
 
 void loom_packed_weights_free(loom_packed_weights *p) {
     if (!p) return;
