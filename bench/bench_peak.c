@@ -1,0 +1,153 @@
+/*
+ * The machine's instruction ceilings that loom's kernels are measured
+ * against: the throughput of the 512-bit int8 dot product (vpdpbusd, AVX512
+ * VNNI: 64 multiply-adds, 128 int8 operations) and of the f32 FMA (vfmadd,
+ * 16 lanes, 32 flops), on 1..N threads at once (each on its own core when
+ * the CPUs allow). Twelve independent accumulators per thread hide the
+ * latency, so the figure is the issue rate of the execution ports.
+ *
+ *   bench_peak [--threads 1,2] [--reps 5] [--ms 200]
+ *
+ * A kernel's share of this ceiling is what its bound arguments use (e.g.
+ * bench/results/batch.md: the packed int8 GEMM at 16 rows against the
+ * vpdpbusd rate). Medians of --reps runs of about --ms milliseconds each.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_util.h"
+#include "base/cpu.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* n rounds of 12 independent vpdpbusd; the sums returned so nothing is dropped. */
+TGT static int dpbusd_loop(long n) {
+    __m512i a[12];
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+    __m512i w = _mm512_set1_epi8(1), x = _mm512_set1_epi8(2);
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], w, x);
+        __asm__ volatile("" : "+v"(w), "+v"(x));
+    }
+    int s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_epi32(a[i]);
+    return s;
+}
+
+TGT static int fma_loop(long n) {
+    __m512 f[12];
+    for (int i = 0; i < 12; i++) f[i] = _mm512_set1_ps((float)i);
+    __m512 w = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(0.001f);
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) f[i] = _mm512_fmadd_ps(f[i], w, x);
+        __asm__ volatile("" : "+v"(w), "+v"(x));
+    }
+    float s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(f[i]);
+    return (int)s;
+}
+#endif
+
+typedef struct job {
+    int fma;
+    long n;
+    pthread_barrier_t *start;
+    double seconds;
+    int sink;
+} job;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *run(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->start);
+    double t0 = now();
+#if defined(__x86_64__)
+    j->sink = j->fma ? fma_loop(j->n) : dpbusd_loop(j->n);
+#endif
+    j->seconds = now() - t0;
+    return NULL;
+}
+
+/* Per-thread operations per second of nth threads running together: the
+ * slowest thread's rate (they share the machine). */
+static double rate(int fma, int nth, long n) {
+    pthread_t th[64];
+    job jobs[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)nth);
+    for (int t = 0; t < nth; t++) {
+        jobs[t] = (job){.fma = fma, .n = n, .start = &start};
+        if (pthread_create(&th[t], NULL, run, &jobs[t]) != 0) {
+            fprintf(stderr, "bench_peak: cannot start thread %d\n", t);
+            exit(1);
+        }
+    }
+    double worst = 0;
+    for (int t = 0; t < nth; t++) {
+        pthread_join(th[t], NULL);
+        if (jobs[t].seconds > worst) worst = jobs[t].seconds;
+    }
+    pthread_barrier_destroy(&start);
+    double ops_per_round = fma ? 12.0 * 32.0 : 12.0 * 128.0;
+    return (double)n * ops_per_round / worst;
+}
+
+int main(int argc, char **argv) {
+    int threads[16] = {1, 2}, nthreads = 2, reps = 5, ms = 200;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            nthreads = bench_parse_ints(argv[++i], threads, 16);
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
+            ms = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: bench_peak [--threads 1,2] [--reps 5] [--ms 200]\n");
+            return 2;
+        }
+    }
+    if (nthreads < 1 || reps < 1 || reps > 99 || ms < 1) {
+        fprintf(stderr, "bench_peak: bad --threads, --reps (1..99) or --ms\n");
+        return 2;
+    }
+    for (int i = 0; i < nthreads; i++)
+        if (threads[i] < 1 || threads[i] > 64) {
+            fprintf(stderr, "bench_peak: threads must be 1..64, got %d\n", threads[i]);
+            return 2;
+        }
+    printf("instruction ceilings (12 independent accumulators per thread; median of %d)\n", reps);
+    bench_print_cpu();
+    const loom_cpu_features *c = loom_cpu_get();
+    if (!c->avx512f || !c->avx512_vnni) {
+        printf("this CPU has no AVX512-VNNI: nothing to measure\n");
+        return 0;
+    }
+    printf("\n| threads | vpdpbusd int8 GOP/s per thread | vfmadd f32 GFLOP/s per thread | int8 / f32 |\n");
+    printf("|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nthreads; i++) {
+        double v[2][99];
+        for (int fma = 0; fma < 2; fma++) {
+            /* rounds for about ms milliseconds at a first estimate's rate */
+            double r0 = rate(fma, 1, 100000);
+            long n = (long)(r0 * (double)ms * 1e-3 / (fma ? 12.0 * 32.0 : 12.0 * 128.0));
+            if (n < 1000) n = 1000;
+            for (int r = 0; r < reps; r++) v[fma][r] = rate(fma, threads[i], n);
+        }
+        double d = bench_median(v[0], reps) * 1e-9, f = bench_median(v[1], reps) * 1e-9;
+        printf("| %d | %.1f | %.1f | %.2f |\n", threads[i], d, f, d / f);
+    }
+    return 0;
+}
