@@ -195,11 +195,15 @@ typedef struct loom_model_params {
      * a prompt - instead of laying them out on every call. The file's copy of
      * a packed matrix leaves the process (left out of the resident copy, or
      * dropped from the mapping; read back from the page cache if something
-     * still reads it), so the model takes its weights' bytes once. 0
-     * (default) and 1: packed at load (1: a failure to pack fails the load;
-     * 0 runs unpacked with a warning); -1: never (one-row products then take
-     * the GEMV, whose sums are ordered otherwise: logits differ in the last
-     * bits). Default from $LOOM_PACK_WEIGHTS (1 = at load, 0 = never). */
+     * still reads it), so the model takes its weights' bytes once.
+     * 0 (default): at load, the matrices read from the file's mapping (not
+     * K-quants converted at load, whose converted copy would stay: two
+     * copies), and not with use_mmap (the shared pages would become each
+     * process's own copy); a failure warns and runs unpacked. 1: every
+     * quantized matrix at load, with use_mmap too; a failure fails the load.
+     * -1: never. Unpacked matrices take the GEMV for one row, whose sums are
+     * ordered otherwise (logits differ in the last bits). Default from
+     * $LOOM_PACK_WEIGHTS (1 = 1, 0 = -1). */
     int pack_weights;
 } loom_model_params;
 

@@ -133,18 +133,28 @@ int64_t loom_qkv_heads_per_block(int64_t T, int64_t D, int64_t n_heads, int64_t 
 int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int64_t n_kv_heads,
                                      int64_t l3_bytes) {
     if (n_kv_heads < 1) return 1;
+    /* items start every hb * D weight rows: a multiple of 32 where the heads
+     * allow, so that each item's rows begin at a panel of the weights packed
+     * once (ops/matmul/packed.c) and read them (head sizes that are multiples
+     * of 32 always do) */
     if (T < LOOM_GEMM_MIN_M) { /* GEMVs: whole heads of at least 64 weight rows an item (tiny heads: one
                                   item of 8 rows costs more to set up than to compute) */
         int64_t hb = D > 0 && D < 64 ? (64 + D - 1) / D : 1;
+        for (int64_t h = hb; D > 0 && h <= n_kv_heads; h++)
+            if (h * D % 32 == 0) {
+                hb = h;
+                break;
+            }
         return hb < n_kv_heads ? hb : n_kv_heads;
     }
     int64_t l3 = l3_bytes > 0 ? l3_bytes : (8 << 20);
     int64_t target = l3 / 8 / (4 * T * (D > 0 ? D : 1));
-    for (int64_t hb = target < n_kv_heads ? target : n_kv_heads; hb > 1; hb--) {
-        if (n_kv_heads % hb) continue;
-        int64_t items = (n_heads + hb - 1) / hb + 2 * (n_kv_heads / hb);
-        if (items % 2 == 0 || items >= 12) return hb;
-    }
+    for (int aligned = 1; aligned >= 0; aligned--)
+        for (int64_t hb = target < n_kv_heads ? target : n_kv_heads; hb > 1; hb--) {
+            if (n_kv_heads % hb || (aligned && hb * D % 32)) continue;
+            int64_t items = (n_heads + hb - 1) / hb + 2 * (n_kv_heads / hb);
+            if (items % 2 == 0 || items >= 12) return hb;
+        }
     return 1;
 }
 

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/status.h"
@@ -545,7 +544,13 @@ int loom_gguf_make_resident_except(loom_gguf *g, const loom_byte_range *skip, in
     return g && g->mapped ? loom_mapped_file_resident_except(&g->file, skip, n) : 0;
 }
 
-void loom_gguf_drop(loom_gguf *g, const loom_byte_range *skip, int n) {
+int loom_gguf_maps(const loom_gguf *g, const void *p, size_t n) {
+    if (!g || !g->mapped || !p) return 0;
+    const unsigned char *a = p, *lo = g->file.data;
+    return a >= lo && (size_t)(a - lo) <= g->file.size && n <= g->file.size - (size_t)(a - lo);
+}
+
+void loom_gguf_drop(const loom_gguf *g, const loom_byte_range *skip, int n) {
     if (g && g->mapped) loom_mapped_file_drop(&g->file, skip, n);
 }
 
@@ -664,12 +669,8 @@ loom_status loom_gguf_tensor_at(const loom_gguf *g, int64_t i, loom_tensor *out)
 void loom_gguf_release_tensor_pages(const loom_gguf *g, int64_t i) {
     if (!g || !g->mapped || i < 0 || i >= g->n_tensors) return;
     const gguf_tensor *t = &g->tensors[i];
-    const long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0) return;
-    uintptr_t a = (uintptr_t)(g->data + g->data_off + t->offset), e = a + t->nbytes;
-    a = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg; /* whole pages inside the tensor only */
-    e = e / (uintptr_t)pg * (uintptr_t)pg;
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED); /* a read-only file mapping: read again if touched */
+    loom_byte_range r = {g->data + g->data_off + t->offset, (size_t)t->nbytes};
+    loom_gguf_drop(g, &r, 1); /* whole pages of the file mapping: read again if touched */
 }
 
 loom_status loom_gguf_get_tensor(const loom_gguf *g, const char *name, loom_tensor *out) {

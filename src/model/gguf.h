@@ -112,9 +112,12 @@ int loom_gguf_make_resident(loom_gguf *g);
  * (loom_mapped_file_resident_except: -1 with the error set when the mapping is
  * unusable). */
 int loom_gguf_make_resident_except(loom_gguf *g, const loom_byte_range *skip, int n);
+/* 1 when [p, p + n) lies in the file's mapping (not in memory the loader
+ * converted a tensor into). */
+int loom_gguf_maps(const loom_gguf *g, const void *p, size_t n);
 /* The whole pages inside the ranges dropped from the process while they are
  * the file's (loom_mapped_file_drop). */
-void loom_gguf_drop(loom_gguf *g, const loom_byte_range *skip, int n);
+void loom_gguf_drop(const loom_gguf *g, const loom_byte_range *skip, int n);
 
 const char *loom_gguf_path(const loom_gguf *g);
 uint32_t loom_gguf_version(const loom_gguf *g);

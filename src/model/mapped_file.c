@@ -49,7 +49,7 @@ loom_status loom_mapped_file_open(loom_mapped_file *f, const char *path) {
     memset(f, 0, sizeof *f);
     LOOM_RETURN_IF(!path, LOOM_ERR_INVALID_ARG, "no file path given");
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     LOOM_RETURN_IF(fd < 0, LOOM_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -63,11 +63,15 @@ loom_status loom_mapped_file_open(loom_mapped_file *f, const char *path) {
     size_t n = (size_t)st.st_size;
     void *at = n >= HUGE_PAGE ? reserve_aligned(n) : NULL;
     void *p = mmap(at, n, PROT_READ, MAP_PRIVATE | (at ? MAP_FIXED : 0), fd, 0);
-    close(fd);
-    if (p == MAP_FAILED && at) munmap(at, page_round(n));
-    LOOM_RETURN_IF(p == MAP_FAILED, LOOM_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        if (at) munmap(at, page_round(n));
+        return loom_set_error(LOOM_ERR_IO, "cannot map '%s': %s", path, strerror(e));
+    }
     f->data = p;
     f->size = n;
+    f->fd1 = fd + 1; /* the same file, should the mapping need a part of it again */
     return LOOM_OK;
 }
 
@@ -118,45 +122,62 @@ static void copy_except(char *q, const unsigned char *src, size_t off, size_t n,
     if (off < end) memcpy(q + off, src + off, end - off);
 }
 
-/* The span [a, b) of f, a resident copy with nothing there yet, given the
- * file's bytes again: the file mapped in place, else read into place. */
-static int restore_span(loom_mapped_file *f, int fd, span s) {
-    char *at = (char *)f->data + s.a;
-    if (mmap(at, s.b - s.a, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)s.a) == at) return 1;
-    if (mprotect(at, s.b - s.a, PROT_READ | PROT_WRITE) != 0) return 0;
-    for (size_t done = 0; done < s.b - s.a;) {
-        ssize_t r = pread(fd, at + done, s.b - s.a - done, (off_t)(s.a + done));
-        if (r <= 0) return 0;
-        done += (size_t)r;
+/* The pieces of [0, len) to move into place: everything outside the spans,
+ * cut where the huge-page advice changes (hp: the 2 MiB-rounded regions
+ * around the spans that were advised MADV_NOHUGEPAGE), so each piece lies in
+ * one VMA of the staging copy (mremap moves one VMA's range on every kernel). */
+static int pieces(const span *iv, int k, const span *hp, int nh, size_t len, span *out) {
+    size_t *cut = malloc((size_t)(2 * k + 2 * nh + 2) * sizeof *cut);
+    if (!cut) return -1;
+    int nc = 0;
+    cut[nc++] = 0, cut[nc++] = len;
+    for (int i = 0; i < k; i++) cut[nc++] = iv[i].a, cut[nc++] = iv[i].b;
+    for (int i = 0; i < nh; i++) cut[nc++] = hp[i].a, cut[nc++] = hp[i].b;
+    for (int i = 1; i < nc; i++) /* insertion sort: a few hundred cuts */
+        for (int j = i; j > 0 && cut[j - 1] > cut[j]; j--) {
+            size_t t = cut[j];
+            cut[j] = cut[j - 1], cut[j - 1] = t;
+        }
+    int n = 0, s = 0;
+    for (int i = 0; i + 1 < nc; i++) {
+        size_t a = cut[i], b = cut[i + 1];
+        if (a >= b) continue;
+        while (s < k && iv[s].b <= a) s++;
+        if (s < k && iv[s].a <= a && b <= iv[s].b) continue; /* inside a span: stays the file's */
+        out[n++] = (span){a, b};
     }
-    return mprotect(at, s.b - s.a, PROT_READ) == 0;
+    free(cut);
+    return n;
 }
 
 int loom_mapped_file_resident_except(loom_mapped_file *f, const loom_byte_range *skip, int n) {
     if (!f || !f->data || f->resident) return f && f->resident;
     if (((uintptr_t)f->data & (HUGE_PAGE - 1)) != 0) return 0; /* a small file: its pages stay */
-    span *iv = n > 0 ? malloc((size_t)n * sizeof *iv) : NULL;
-    int k = iv ? page_spans(f, skip, n, iv) : 0;
-    int fd = k > 0 ? open(f->path, O_RDONLY) : -1;
-    if (fd < 0) k = 0; /* the file cannot give the pages back: all copied */
     size_t len = page_round(f->size);
-    char *q = reserve_aligned(len);
+    span *iv = n > 0 ? malloc((size_t)n * 2 * sizeof *iv) : NULL;
+    span *hp = iv ? iv + n : NULL; /* the spans' 2 MiB-rounded regions (n at most) */
+    span *pc = malloc((size_t)(n > 0 ? 4 * n + 2 : 1) * sizeof *pc);
+    int k = iv ? page_spans(f, skip, n, iv) : 0, nh = 0;
+    for (int i = 0; i < k; i++) {
+        size_t a = iv[i].a & ~(HUGE_PAGE - 1), b = (iv[i].b + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        if (b > len) b = len;
+        if (nh > 0 && a <= hp[nh - 1].b) hp[nh - 1].b = b > hp[nh - 1].b ? b : hp[nh - 1].b;
+        else hp[nh++] = (span){a, b};
+    }
+    int np = pc ? pieces(iv, k, hp, nh, len, pc) : -1;
+    char *q = np >= 0 ? reserve_aligned(len) : NULL;
     if (!q || mprotect(q, len, PROT_READ | PROT_WRITE) != 0) {
         if (q) munmap(q, len);
-        if (fd >= 0) close(fd);
-        free(iv);
+        free(iv), free(pc);
         return 0;
     }
     madvise(q, len, MADV_HUGEPAGE);
-    /* huge pages not where a span is: a byte copied beside it would bring a
-     * whole 2 MiB page in (freed only when the span is mapped back) */
-    for (int i = 0; i < k; i++) {
-        size_t a = iv[i].a & ~(HUGE_PAGE - 1), b = (iv[i].b + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-        madvise(q + a, (b < len ? b : len) - a, MADV_NOHUGEPAGE);
-    }
+    /* no huge pages around a span: a byte copied beside it would bring a whole
+     * 2 MiB page in */
+    for (int i = 0; i < nh; i++) madvise(q + hp[i].a, hp[i].b - hp[i].a, MADV_NOHUGEPAGE);
     /* in chunks, each chunk's file pages dropped from the process once copied
      * (the page cache keeps them), so the peak is the copy plus one chunk; the
-     * skipped spans are never touched, so they take no memory */
+     * spans are never touched in the copy, so they take no memory there */
     const size_t chunk = 16 * HUGE_PAGE;
     for (size_t off = 0; off < f->size; off += chunk) {
         size_t c = f->size - off < chunk ? f->size - off : chunk;
@@ -164,30 +185,43 @@ int loom_mapped_file_resident_except(loom_mapped_file *f, const loom_byte_range 
         if (c == chunk) madvise((void *)(f->data + off), c, MADV_DONTNEED);
     }
     mprotect(q, len, PROT_READ); /* read-only, as the mapping was */
-    /* the anonymous pages take the mapping's place: same address, huge pages kept */
-    void *r = mremap(q, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->data);
-    if (r == MAP_FAILED) {
-        munmap(q, len);
-        if (fd >= 0) close(fd);
-        free(iv);
-        return 0;
+    /* each piece takes its place over the file mapping (same address, huge
+     * pages kept); the spans stay the file's. A piece that cannot move leaves
+     * the file mapping there: the same bytes, only not resident. */
+    int moved = 0, broken = 0;
+    for (int i = 0; i < np; i++) {
+        void *r = mremap(q + pc[i].a, pc[i].b - pc[i].a, pc[i].b - pc[i].a, MREMAP_MAYMOVE | MREMAP_FIXED,
+                         (void *)(f->data + pc[i].a));
+        if (r != MAP_FAILED) {
+            moved++;
+            continue;
+        }
+        /* a failed move may have unmapped the target first: the file again */
+        munmap(q + pc[i].a, pc[i].b - pc[i].a);
+        char *at = (char *)f->data + pc[i].a;
+        if (!f->fd1 || mmap(at, pc[i].b - pc[i].a, PROT_READ, MAP_PRIVATE | MAP_FIXED, f->fd1 - 1,
+                            (off_t)pc[i].a) != at)
+            broken = 1;
     }
-    f->resident = 1;
-    int ok = 1;
-    for (int i = 0; i < k && ok; i++) ok = restore_span(f, fd, iv[i]);
-    if (fd >= 0) close(fd);
-    free(iv);
-    if (!ok) {
-        loom_set_error(LOOM_ERR_IO, "'%s': cannot map the file's pages back after the resident copy: %s", f->path,
-                       strerror(errno));
+    for (int i = 0; i < k; i++) { /* the spans' staging never touched; their file pages out of the process */
+        munmap(q + iv[i].a, iv[i].b - iv[i].a);
+        madvise((void *)(f->data + iv[i].a), iv[i].b - iv[i].a, MADV_DONTNEED);
+    }
+    free(iv), free(pc);
+    /* resident when any piece moved: the mapping is then part anonymous, and
+     * loom_mapped_file_drop leaves it alone */
+    f->resident = moved > 0;
+    if (broken) {
+        loom_set_error(LOOM_ERR_IO, "'%s': part of its mapping could be neither made resident nor mapped again",
+                       f->path);
         return -1;
     }
-    return 1;
+    return f->resident;
 }
 
 int loom_mapped_file_resident(loom_mapped_file *f) { return loom_mapped_file_resident_except(f, NULL, 0); }
 
-void loom_mapped_file_drop(loom_mapped_file *f, const loom_byte_range *skip, int n) {
+void loom_mapped_file_drop(const loom_mapped_file *f, const loom_byte_range *skip, int n) {
     if (!f || !f->data || f->resident || n <= 0) return;
     span *iv = malloc((size_t)n * sizeof *iv);
     if (!iv) return;
@@ -197,6 +231,8 @@ void loom_mapped_file_drop(loom_mapped_file *f, const loom_byte_range *skip, int
 }
 
 void loom_mapped_file_close(loom_mapped_file *f) {
+    if (f->fd1) close(f->fd1 - 1);
+    f->fd1 = 0;
     if (f->data) munmap((void *)f->data, f->resident ? page_round(f->size) : f->size);
     f->data = NULL;
     f->size = 0;

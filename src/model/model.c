@@ -185,31 +185,39 @@ static loom_status pack_weights(loom_model *m) {
         }
         d[k++] = d[i];
     }
+    /* by default only matrices read from the file's mapping: their file pages
+     * leave the process once packed (drop_source, make_gguf_resident). A matrix
+     * converted at load (K-quants into q4_1 / q8_0) keeps its converted copy in
+     * memory, so packing it would hold it twice: only with pack_weights 1. */
+    if (m->params.pack_weights == 0) {
+        int j = 0;
+        for (int i = 0; i < k; i++)
+            if (m->gguf && loom_gguf_maps(m->gguf, d[i].w, (size_t)d[i].N * loom_dtype_row_bytes(d[i].wtype, d[i].ldw)))
+                d[j++] = d[i];
+        k = j;
+    }
     /* each matrix's file pages dropped once packed: the load's peak is the
-     * packed form plus one matrix, not twice the weights (release_packed_sources) */
+     * packed form plus a matrix per thread, not twice the weights */
     loom_status s = loom_packed_weights_create_cb(d, k, loom_cpu_isa(), m->params.n_threads, drop_source, m,
                                                   &m->packed);
     free(d);
     return s;
 }
 
-/* The file's pages of the matrices packed once: the one-row GEMM reads the
- * panels too (ops/matmul/matmul.c), so nothing but an occasional reader (a
- * tied embedding's rows, f32-activation or reference runs) touches them. With
- * resident (the GGUF's pages copied to huge pages) they are left out of the
- * copy; with the mapping kept they are dropped from the process. Either way
- * they stay the file's and read back from the page cache when touched, so the
- * model takes about its file's bytes once, not twice. */
-static loom_status release_packed_sources(loom_model *m, int resident) {
+/* The GGUF's pages made resident (huge pages), except those of the matrices
+ * packed once: the GEMM reads only the panels (one row too, ops/matmul/matmul.c),
+ * so nothing but an occasional reader (a tied embedding's rows, f32-activation
+ * or reference runs) touches them; they stay the file's and read back from the
+ * page cache when touched, so the model takes its weights' bytes once. (With
+ * the mapping kept, use_mmap, packing dropped them as it went: drop_source.) */
+static loom_status make_gguf_resident(loom_model *m) {
     int n = loom_packed_weights_count(m->packed);
     loom_byte_range *r = n > 0 ? malloc((size_t)n * sizeof *r) : NULL;
     for (int i = 0; r && i < n; i++) r[i].n = loom_packed_weights_source(m->packed, i, &r[i].p);
-    if (!r) n = 0; /* out of memory: everything copied, nothing dropped */
-    loom_status s = LOOM_OK;
-    if (resident && m->gguf && loom_gguf_make_resident_except(m->gguf, r, n) < 0) s = LOOM_ERR_IO;
-    if (!resident && m->gguf) loom_gguf_drop(m->gguf, r, n);
+    if (!r) n = 0; /* out of memory: everything copied */
+    int res = loom_gguf_make_resident_except(m->gguf, r, n);
     free(r);
-    return s;
+    return res < 0 ? LOOM_ERR_IO : LOOM_OK;
 }
 
 loom_status loom_model_load(const char *path, const loom_model_params *p, loom_model **out) {
@@ -235,16 +243,18 @@ loom_status loom_model_load(const char *path, const loom_model_params *p, loom_m
         return s;
     }
     /* the quantized matrices packed for the GEMM first, from the file's pages,
-     * so that the resident copy leaves those pages to the file */
-    if (params.pack_weights >= 0 && params.act_precision == LOOM_ACT_PREC_Q8 &&
-        (s = pack_weights(m)) != LOOM_OK) {
+     * so that the resident copy leaves those pages to the file; by default not
+     * with the mapping kept (use_mmap: its pages are shared with other
+     * processes through the page cache; a packed copy would be each one's own) */
+    if (params.pack_weights >= 0 && !(params.pack_weights == 0 && params.use_mmap) &&
+        params.act_precision == LOOM_ACT_PREC_Q8 && (s = pack_weights(m)) != LOOM_OK) {
         if (params.pack_weights > 0) goto fail;
         fprintf(stderr, "loom: weights not packed (%s); running without\n", loom_last_error());
         loom_clear_error();
         s = LOOM_OK;
     }
-    if ((s = release_packed_sources(m, !params.use_mmap)) != LOOM_OK) goto fail;
     if (!params.use_mmap) { /* the weights into huge pages, at the same addresses */
+        if (m->gguf && (s = make_gguf_resident(m)) != LOOM_OK) goto fail;
         if (m->st) loom_safetensors_make_resident(m->st);
         if (m->format != LOOM_MODEL_GGUF && m->format != LOOM_MODEL_SAFETENSORS) loom_mapped_file_resident(&m->file);
     }

@@ -48,7 +48,6 @@ struct loom_model {
     int               *ksc, *vsc; /* per-layer scale store ids (i8 caches) */
 };
 
-
 /* The program that ran last, with its node stats filled for that step
  * (loom_program_account); NULL before the first forward pass. */
 loom_graph *loom_model_last_graph(loom_model *m);

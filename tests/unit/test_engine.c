@@ -419,6 +419,23 @@ static int logits_close(const float *a, const float *b, int n, double rel) {
     return 0;
 }
 
+/* Every tensor of m's GGUF holds the bytes of the file at path. */
+static int tensors_match_file(loom_model *m, const char *path) {
+    FILE *ff = fopen(path, "rb");
+    int64_t bad = 0;
+    for (int64_t i = 0; ff && i < loom_gguf_n_tensors(m->gguf); i++) {
+        loom_gguf_tensor_info ti;
+        CHECK(loom_gguf_tensor_info_at(m->gguf, i, &ti) == LOOM_OK);
+        char *buf = malloc(ti.nbytes ? ti.nbytes : 1);
+        CHECK(fseek(ff, (long)(loom_gguf_data_offset(m->gguf) + ti.offset), SEEK_SET) == 0);
+        CHECK(fread(buf, 1, ti.nbytes, ff) == ti.nbytes);
+        bad += memcmp(buf, ti.data, ti.nbytes) != 0;
+        free(buf);
+    }
+    if (ff) fclose(ff);
+    return ff && bad == 0;
+}
+
 static void test_batch_invariance(void) {
     inv_case(model_path, g_model, g_tok, INV_N, 2027);
     /* quantized weights (SmolLM2-135M q4_1: the int8 GEMM for every row count), when present */
@@ -442,19 +459,7 @@ static void test_batch_invariance(void) {
                                                                                 loom_packed_weights_count(m->packed) == 0));
     /* the packed matrices' file pages were left out of the resident copy and
      * map the file again: every tensor still holds the file's bytes */
-    FILE *ff = fopen(q4, "rb");
-    int64_t bad = 0;
-    for (int64_t i = 0; m && ff && i < loom_gguf_n_tensors(m->gguf); i++) {
-        loom_gguf_tensor_info ti;
-        CHECK(loom_gguf_tensor_info_at(m->gguf, i, &ti) == LOOM_OK);
-        char *buf = malloc(ti.nbytes ? ti.nbytes : 1);
-        CHECK(fseek(ff, (long)(loom_gguf_data_offset(m->gguf) + ti.offset), SEEK_SET) == 0);
-        CHECK(fread(buf, 1, ti.nbytes, ff) == ti.nbytes);
-        bad += memcmp(buf, ti.data, ti.nbytes) != 0;
-        free(buf);
-    }
-    if (ff) fclose(ff);
-    CHECK_MSG(ff && bad == 0, "%lld tensors differ from the file after loading", (long long)bad);
+    CHECK_MSG(m && tensors_match_file(m, q4), "a tensor differs from the file after loading (resident)");
     if (m && tok) inv_case(q4, m, tok, 8, 99);
     /* weights packed and not: the same logits, bit for bit, for a prompt (the
      * GEMM either way), the packed panels read; a decode step (one row) reads
@@ -491,6 +496,23 @@ static void test_batch_invariance(void) {
             CHECK_MSG(logits_close(a, b, nv, inv || !vnni ? 0.0 : 0.03), "packed weights change the decode logits");
         }
         m->exec->invariant = u->exec->invariant = 0;
+        /* the mapping kept (use_mmap), packed on request: the packed matrices'
+         * pages dropped from it as they were packed; the same bytes in every
+         * tensor, the same logits as the resident model's */
+        loom_model_params kp = mp;
+        kp.use_mmap = 1, kp.pack_weights = 1;
+        loom_model *k = NULL;
+        CHECK(loom_model_load(q4, &kp, &k) == LOOM_OK && k);
+        if (k) {
+            CHECK(!vnni || (k->packed && loom_packed_weights_count(k->packed) == loom_packed_weights_count(m->packed)));
+            CHECK_MSG(tensors_match_file(k, q4), "a tensor differs from the file after loading (mapping kept)");
+            CHECK(loom_model_kv_reset(m) == LOOM_OK && loom_model_kv_reset(k) == LOOM_OK);
+            CHECK(loom_model_forward(m, ids, 40, 0, a) == LOOM_OK && loom_model_forward(k, ids, 40, 0, b) == LOOM_OK);
+            CHECK(memcmp(a, b, (size_t)nv * sizeof *a) == 0);
+            CHECK(loom_model_forward(m, ids, 1, 40, a) == LOOM_OK && loom_model_forward(k, ids, 1, 40, b) == LOOM_OK);
+            CHECK(memcmp(a, b, (size_t)nv * sizeof *a) == 0);
+        }
+        loom_model_free(k);
         free(a);
     }
     loom_model_free(u);

@@ -666,6 +666,18 @@ static void test_auto_blocks_from_hw(void) {
         int64_t b = loom_qkv_heads_per_block_for(512, 128, 4 * kv, kv, 32 << 20);
         CHECK_MSG(b >= 1 && kv % b == 0, "kv %lld: %lld heads per item", (long long)kv, (long long)b);
     }
+    /* items start at multiples of 32 weight rows where the heads allow (the
+     * packed panels' boundaries): head size 80 two heads an item, 40 four, 96
+     * one; prefill prefers such a divisor of the kv heads */
+    static const int64_t dec[][3] = {{80, 2, 8}, {40, 4, 8}, {96, 1, 8}, {64, 1, 8}, {80, 1, 1}, {48, 2, 8}};
+    for (int i = 0; i < 6; i++) {
+        int64_t b = loom_qkv_heads_per_block_for(1, dec[i][0], 4 * dec[i][2], dec[i][2], 32 << 20);
+        CHECK_MSG(b == dec[i][1], "head size %lld, one row: %lld heads an item", (long long)dec[i][0], (long long)b);
+    }
+    for (int64_t kv = 2; kv <= 32; kv += 2) {
+        int64_t b = loom_qkv_heads_per_block_for(64, 80, 4 * kv, kv, 32 << 20);
+        CHECK_MSG(b == 1 || b * 80 % 32 == 0, "kv %lld, head size 80: %lld heads an item", (long long)kv, (long long)b);
+    }
     tm_free(&m);
 }
 

@@ -66,28 +66,41 @@ static void test_resident(void) {
     free(path);
 }
 
-/* Resident except some ranges (unaligned, overlapping, one partly outside the
- * file, one empty): every byte keeps its value, read before and after; the
- * whole pages of a range are the file's again (not resident memory: Rss of the
- * mapping below the file's size); dropping ranges of a file mapping keeps the
- * bytes too. */
-static long mapping_rss_kib(const void *addr) {
+/* Resident except some ranges (unaligned, overlapping, one under a page, one
+ * partly outside the file, one empty): every byte keeps its value; the whole
+ * pages inside a range are the file's mapping again (file-backed, not in the
+ * process until read) and the rest is anonymous; dropping ranges of a file
+ * mapping keeps the bytes and lowers the process's pages there. */
+typedef struct vm_use {
+    long rss_kib, anon_kib, file_backed_kib; /* over the mappings overlapping [lo, hi) */
+} vm_use;
+
+static vm_use range_use(const void *lo_p, const void *hi_p) {
+    vm_use u = {0, 0, 0};
     FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
+    if (!f) return (vm_use){-1, -1, -1};
     char line[512];
-    long rss = -1;
-    int in = 0;
+    int in = 0, file = 0;
+    uintptr_t lo = (uintptr_t)lo_p, hi = (uintptr_t)hi_p;
     while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line */
-            if (in) break;
-            in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+        unsigned long a, b, ino;
+        long v;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &a, &b, &ino) == 3) { /* a mapping's first line */
+            in = a < hi && lo < b;
+            file = ino != 0;
             continue;
         }
-        if (in && sscanf(line, "Rss: %ld kB", &rss) == 1) break;
+        if (!in) continue;
+        if (sscanf(line, "Rss: %ld kB", &v) == 1) {
+            u.rss_kib += v;
+        } else if (sscanf(line, "Anonymous: %ld kB", &v) == 1) {
+            u.anon_kib += v;
+        } else if (file && sscanf(line, "Size: %ld kB", &v) == 1) {
+            u.file_backed_kib += v;
+        }
     }
     fclose(f);
-    return rss;
+    return u;
 }
 
 static void test_resident_except(void) {
@@ -96,29 +109,38 @@ static void test_resident_except(void) {
     loom_mapped_file f;
     CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
     const unsigned char *d = f.data;
-    loom_byte_range skip[5] = {{d + 1000, (size_t)3 << 20},           /* unaligned, several pages */
-                               {d + ((size_t)2 << 20) + 77, 1 << 20}, /* overlaps the first */
-                               {d + ((size_t)6 << 20) + 5, 4000},     /* under a page: nothing whole */
+    check_bytes(&f, n, 11);
+    loom_byte_range skip[5] = {{d + 1000, (size_t)3 << 20},              /* unaligned, several pages */
+                               {d + ((size_t)2 << 20) + 77, 1 << 20},    /* overlaps the first */
+                               {d + ((size_t)6 << 20) + 5, 4000},        /* under a page: nothing whole */
                                {d + ((size_t)8 << 20), (size_t)4 << 20}, /* runs past the end */
                                {d + 100, 0}};
     CHECK(loom_mapped_file_resident_except(&f, skip, 5) == 1);
     CHECK(f.resident && f.data == d);
     check_bytes(&f, n, 11); /* skipped pages read back from the file */
     loom_mapped_file_close(&f);
+
     CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
     d = f.data;
+    check_bytes(&f, n, 11); /* every page in the process */
     loom_byte_range big = {d + 4096, (size_t)7 << 20};
     CHECK(loom_mapped_file_resident_except(&f, &big, 1) == 1);
-    /* the skipped 7 MiB are not in memory until read: the mapping holds the
-     * rest (first page, last 2 MiB) at most */
-    long rss = mapping_rss_kib(f.data + n - 1);
-    CHECK_MSG(rss >= 0 && rss < 4096, "%ld KiB resident after leaving 7 MiB of 9 to the file", rss);
+    /* the 7 MiB are the file's mapping, not in the process; the rest (the first
+     * page, the last 2 MiB and change) anonymous */
+    vm_use u = range_use(d, d + n);
+    CHECK_MSG(u.file_backed_kib >= 7 * 1024 && u.rss_kib < 3 * 1024 && u.anon_kib > 1024,
+              "after leaving 7 MiB of 9 to the file: %ld KiB file-backed, %ld KiB resident, %ld KiB anonymous",
+              u.file_backed_kib, u.rss_kib, u.anon_kib);
     check_bytes(&f, n, 11);
     loom_mapped_file_close(&f);
+
     /* a file mapping: ranges dropped, the bytes unchanged */
     CHECK(loom_mapped_file_open(&f, path) == LOOM_OK);
     check_bytes(&f, n, 11);
+    long before = range_use(f.data, f.data + n).rss_kib;
     loom_mapped_file_drop(&f, skip, 5);
+    long after = range_use(f.data, f.data + n).rss_kib;
+    CHECK_MSG(before >= 8 * 1024 && after < before - 3 * 1024, "drop: %ld -> %ld KiB resident", before, after);
     check_bytes(&f, n, 11);
     loom_mapped_file_close(&f);
     unlink(path);

@@ -53,7 +53,7 @@ static void test_same_bits(void) {
                 float *want = run_copy(&p, levels[l]);
                 loom_pack_desc dd = desc_of(&p);
                 loom_packed_weights *pw = NULL;
-                /* on 1..4 threads (units of 64 panels: N up to 150 makes one) */
+                /* nth 1..4 (one unit of 64 panels at these sizes: test_threads runs several) */
                 seen s = {0};
                 CHECK(loom_packed_weights_create_cb(&dd, 1, levels[l], 1 + i % 4, on_packed, &s, &pw) == LOOM_OK);
                 size_t expect = loom_matmul_packed_bytes(p.wt, N, K, levels[l]);
@@ -67,7 +67,7 @@ static void test_same_bits(void) {
                 uint64_t h0 = loom_matmul_packed_hits();
                 mq_check(&p, levels[l]);
                 uint64_t h1 = loom_matmul_packed_hits();
-                /* one lookup hit per thread with columns: nth 1, 2, 3, 5 */
+                /* a hit per call (nth 1, 2, 3, 5), counted by its thread 0 */
                 CHECK_MSG(expect == 0 ? h1 == h0 : h1 > h0, "%s %s: packed panels %s", loom_isa_name(levels[l]),
                           loom_dtype_name(p.wt), expect ? "not read" : "read without a packed form");
                 packed_runs += expect > 0;

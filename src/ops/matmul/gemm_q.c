@@ -1,12 +1,14 @@
 /*
- * Quantized GEMM path of the matmul family (M >= LOOM_GEMM_MIN_M, W in q8_0,
- * q4_0 or q4_1): int8 dot products of W's blocks against x quantized per
- * block of 32 to q8, scales applied in f32 per block.
+ * Quantized GEMM path of the matmul family (W in q8_0, q4_0 or q4_1, q8
+ * activations; from LOOM_GEMM_MIN_M rows, and below that where matmul.c's
+ * use_gemv says: batch-invariant runs, and at the VNNI level two rows on or
+ * one row over weights packed once): int8 dot products of W's blocks against
+ * x quantized per block of 32 to q8, scales applied in f32 per block.
  *
  * Each thread owns a contiguous range of W rows (output columns). It
  * quantizes up to MC rows of x into its scratch, packs nr rows of W at a time
- * into a panel (all of K), and runs the register tile over the panel in
- * chunks of at most KC_BYTES so the panel chunk stays in L1 while the x chunk
+ * into a panel (all of K; or reads the panels packed once, packed.c), and runs the register tile over the panel in
+ * chunks (KC_BLOCKS, KC_BYTES) so the panel chunk stays in L1 while the x chunk
  * streams from L2. Partial sums go through y (f32, exact); with an epilogue
  * they go through a scratch tile instead, finished (epilogue, copy to y)
  * while it is still in L2, since the epilogue may read y's old values.
@@ -20,7 +22,8 @@
 
 #include "base/alloc.h"
 
-#define KC_BYTES (20u << 10)      /* panel bytes per k chunk: stays in L1 (per-call panels: 16 blocks) */
+#define KC_BLOCKS 16              /* per-call panels: 512 k per chunk, 20 KiB at 32 rows */
+#define KC_BYTES (20u << 10)      /* packed panels: bytes per k chunk, to stay in L1 */
 #define X_SCRATCH (4u << 20)      /* bytes of quantized x per MC block */
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -171,10 +174,11 @@ loom_status loom_gemm_q_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     const size_t pbb = packed ? loom_gemm_q_packed_block_bytes(a->wtype, ks->nr) : bb;
     loom_q8_act xall = a->xq ? loom_q8_act_view((void *)a->xq, K) : loom_q8_act_view(xbuf, K);
     if (a->xq) mc = a->M; /* everything is quantized already */
-    /* k chunks of at most KC_BYTES of panel, of even size (18 blocks are one
-     * chunk of 18 for compact q4, not 16 + 2); the partial sums pass through
-     * c in f32 between chunks, so the chunking never changes a bit */
-    int64_t kc = (int64_t)(KC_BYTES / pbb), nchunk;
+    /* k chunks: per-call panels KC_BLOCKS blocks (20 KiB at 32 rows); packed
+     * ones at most KC_BYTES of panel, of even size (SmolLM2's 18 blocks are one
+     * chunk, not 16 + 2). The partial sums pass through c in f32 between
+     * chunks, so the chunking never changes a bit. */
+    int64_t kc = packed ? (int64_t)(KC_BYTES / pbb) : KC_BLOCKS, nchunk;
     if (kc < 1) kc = 1;
     nchunk = (nb + kc - 1) / kc;
     kc = nchunk > 0 ? (nb + nchunk - 1) / nchunk : 1;

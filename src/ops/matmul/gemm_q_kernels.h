@@ -60,8 +60,9 @@ typedef struct loom_gemm_q_kset {
 const loom_gemm_q_kset *loom_gemm_q_kset_for(loom_isa isa);
 /* The compact panels of a's weights for set ks (packed.c): the panel of a->w's
  * first nr rows, the next ones every nb blocks; NULL when a->w was not packed
- * for ks or does not start at a panel boundary of what was. */
-const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gemm_q_kset *ks);
+ * for ks or does not start at a panel boundary of what was. count: a hit
+ * counts in loom_matmul_packed_hits (once per call: its thread 0). */
+const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gemm_q_kset *ks, int count);
 
 /* Portable packing used by every set whose panel follows the layout above. */
 void loom_gemm_q_pack_generic(loom_dtype wt, const void *w, size_t row_bytes, int cols, int64_t nb,

@@ -104,20 +104,23 @@ loom_status loom_act_precision_parse(const char *name, loom_act_precision *out) 
  * needs its file's copy of the matrix no more (model.c). Unpacked, one row
  * takes the GEMV (laying the panels out per call would cost 3x); its sums are
  * ordered otherwise, so one row differs in the last bits between a packed and
- * an unpacked matrix, which only LOOM_PACK_WEIGHTS=0 or a packing failure
- * gives. packed: a's panels (loom_gemm_q_packed_find) or NULL. */
+ * an unpacked matrix (LOOM_PACK_WEIGHTS=0, a matrix not packed by default
+ * such as a K-quant converted at load, a row range not starting at a panel
+ * boundary, a packing failure). packed: a's panels (packed_for) or NULL. */
+static int int8_products(const loom_matmul_args *a, loom_isa isa) {
+    return loom_dtype_is_quantized(a->wtype) && !loom_matmul_full_act(a) && isa != LOOM_ISA_REF;
+}
+
 static int use_gemv(const loom_matmul_args *a, loom_isa isa, const uint8_t *packed) {
     if (a->M >= LOOM_GEMM_MIN_M || a->invariant) return 0;
-    if (!loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return 1;
-    if (loom_gemm_q_kset_for(isa)->micro_packed == NULL) return 1;
+    if (!int8_products(a, isa) || loom_gemm_q_kset_for(isa)->micro_packed == NULL) return 1;
     return a->M < 2 && !packed;
 }
 
-/* The panels of a's weights packed once for its level's GEMM, or NULL (not
- * quantized, f32 activations, the reference level, nothing packed). */
-static const uint8_t *packed_for(const loom_matmul_args *a, loom_isa isa) {
-    if (!loom_dtype_is_quantized(a->wtype) || loom_matmul_full_act(a) || isa == LOOM_ISA_REF) return NULL;
-    return loom_gemm_q_packed_find(a, loom_gemm_q_kset_for(isa));
+/* The panels of a's weights packed once for its level's GEMM, or NULL (no
+ * int8 products, nothing packed). */
+static const uint8_t *packed_for(const loom_matmul_args *a, loom_isa isa, int ith) {
+    return int8_products(a, isa) ? loom_gemm_q_packed_find(a, loom_gemm_q_kset_for(isa), ith == 0) : NULL;
 }
 
 /* ------------------------------------------------------------ RMSNorm of x */
@@ -301,7 +304,7 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
     LOOM_TRY(loom_matmul_check(a));
     LOOM_RETURN_IF(a->norm_gamma && !a->norm_inv, LOOM_ERR_INVALID_ARG, "matmul: norm_gamma without norm_inv");
     if (a->M == 0 || a->N == 0) return LOOM_OK;
-    const uint8_t *packed = packed_for(a, isa);
+    const uint8_t *packed = packed_for(a, isa, ith);
     const int gemv = use_gemv(a, isa, packed);
     if (a->norm_gamma && isa != LOOM_ISA_REF && gemv) {
         if (a->xq && loom_matmul_xq_bytes(a) > 0) { /* x normalised and quantized already: never read */

@@ -4,8 +4,9 @@
  * W is in the LLM layout (one row per output feature) and may be f32, f16,
  * bf16 or a GGUF block format (q8_0, q4_0, q4_1: K a multiple of 32); x and y
  * are f32. Two paths:
- *   - GEMM (prefill, M >= LOOM_GEMM_MIN_M): BLIS-style blocking with packed
- *     panels and register-blocked micro-kernels per ISA.
+ *   - GEMM (prefill, M >= LOOM_GEMM_MIN_M; below that in the cases of
+ *     matmul.c's use_gemv): BLIS-style blocking with packed panels and
+ *     register-blocked micro-kernels per ISA.
  *   - GEMV (decode, M small): streams W exactly once at memory bandwidth.
  * Quantized W meets x quantized to q8 per block of 32 (int8 products) or, with
  * full activations (act = LOOM_ACT_PREC_FULL), x in f32 against blocks
@@ -64,8 +65,9 @@ const char *loom_act_name(loom_act act);
 
 /* ------------------------------------------------------------ matmul */
 
-#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path (from 2 rows, quantized weights with q8
-                               activations take the GEMM where it reads packed weights: matmul.c) */
+#define LOOM_GEMM_MIN_M 8   /* below this, the GEMV path, except (matmul.c, use_gemv) batch-invariant
+                               runs and quantized weights with q8 activations at the VNNI level: the
+                               GEMM from 2 rows, and for 1 row when the weights are packed once */
 
 typedef struct loom_matmul_args {
     const float *x;  int64_t ldx;      /* [M, K] f32, row stride in elements */
@@ -183,7 +185,8 @@ int loom_packed_weights_count(const loom_packed_weights *p);   /* matrices packe
 size_t loom_packed_weights_source(const loom_packed_weights *p, int i, const void **w);
 /* Unregisters and frees (NULL: nothing). */
 void loom_packed_weights_free(loom_packed_weights *p);
-/* Quantized GEMM calls that read packed panels so far, process-wide (tests, profiles). */
+/* Quantized matmul calls that read packed panels so far, process-wide, one per
+ * call (its thread 0; tests, profiles). */
 uint64_t loom_matmul_packed_hits(void);
 
 /* Runs thread ith's share at the given level (LOOM_ISA_REF: reference

@@ -9,8 +9,8 @@
  * are.
  *
  * A process-wide table maps each packed matrix's address range to its panels;
- * loom_gemm_q_run looks the weights of every call up (a binary search under a
- * read lock), so every caller of the matmul family - the matmul op, the fused
+ * loom_matmul_run looks the weights of every quantized call up (a binary
+ * search under a read lock), so every caller of the matmul family - the matmul op, the fused
  * QKV and FFN, MoE experts - finds them without passing anything along. Row
  * ranges of a packed matrix (a head's rows, a block of the FFN's hidden
  * dimension, one expert of a stack) hit when they start at a panel boundary.
@@ -132,7 +132,7 @@ static void table_remove(const loom_packed_weights *p) {
     pthread_rwlock_unlock(&table_lock);
 }
 
-const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gemm_q_kset *ks) {
+const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gemm_q_kset *ks, int count) {
     const char *w = a->w;
     const uint8_t *found = NULL;
     if (atomic_load_explicit(&table_used, memory_order_relaxed) == 0) return NULL; /* e.g. loom run */
@@ -153,7 +153,7 @@ const uint8_t *loom_gemm_q_packed_find(const loom_matmul_args *a, const loom_gem
                                     loom_gemm_q_packed_block_bytes(e->wtype, ks->nr);
     }
     pthread_rwlock_unlock(&table_lock);
-    if (found) atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
+    if (found && count) atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
     return found;
 }
 
