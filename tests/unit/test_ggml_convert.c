@@ -242,9 +242,13 @@ static const int32_t prompt[] = {1, 17, 40, 3, 63, 22, 9, 51, 30, 12};
 #define NP ((int)(sizeof prompt / sizeof prompt[0]))
 
 /* Logits of every prompt position and of one decode step; NULL on error. */
-static float *run(const char *path, int threads) {
+/* pack: loom_model_params.pack_weights (0: the default, which leaves matrices
+ * converted at load unpacked; a packed matrix's one-row products take the
+ * GEMM, an unpacked one's the GEMV: the same bits only at the same packing) */
+static float *run(const char *path, int threads, int pack) {
     loom_model_params p = loom_model_default_params();
     p.n_threads = threads;
+    p.pack_weights = pack;
     p.n_ctx = 32;
     loom_model *m = NULL;
     loom_status s = loom_model_load(path, &p, &m);
@@ -276,7 +280,7 @@ static void test_model(void) {
     write_model(p0, blocks, 0);
     write_model(p1, blocks, 1);
     write_model(p2, blocks, 2);
-    float *conv = run(p1, 1), *f32 = run(p2, 1);
+    float *conv = run(p1, 1, -1), *f32 = run(p2, 1, 0), *conv_packed = run(p1, 1, 0);
     { /* what was converted, as loom profile / bench report it */
         loom_model_params mp1 = loom_model_default_params();
         loom_model *m1 = NULL;
@@ -315,16 +319,20 @@ static void test_model(void) {
               loom_ggml_convert_target(wts[i].type, &to) && info.ggml_type == (uint32_t)loom_ggml_type_from_dtype(to));
     }
     loom_gguf_close(g);
-    float *kept = run(p3, 1), *asf = run(p4, 1);
+    float *kept = run(p3, 1, -1), *asf = run(p4, 1, 0);
     if (kept && conv) CHECK_MSG(memcmp(kept, conv, sizeof(float) * (NP + 1) * VOCAB) == 0, "convert: kept types");
     if (asf && f32) CHECK_MSG(memcmp(asf, f32, sizeof(float) * (NP + 1) * VOCAB) == 0, "convert: --type f32");
     free(kept), free(asf);
     unlink(p3), unlink(p4);
     for (int th = 1; th <= 2; th++) {
-        float *got = run(p0, th);
+        float *got = run(p0, th, 0), *got_packed = run(p0, th, 1);
         if (got && conv)
             CHECK_MSG(memcmp(got, conv, sizeof(float) * (NP + 1) * VOCAB) == 0,
                       "%d threads: the file converted at load differs from the one converted before", th);
+        if (got_packed && conv_packed)
+            CHECK_MSG(memcmp(got_packed, conv_packed, sizeof(float) * (NP + 1) * VOCAB) == 0,
+                      "%d threads, packed: the file converted at load differs from the one converted before", th);
+        free(got_packed);
         if (got && f32 && th == 1) {
             /* against the exact f32 weights: the requantized q8_0 blocks and the integer
              * matmul's q8 activations (test_llama_gguf's q8_0 bound; observed 1.4e-2) */
@@ -358,7 +366,7 @@ static void test_model(void) {
     mp.n_threads = 2;
     CHECK(loom_model_load(p0, &mp, &m) == LOOM_ERR_FORMAT && m == NULL &&
           strstr(loom_last_error(), "blk.0.ffn_gate.weight") && strstr(loom_last_error(), "q5_1 block 3000:"));
-    free(conv), free(f32);
+    free(conv), free(f32), free(conv_packed);
     for (int i = 0; i < N_WTS; i++) free(blocks[i]);
     unlink(p0), unlink(p1), unlink(p2);
     rmdir(dir);
