@@ -26,34 +26,26 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-/* n rounds of 12 independent vpdpbusd; the sums returned so nothing is dropped. */
-TGT static int dpbusd_loop(long n) {
-    __m512i a[12];
-    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
-    __m512i w = _mm512_set1_epi8(1), x = _mm512_set1_epi8(2);
-    for (long k = 0; k < n; k++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], w, x);
-        __asm__ volatile("" : "+v"(w), "+v"(x));
+/* name(n): n rounds of 12 independent acc = OP(acc, w, x) on T accumulators
+ * (acc i starting at INIT); their sum returned, so nothing is optimised away. */
+#define ISSUE_LOOP(name, T, INIT, W, X, OP, SUM)                                  \
+    TGT static int name(long n) {                                                  \
+        T a[12];                                                                   \
+        for (int i = 0; i < 12; i++) a[i] = INIT;                                  \
+        T w = W, x = X;                                                            \
+        for (long k = 0; k < n; k++) {                                             \
+            _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] = OP(a[i], w, x); \
+            __asm__ volatile("" : "+v"(w), "+v"(x));                               \
+        }                                                                          \
+        double s = 0;                                                              \
+        for (int i = 0; i < 12; i++) s += (double)SUM(a[i]);                       \
+        return (int)s;                                                             \
     }
-    int s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_epi32(a[i]);
-    return s;
-}
 
-TGT static int fma_loop(long n) {
-    __m512 f[12];
-    for (int i = 0; i < 12; i++) f[i] = _mm512_set1_ps((float)i);
-    __m512 w = _mm512_set1_ps(0.999f), x = _mm512_set1_ps(0.001f);
-    for (long k = 0; k < n; k++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) f[i] = _mm512_fmadd_ps(f[i], w, x);
-        __asm__ volatile("" : "+v"(w), "+v"(x));
-    }
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(f[i]);
-    return (int)s;
-}
+ISSUE_LOOP(dpbusd_loop, __m512i, _mm512_set1_epi32(i), _mm512_set1_epi8(1), _mm512_set1_epi8(2),
+           _mm512_dpbusd_epi32, _mm512_reduce_add_epi32)
+ISSUE_LOOP(fma_loop, __m512, _mm512_set1_ps((float)i), _mm512_set1_ps(0.999f), _mm512_set1_ps(0.001f),
+           _mm512_fmadd_ps, _mm512_reduce_add_ps)
 #endif
 
 typedef struct job {

@@ -10,8 +10,9 @@
  *
  * A process-wide table maps each packed matrix's address range to its panels;
  * loom_matmul_run looks the weights of every quantized call up (a binary
- * search under a read lock), so every caller of the matmul family - the matmul op, the fused
- * QKV and FFN, MoE experts - finds them without passing anything along. Row
+ * search under a read lock), so every caller of the matmul family - the matmul
+ * op, the fused QKV and FFN, MoE experts - finds them without passing anything
+ * along. Row
  * ranges of a packed matrix (a head's rows, a block of the FFN's hidden
  * dimension, one expert of a stack) hit when they start at a panel boundary.
  */
