@@ -49,6 +49,7 @@ static loom_op_info op_table[] = {
                       .attr_size = sizeof(loom_gelu_attrs), REF(gelu),
                       .opt = {[LOOM_ISA_GENERIC] = loom_gelu_generic,
 #if defined(__x86_64__)
+                              [LOOM_ISA_AVX2] = loom_gelu_avx2,
                               [LOOM_ISA_AVX512] = loom_gelu_avx512,
 #endif
                       }},

@@ -10,48 +10,14 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "ops/vec/vec_exp_avx2.h"
+
 #define TARGET __attribute__((target("avx2,fma,f16c")))
 
 /* Lane mask with the first n (0..8) lanes set, for maskload/maskstore tails. */
 TARGET static inline __m256i tail_mask(int64_t n) {
     static const int32_t ramp[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     return _mm256_loadu_si256((const __m256i *)(ramp + 8 - n));
-}
-
-/* Range reduction and polynomial of exp (vec.h): returns p ~ exp(r) and sets
- * *n (integer-valued) with exp(x) = p * 2^n. NaN lanes give finite values:
- * callers propagate NaN themselves. */
-TARGET static inline __m256 exp_reduce8(__m256 x, __m256 *n) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(LOOM_VEC_EXP_LO));
-    x = _mm256_min_ps(x, _mm256_set1_ps(LOOM_VEC_EXP_HI));
-    *n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOOM_VEC_LOG2E)),
-                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(LOOM_VEC_LN2_HI), x);
-    r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(LOOM_VEC_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(LOOM_VEC_EXP_C7);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LOOM_VEC_EXP_C6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LOOM_VEC_EXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LOOM_VEC_EXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LOOM_VEC_EXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LOOM_VEC_EXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    return _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-}
-
-/* v * 2^n for n in [-159, 129]: two factors with normal exponents, so a
- * subnormal result rounds once and 2^128 overflows to Inf. */
-TARGET static inline __m256 scale2_8(__m256 v, __m256 n) {
-    __m256i ni = _mm256_cvtps_epi32(n);
-    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    __m256i bias = _mm256_set1_epi32(127);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-    return _mm256_mul_ps(_mm256_mul_ps(v, s1), s2);
-}
-
-TARGET static inline __m256 exp8(__m256 x) {
-    __m256 n, p = exp_reduce8(x, &n);
-    return scale2_8(p, n);
 }
 
 TARGET static void add_avx2(const float *a, const float *b, float *y, int64_t n) {
@@ -73,9 +39,9 @@ TARGET static inline __m256 silu8(__m256 x) {
     __m256 small = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LOOM_VEC_SILU_SPLIT), _CMP_LT_OQ),
                                  _mm256_cmp_ps(x, _mm256_set1_ps(LOOM_VEC_EXP_LO), _CMP_GT_OQ));
     __m256 z = _mm256_blendv_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), x, small);
-    __m256 n, p = exp_reduce8(z, &n);
-    __m256 big = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), scale2_8(p, n)));
-    return _mm256_blendv_ps(big, scale2_8(_mm256_mul_ps(x, p), n), small);
+    __m256 n, p = loom_exp_reduce8(z, &n);
+    __m256 big = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), loom_scale2_8(p, n)));
+    return _mm256_blendv_ps(big, loom_scale2_8(_mm256_mul_ps(x, p), n), small);
 }
 
 TARGET static void silu_avx2(const float *x, float *y, int64_t n) {
@@ -140,7 +106,7 @@ TARGET static inline __m256 max_block(const float *x, const float *mask, __m256 
 /* y = exp(z - max); returns the running sum */
 TARGET static inline __m256 exp_block(const float *x, const float *mask, float *y, __m256 scale,
                                       __m256 vmax, __m256 sum, __m256i m, int full) {
-    __m256 e = exp8(_mm256_sub_ps(logits8(x, mask, scale, m, full), vmax));
+    __m256 e = loom_exp8(_mm256_sub_ps(logits8(x, mask, scale, m, full), vmax));
     if (full) {
         _mm256_storeu_ps(y, e);
     } else {

@@ -1,10 +1,13 @@
 /* Fast kernels of the encoder ops: GELU with a polynomial erf (Abramowitz &
  * Stegun 7.1.26, |error| <= 1.5e-7) in float, LayerNorm with float sums, and
  * add_bias, loops the compiler vectorises. Registered at the generic level (so
- * every ISA level uses them; GELU has an AVX-512 kernel too); tested against
+ * every ISA level uses them; GELU has AVX2 and AVX-512 kernels too, the same
+ * polynomial on 8 and 16 lanes: with the scalar expf, GELU took a fifth of
+ * `loom embed` at the AVX2 level); tested against
  * the reference in tests/unit/test_ops_encoder.c. Rows are independent, each
  * summed in one fixed order: results do not depend on the thread split. */
 #include <math.h>
+#include <string.h>
 
 #include "ops/ref/ref_encoder.h"
 #include "ops/vec/vec_encoder.h"
@@ -111,7 +114,60 @@ loom_status loom_add_bias_generic(const loom_kernel_args *a) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/vec/vec_exp_avx2.h"
 #include "ops/vec/vec_exp_avx512.h"
+
+#define TARGET256 __attribute__((target("avx2,fma")))
+
+/* 8 lanes of gelu, as gelu16 below (loom_exp8 for exp). */
+TARGET256 static inline __m256 gelu8(__m256 x, int tanh_form) {
+    __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    if (tanh_form) {
+        __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608f),
+                                 _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), _mm256_mul_ps(x, x), x));
+        __m256 e = loom_exp8(_mm256_add_ps(u, u));
+        __m256 th = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+        return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, th));
+    }
+    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(0.70710678f));
+    __m256 sign = _mm256_and_ps(z, _mm256_set1_ps(-0.0f)), a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), a, one));
+    __m256 p = _mm256_set1_ps(1.061405429f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    p = _mm256_mul_ps(p, t);
+    __m256 r = _mm256_fnmadd_ps(p, loom_exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), a), a)), one);
+    /* erf(z) = sign(z) * r */
+    return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, _mm256_or_ps(r, sign)));
+}
+
+TARGET256 loom_status loom_gelu_avx2(const loom_kernel_args *a) {
+    const loom_tensor *x = a->src[0], *y = a->dst;
+    const loom_gelu_attrs *at = a->attrs;
+    int tanh_form = at && at->approximate;
+    int last = x->ndim - 1;
+    if (x->stride[last] != 1 || y->stride[last] != 1) return loom_gelu_generic(a);
+    int64_t D = x->shape[last];
+    const float *xd = x->data;
+    float *yd = y->data;
+    int64_t lo, hi;
+    loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = xd + loom_ref_row_offset(x, last, r);
+        float *yr = yd + loom_ref_row_offset(y, last, r);
+        int64_t i = 0;
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(yr + i, gelu8(_mm256_loadu_ps(xr + i), tanh_form));
+        if (i < D) { /* the tail through a zero-padded vector */
+            float in[8] = {0}, out[8];
+            memcpy(in, xr + i, (size_t)(D - i) * sizeof(float));
+            _mm256_storeu_ps(out, gelu8(_mm256_loadu_ps(in), tanh_form));
+            memcpy(yr + i, out, (size_t)(D - i) * sizeof(float));
+        }
+    }
+    return LOOM_OK;
+}
 
 #define TARGET512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 

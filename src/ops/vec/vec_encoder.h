@@ -14,7 +14,9 @@ loom_status loom_layer_norm_generic(const loom_kernel_args *a);
 loom_status loom_add_bias_generic(const loom_kernel_args *a);
 
 #if defined(__x86_64__)
-/* The same with AVX-512 F/BW/VL + FMA (same polynomial erf, vec.h's exp). */
+/* The same with AVX2 + FMA and with AVX-512 F/BW/VL + FMA (same polynomial
+ * erf, vec.h's exp on 8 and 16 lanes). */
+loom_status loom_gelu_avx2(const loom_kernel_args *a);
 loom_status loom_gelu_avx512(const loom_kernel_args *a);
 #endif
 
