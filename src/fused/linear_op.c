@@ -1,14 +1,19 @@
-/* linear as a graph op: y = x'.W^T (+ residual), x' = rms_norm(x) * gamma when
- * the norm is on, else x; one launch. The fusion pass puts it in place of
- * matmul + add (an output projection and the residual stream: the sum is made
- * in the GEMM's epilogue while the tile is in L1, instead of a separate add
- * that reads both operands back) and of rms_norm + matmul (the output norm
- * and the LM head: the norm is applied to x as the GEMM packs it, so x' never
- * reaches memory). src: x [M, K], w [N, K] (any matmul weight type), then the
+/* linear as a graph op: y = act(x'.W^T + bias) (+ residual), x' = rms_norm(x)
+ * * gamma when the norm is on, else x; one launch. The fusion pass puts it in
+ * place of matmul + add (an output projection and the residual stream: the sum
+ * is made in the GEMM's epilogue while the tile is in L1, instead of a separate
+ * add that reads both operands back), of rms_norm + matmul (the output norm and
+ * the LM head: the norm is applied to x as the GEMM packs it, so x' never
+ * reaches memory), and of an encoder's matmul + add_bias (+ gelu, or + add:
+ * BERT's projections, the bias and activation in the epilogue). src: x [M, K],
+ * w [N, K] (any matmul weight type), then the bias [N] (attrs.bias), then the
  * residual [M, N] (attrs.residual), then gamma [K] (attrs.norm); dst: y [M, N].
  * The matmul family's own kernels (ops/matmul), so results equal the unfused
- * graph's bit for bit: the epilogue's acc + residual is the add kernel's sum,
- * and the norm rounds x' as the rms_norm kernels do (loom_matmul_norm_row). */
+ * graph's bit for bit: the epilogue's acc + bias and + residual are the
+ * add_bias and add kernels' sums, and the norm rounds x' as the rms_norm
+ * kernels do (loom_matmul_norm_row); an activation is the epilogue's (the
+ * reference formulas, vectorised), within the f32 tolerance of the gelu or
+ * silu kernels'. */
 #include "fused/fused_graph_ops.h"
 
 #include <string.h>
@@ -19,13 +24,15 @@
 
 static loom_status linear_infer(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *dst) {
     const char *op = "linear";
-    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 2, 4));
+    LOOM_TRY(loom_ref_check_arity(op, src, n_src, 2, 5));
     const loom_linear_attrs *at = attrs;
     LOOM_RETURN_IF(!at, LOOM_ERR_INVALID_ARG, "%s: attributes missing", op);
-    int want = 2 + (at->residual ? 1 : 0) + (at->norm ? 1 : 0);
+    int want = 2 + (at->bias ? 1 : 0) + (at->residual ? 1 : 0) + (at->norm ? 1 : 0);
     LOOM_RETURN_IF(n_src != want, LOOM_ERR_INVALID_ARG,
-                   "%s: %d inputs, expected %d: x, w%s%s", op, n_src, want, at->residual ? ", residual" : "",
-                   at->norm ? ", gamma" : "");
+                   "%s: %d inputs, expected %d: x, w%s%s%s", op, n_src, want, at->bias ? ", bias" : "",
+                   at->residual ? ", residual" : "", at->norm ? ", gamma" : "");
+    LOOM_RETURN_IF(at->act < LOOM_ACT_NONE || at->act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG,
+                   "%s: activation %d out of range", op, (int)at->act);
     const loom_tensor *x = src[0], *w = src[1];
     LOOM_TRY(loom_ref_check_dtype(op, 0, "x", x, LOOM_REF_DT(LOOM_F32)));
     LOOM_RETURN_IF(x->ndim != 2 || x->stride[1] != 1, LOOM_ERR_SHAPE,
@@ -34,12 +41,17 @@ static loom_status linear_infer(const loom_tensor *const *src, int n_src, const 
     LOOM_RETURN_IF(w->ndim != 2 || w->shape[1] != K || w->stride[1] != 1, LOOM_ERR_SHAPE,
                    "%s: input 1 (w) must be [N, %lld] with contiguous rows", op, (long long)K);
     int64_t N = w->shape[0];
+    if (at->bias) {
+        const loom_tensor *b = src[2];
+        LOOM_RETURN_IF(b->dtype != LOOM_F32 || loom_tensor_nelem(b) != N || !loom_tensor_is_contiguous(b),
+                       LOOM_ERR_SHAPE, "%s: input 2 (bias) must be contiguous f32 [%lld]", op, (long long)N);
+    }
     if (at->residual) {
-        const loom_tensor *r = src[2];
+        const loom_tensor *r = src[2 + at->bias];
         LOOM_RETURN_IF(r->dtype != LOOM_F32 || r->ndim != 2 || r->shape[0] != M || r->shape[1] != N ||
                            r->stride[1] != 1,
-                       LOOM_ERR_SHAPE, "%s: input 2 (residual) must be f32 [%lld, %lld] with contiguous rows", op,
-                       (long long)M, (long long)N);
+                       LOOM_ERR_SHAPE, "%s: input %d (residual) must be f32 [%lld, %lld] with contiguous rows", op,
+                       2 + at->bias, (long long)M, (long long)N);
     }
     if (at->norm) {
         const loom_tensor *g = src[n_src - 1];
@@ -62,7 +74,9 @@ static void linear_cost(const loom_tensor *const *src, int n_src, const loom_ten
     const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst);
     c->bytes_read = ex * M * K + (double)loom_dtype_row_bytes(src[1]->dtype, src[1]->shape[1]) * N;
     c->bytes_written = ey * M * N;
-    if (at->residual) c->bytes_read += LOOM_ES(src[2]) * M * N, c->flops += M * N;
+    if (at->bias) c->bytes_read += 4.0 * N, c->flops += M * N;
+    if (at->act != LOOM_ACT_NONE) c->flops += 8.0 * M * N; /* about as the gelu and silu ops count */
+    if (at->residual) c->bytes_read += LOOM_ES(src[2 + at->bias]) * M * N, c->flops += M * N;
     if (at->norm) { /* x once more for the rows' statistics, gamma */
         c->bytes_read += ex * M * K + 4.0 * K;
         c->flops += 4.0 * M * K;
@@ -74,10 +88,13 @@ static loom_matmul_args linear_args(const loom_kernel_args *a, const loom_linear
                                     const loom_tensor *const *src, const loom_tensor *dst) {
     const loom_tensor *x = src[0], *w = src[1];
     memset(ep, 0, sizeof *ep);
-    if (at->residual) ep->residual = src[2]->data, ep->ld_res = src[2]->stride[0];
+    if (at->bias) ep->bias = src[2]->data;
+    ep->act = (loom_act)at->act;
+    if (at->residual) ep->residual = src[2 + at->bias]->data, ep->ld_res = src[2 + at->bias]->stride[0];
+    int any = at->bias || at->act != LOOM_ACT_NONE || at->residual;
     loom_matmul_args g = {.x = x->data, .ldx = x->stride[0], .w = w->data, .ldw = w->stride[0],
                           .wtype = w->dtype, .y = dst->data, .ldy = dst->stride[0], .M = x->shape[0],
-                          .N = w->shape[0], .K = x->shape[1], .ep = at->residual ? ep : NULL,
+                          .N = w->shape[0], .K = x->shape[1], .ep = any ? ep : NULL,
                           .act = (loom_act_precision)at->act_precision, .invariant = a ? a->invariant : 0};
     return g;
 }
@@ -117,6 +134,6 @@ LOOM_FUSED_LEVELS(linear, linear_kernel)
 
 void loom_register_linear_op(loom_op_info *e) {
     e->infer = linear_infer, e->cost = linear_cost, e->scratch_size = linear_scratch, e->ref = linear_ref;
-    e->decomposition = "rms_norm matmul add";
+    e->decomposition = "rms_norm matmul add_bias gelu add";
     LOOM_FUSED_SET_LEVELS(e, linear);
 }

@@ -192,12 +192,43 @@ static int build_qkv_paged(const fr_ctx *c, fr_fused *f) {
 
 /* ------------------------------------------------------------ linear */
 
+/* The rule's bias and act nodes (an encoder's matmul + add_bias (+ gelu)):
+ * the bias appended to the inputs, the activation into *act, *prod moved to
+ * the last of them; 0 when they do not chain from the product or the
+ * activation has no epilogue form. */
+static int take_bias_act(const fr_ctx *c, fr_fused *f, int *prod, int64_t N, int32_t *bias, int32_t *act) {
+    int b = fr_node(c, "bias"), a = fr_node(c, "act");
+    *bias = 0, *act = LOOM_ACT_NONE;
+    if (b >= 0) {
+        const loom_node *bn = &c->g->nodes[b];
+        int bv = fr_var(c, "bias");
+        if (bn->n_src != 2 || bn->src[0] != *prod || bv < 0 || bn->src[1] != bv || f->n_src >= LOOM_MAX_SRC) return 0;
+        const loom_tensor *bt = gt(c, bv);
+        if (bt->dtype != LOOM_F32 || loom_tensor_nelem(bt) != N || !loom_tensor_is_contiguous(bt)) return 0;
+        f->src[f->n_src++] = bv;
+        *bias = 1, *prod = bn->dst;
+    }
+    if (a >= 0) {
+        const loom_node *an = &c->g->nodes[a];
+        if (an->n_src != 1 || an->src[0] != *prod) return 0;
+        if (an->op == LOOM_OP_GELU)
+            *act = an->has_attrs && ((const loom_gelu_attrs *)(const void *)an->attrs)->approximate ? LOOM_ACT_GELU_TANH
+                                                                                                    : LOOM_ACT_GELU;
+        else if (an->op == LOOM_OP_SILU) *act = LOOM_ACT_SILU;
+        else return 0;
+        *prod = an->dst;
+    }
+    return 1;
+}
+
 /* matmul + residual add (the output projection), rms_norm + matmul (the
- * output norm and the LM head), or all three. */
+ * output norm and the LM head), or all three; matmul + add_bias (+ gelu or
+ * silu, or + the residual add: an encoder's projections). */
 static int build_linear(const fr_ctx *c, fr_fused *f) {
     const loom_node *mm = gnode(c, "mm");
     int res = fr_node(c, "residual"), has_norm = fr_node(c, "norm") >= 0;
-    if (res < 0 && !has_norm) return 0; /* a plain matmul: nothing to fuse */
+    if (res < 0 && !has_norm && fr_node(c, "bias") < 0 && fr_node(c, "act") < 0)
+        return 0; /* a plain matmul: nothing to fuse */
     const loom_tensor *x = gt(c, fr_var(c, "x")), *w = gt(c, fr_var(c, "w")), *y = gt(c, mm->dst);
     if (x->ndim != 2 || x->stride[1] != 1 || w->ndim != 2 || w->stride[1] != 1 || y->ndim != 2) return 0;
     int32_t act = fused_act(c, "mm");
@@ -207,7 +238,14 @@ static int build_linear(const fr_ctx *c, fr_fused *f) {
     f->n_src = 2;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w");
     f->dst = mm->dst;
-    if (!take_residual(c, f, mm->dst)) return 0;
+    int prod = mm->dst;
+    if (!take_bias_act(c, f, &prod, w->shape[0], &a.bias, &a.act)) return 0;
+    f->dst = prod;
+    if (res >= 0) {
+        const loom_node *r = &c->g->nodes[res];
+        if (r->src[0] != prod && r->src[1] != prod) return 0; /* the sum of something else */
+    }
+    if (!take_residual(c, f, prod)) return 0;
     a.residual = res >= 0;
     if (has_norm) {
         if (!take_norm(c, f, &a.norm_eps)) return 0;
@@ -496,7 +534,7 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define NORM_FFN_ROLES                                                                           \
     "norm=rms_norm($x,$gamma) gate=matmul(norm,$w_gate) up=matmul(norm,$w_up) act=*(gate) "      \
     "mul=mul(act,up) down=matmul(mul,$w_down) residual=add(_,down)"
-#define LINEAR_ROLES "mm=matmul($x,$w) residual=add(_,mm)"
+#define LINEAR_ROLES "mm=matmul($x,$w) bias=add_bias(mm,$bias) act=*(_) residual=add(_,_)"
 #define NORM_LINEAR_ROLES "norm=rms_norm($x,$gamma) mm=matmul(norm,$w) residual=add(_,mm)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"

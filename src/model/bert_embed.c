@@ -10,6 +10,7 @@
 #include <cJSON.h>
 
 #include "base/status.h"
+#include "graph/exec.h"
 #include "model/bert.h"
 #include "model/hf_config.h"
 
@@ -80,7 +81,11 @@ loom_status loom_bert_load(const char *dir, int n_threads, loom_bert **out) {
         loom_dtype wdt[2] = {m->w.layers[0].wq.dtype, m->w.layers[0].w_up.dtype};
         s = loom_tune(loom_tune_needs(wdt, 2, LOOM_F32, LOOM_ACT_PREC_DEFAULT), 0);
     }
-    if (s == LOOM_OK) s = loom_executor_init(&m->exec, n_threads, LOOM_MODE_STEP_BY_STEP);
+    /* fused by default (LOOM_MODE says otherwise): the built-in rules put each
+     * projection's bias, and the GELU or residual add after it, into its GEMM */
+    loom_exec_mode mode = LOOM_MODE_FUSED;
+    if (s == LOOM_OK) s = loom_mode_resolve(NULL, NULL, &mode);
+    if (s == LOOM_OK) s = loom_executor_init(&m->exec, n_threads, mode);
     if (s == LOOM_OK) s = loom_graph_init(&m->graph);
     if (s != LOOM_OK) {
         loom_bert_free(m);

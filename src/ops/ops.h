@@ -211,6 +211,8 @@ typedef struct {
     int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */
     int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
     float   norm_eps;
+    int32_t bias;           /* 1: input 2 (before the residual) is a bias [N] added to the product */
+    int32_t act;            /* loom_act applied after the bias (LOOM_ACT_NONE: none) */
 } loom_linear_attrs;
 
 typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */

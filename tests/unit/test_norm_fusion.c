@@ -3,6 +3,8 @@
  * kernels of the same level, bit for bit:
  *   - linear: matmul + add (an output projection and the residual stream),
  *     rms_norm + matmul (the output norm and the LM head), and all three;
+ *     matmul + add_bias (+ add, bit for bit; + gelu or silu, within the f32
+ *     tolerance: the epilogue's formulas);
  *   - ffn with the norm: rms_norm + gate/up matmuls + silu + mul + down
  *     matmul (+ add);
  *   - the ffn's one pass (a few rows: the hidden dimension in fixed slices,
@@ -79,6 +81,75 @@ static void check_linear(const lcase *c, loom_isa isa, uint64_t seed) {
               loom_isa_name(isa), (long long)c->M, (long long)c->K, (long long)c->N, loom_dtype_name(c->wt),
               loom_act_precision_name(c->act), c->residual, c->norm, c->nth);
     free(x), free(res), free(g), free(xn), free(w), free(y[0]), free(y[1]);
+}
+
+/* linear with a bias (an encoder's projection): matmul + add_bias, then gelu
+ * (erf or tanh form: gelu 1, 2) or silu (3), or the residual add: bit for bit
+ * against the decomposition without an activation (the epilogue's sums are
+ * the add_bias and add kernels'), within the f32 tolerance (2^-11 of
+ * max(1, |y|)) with one (the epilogue's formulas against the activation
+ * kernels'). */
+static void check_linear_bias(int64_t M, int64_t K, int64_t N, loom_dtype wt, int gelu, int residual, int nth,
+                              loom_isa isa, uint64_t seed) {
+    loom_rng r;
+    loom_rng_init(&r, seed, 13);
+    loom_tensor tx, tw, tb, tres, ty[2];
+    float *x = make_f(M, K, &r, 0.3f, &tx), *b = make_f(0, N, &r, 0.0f, &tb), *res = make_f(M, N, &r, 0.0f, &tres);
+    void *w = make_w(wt, N, K, &r, 0.25f, &tw);
+    float *y[2];
+    for (int i = 0; i < 2; i++) y[i] = make_f(M, N, &r, 0.0f, &ty[i]);
+    const loom_matmul_attrs ma = {.act_precision = LOOM_ACT_PREC_Q8};
+    const loom_tensor *sm[2] = {&tx, &tw}, *sb[2] = {&ty[0], &tb}, *sg[1] = {&ty[0]}, *sa[2] = {&tres, &ty[0]};
+    CHECK(run_op(LOOM_OP_MATMUL, isa, sm, 2, &ma, &ty[0], nth) == LOOM_OK);
+    CHECK(run_op(LOOM_OP_ADD_BIAS, isa, sb, 2, NULL, &ty[0], nth) == LOOM_OK);
+    const loom_gelu_attrs ga = {gelu == 2};
+    if (gelu == 3) CHECK(run_op(LOOM_OP_SILU, isa, sg, 1, NULL, &ty[0], nth) == LOOM_OK);
+    else if (gelu) CHECK(run_op(LOOM_OP_GELU, isa, sg, 1, &ga, &ty[0], nth) == LOOM_OK);
+    if (residual) CHECK(run_op(LOOM_OP_ADD, isa, sa, 2, NULL, &ty[0], nth) == LOOM_OK);
+    static const loom_act acts[4] = {LOOM_ACT_NONE, LOOM_ACT_GELU, LOOM_ACT_GELU_TANH, LOOM_ACT_SILU};
+    loom_linear_attrs at = {.act_precision = LOOM_ACT_PREC_Q8, .residual = residual, .bias = 1, .act = acts[gelu]};
+    loom_kernel_args a = {.src = {&tx, &tw, &tb}, .n_src = 3, .dst = &ty[1], .attrs = &at};
+    if (residual) a.src[a.n_src++] = &tres;
+    loom_tensor inferred;
+    CHECK_MSG(loom_op_get(LOOM_OP_LINEAR)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(run_threads(LOOM_OP_LINEAR, loom_op_kernel(LOOM_OP_LINEAR, isa), a, nth) == LOOM_OK, "%s",
+              loom_last_error());
+    int bad = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        float d = fabsf(y[0][i] - y[1][i]), big = fabsf(y[0][i]) > 1.0f ? fabsf(y[0][i]) : 1.0f;
+        bad += gelu ? !(d <= big / 2048.0f) : memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+    }
+    CHECK_MSG(bad == 0, "linear+bias %s: M=%lld K=%lld N=%lld %s act %d residual %d nth %d: %d of %lld values %s",
+              loom_isa_name(isa), (long long)M, (long long)K, (long long)N, loom_dtype_name(wt), gelu, residual, nth,
+              bad, (long long)(M * N), gelu ? "outside 2^-11" : "differ from the decomposition");
+    free(x), free(b), free(res), free(w), free(y[0]), free(y[1]);
+}
+
+static void test_linear_bias(void) {
+    static const struct { int64_t M, K, N; loom_dtype wt; int gelu, residual, nth; } bc[] = {
+        {1, 72, 50, LOOM_F32, 0, 0, 1},     {3, 72, 50, LOOM_F32, 1, 0, 3},   {9, 100, 37, LOOM_F32, 2, 0, 2},
+        {45, 384, 70, LOOM_F32, 0, 1, 2},   {45, 384, 70, LOOM_F32, 1, 0, 3}, {21, 90, 33, LOOM_F16, 1, 0, 2},
+        {33, 250, 48, LOOM_BF16, 0, 1, 3},  {19, 160, 40, LOOM_Q8_0, 1, 0, 2}, {17, 96, 40, LOOM_Q4_0, 3, 0, 2},
+        {2, 96, 40, LOOM_Q4_1, 0, 1, 1},    {30, 1100, 29, LOOM_F32, 3, 1, 2},
+    };
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
+            check_linear_bias(bc[i].M, bc[i].K, bc[i].N, bc[i].wt, bc[i].gelu, bc[i].residual, bc[i].nth,
+                              (loom_isa)isa, 60 + i);
+    /* a bias of the wrong length, an activation out of range */
+    loom_tensor tx, tw, tb;
+    loom_rng r;
+    loom_rng_init(&r, 5, 0);
+    float *x = make_f(4, 32, &r, 0.0f, &tx), *b = make_f(0, 7, &r, 0.0f, &tb);
+    void *w = make_w(LOOM_F32, 8, 32, &r, 0.25f, &tw);
+    loom_linear_attrs at = {.bias = 1};
+    const loom_tensor *src[3] = {&tx, &tw, &tb};
+    loom_tensor out;
+    CHECK(loom_op_get(LOOM_OP_LINEAR)->infer(src, 3, &at, &out) == LOOM_ERR_SHAPE);
+    CHECK(loom_op_get(LOOM_OP_LINEAR)->infer(src, 2, &at, &out) == LOOM_ERR_INVALID_ARG);
+    at.bias = 0, at.act = LOOM_ACT_COUNT;
+    CHECK(loom_op_get(LOOM_OP_LINEAR)->infer(src, 2, &at, &out) == LOOM_ERR_INVALID_ARG);
+    free(x), free(b), free(w);
 }
 
 /* one_pass 0: the two phases, bit for bit against the decomposition; 1: the
@@ -303,6 +374,7 @@ int main(void) {
     loom_ops_init();
     RUN_TEST(test_scratch_without_data);
     RUN_TEST(test_linear);
+    RUN_TEST(test_linear_bias);
     RUN_TEST(test_ffn_norm);
     RUN_TEST(test_ffn_one_pass);
     RUN_TEST(test_errors);

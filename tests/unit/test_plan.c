@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "check.h"
+#include "graph/fusion.h"
 #include "graph/hw.h"
 #include "graph/profile.h"
 #include "model/planner.h"
@@ -415,6 +416,27 @@ static void test_bert(void) {
         }
         CHECK_MSG(w == 2.0 * (4 * D * D + 2 * D * F), "%.0f", w);
         CHECK(mm_flops == 2.0 * T * (4 * D * D + 2 * D * F));
+        /* the default rules: every projection takes its bias in the GEMM's
+         * epilogue, the FFN's up projection its GELU and the output ones
+         * their residual add; a layer is 6 linear + attention + 2 layer_norm */
+        loom_fusion_rules *rules = NULL;
+        CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
+        loom_fusion_report rep;
+        CHECK_MSG(loom_fusion_apply(g, rules, &rep) == LOOM_OK, "%s", loom_last_error());
+        int fired[3] = {0, 0, 0};
+        static const char *const names[3] = {"linear_bias_gelu", "linear_bias_residual", "linear_bias"};
+        for (int i = 0; i < rep.n_rules; i++)
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(rep.rules[i].name, names[k])) fired[k] = rep.rules[i].fired;
+        CHECK_MSG(fired[0] == 12 && fired[1] == 24 && fired[2] == 36, "fired %d %d %d", fired[0], fired[1], fired[2]);
+        int ops[LOOM_OP_COUNT] = {0}, kernels = 0;
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].layer == 3) ops[g->nodes[n].op]++, kernels++;
+        CHECK_MSG(ops[LOOM_OP_LINEAR] == 6 && ops[LOOM_OP_ADD_BIAS] == 0 && ops[LOOM_OP_GELU] == 0 &&
+                      ops[LOOM_OP_ADD] == 0 && ops[LOOM_OP_LAYER_NORM] == 2 && kernels == 9,
+                  "layer 3: %d linear, %d add_bias, %d gelu, %d add, %d nodes", ops[LOOM_OP_LINEAR],
+                  ops[LOOM_OP_ADD_BIAS], ops[LOOM_OP_GELU], ops[LOOM_OP_ADD], kernels);
+        loom_fusion_rules_free(rules);
     }
     loom_graph_free(g);
 }
