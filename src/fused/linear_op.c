@@ -33,6 +33,9 @@ static loom_status linear_infer(const loom_tensor *const *src, int n_src, const 
                    at->residual ? ", residual" : "", at->norm ? ", gamma" : "");
     LOOM_RETURN_IF(at->act < LOOM_ACT_NONE || at->act >= LOOM_ACT_COUNT, LOOM_ERR_INVALID_ARG,
                    "%s: activation %d out of range", op, (int)at->act);
+    LOOM_RETURN_IF((at->bias | at->residual | at->norm) & ~1, LOOM_ERR_INVALID_ARG,
+                   "%s: bias, residual and norm are 0 or 1 (%d, %d, %d)", op, (int)at->bias, (int)at->residual,
+                   (int)at->norm);
     const loom_tensor *x = src[0], *w = src[1];
     LOOM_TRY(loom_ref_check_dtype(op, 0, "x", x, LOOM_REF_DT(LOOM_F32)));
     LOOM_RETURN_IF(x->ndim != 2 || x->stride[1] != 1, LOOM_ERR_SHAPE,
@@ -75,7 +78,7 @@ static void linear_cost(const loom_tensor *const *src, int n_src, const loom_ten
     c->bytes_read = ex * M * K + (double)loom_dtype_row_bytes(src[1]->dtype, src[1]->shape[1]) * N;
     c->bytes_written = ey * M * N;
     if (at->bias) c->bytes_read += 4.0 * N, c->flops += M * N;
-    if (at->act != LOOM_ACT_NONE) c->flops += 8.0 * M * N; /* about as the gelu and silu ops count */
+    if (at->act != LOOM_ACT_NONE) c->flops += 8.0 * M * N; /* about what the gelu op counts */
     if (at->residual) c->bytes_read += LOOM_ES(src[2 + at->bias]) * M * N, c->flops += M * N;
     if (at->norm) { /* x once more for the rows' statistics, gamma */
         c->bytes_read += ex * M * K + 4.0 * K;

@@ -222,8 +222,9 @@ static int take_bias_act(const fr_ctx *c, fr_fused *f, int *prod, int64_t N, int
 }
 
 /* matmul + residual add (the output projection), rms_norm + matmul (the
- * output norm and the LM head), or all three; matmul + add_bias (+ gelu or
- * silu, or + the residual add: an encoder's projections). */
+ * output norm and the LM head), or all three (fused op linear); matmul +
+ * add_bias (+ gelu or silu, or + the residual add: an encoder's projections;
+ * fused op linear_bias, whose roles keep the rules to those chains). */
 static int build_linear(const fr_ctx *c, fr_fused *f) {
     const loom_node *mm = gnode(c, "mm");
     int res = fr_node(c, "residual"), has_norm = fr_node(c, "norm") >= 0;
@@ -534,7 +535,8 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define NORM_FFN_ROLES                                                                           \
     "norm=rms_norm($x,$gamma) gate=matmul(norm,$w_gate) up=matmul(norm,$w_up) act=*(gate) "      \
     "mul=mul(act,up) down=matmul(mul,$w_down) residual=add(_,down)"
-#define LINEAR_ROLES "mm=matmul($x,$w) bias=add_bias(mm,$bias) act=*(_) residual=add(_,_)"
+#define LINEAR_ROLES "mm=matmul($x,$w) residual=add(_,mm)"
+#define LINEAR_BIAS_ROLES "mm=matmul($x,$w) bias=add_bias(mm,$bias) act=*(bias) residual=add(_,bias)"
 #define NORM_LINEAR_ROLES "norm=rms_norm($x,$gamma) mm=matmul(norm,$w) residual=add(_,mm)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
@@ -563,12 +565,13 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"norm_ffn", "norm gate up act mul down", "x gamma w_gate w_up w_down", "block_n one_pass_rows", build_ffn,
      NORM_FFN_ROLES},
     {"linear", "mm", "x w", "", build_linear, LINEAR_ROLES},
+    {"linear_bias", "mm bias", "x w bias", "", build_linear, LINEAR_BIAS_ROLES},
     {"norm_linear", "norm mm", "x gamma w", "", build_linear, NORM_LINEAR_ROLES},
     {"moe_gating_top_k_softmax", "probs ids weights", "logits", "", build_moe_gating, MOE_GATING_ROLES},
     {"moe_ffn", "gate up act mul down sum", "x w_gate w_up w_down ids weights", "block_n", build_moe_ffn,
      MOE_FFN_ROLES},
 };
-static int n_builders = 14;
+static int n_builders = 15;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

@@ -307,6 +307,18 @@ static void test_rules_errors(void) {
              "      - {name: down, op: matmul, inputs: [mul, $w_down]}\n"
              "      - {name: residual, op: add, inputs: [$r, mul]}\n");
     expect_error(buf, "pattern node 'residual' binds mul as input 2 where down belongs");
+    /* linear_bias: the activation and the residual take the bias's output */
+    const char *lb_head = "rules:\n  - name: l\n    fused_op: linear_bias\n    pattern:\n"
+                          "      - {name: mm, op: matmul, inputs: [$x, $w]}\n"
+                          "      - {name: bias, op: add_bias, inputs: [mm, $bias]}\n";
+    snprintf(buf, sizeof buf, "%s%s", lb_head, "      - {name: residual, op: add, inputs: [$r, mm]}\n");
+    expect_error(buf, "pattern node 'residual' binds mm as input 2 where bias belongs");
+    snprintf(buf, sizeof buf, "%s%s", lb_head, "      - {name: act, op: gelu, inputs: [mm]}\n");
+    expect_error(buf, "fused op linear_bias takes act = *(bias); pattern node 'act' binds mm");
+    snprintf(buf, sizeof buf, "rules:\n  - name: l\n    fused_op: linear_bias\n    pattern:\n"
+                              "      - {name: mm, op: matmul, inputs: [$x, $w]}\n"
+                              "      - {name: bias, op: add_bias, inputs: [$bias, mm]}\n");
+    expect_error(buf, "pattern node 'bias' binds $bias as input 1 where mm belongs");
     const char *qkv_head = "rules:\n  - name: q\n    fused_op: qkv_rope\n    pattern:\n"
                            "      - {name: q, op: matmul, inputs: [$x, $wq]}\n";
     snprintf(buf, sizeof buf, "%s%s", qkv_head,

@@ -123,12 +123,12 @@ static void test_gelu_fast_vs_ref(void) {
             for (a.ith = 0; a.ith < 2; a.ith++) CHECK(info->opt[lvl](&a) == LOOM_OK);
             int bad = 0;
             for (int i = 0; i < R * D; i++)
-                if (!check_close(y_opt[i], y_ref[i], 1.0 / 2048)) {
+                if (!check_close(y_opt[i], y_ref[i], 1e-5)) { /* the two forms differ by up to 4.7e-4 */
                     if (bad++ < 5)
                         fprintf(stderr, "  gelu(%g) form %d level %s: %g vs ref %g\n", x[i], form,
                                 loom_isa_name((loom_isa)lvl), y_opt[i], y_ref[i]);
                 }
-            CHECK_MSG(bad == 0, "level %s: %d of %d outside 2^-11", loom_isa_name((loom_isa)lvl), bad, R * D);
+            CHECK_MSG(bad == 0, "level %s: %d of %d outside 1e-5", loom_isa_name((loom_isa)lvl), bad, R * D);
         }
     }
 }

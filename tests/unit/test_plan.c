@@ -429,9 +429,18 @@ static void test_bert(void) {
             for (int k = 0; k < 3; k++)
                 if (!strcmp(rep.rules[i].name, names[k])) fired[k] = rep.rules[i].fired;
         CHECK_MSG(fired[0] == 12 && fired[1] == 24 && fired[2] == 36, "fired %d %d %d", fired[0], fired[1], fired[2]);
-        int ops[LOOM_OP_COUNT] = {0}, kernels = 0;
+        int ops[LOOM_OP_COUNT] = {0}, kernels = 0, with[3] = {0, 0, 0}; /* bias, gelu (erf form), residual */
         for (int n = 0; n < g->n_nodes; n++)
-            if (g->nodes[n].layer == 3) ops[g->nodes[n].op]++, kernels++;
+            if (g->nodes[n].layer == 3) {
+                ops[g->nodes[n].op]++, kernels++;
+                if (g->nodes[n].op != LOOM_OP_LINEAR) continue;
+                const loom_linear_attrs *la = (const void *)g->nodes[n].attrs;
+                with[0] += la->bias, with[1] += la->act == LOOM_ACT_GELU, with[2] += la->residual;
+                CHECK(la->act == LOOM_ACT_NONE || la->act == LOOM_ACT_GELU);
+                CHECK(!(la->act && la->residual) && !la->norm);
+            }
+        CHECK_MSG(with[0] == 6 && with[1] == 1 && with[2] == 2, "bias %d gelu %d residual %d", with[0], with[1],
+                  with[2]);
         CHECK_MSG(ops[LOOM_OP_LINEAR] == 6 && ops[LOOM_OP_ADD_BIAS] == 0 && ops[LOOM_OP_GELU] == 0 &&
                       ops[LOOM_OP_ADD] == 0 && ops[LOOM_OP_LAYER_NORM] == 2 && kernels == 9,
                   "layer 3: %d linear, %d add_bias, %d gelu, %d add, %d nodes", ops[LOOM_OP_LINEAR],
