@@ -143,31 +143,35 @@ TARGET256 static inline __m256 gelu8(__m256 x, int tanh_form) {
     return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, _mm256_or_ps(r, sign)));
 }
 
-TARGET256 loom_status loom_gelu_avx2(const loom_kernel_args *a) {
+/* The vector gelu kernels: this thread's rows of contiguous x and y through
+ * row(), else the generic kernel. */
+static loom_status gelu_rows(const loom_kernel_args *a, void (*row)(const float *, float *, int64_t, int)) {
     const loom_tensor *x = a->src[0], *y = a->dst;
     const loom_gelu_attrs *at = a->attrs;
     int tanh_form = at && at->approximate;
     int last = x->ndim - 1;
     if (x->stride[last] != 1 || y->stride[last] != 1) return loom_gelu_generic(a);
-    int64_t D = x->shape[last];
-    const float *xd = x->data;
-    float *yd = y->data;
     int64_t lo, hi;
     loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = xd + loom_ref_row_offset(x, last, r);
-        float *yr = yd + loom_ref_row_offset(y, last, r);
-        int64_t i = 0;
-        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(yr + i, gelu8(_mm256_loadu_ps(xr + i), tanh_form));
-        if (i < D) { /* the tail through a zero-padded vector */
-            float in[8] = {0}, out[8];
-            memcpy(in, xr + i, (size_t)(D - i) * sizeof(float));
-            _mm256_storeu_ps(out, gelu8(_mm256_loadu_ps(in), tanh_form));
-            memcpy(yr + i, out, (size_t)(D - i) * sizeof(float));
-        }
-    }
+    for (int64_t r = lo; r < hi; r++)
+        row((const float *)x->data + loom_ref_row_offset(x, last, r),
+            (float *)y->data + loom_ref_row_offset(y, last, r), x->shape[last], tanh_form);
     return LOOM_OK;
 }
+
+/* One row of gelu at AVX2: 8 lanes, the tail through a zero-padded vector. */
+TARGET256 static void gelu_row_avx2(const float *xr, float *yr, int64_t D, int tanh_form) {
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) _mm256_storeu_ps(yr + i, gelu8(_mm256_loadu_ps(xr + i), tanh_form));
+    if (i < D) {
+        float in[8] = {0}, out[8];
+        memcpy(in, xr + i, (size_t)(D - i) * sizeof(float));
+        _mm256_storeu_ps(out, gelu8(_mm256_loadu_ps(in), tanh_form));
+        memcpy(yr + i, out, (size_t)(D - i) * sizeof(float));
+    }
+}
+
+loom_status loom_gelu_avx2(const loom_kernel_args *a) { return gelu_rows(a, gelu_row_avx2); }
 
 #define TARGET512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -197,27 +201,15 @@ TARGET512 static inline __m512 gelu16(__m512 x, int tanh_form) {
     return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, erf));
 }
 
-TARGET512 loom_status loom_gelu_avx512(const loom_kernel_args *a) {
-    const loom_tensor *x = a->src[0], *y = a->dst;
-    const loom_gelu_attrs *at = a->attrs;
-    int tanh_form = at && at->approximate;
-    int last = x->ndim - 1;
-    if (x->stride[last] != 1 || y->stride[last] != 1) return loom_gelu_generic(a);
-    int64_t D = x->shape[last];
-    const float *xd = x->data;
-    float *yd = y->data;
-    int64_t lo, hi;
-    loom_ref_split(loom_ref_rows(x, last), a->ith, a->nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = xd + loom_ref_row_offset(x, last, r);
-        float *yr = yd + loom_ref_row_offset(y, last, r);
-        int64_t i = 0;
-        for (; i + 16 <= D; i += 16) _mm512_storeu_ps(yr + i, gelu16(_mm512_loadu_ps(xr + i), tanh_form));
-        if (i < D) {
-            __mmask16 m = (__mmask16)((1u << (D - i)) - 1u);
-            _mm512_mask_storeu_ps(yr + i, m, gelu16(_mm512_maskz_loadu_ps(m, xr + i), tanh_form));
-        }
+/* One row of gelu at AVX-512: 16 lanes, a masked tail. */
+TARGET512 static void gelu_row_avx512(const float *xr, float *yr, int64_t D, int tanh_form) {
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) _mm512_storeu_ps(yr + i, gelu16(_mm512_loadu_ps(xr + i), tanh_form));
+    if (i < D) {
+        __mmask16 m = (__mmask16)((1u << (D - i)) - 1u);
+        _mm512_mask_storeu_ps(yr + i, m, gelu16(_mm512_maskz_loadu_ps(m, xr + i), tanh_form));
     }
-    return LOOM_OK;
 }
+
+loom_status loom_gelu_avx512(const loom_kernel_args *a) { return gelu_rows(a, gelu_row_avx512); }
 #endif
