@@ -80,12 +80,13 @@ static int take_norm(const fr_ctx *c, fr_fused *f, float *eps) {
 
 /* The rule's residual node add(r, prod) into the fused op: r appended to its
  * inputs and the add's output made the fused op's; 0 when r or the sum is not
- * 2-D [rows of prod, cols of prod] with contiguous rows. Returns 1 without a
- * residual node. */
+ * 2-D [rows of prod, cols of prod] with contiguous rows, or the add does not
+ * take prod. Returns 1 without a residual node. */
 static int take_residual(const fr_ctx *c, fr_fused *f, int prod) {
     int res = fr_node(c, "residual");
     if (res < 0) return 1;
     const loom_node *r = &c->g->nodes[res];
+    if (r->src[0] != prod && r->src[1] != prod) return 0; /* the sum of something else */
     int other = r->src[0] == prod ? r->src[1] : r->src[0];
     const loom_tensor *rt = gt(c, other), *rd = gt(c, r->dst), *y = gt(c, prod);
     if (rt->ndim != 2 || rt->stride[1] != 1 || y->ndim != 2 || rt->shape[0] != y->shape[0] ||
@@ -238,14 +239,9 @@ static int build_linear(const fr_ctx *c, fr_fused *f) {
     f->op = LOOM_OP_LINEAR;
     f->n_src = 2;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w");
-    f->dst = mm->dst;
     int prod = mm->dst;
     if (!take_bias_act(c, f, &prod, w->shape[0], &a.bias, &a.act)) return 0;
     f->dst = prod;
-    if (res >= 0) {
-        const loom_node *r = &c->g->nodes[res];
-        if (r->src[0] != prod && r->src[1] != prod) return 0; /* the sum of something else */
-    }
     if (!take_residual(c, f, prod)) return 0;
     a.residual = res >= 0;
     if (has_norm) {

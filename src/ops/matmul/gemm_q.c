@@ -9,9 +9,10 @@
  * quantizes up to MC rows of x into its scratch, packs nr rows of W at a time
  * into a panel (all of K; or reads the panels packed once, packed.c), and
  * runs the register tile over the panel in chunks (KC_BLOCKS, KC_BYTES) so the
- * panel chunk stays in L1 while the x chunk streams from L2. Partial sums go through y (f32, exact); with an epilogue
- * they go through a scratch tile instead, finished (epilogue, copy to y)
- * while it is still in L2, since the epilogue may read y's old values.
+ * panel chunk stays in L1 while the x chunk streams from L2. Partial sums go
+ * through y (f32, exact); with an epilogue they go through a scratch tile
+ * instead, finished (epilogue, copy to y) while it is still in L2, since the
+ * epilogue may read y's old values.
  *
  * This file holds the driver, the generic packing and the generic kernel set.
  */
