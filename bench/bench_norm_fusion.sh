@@ -3,7 +3,8 @@
 # previous GEMMs' epilogues (the default rules) against fused mode without
 # them (the same rules with norm_qkv_rope_*, norm_ffn_residual,
 # linear_residual and norm_linear disabled: add_rms_norm and separate norms,
-# the fusion of before), by bench/bench_rules_ab.sh; ratio new / old.
+# the fusion of before; attention_linear_residual, which takes the output
+# projection's residual add too, is disabled on both sides), by bench/bench_rules_ab.sh; ratio new / old.
 #   bench/bench_norm_fusion.sh LOOM MODEL THREADS PROMPTS GEN ROUNDS REPS
 # e.g. bench/bench_norm_fusion.sh build/loom ~/.cache/loom/models/SmolLM2-135M-Instruct.Q4_1.gguf 1,2 512,2048 64 3 3
 # A Llama2-7B-shaped model of 2 layers: bench/make_llama_shaped.py OUT --layers 2.
@@ -13,10 +14,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # the rules of before: the new rules disabled
-awk '/^  - name: (norm_qkv_rope_cache|norm_qkv_rope_cache_i8|norm_qkv_rope_paged|norm_qkv_rope_paged_i8|norm_ffn_residual|linear_residual|norm_linear)$/ {print; getline; print; print "    enabled: false"; next} {print}' \
+awk '/^  - name: (norm_qkv_rope_cache|norm_qkv_rope_cache_i8|norm_qkv_rope_paged|norm_qkv_rope_paged_i8|norm_ffn_residual|linear_residual|norm_linear|attention_linear_residual)$/ {print; getline; print; print "    enabled: false"; next} {print}' \
     "$here/../configs/fusion/default.yaml" >"$tmp/old.yaml"
-[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = "$(($(grep -c 'enabled: false' "$here/../configs/fusion/default.yaml") + 7))" ] \
-    || { echo "bench_norm_fusion: could not disable the 7 rules" >&2; exit 1; }
-# the rules of now from the same file (not the binary's built-in copy, which may be older)
-"$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "$here/../configs/fusion/default.yaml" "$THREADS" \
+[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = "$(($(grep -c 'enabled: false' "$here/../configs/fusion/default.yaml") + 8))" ] \
+    || { echo "bench_norm_fusion: could not disable the 8 rules" >&2; exit 1; }
+# the rules of now from the same file (not the binary's built-in copy, which may be older),
+# attention_linear_residual disabled as on the old side
+awk '/^  - name: attention_linear_residual$/ {print; getline; print; print "    enabled: false"; next} {print}' \
+    "$here/../configs/fusion/default.yaml" >"$tmp/new.yaml"
+"$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "$tmp/new.yaml" "$THREADS" \
     "$PROMPTS" "$GEN" "$ROUNDS" "$REPS"

@@ -8,7 +8,8 @@ on a machine that cannot hold the real model: a Hugging Face folder
                                        [--dtype f16|bf16|f32] [--vocab N] [--seed S]
 
 Shapes: llama2-7b (dim 4096, FFN 11008, 32 heads, MHA), llama3-8b (4096,
-14336, 32 heads, 8 KV heads). Weights N(0, 1/fan_in), norms 1 + N(0, 0.1^2),
+14336, 32 heads, 8 KV heads), llama3.2-1b (2048, 8192, 32 heads of 64, 8 KV
+heads). Weights N(0, 1/fan_in), norms 1 + N(0, 0.1^2),
 so activations stay in range through the layers. Needs numpy only.
 """
 import argparse
@@ -21,6 +22,8 @@ import numpy as np
 SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
                       rope_theta=10000.0, vocab_size=32000, rms_norm_eps=1e-5),
+    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
+                        rope_theta=500000.0, vocab_size=128256, rms_norm_eps=1e-5),
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                       rope_theta=500000.0, vocab_size=128256, rms_norm_eps=1e-5),
 }

@@ -154,6 +154,12 @@ static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     return off * sizeof(float);
 }
 
+int64_t attn_prefill_block_q(const attn_problem *pr) {
+    fa_plan pl;
+    fa_plan_init(&pl, pr, NULL);
+    return pl.br;
+}
+
 size_t attn_prefill_scratch(const attn_problem *pr) {
     fa_plan pl;
     fa_scratch sc;

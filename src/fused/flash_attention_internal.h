@@ -120,6 +120,12 @@ void attn_scale_view(const loom_tensor *s, loom_tensor *out);
 
 loom_status attn_resolve_prefill(const loom_flash_attention_tensors *t,
                                  const loom_flash_attention_params *p, attn_problem *pr);
+/* The params of a prefill node's loom_flash_attention_attrs (NULL: the defaults). */
+loom_flash_attention_params attn_fa_params(const void *attrs);
+/* Query positions per work item of the prefill kernel for pr (its block_q, or
+ * the automatic choice): items start at multiples of it, so a caller that cuts
+ * the queries at multiples of it gets the same items, and the same results. */
+int64_t attn_prefill_block_q(const attn_problem *pr);
 /* inner_precise is 0 or 1 (loom_attn_inner_precise); the error names op. */
 loom_status attn_check_inner_precise(const char *op, int inner_precise);
 loom_status attn_resolve_decode(const loom_incre_flash_attention_tensors *t,

@@ -13,7 +13,7 @@ static const loom_flash_attention_attrs fa_default_attrs = LOOM_FLASH_ATTENTION_
 static const loom_incre_flash_attention_attrs inc_default_attrs =
     LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
 
-static loom_flash_attention_params fa_params(const void *attrs) {
+loom_flash_attention_params attn_fa_params(const void *attrs) {
     const loom_flash_attention_attrs *a = attrs ? attrs : &fa_default_attrs;
     loom_flash_attention_params p = loom_flash_attention_default_params();
     p.input_layout = (loom_attn_layout)a->input_layout;
@@ -131,7 +131,7 @@ static loom_status fa_setup(const loom_tensor *const *src, int n_src, const void
                             const loom_tensor *dst, op_tensors *o, loom_flash_attention_params *p,
                             loom_flash_attention_tensors *t) {
     LOOM_TRY(op_tensors_init("flash_attention_score", src, n_src, dst, attrs_tnd(attrs), o));
-    *p = fa_params(attrs);
+    *p = attn_fa_params(attrs);
     if (o->cu) p->actual_seq_qlen = p->actual_seq_kvlen = o->cu, p->num_seqs = o->n_cu;
     if (o->even_bsnd) p->input_layout = LOOM_ATTN_BSND;
     loom_flash_attention_tensors tt = {.query = &o->q, .key = &o->k, .value = &o->v,

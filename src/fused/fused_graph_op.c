@@ -42,6 +42,7 @@ void loom_fused_register_ops(loom_op_info *table) {
     loom_register_paged_attention_op(&table[LOOM_OP_PAGED_ATTENTION]);
     loom_register_ffn_op(&table[LOOM_OP_FFN]);
     loom_register_linear_op(&table[LOOM_OP_LINEAR]);
+    loom_register_attention_linear_op(&table[LOOM_OP_ATTENTION_LINEAR]);
     loom_register_moe_gating_op(&table[LOOM_OP_MOE_GATING]);
     loom_register_moe_ffn_op(&table[LOOM_OP_MOE_FFN]);
     for (int op = LOOM_OP_CUSTOM0; op <= LOOM_OP_CUSTOM_LAST; op++)

@@ -299,6 +299,61 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
     return 1;
 }
 
+/* attention + output projection (+ residual add) in prefill -> one
+ * attention_linear kernel (src/fused/attention_linear_op.c). Refused, leaving
+ * the attention and linear rules after it to take the match apart, for decode
+ * (q_len <= decode_max_q_len), i8 caches (their scales are inputs of their
+ * own), and a W larger
+ * than half the L2: the kernel reads (and packs) W once per block of rows, and
+ * a W from outside the core's L2 costs more than the attention output saves
+ * (bench/results/fusion.md: a Llama-3.2-1B-shaped layer, W 8 MB, ran 0.77-0.96x
+ * as fast fused). */
+_Static_assert(sizeof(loom_attention_linear_attrs) <= LOOM_ATTR_MAX, "attention_linear's attributes fit a node");
+
+static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
+    const loom_node *at = gnode(c, "attn"), *mm = gnode(c, "mm");
+    const loom_attention_attrs *aa = (const void *)at->attrs;
+    const loom_tensor *q = gt(c, fr_var(c, "q")), *k = gt(c, fr_var(c, "k")), *v = gt(c, fr_var(c, "v"));
+    const loom_tensor *w = gt(c, fr_var(c, "w")), *x = gt(c, mm->src[0]);
+    if (at->n_src != 3 || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dtype != LOOM_F32 ||
+        q->stride[3] != 1 || q->stride[2] != q->shape[3])
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        loom_dtype dt = (i ? v : k)->dtype;
+        if (dt != LOOM_F32 && dt != LOOM_F16 && dt != LOOM_BF16) return 0;
+    }
+    int64_t sq = q->shape[1], skv = k->shape[1];
+    if (sq <= fr_opt(c, "decode_max_q_len", 16)) return 0;
+    if (aa->causal && aa->q_pos_offset != skv - sq) return 0; /* the kernels' causal mask: bottom-right */
+    /* mm multiplies the whole attention output, as [B * S, H * D] rows */
+    if (fr_source(c->g, mm->src[0]) != at->dst || x->ndim != 2 || x->shape[0] != q->shape[0] * sq ||
+        x->shape[1] != q->shape[2] * q->shape[3])
+        return 0;
+    if (w->ndim != 2 || w->stride[1] != 1 || w->shape[1] != x->shape[1]) return 0;
+    double wbytes = (double)loom_dtype_row_bytes(w->dtype, w->shape[1]) * (double)w->shape[0];
+    if (wbytes > c->hw.l2_bytes / 2) return 0;
+    int32_t act = fused_act(c, "mm");
+    if (act < 0) return 0;
+    loom_attention_linear_attrs a = {.scale_value = aa->scale, .act_precision = act,
+                                     .pre_tokens = LOOM_ATTN_TOKENS_ALL, .next_tokens = LOOM_ATTN_TOKENS_ALL};
+    a.sparse_mode = aa->causal ? LOOM_SPARSE_RIGHT_DOWN_CAUSAL : 0;
+    if (aa->causal && aa->window > 0) a.sparse_mode = LOOM_SPARSE_BAND, a.pre_tokens = aa->window - 1, a.next_tokens = 0;
+    a.block_q = (int32_t)fr_opt(c, "block_q", 0);
+    a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
+    a.softcap = aa->softcap;
+    a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);
+    /* auto: from the hardware section's L2 (cpuid unless the rules file sets it) */
+    a.block_rows = (int32_t)fr_opt(c, "block_rows", loom_attention_linear_rows_for(x->shape[1], (int64_t)c->hw.l2_bytes));
+    f->op = LOOM_OP_ATTENTION_LINEAR;
+    f->n_src = 4;
+    f->src[0] = fr_var(c, "q"), f->src[1] = fr_var(c, "k"), f->src[2] = fr_var(c, "v"), f->src[3] = fr_var(c, "w");
+    f->dst = mm->dst;
+    if (!take_residual(c, f, mm->dst)) return 0;
+    a.residual = fr_node(c, "residual") >= 0;
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
 /* ------------------------------------------------------------ add_rms_norm */
 
 static int build_add_rms_norm(const fr_ctx *c, fr_fused *f) {
@@ -535,6 +590,7 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define LINEAR_BIAS_ROLES "mm=matmul($x,$w) bias=add_bias(mm,$bias) act=*(bias) residual=add(_,bias)"
 #define NORM_LINEAR_ROLES "norm=rms_norm($x,$gamma) mm=matmul(norm,$w) residual=add(_,mm)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
+#define ATTN_LINEAR_ROLES "attn=attention($q,$k,$v) mm=matmul(attn,$w) residual=add(_,mm)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
 #define FFN_ROLES                                                                                \
     "gate=matmul($x,$w_gate) up=matmul($x,$w_up) act=*(gate) mul=mul(act,up) "                  \
@@ -552,6 +608,8 @@ static fr_builder builders[MAX_BUILDERS] = {
      build_attention, ATTN_ROLES},
     {"flash_attention_score", "attn", "q k v", "block_q block_kv inner_precise", build_attention, ATTN_ROLES},
     {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
+    {"attention_linear", "attn mm", "q k v w", "decode_max_q_len block_q block_kv block_rows inner_precise",
+     build_attention_linear, ATTN_LINEAR_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n one_pass_rows", build_ffn, FFN_ROLES},
     {"norm_qkv_rope", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv", "block_heads",
@@ -567,7 +625,7 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"moe_ffn", "gate up act mul down sum", "x w_gate w_up w_down ids weights", "block_n", build_moe_ffn,
      MOE_FFN_ROLES},
 };
-static int n_builders = 15;
+static int n_builders = 16;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

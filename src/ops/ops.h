@@ -88,6 +88,11 @@ typedef enum loom_op {
                              src: x [M, K], w [N, K] (+ residual [M, N]) (+ gamma [K]); dst: y [M, N] */
     LOOM_OP_MOE_GATING,   /* moe_gating_top_k_softmax: softmax -> top_k -> moe_weights, per row
                              src: logits f32 [T, E]; dst: weights f32 [T, k]; extra dst: ids i32 [T, k] */
+    LOOM_OP_ATTENTION_LINEAR, /* prefill attention, its output projection and the residual add, per
+                             block of query rows while the block's attention output is in cache
+                             (src/fused/attention_linear_op.c): src q [B, S, H, D], k, v [B, S_kv,
+                             H_kv, D] (q f32; k, v f32, f16 or bf16), w [N, H*D] (+ residual [B*S, N]);
+                             dst: y [B*S, N] */
     LOOM_OP_MOE_FFN,      /* experts' SwiGLU FFNs over the routed rows, 3 phases (src/fused/moe_op.c):
                              src: x [T, D], w_gate, w_up [E, H, D], w_down [E, D, H], ids i32 [T, k],
                              weights f32 [T, k] (+ residual [T, D]); dst: y [T, D];
@@ -214,6 +219,20 @@ typedef struct {
     int32_t bias;           /* 1: input 2 (before the residual) is a bias [N] added to the product */
     int32_t act;            /* loom_act applied after the bias (LOOM_ACT_NONE: none) */
 } loom_linear_attrs;
+
+/* attention_linear: prefill attention and the output projection (+ residual)
+ * in one kernel (src/fused/attention_linear_op.c). */
+typedef struct {
+    float   scale_value;           /* the attention's, as loom_flash_attention_attrs */
+    int32_t sparse_mode;           /* 0, LOOM_SPARSE_RIGHT_DOWN_CAUSAL or LOOM_SPARSE_BAND */
+    int64_t pre_tokens, next_tokens;
+    int32_t block_q, block_kv;     /* 0: automatic */
+    float   softcap;
+    int32_t inner_precise;         /* 1: bf16 products (loom_flash_attention_attrs) */
+    int32_t act_precision;         /* the projection's loom_act_precision (as loom_linear_attrs) */
+    int32_t residual;              /* 1: input 4 is added to the product in the GEMM's epilogue */
+    int32_t block_rows;            /* query positions per unit; 0: automatic (the L2 size) */
+} loom_attention_linear_attrs;
 
 typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */
 typedef struct { int32_t renorm; } loom_moe_weights_attrs;         /* 1: the k weights sum to 1 */

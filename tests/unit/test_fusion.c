@@ -32,12 +32,13 @@ static loom_graph *llama3_setup(tmodel *m, int L, int32_t *ids) {
 }
 
 /* The default rules on a Llama graph: the norms join the next GEMMs and the
- * residual adds the previous ones' epilogues, so a layer is qkv_rope (with
- * the norm), attention, the output projection (+ residual) and the ffn (with
- * the norm and the residual): kernels per layer drop from 18 to 5 (the ffn is
- * two; counted on one thread, where decode attention does not split KV).
- * Rounds 4-5, preset one_pass_ffn: the ffn of a decode step is one kernel,
- * so 4 in decode; prefill (20 rows) stays 5. */
+ * residual adds the previous ones' epilogues, so a decode layer is qkv_rope
+ * (with the norm), attention, the output projection (+ residual) and the ffn
+ * (with the norm and the residual): kernels per layer drop from 18 to 5 (the
+ * ffn is two; counted on one thread, where decode attention does not split
+ * KV). In prefill (20 rows) the attention and the output projection are one
+ * attention_linear kernel: 4. Rounds 4-5, preset one_pass_ffn: the ffn of a
+ * decode step is one kernel, so 4 in decode too. */
 static void test_default_rules_on_llama(void) {
     loom_fusion_rules *rules;
     CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
@@ -59,19 +60,22 @@ static void test_default_rules_on_llama(void) {
         CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
         CHECK_MSG(fired(&rep, "norm_qkv_rope_cache") == L, "qkv %d", fired(&rep, "norm_qkv_rope_cache"));
         CHECK(fired(&rep, "qkv_rope_cache") == 0);
-        CHECK(fired(&rep, "attention") == L);
+        CHECK(fired(&rep, "attention") == (phase ? L : 0));
+        CHECK(fired(&rep, "attention_linear_residual") == (phase ? 0 : L));
         CHECK_MSG(fired(&rep, "norm_ffn_residual") == L, "ffn %d", fired(&rep, "norm_ffn_residual"));
-        CHECK_MSG(fired(&rep, "linear_residual") == L, "linear %d", fired(&rep, "linear_residual"));
+        CHECK_MSG(fired(&rep, "linear_residual") == (phase ? L : 0), "linear %d", fired(&rep, "linear_residual"));
         CHECK_MSG(fired(&rep, "norm_linear") == 1, "head %d", fired(&rep, "norm_linear")); /* the LM head */
         CHECK(fired(&rep, "add_rms_norm") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "ffn") == 0);
         CHECK(rep.nodes_after < rep.nodes_before);
         for (int l = 0; l < L; l++) {
             int k = tm_layer_kernels(g, l);
-            CHECK_MSG(k == (phase && round >= 4 ? 4 : 5), "round %d layer %d: %d kernels", round, l, k);
+            CHECK_MSG(k == (phase && round < 4 ? 5 : 4), "round %d layer %d: %d kernels", round, l, k);
             CHECK(tm_layer_ops(g, l, LOOM_OP_QKV_ROPE) == 1);
             CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 1);
-            CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == 1);
-            CHECK(tm_layer_ops(g, l, phase ? LOOM_OP_INCRE_FLASH_ATTENTION : LOOM_OP_FLASH_ATTENTION) == 1);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == phase);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_ATTENTION_LINEAR) == !phase);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_FLASH_ATTENTION) == phase &&
+                  tm_layer_ops(g, l, LOOM_OP_FLASH_ATTENTION) == 0);
             CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == 0 && tm_layer_ops(g, l, LOOM_OP_RMS_NORM) == 0 &&
                   tm_layer_ops(g, l, LOOM_OP_ADD) == 0 && tm_layer_ops(g, l, LOOM_OP_MATMUL) == 0);
             CHECK(tm_layer_ops(g, l, LOOM_OP_ROPE) == 0 && tm_layer_ops(g, l, LOOM_OP_SILU) == 0 &&
@@ -102,7 +106,8 @@ static void test_norm_rules_disabled(void) {
     CHECK(loom_fusion_rules_load(NULL, &rules) == LOOM_OK);
     if (!rules) return;
     const char *off[] = {"norm_qkv_rope_cache", "norm_qkv_rope_cache_i8", "norm_qkv_rope_paged",
-                         "norm_qkv_rope_paged_i8", "norm_ffn_residual", "linear_residual", "norm_linear"};
+                         "norm_qkv_rope_paged_i8", "norm_ffn_residual", "linear_residual", "norm_linear",
+                         "attention_linear_residual"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) CHECK(loom_fusion_rules_enable(rules, off[i], 0) == LOOM_OK);
     tmodel m;
     const int L = 3;
@@ -158,6 +163,32 @@ static void test_disabled_rule(void) {
     CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
     CHECK(fired(&rep, "attention") == 0 && tm_layer_ops(g, 0, LOOM_OP_ATTENTION) == 1);
     loom_fusion_rules_free(def);
+    /* attention_linear off: a prefill's attention and output projection are
+     * flash_attention_score and linear again (5 kernels a layer, not 4) */
+    int32_t ids20[20];
+    for (int i = 0; i < 20; i++) ids20[i] = (i * 3 + 1) % 19;
+    tmodel m2;
+    tm_init(&m2, 32, 4, 2, 40, 2, 19, 32, 2); /* 32 positions */
+    for (int off = 0; off < 2; off++) {
+        CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+        if (off) CHECK(loom_fusion_rules_enable(def, "attention_linear_residual", 0) == LOOM_OK);
+        tm_build(&m2, g, ids20, 20, 0, 0);
+        CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
+        for (int l = 0; l < 2; l++) {
+            CHECK(tm_layer_ops(g, l, LOOM_OP_ATTENTION_LINEAR) == !off);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_FLASH_ATTENTION) == off && tm_layer_ops(g, l, LOOM_OP_LINEAR) == off);
+            CHECK_MSG(tm_layer_kernels(g, l) == 4 + off, "rule %s: %d kernels", off ? "off" : "on",
+                      tm_layer_kernels(g, l));
+        }
+        loom_fusion_rules_free(def);
+    }
+    /* at decode_max_q_len rows and below the attention is the decode kernel's: not fused */
+    CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+    tm_build(&m2, g, ids20, 16, 0, 0);
+    CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
+    CHECK(fired(&rep, "attention_linear_residual") == 0 && tm_layer_ops(g, 0, LOOM_OP_INCRE_FLASH_ATTENTION) == 1);
+    loom_fusion_rules_free(def);
+    tm_free(&m2);
     loom_fusion_rules_free(rules);
     loom_graph_free(g);
     tm_free(&m);
@@ -428,7 +459,11 @@ static void test_presets_and_hw(void) {
         for (int n = 0; n < g->n_nodes; n++)
             if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION)
                 CHECK(((const loom_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
-        CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 2);
+        /* the prefill attention is attention_linear's, which takes inner_precise too */
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_ATTENTION_LINEAR)
+                CHECK(((const loom_attention_linear_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
+        CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 0 && tm_ops(g, LOOM_OP_ATTENTION_LINEAR) == 2);
         loom_graph_free(g);
         loom_graph_init(&g);
         tm_build(&m, g, ids20, 1, 19, 0); /* one query row at position 19: the decode kernel */
@@ -607,6 +642,48 @@ static void test_checkpoints_quantized(void) {
  * fused with l3 = 16 KiB and l3 = 32 MiB gets smaller FFN column blocks and
  * fewer QKV heads per item with the small cache, each equal to the
  * kernels' own formula for that L3; decode (T < 8) uses the decode sizes. */
+/* attention_linear from the hardware section's L2: taken while W_o (here 64 x
+ * 64 f32, 16 KiB) fits in half the L2, its automatic block_rows the most rows
+ * whose attention output takes half the L2 (at most 256); with a smaller L2
+ * the rule is refused and flash_attention_score + linear take the layer. */
+static void test_attention_linear_from_hw(void) {
+    const int64_t l2s[3] = {16 << 10, 64 << 10, 1 << 20};
+    const char *base = loom_fusion_default_yaml;
+    tmodel m;
+    tm_init(&m, 64, 8, 4, 96, 1, 19, 80, 6); /* H * D = 64 */
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = i % 19;
+    for (int h = 0; h < 3; h++) {
+        char hw[64];
+        snprintf(hw, sizeof hw, "hardware:\n  l1: auto\n  l2: %lld\n", (long long)l2s[h]);
+        char *text = patched(base, "hardware:\n  l1: auto\n  l2: auto\n", hw);
+        CHECK(text != NULL);
+        if (!text) continue;
+        loom_fusion_rules *r = NULL;
+        CHECK_MSG(loom_fusion_rules_parse(text, strlen(text), "hw.yaml", &r) == LOOM_OK, "%s", loom_last_error());
+        free(text);
+        if (!r) continue;
+        loom_graph *g;
+        loom_graph_init(&g);
+        tm_build(&m, g, ids, 40, 0, 0);
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        int fused = h > 0; /* 16 KiB of W_o: within half of 64 KiB, not of 16 KiB */
+        CHECK_MSG(tm_ops(g, LOOM_OP_ATTENTION_LINEAR) == fused && tm_ops(g, LOOM_OP_FLASH_ATTENTION) == !fused,
+                  "l2 %lld: %d attention_linear", (long long)l2s[h], tm_ops(g, LOOM_OP_ATTENTION_LINEAR));
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_ATTENTION_LINEAR) {
+                const loom_attention_linear_attrs *a = (const void *)g->nodes[n].attrs;
+                int64_t want = l2s[h] / 2 / (4 * 64);
+                CHECK_MSG(a->block_rows == (want > 256 ? 256 : want) && a->residual == 1,
+                          "l2 %lld: block_rows %d", (long long)l2s[h], (int)a->block_rows);
+                CHECK(a->sparse_mode == LOOM_SPARSE_RIGHT_DOWN_CAUSAL);
+            }
+        loom_graph_free(g);
+        loom_fusion_rules_free(r);
+    }
+    tm_free(&m);
+}
+
 static void test_auto_blocks_from_hw(void) {
     const char *body =
         "rules:\n"
@@ -704,6 +781,7 @@ int main(void) {
     RUN_TEST(test_rules_errors);
     RUN_TEST(test_presets_and_hw);
     RUN_TEST(test_auto_blocks_from_hw);
+    RUN_TEST(test_attention_linear_from_hw);
     RUN_TEST(test_profile_bytes);
     return TEST_SUMMARY();
 }
