@@ -160,17 +160,18 @@ static loom_status al_infer(const loom_tensor *const *src, int n_src, const void
 static void al_cost(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs,
                     loom_cost *c) {
     const loom_attention_linear_attrs *at = attrs;
-    al_shape s;
     loom_tensor o;
     attn_problem pr;
     c->flops = c->bytes_read = c->bytes_written = 0.0;
-    if (al_check(src, n_src, at, &s) != LOOM_OK || al_problem(src, at, &o, &pr) != LOOM_OK) return;
+    /* no dtype checks: the planner costs 16-bit activations (--act-dtype) on the same nodes */
+    if (!at || n_src < 4 + at->residual || src[3]->ndim != 2 || al_problem(src, at, &o, &pr) != LOOM_OK) return;
     attn_cost(&pr, c);
-    double M = (double)s.M, N = (double)s.N, K = (double)s.HD;
+    double M = (double)src[0]->shape[0] * (double)src[0]->shape[1], N = (double)src[3]->shape[0];
+    double K = (double)src[3]->shape[1];
     c->flops += 2.0 * M * N * K;
     c->bytes_read += (double)loom_dtype_row_bytes(src[3]->dtype, src[3]->shape[1]) * N;
     c->bytes_written = LOOM_ES(dst) * M * N;
-    if (at->residual) c->bytes_read += 4.0 * M * N, c->flops += M * N;
+    if (at->residual) c->bytes_read += LOOM_ES(src[4]) * M * N, c->flops += M * N;
 }
 
 /* Per-thread scratch: the attention's, the unit's output block [R, H*D], the GEMM's. */

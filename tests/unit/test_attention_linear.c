@@ -176,9 +176,45 @@ static void test_errors(void) {
     CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_INVALID_ARG);
 }
 
+/* The op's accounting: flash_attention_score's and linear's, less the
+ * attention output (written by the one, read by the other), at f32 and at
+ * the 16-bit activations the planner costs (--act-dtype: q and y f16). */
+static void test_cost(void) {
+    for (int half = 0; half < 2; half++) {
+        loom_dtype act = half ? LOOM_F16 : LOOM_F32;
+        loom_tensor q, k, v, w, res, y, o, o2;
+        loom_tensor_init(&q, act, 4, (const int64_t[4]){1, 300, 9, 64}, NULL);
+        loom_tensor_init(&k, LOOM_F16, 4, (const int64_t[4]){1, 300, 3, 64}, NULL);
+        loom_tensor_init(&v, LOOM_F16, 4, (const int64_t[4]){1, 300, 3, 64}, NULL);
+        loom_tensor_init(&w, LOOM_Q4_1, 2, (const int64_t[2]){576, 576}, NULL);
+        loom_tensor_init(&res, act, 2, (const int64_t[2]){300, 576}, NULL);
+        loom_tensor_init(&y, act, 2, (const int64_t[2]){300, 576}, NULL);
+        loom_tensor_init(&o, act, 4, (const int64_t[4]){1, 300, 9, 64}, NULL);
+        loom_tensor_init(&o2, act, 2, (const int64_t[2]){300, 576}, NULL);
+        loom_attention_linear_attrs at = {.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL, .residual = 1,
+                                          .pre_tokens = LOOM_ATTN_TOKENS_ALL, .next_tokens = LOOM_ATTN_TOKENS_ALL};
+        loom_flash_attention_attrs fa = LOOM_FLASH_ATTENTION_ATTRS_DEFAULT;
+        fa.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL;
+        loom_linear_attrs la = {.residual = 1};
+        const loom_tensor *sa[5] = {&q, &k, &v, &w, &res}, *sf[3] = {&q, &k, &v}, *sl[3] = {&o2, &w, &res};
+        loom_cost ca, cf, cl;
+        loom_op_get(LOOM_OP_ATTENTION_LINEAR)->cost(sa, 5, &y, &at, &ca);
+        loom_op_get(LOOM_OP_FLASH_ATTENTION)->cost(sf, 3, &o, &fa, &cf);
+        loom_op_get(LOOM_OP_LINEAR)->cost(sl, 3, &y, &la, &cl);
+        double out = 300.0 * 576 * (half ? 2 : 4);
+        CHECK_MSG(cf.bytes_written == out && ca.flops > 0, "%s: flash attention writes %g", half ? "f16" : "f32",
+                  cf.bytes_written);
+        CHECK_MSG(ca.bytes_read == cf.bytes_read + cl.bytes_read - out, "%s: read %g vs %g", half ? "f16" : "f32",
+                  ca.bytes_read, cf.bytes_read + cl.bytes_read - out);
+        CHECK(ca.bytes_written == cl.bytes_written && ca.bytes_written == out);
+        CHECK(ca.flops == cf.flops + cl.flops);
+    }
+}
+
 int main(void) {
     loom_ops_init();
     RUN_TEST(test_errors);
+    RUN_TEST(test_cost);
     RUN_TEST(test_against_decomposition);
     return TEST_SUMMARY();
 }
