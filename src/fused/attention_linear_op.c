@@ -24,6 +24,8 @@
  * rows of products, a fraction of a percent. */
 #include "fused/fused_graph_ops.h"
 
+#include <limits.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/cpu.h"
@@ -265,10 +267,33 @@ static loom_status al_kernel(const loom_kernel_args *a, loom_isa isa) {
     while (un.rows > l.br && s.B * ((s.S + un.rows - 1) / un.rows) < 4 * (int64_t)a->nth)
         un.rows = (un.rows / 2 + l.br - 1) / l.br * l.br;
     un.per_b = (s.S + un.rows - 1) / un.rows;
-    int64_t lo, hi;
-    attn_split_cost(s.B * un.per_b, a->ith, a->nth, al_unit_cost, &un, &lo, &hi);
-    for (int64_t u = lo; u < hi; u++) LOOM_TRY(al_unit(a, isa, &s, &l, &un, u));
-    return LOOM_OK;
+    int64_t n = s.B * un.per_b;
+    if (a->nth <= 1 || !a->arrive || n + a->nth >= INT_MAX) {
+        int64_t lo, hi;
+        attn_split_cost(n, a->ith, a->nth, al_unit_cost, &un, &lo, &hi);
+        for (int64_t u = lo; u < hi; u++) LOOM_TRY(al_unit(a, isa, &s, &l, &un, u));
+        return LOOM_OK;
+    }
+    /* Units taken from the launch's counter as threads come free, the costly
+     * ones first (a causal block's cost grows with its last row): a static
+     * split of a few units of unequal cost left one thread waiting for the
+     * other (perf: 3 % of a SmolLM2 prefill in sched_yield). Which thread
+     * runs a unit never changes its result. Every thread claims until a claim
+     * fails, even after an error, so the claims total n + nth; the one that
+     * makes the last claim resets the counter for the node's next launch
+     * (every other thread has made its last claim by then). */
+    loom_status st = LOOM_OK;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(a->arrive, 1, memory_order_relaxed);
+        if (i >= n) {
+            if (i == n + a->nth - 1) atomic_store_explicit(a->arrive, 0, memory_order_relaxed);
+            break;
+        }
+        /* claim i: block per_b - 1 - i / B of batch entry i % B */
+        int64_t u = (i % s.B) * un.per_b + (un.per_b - 1 - i / s.B);
+        if (st == LOOM_OK) st = al_unit(a, isa, &s, &l, &un, u);
+    }
+    return st;
 }
 
 LOOM_FUSED_LEVELS(attention_linear, al_kernel)
