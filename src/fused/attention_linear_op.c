@@ -20,8 +20,13 @@
  * f16 or bf16 (an i8 cache, whose scales are inputs of their own, is left to
  * the unfused pair). Caches the FlashAttention widens or rounds once per thread
  * and kv head (f16, bf16; any with inner_precise 1) are converted once per
- * unit here: a unit's kv rows for each kv head, against its rows x group x kv
- * rows of products, a fraction of a percent. */
+ * unit here: the unit's keys (from the first, even under a band) for each kv
+ * head, against its rows x group products a key, about 1 / (rows x group) of
+ * the attention's work (1.5 % at 64 rows of one head a kv head).
+ *
+ * A launch of fewer than LOOM_GEMM_MIN_M rows (outside batch-invariant runs)
+ * is one unit and one GEMM over all its rows, as linear runs it (the GEMV, or
+ * the GEMM, by the matmul's own choice), so those bits match too. */
 #include "fused/fused_graph_ops.h"
 
 #include <limits.h>
@@ -67,6 +72,14 @@ static loom_status al_check(const loom_tensor *const *src, int n_src, const loom
                        fa->sparse_mode != LOOM_SPARSE_BAND,
                    LOOM_ERR_UNSUPPORTED, "%s: sparse_mode %d: 0, right-down causal or band only", OP,
                    (int)fa->sparse_mode);
+    /* a block sees the keys up to its last row's diagonal (masks aligned bottom-right), so no
+     * band may reach past the diagonal, and mode 0's band (aligned top-left) must be all keys */
+    LOOM_RETURN_IF(fa->sparse_mode == 0 && (fa->pre_tokens < LOOM_ATTN_TOKENS_ALL || fa->next_tokens < LOOM_ATTN_TOKENS_ALL),
+                   LOOM_ERR_UNSUPPORTED, "%s: sparse_mode 0 with pre/next_tokens %lld/%lld: only all keys (%d)", OP,
+                   (long long)fa->pre_tokens, (long long)fa->next_tokens, LOOM_ATTN_TOKENS_ALL);
+    LOOM_RETURN_IF(fa->sparse_mode == LOOM_SPARSE_BAND && (fa->next_tokens != 0 || fa->pre_tokens < 0),
+                   LOOM_ERR_UNSUPPORTED, "%s: a band with next_tokens %lld, pre_tokens %lld: next_tokens 0 and pre_tokens >= 0 only",
+                   OP, (long long)fa->next_tokens, (long long)fa->pre_tokens);
     LOOM_RETURN_IF(at->inner_precise & ~1, LOOM_ERR_INVALID_ARG, "%s: inner_precise %d: 0 or 1", OP,
                    (int)at->inner_precise);
     const char *names[3] = {"q", "k", "v"};
@@ -86,8 +99,6 @@ static loom_status al_check(const loom_tensor *const *src, int n_src, const loom
                    "%s: k must be [%lld, S_kv, H_kv, %lld]", OP, (long long)s->B, (long long)s->D);
     LOOM_RETURN_IF(s->Hkv < 1 || s->H % s->Hkv, LOOM_ERR_SHAPE, "%s: %lld heads over %lld kv heads", OP,
                    (long long)s->H, (long long)s->Hkv);
-    /* q's rows [S, H*D] must be the GEMM's x: heads contiguous within a position */
-    LOOM_RETURN_IF(q->stride[2] != s->D, LOOM_ERR_SHAPE, "%s: q's heads must be contiguous in a position", OP);
     s->causal = fa->sparse_mode != 0;
     LOOM_RETURN_IF(s->causal && s->Skv < s->S, LOOM_ERR_SHAPE,
                    "%s: a causal mask aligned bottom-right needs S_kv (%lld) >= S (%lld)", OP, (long long)s->Skv,
@@ -176,8 +187,21 @@ static void al_cost(const loom_tensor *const *src, int n_src, const loom_tensor 
     if (at->residual) c->bytes_read += LOOM_ES(src[4]) * M * N, c->flops += M * N;
 }
 
-/* Per-thread scratch: the attention's, the unit's output block [R, H*D], the GEMM's. */
+/* Per-thread scratch: the attention's, the unit's output block [R, H*D] (at
+ * least LOOM_GEMM_MIN_M - 1 rows: a small launch's), the GEMM's. */
 typedef struct al_layout { size_t fa, obuf, mm, total; int64_t rows, br; } al_layout;
+
+/* The GEMM's scratch for rows rows (invariant or not), with the residual taken
+ * to be y itself (the epilogue's saved chunk counted): the most it may need. */
+static size_t al_mm_scratch(const loom_tensor *const *src, const loom_attention_linear_attrs *at, const al_shape *s,
+                            int64_t rows, int invariant) {
+    static float same;
+    loom_matmul_args g = al_gemm(src, at, s, rows);
+    loom_epilogue ep = {0};
+    g.invariant = invariant;
+    if (at->residual) ep.residual = &same, ep.ld_res = s->N, g.y = &same, g.ldy = s->N, g.ep = &ep;
+    return loom_matmul_scratch_size(&g);
+}
 
 static loom_status al_layout_of(const loom_tensor *const *src, int n_src, const loom_attention_linear_attrs *at,
                                 al_shape *s, attn_problem *pr, al_layout *l) {
@@ -186,10 +210,11 @@ static loom_status al_layout_of(const loom_tensor *const *src, int n_src, const 
     LOOM_TRY(al_problem(src, at, &o, pr));
     l->br = attn_prefill_block_q(pr);
     l->rows = al_rows(at, s, l->br);
-    loom_matmul_args g = al_gemm(src, at, s, l->rows);
+    int64_t small = LOOM_GEMM_MIN_M - 1, ob = l->rows > small ? l->rows : small;
+    size_t mm1 = al_mm_scratch(src, at, s, l->rows, 1), mm0 = al_mm_scratch(src, at, s, small, 0);
     l->fa = al_align(attn_prefill_scratch_all(pr));
-    l->obuf = al_align((size_t)l->rows * (size_t)s->HD * sizeof(float));
-    l->mm = al_align(loom_matmul_scratch_size(&g));
+    l->obuf = al_align((size_t)ob * (size_t)s->HD * sizeof(float));
+    l->mm = al_align(mm1 > mm0 ? mm1 : mm0);
     l->total = l->fa + l->obuf + l->mm;
     return LOOM_OK;
 }
@@ -204,51 +229,62 @@ static size_t al_scratch(const loom_tensor *const *src, int n_src, const loom_te
 
 typedef struct al_units { const al_shape *s; int64_t rows, per_b; } al_units;
 
-/* A unit's cost: its attention (rows x visible keys) and its GEMM rows. */
+/* A unit's cost in units of 2 H*D flops a row: its attention (2 x visible
+ * keys: QK^T and PV) and its GEMM (N). */
 static double al_unit_cost(const void *ctx, int64_t u) {
     const al_units *c = ctx;
     const al_shape *s = c->s;
     int64_t r0 = u % c->per_b * c->rows, r1 = r0 + c->rows < s->S ? r0 + c->rows : s->S;
     double keys = s->causal ? (double)(s->Skv - s->S) + 0.5 * (double)(r0 + r1) : (double)s->Skv;
-    return (double)(r1 - r0) * ((double)s->H * keys * 2.0 + (double)s->N);
+    return (double)(r1 - r0) * (2.0 * keys + (double)s->N);
 }
 
-/* Unit u: the attention of its rows into obuf, then obuf . W^T (+ residual) into y. */
-static loom_status al_unit(const loom_kernel_args *a, loom_isa isa, const al_shape *s, const al_layout *l,
-                           const al_units *un, int64_t u) {
+/* The attention of rows [r0, r0 + rows) of batch entry b into out [rows, H*D]. */
+static loom_status al_attend(const loom_kernel_args *a, loom_isa isa, const al_shape *s, const al_layout *l, int64_t b,
+                             int64_t r0, int64_t rows, float *out) {
     const loom_attention_linear_attrs *at = a->attrs;
-    int64_t b = u / un->per_b, r0 = u % un->per_b * un->rows;
-    int64_t rows = r0 + un->rows < s->S ? un->rows : s->S - r0;
     int64_t kv = s->causal ? s->Skv - s->S + r0 + rows : s->Skv; /* the last row's keys */
     const loom_tensor *q = a->src[0], *k = a->src[1], *v = a->src[2];
-    char *scratch = a->scratch;
-    float *obuf = (float *)(scratch + l->fa);
     loom_tensor qs, ks, vs, os;
     const int64_t qshape[4] = {1, rows, s->H, s->D}, kvshape[4] = {1, kv, s->Hkv, s->D};
     loom_tensor_init(&qs, LOOM_F32, 4, qshape, (float *)q->data + b * q->stride[0] + r0 * q->stride[1]);
     loom_tensor_init(&ks, k->dtype, 4, kvshape, (char *)k->data + (size_t)(b * k->stride[0]) * loom_dtype_size(k->dtype));
     loom_tensor_init(&vs, v->dtype, 4, kvshape, (char *)v->data + (size_t)(b * v->stride[0]) * loom_dtype_size(v->dtype));
     for (int d = 1; d < 4; d++) qs.stride[d] = q->stride[d], ks.stride[d] = k->stride[d], vs.stride[d] = v->stride[d];
-    loom_tensor_init(&os, LOOM_F32, 4, qshape, obuf);
+    loom_tensor_init(&os, LOOM_F32, 4, qshape, out);
     loom_flash_attention_params p = al_fa_params(at);
     loom_flash_attention_tensors t = {.query = &qs, .key = &ks, .value = &vs, .attention_out = &os};
-    if (isa == LOOM_ISA_REF) {
-        LOOM_TRY(loom_attn_ref_flash(&t, &p, 0, 1, scratch, l->fa));
-    } else {
-        attn_problem pr;
-        LOOM_TRY(attn_resolve_prefill(&t, &p, &pr));
-        LOOM_TRY(attn_prefill_run(&pr, loom_attn_kernels_for(isa), 0, 1, scratch, l->fa));
-    }
+    if (isa == LOOM_ISA_REF) return loom_attn_ref_flash(&t, &p, 0, 1, a->scratch, l->fa);
+    attn_problem pr;
+    LOOM_TRY(attn_resolve_prefill(&t, &p, &pr));
+    return attn_prefill_run(&pr, loom_attn_kernels_for(isa), 0, 1, a->scratch, l->fa);
+}
+
+/* obuf [rows, H*D] . W^T (+ residual) into y's rows [m0, m0 + rows). */
+static loom_status al_project(const loom_kernel_args *a, loom_isa isa, const al_shape *s, const al_layout *l,
+                              int64_t m0, int64_t rows, int invariant) {
+    const loom_attention_linear_attrs *at = a->attrs;
+    char *scratch = a->scratch;
     loom_epilogue ep = {0};
-    int64_t m0 = b * s->S + r0;
     if (at->residual) {
         const loom_tensor *r = a->src[4];
         ep.residual = (const float *)r->data + m0 * r->stride[0], ep.ld_res = r->stride[0];
     }
     loom_matmul_args g = al_gemm(a->src, at, s, rows);
-    g.x = obuf, g.y = (float *)a->dst->data + m0 * a->dst->stride[0], g.ldy = a->dst->stride[0];
+    g.x = (const float *)(scratch + l->fa), g.y = (float *)a->dst->data + m0 * a->dst->stride[0];
+    g.ldy = a->dst->stride[0], g.invariant = invariant;
     g.ep = at->residual ? &ep : NULL;
     return loom_matmul_run(&g, isa, 0, 1, scratch + l->fa + l->obuf);
+}
+
+/* Unit u: the attention of its rows, then their projection (batch-invariant
+ * GEMM: a row's bits whatever the unit's rows). */
+static loom_status al_unit(const loom_kernel_args *a, loom_isa isa, const al_shape *s, const al_layout *l,
+                           const al_units *un, int64_t u) {
+    int64_t b = u / un->per_b, r0 = u % un->per_b * un->rows;
+    int64_t rows = r0 + un->rows < s->S ? un->rows : s->S - r0;
+    LOOM_TRY(al_attend(a, isa, s, l, b, r0, rows, (float *)((char *)a->scratch + l->fa)));
+    return al_project(a, isa, s, l, b * s->S + r0, rows, 1);
 }
 
 static loom_status al_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -261,10 +297,16 @@ static loom_status al_kernel(const loom_kernel_args *a, loom_isa isa) {
     LOOM_RETURN_IF(a->dst->ndim != 2 || a->dst->shape[0] != s.M || a->dst->shape[1] != s.N || a->dst->stride[1] != 1,
                    LOOM_ERR_SHAPE, "%s: y must be [%lld, %lld] with contiguous rows", OP, (long long)s.M,
                    (long long)s.N);
+    if (s.M < LOOM_GEMM_MIN_M && !a->invariant) { /* a small launch: one unit, linear's GEMM (or GEMV) */
+        if (a->ith != 0) return LOOM_OK;
+        float *obuf = (float *)((char *)a->scratch + l.fa);
+        for (int64_t b = 0; b < s.B; b++) LOOM_TRY(al_attend(a, isa, &s, &l, b, 0, s.S, obuf + b * s.S * s.HD));
+        return al_project(a, isa, &s, &l, 0, s.M, 0);
+    }
     /* fewer rows a unit when that gives each thread four or more units (the
      * causal units differ in cost): results do not depend on the rows */
     al_units un = {&s, l.rows, 0};
-    while (un.rows > l.br && s.B * ((s.S + un.rows - 1) / un.rows) < 4 * (int64_t)a->nth)
+    while (a->nth > 1 && un.rows > l.br && s.B * ((s.S + un.rows - 1) / un.rows) < 4 * (int64_t)a->nth)
         un.rows = (un.rows / 2 + l.br - 1) / l.br * l.br;
     un.per_b = (s.S + un.rows - 1) / un.rows;
     int64_t n = s.B * un.per_b;

@@ -315,8 +315,7 @@ static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
     const loom_attention_attrs *aa = (const void *)at->attrs;
     const loom_tensor *q = gt(c, fr_var(c, "q")), *k = gt(c, fr_var(c, "k")), *v = gt(c, fr_var(c, "v"));
     const loom_tensor *w = gt(c, fr_var(c, "w")), *x = gt(c, mm->src[0]);
-    if (at->n_src != 3 || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dtype != LOOM_F32 ||
-        q->stride[3] != 1 || q->stride[2] != q->shape[3])
+    if (at->n_src != 3 || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dtype != LOOM_F32 || q->stride[3] != 1)
         return 0;
     for (int i = 0; i < 2; i++) {
         loom_dtype dt = (i ? v : k)->dtype;

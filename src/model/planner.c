@@ -212,6 +212,10 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
         loom_fusion_report rep;
         memset(&rep, 0, sizeof rep);
         loom_status s = p->preset ? loom_fusion_rules_preset(r, p->preset) : LOOM_OK;
+        /* an int8 cache is modelled by an f16 one (build_llama), which attention_linear takes; the
+         * engine's i8 caches are not (their scales are inputs of their own): plan as it runs */
+        if (s == LOOM_OK && p->kv_dtype == LOOM_I8 && loom_fusion_rules_enable(r, "attention_linear_residual", 0) != LOOM_OK)
+            loom_clear_error(); /* a rules file without that rule */
         if (s == LOOM_OK) s = loom_fusion_apply(g, r, &rep);
         loom_fusion_rules_free(r);
         LOOM_TRY(s);

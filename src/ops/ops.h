@@ -233,6 +233,7 @@ typedef struct {
     int32_t residual;              /* 1: input 4 is added to the product in the GEMM's epilogue */
     int32_t block_rows;            /* query positions per unit; 0: automatic (the L2 size) */
 } loom_attention_linear_attrs;
+#define LOOM_ATTENTION_LINEAR_ATTRS_DEFAULT {0.0f, 0, 2147483647, 2147483647, 0, 0, 0.0f, 0, 0, 0, 0}
 
 typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */
 typedef struct { int32_t renorm; } loom_moe_weights_attrs;         /* 1: the k weights sum to 1 */
@@ -291,8 +292,10 @@ typedef struct loom_kernel_args {
     /* This launch's arrival counter (0 when a launch starts; the executor
      * keeps one per node): a one-pass kernel whose last step needs every
      * thread's work counts its threads in with loom_kernel_arrive and lets
-     * the last one finish (the ffn's fixed-order sum of its partials).
-     * NULL on one thread. */
+     * the last one finish (the ffn's fixed-order sum of its partials); or
+     * a kernel takes work units from it as its threads come free
+     * (attention_linear: every thread claims until a claim fails, and the
+     * thread whose claim is the last resets it to 0). NULL on one thread. */
     _Atomic int       *arrive;
 } loom_kernel_args;
 

@@ -7,9 +7,12 @@
  * after earlier keys (S_kv > S), causal, band and unmasked attention, f32,
  * f16 and bf16 K/V, inner_precise 0 and 1, every
  * weight type (quantized ones with q8 and with full activations), block rows
- * of 1 (one query block), 50 and auto, every level, 1-3 threads. Then the
- * op's argument errors. (The rule that makes it: test_fusion, test_plan.) */
+ * of 1 (one query block), 50 and auto, launches of fewer than 8 rows, every
+ * level, 1-3 threads; the residual given as y itself; threads running at
+ * once over the launch's counter. Then the op's argument errors and its cost. (The rule that makes it: test_fusion, test_plan.) */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "check.h"
@@ -48,6 +51,43 @@ static float *make_t(int ndim, const int64_t *shape, loom_rng *r, float scale, l
     for (int64_t i = 0; i < n; i++) x[i] = scale * rnd(r);
     loom_tensor_init(t, LOOM_F32, ndim, shape, x);
     return x;
+}
+
+/* Modes of check_case beyond the case: the residual given as y itself (y
+ * holds it before the call), and the threads run at once (not one after
+ * another) sharing the launch's counter, twice, which must be 0 after each. */
+static int g_alias, g_concurrent;
+
+typedef struct { loom_kernel_fn fn; loom_kernel_args a; loom_status st; } thr_arg;
+
+static void *thr_main(void *p) {
+    thr_arg *t = p;
+    t->st = t->fn(&t->a);
+    return NULL;
+}
+
+static loom_status run_concurrent(loom_kernel_fn fn, loom_kernel_args a, int nth) {
+    size_t bytes = loom_op_get(LOOM_OP_ATTENTION_LINEAR)->scratch_size(a.src, a.n_src, a.dst, a.attrs);
+    _Atomic int arrive = 0;
+    loom_status st = LOOM_OK;
+    for (int launch = 0; launch < 2 && st == LOOM_OK; launch++) {
+        pthread_t th[4];
+        thr_arg ta[4];
+        for (int i = 0; i < nth; i++) {
+            ta[i] = (thr_arg){fn, a, LOOM_OK};
+            ta[i].a.ith = i, ta[i].a.nth = nth, ta[i].a.arrive = &arrive;
+            ta[i].a.scratch = loom_alloc_aligned(bytes + 64, LOOM_ALIGN), ta[i].a.scratch_bytes = bytes;
+            pthread_create(&th[i], NULL, thr_main, &ta[i]);
+        }
+        for (int i = 0; i < nth; i++) {
+            pthread_join(th[i], NULL);
+            loom_free_aligned(ta[i].a.scratch);
+            if (ta[i].st != LOOM_OK) st = ta[i].st;
+        }
+        CHECK_MSG(atomic_load(&arrive) == 0, "launch %d: the counter is %d after the launch", launch,
+                  atomic_load(&arrive));
+    }
+    return st;
 }
 
 static void check_case(const acase *c, loom_isa isa, uint64_t seed) {
@@ -92,13 +132,18 @@ static void check_case(const acase *c, loom_isa isa, uint64_t seed) {
     }
     /* the fused op */
     loom_kernel_args a = {.src = {&tq, &tk, &tv, &tw, &tres}, .n_src = 4 + c->residual, .dst = &ty[1], .attrs = &at};
+    if (g_alias && c->residual) { /* y holds the residual and is read as it */
+        memcpy(y[1], res, sizeof(float) * (size_t)(M * c->N));
+        a.src[4] = &ty[1];
+    }
     loom_tensor inferred;
     CHECK_MSG(loom_op_get(LOOM_OP_ATTENTION_LINEAR)->infer(a.src, a.n_src, &at, &inferred) == LOOM_OK, "%s",
               loom_last_error());
     CHECK(inferred.ndim == 2 && inferred.shape[0] == M && inferred.shape[1] == c->N);
-    CHECK_MSG(run_threads(LOOM_OP_ATTENTION_LINEAR, loom_op_kernel(LOOM_OP_ATTENTION_LINEAR, isa), a, c->nth) ==
-                  LOOM_OK,
-              "%s", loom_last_error());
+    loom_kernel_fn fn = loom_op_kernel(LOOM_OP_ATTENTION_LINEAR, isa);
+    loom_status st = g_concurrent && c->nth > 1 ? run_concurrent(fn, a, c->nth)
+                                                : run_threads(LOOM_OP_ATTENTION_LINEAR, fn, a, c->nth);
+    CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; i < M * c->N; i++)
         if (memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0) bad++, first = first < 0 ? i : first;
@@ -132,6 +177,11 @@ static const acase cases[] = {
     {2, 61, 77, 8, 2, 48, 36, LOOM_F32, LOOM_ACT_PREC_Q8, 2, 1, 0, 2, LOOM_BF16, 0},
     {1, 99, 99, 4, 4, 64, 64, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 0, 1, 0, 2, LOOM_F32, 1},
     {1, 83, 83, 6, 2, 32, 50, LOOM_F16, LOOM_ACT_PREC_Q8, 0, 0, 1, 3, LOOM_BF16, 1},
+    /* launches of fewer than 8 rows: linear's own GEMV or GEMM over all rows */
+    {1, 5, 5, 9, 3, 64, 40, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 0, 1, 0, 2, LOOM_F32, 0},
+    {2, 3, 11, 4, 2, 32, 37, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 1, 0, 3, LOOM_F16, 0},
+    {1, 7, 7, 4, 4, 64, 64, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 2, 0, 0, 2, LOOM_F32, 0},
+    {1, 1, 9, 2, 1, 64, 32, LOOM_Q4_0, LOOM_ACT_PREC_FULL, 0, 1, 0, 1, LOOM_F32, 0},
 };
 
 static void test_against_decomposition(void) {
@@ -142,6 +192,16 @@ static void test_against_decomposition(void) {
             one.nth = 1; /* and the same bits on one thread */
             check_case(&one, (loom_isa)isa, 100 + i);
         }
+}
+
+/* The residual given as y itself, and threads that run at once over the
+ * launch's counter (twice: it must return to 0), at the best level. */
+static void test_alias_and_threads(void) {
+    for (int mode = 0; mode < 2; mode++) {
+        g_alias = mode == 0, g_concurrent = mode == 1;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], loom_cpu_best_isa(), 300 + i);
+    }
+    g_alias = g_concurrent = 0;
 }
 
 static void test_errors(void) {
@@ -157,8 +217,8 @@ static void test_errors(void) {
     loom_tensor_init(&res, LOOM_F32, 2, (const int64_t[2]){8, 6}, buf);
     loom_tensor_init(&rbad, LOOM_F32, 2, (const int64_t[2]){8, 5}, buf);
     const loom_op_info *info = loom_op_get(LOOM_OP_ATTENTION_LINEAR);
-    loom_attention_linear_attrs at = {.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL, .residual = 1,
-                                      .pre_tokens = LOOM_ATTN_TOKENS_ALL, .next_tokens = LOOM_ATTN_TOKENS_ALL};
+    loom_attention_linear_attrs at = LOOM_ATTENTION_LINEAR_ATTRS_DEFAULT;
+    at.sparse_mode = LOOM_SPARSE_RIGHT_DOWN_CAUSAL, at.residual = 1;
     const loom_tensor *ok[5] = {&q, &k, &v, &w, &res};
     CHECK(info->infer(ok, 5, &at, &y) == LOOM_OK && y.shape[0] == 8 && y.shape[1] == 6);
     CHECK(info->infer(ok, 4, &at, &y) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "attention_linear"));
@@ -170,7 +230,15 @@ static void test_errors(void) {
     CHECK(info->infer(s4, 5, &at, &y) == LOOM_ERR_SHAPE && strstr(loom_last_error(), "S_kv"));
     at.sparse_mode = LOOM_SPARSE_LEFT_UP_CAUSAL;
     CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_UNSUPPORTED && strstr(loom_last_error(), "sparse_mode"));
-    at.sparse_mode = 0, at.block_rows = -1;
+    /* bands a block of rows cannot cut at its last row's diagonal: mode 0's (aligned top-left) and
+     * one reaching past the diagonal */
+    at.sparse_mode = 0, at.pre_tokens = 5;
+    CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_UNSUPPORTED && strstr(loom_last_error(), "pre/next_tokens"));
+    at.sparse_mode = LOOM_SPARSE_BAND, at.next_tokens = 2;
+    CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_UNSUPPORTED && strstr(loom_last_error(), "band"));
+    at.next_tokens = 0;
+    CHECK(info->infer(ok, 5, &at, &y) == LOOM_OK);
+    at.sparse_mode = 0, at.pre_tokens = LOOM_ATTN_TOKENS_ALL, at.next_tokens = LOOM_ATTN_TOKENS_ALL, at.block_rows = -1;
     CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "block_rows"));
     at.block_rows = 0, at.residual = 2;
     CHECK(info->infer(ok, 5, &at, &y) == LOOM_ERR_INVALID_ARG);
@@ -216,5 +284,6 @@ int main(void) {
     RUN_TEST(test_errors);
     RUN_TEST(test_cost);
     RUN_TEST(test_against_decomposition);
+    RUN_TEST(test_alias_and_threads);
     return TEST_SUMMARY();
 }

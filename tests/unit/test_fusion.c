@@ -453,18 +453,23 @@ static void test_presets_and_hw(void) {
         CHECK(loom_fusion_rules_load(NULL, &r) == LOOM_OK);
         if (!r) break;
         if (fast) CHECK(loom_fusion_rules_preset(r, "fast_attention") == LOOM_OK);
-        loom_graph_init(&g);
-        tm_build(&m, g, ids20, 20, 0, 0); /* 20 query rows: the prefill kernel */
-        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
-        for (int n = 0; n < g->n_nodes; n++)
-            if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION)
-                CHECK(((const loom_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
-        /* the prefill attention is attention_linear's, which takes inner_precise too */
-        for (int n = 0; n < g->n_nodes; n++)
-            if (g->nodes[n].op == LOOM_OP_ATTENTION_LINEAR)
-                CHECK(((const loom_attention_linear_attrs *)(const void *)g->nodes[n].attrs)->inner_precise == fast);
-        CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 0 && tm_ops(g, LOOM_OP_ATTENTION_LINEAR) == 2);
-        loom_graph_free(g);
+        /* the prefill attention is attention_linear's, which takes inner_precise too; with that
+         * rule off, the attention rule's flash_attention_score */
+        for (int al_off = 0; al_off < 2; al_off++) {
+            if (al_off) CHECK(loom_fusion_rules_enable(r, "attention_linear_residual", 0) == LOOM_OK);
+            loom_graph_init(&g);
+            tm_build(&m, g, ids20, 20, 0, 0); /* 20 query rows: the prefill kernel */
+            CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+            CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 2 * al_off && tm_ops(g, LOOM_OP_ATTENTION_LINEAR) == 2 * !al_off);
+            for (int n = 0; n < g->n_nodes; n++) {
+                const void *at = g->nodes[n].attrs;
+                if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION)
+                    CHECK(((const loom_flash_attention_attrs *)at)->inner_precise == fast);
+                if (g->nodes[n].op == LOOM_OP_ATTENTION_LINEAR)
+                    CHECK(((const loom_attention_linear_attrs *)at)->inner_precise == fast);
+            }
+            loom_graph_free(g);
+        }
         loom_graph_init(&g);
         tm_build(&m, g, ids20, 1, 19, 0); /* one query row at position 19: the decode kernel */
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
