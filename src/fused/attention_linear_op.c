@@ -85,10 +85,10 @@ static loom_status al_check(const loom_tensor *const *src, int n_src, const loom
     const char *names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) {
         const loom_tensor *t = src[i];
-        int dt_ok = t->dtype == LOOM_F32 || (i > 0 && (t->dtype == LOOM_F16 || t->dtype == LOOM_BF16));
+        int dt_ok = t->dtype == LOOM_F32 || t->dtype == LOOM_F16 || t->dtype == LOOM_BF16;
         LOOM_RETURN_IF(!dt_ok || t->ndim != 4 || t->stride[3] != 1, LOOM_ERR_SHAPE,
-                       "%s: input %d (%s) must be %s [B, S, heads, D] with contiguous rows", OP, i, names[i],
-                       i ? "f32, f16 or bf16" : "f32");
+                       "%s: input %d (%s) must be f32, f16 or bf16 [B, S, heads, D] with contiguous rows", OP, i,
+                       names[i]);
     }
     const loom_tensor *q = src[0], *k = src[1], *v = src[2], *w = src[3];
     s->B = q->shape[0], s->S = q->shape[1], s->H = q->shape[2], s->D = q->shape[3];
@@ -247,7 +247,8 @@ static loom_status al_attend(const loom_kernel_args *a, loom_isa isa, const al_s
     const loom_tensor *q = a->src[0], *k = a->src[1], *v = a->src[2];
     loom_tensor qs, ks, vs, os;
     const int64_t qshape[4] = {1, rows, s->H, s->D}, kvshape[4] = {1, kv, s->Hkv, s->D};
-    loom_tensor_init(&qs, LOOM_F32, 4, qshape, (float *)q->data + b * q->stride[0] + r0 * q->stride[1]);
+    loom_tensor_init(&qs, q->dtype, 4, qshape,
+                     (char *)q->data + (size_t)(b * q->stride[0] + r0 * q->stride[1]) * loom_dtype_size(q->dtype));
     loom_tensor_init(&ks, k->dtype, 4, kvshape, (char *)k->data + (size_t)(b * k->stride[0]) * loom_dtype_size(k->dtype));
     loom_tensor_init(&vs, v->dtype, 4, kvshape, (char *)v->data + (size_t)(b * v->stride[0]) * loom_dtype_size(v->dtype));
     for (int d = 1; d < 4; d++) qs.stride[d] = q->stride[d], ks.stride[d] = k->stride[d], vs.stride[d] = v->stride[d];

@@ -86,8 +86,11 @@ static loom_status qkv_infer(const loom_tensor *const *src, int n_src, const voi
                        (double)at->norm_eps);
         LOOM_RETURN_IF(x->stride[1] != 1, LOOM_ERR_SHAPE, "%s: x must have contiguous rows", op);
     }
+    loom_dtype qt = (loom_dtype)at->q_dtype;
+    LOOM_RETURN_IF(qt != LOOM_F32 && qt != LOOM_F16 && qt != LOOM_BF16, LOOM_ERR_INVALID_ARG,
+                   "%s: q_dtype %d: expected f32, f16 or bf16", op, (int)at->q_dtype);
     const int64_t shape[3] = {T, H, D};
-    loom_ref_set_dst(dst, LOOM_F32, 3, shape);
+    loom_ref_set_dst(dst, qt, 3, shape);
     return LOOM_OK;
 }
 
@@ -167,9 +170,15 @@ static size_t xq_bytes(const loom_tensor *const *src, const loom_qkv_rope_attrs 
     return (loom_matmul_xq_bytes(&g) + 63) & ~(size_t)63;
 }
 
-/* Then, for f16/bf16/i8 caches and paged ones, the f32 K or V tile of an item [T, hb·D]. */
+/* An item's f32 tile goes through scratch (then rounded into a 16-bit q or
+ * cache) unless every output is f32 and in place. */
+static int via_tile(const loom_qkv_rope_attrs *at) {
+    return at->cache_dtype != LOOM_F32 || at->paged || at->q_dtype != LOOM_F32;
+}
+
+/* Then, for f16/bf16/i8 caches, paged ones and a 16-bit q, the f32 tile of an item [T, hb·D]. */
 static size_t tile_bytes(const loom_qkv_rope_attrs *at, int64_t T, int64_t hb) {
-    if (at->cache_dtype == LOOM_F32 && !at->paged) return 0;
+    if (!via_tile(at)) return 0;
     return ((size_t)T * (size_t)(hb * at->head_dim) * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -260,10 +269,14 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         tab = t0;
     }
     /* f16/bf16/i8 caches: K and V tiles go to this f32 buffer, then rounded (i8: quantized
-     * row by row, loom_quantize_row_i8 as kv_append) into the cache */
-    float *tile32 = at->cache_dtype == LOOM_F32 && !at->paged
-                        ? NULL
-                        : (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T));
+     * row by row, loom_quantize_row_i8 as kv_append) into the cache; a 16-bit q likewise */
+    float *tile32 = via_tile(at) ? (float *)(front + xq_bytes(a->src, at, hb) + rope_table_bytes(at, T)) : NULL;
+    const int q16 = at->q_dtype != LOOM_F32;
+    float *kv_tile = at->cache_dtype != LOOM_F32 || at->paged ? tile32 : NULL; /* f32 caches in place */
+    LOOM_RETURN_IF(a->dst->dtype != (loom_dtype)at->q_dtype || a->dst->ndim != 3 || a->dst->shape[0] != T ||
+                       a->dst->shape[1] != H || a->dst->shape[2] != D || !loom_tensor_is_contiguous(a->dst),
+                   LOOM_ERR_SHAPE, "qkv_rope: q must be contiguous %s [%lld, %lld, %lld]",
+                   loom_dtype_name((loom_dtype)at->q_dtype), (long long)T, (long long)H, (long long)D);
     const loom_vec_fns *vec = loom_vec_fns_for(isa);
     for (int64_t it = lo; it < hi; it++) {
         int part = it < nq ? 0 : it < nq + nk ? 1 : 2;
@@ -271,9 +284,9 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         int64_t heads = part == 0 ? H : HKV, nh = heads - h0 < hb ? heads - h0 : hb;
         float *y;
         int64_t ldy;
-        if (part == 0) {
+        if (part == 0 && !q16) {
             y = (float *)a->dst->data + h0 * D, ldy = H * D;
-        } else if (tile32) {
+        } else if (part == 0 || kv_tile) {
             y = tile32, ldy = nh * D;
         } else {
             const loom_tensor *cache = a->dst_extra[part - 1];
@@ -285,7 +298,12 @@ static loom_status qkv_kernel(const loom_kernel_args *a, loom_isa isa) {
         g.norm_gamma = gamma, g.norm_inv = inv;
         LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
         if (part != 2) LOOM_TRY(rope_item(at, isa, rope, tab, positions, y, ldy, T, nh, a->scratch));
-        if (part == 0 || !tile32) continue;
+        if (part == 0 && q16) { /* rows of the tile rounded into q's */
+            uint16_t *q = (uint16_t *)a->dst->data + h0 * D;
+            for (int64_t t = 0; t < T; t++)
+                loom_vec_convert(vec, LOOM_F32, y + t * ldy, a->dst->dtype, q + t * H * D, nh * D);
+        }
+        if (part == 0 || !kv_tile) continue;
         const loom_tensor *cache = a->dst_extra[part - 1];
         if (slots) { /* paged: each row to its slot, as kv_write */
             size_t es = loom_dtype_size(cache->dtype);

@@ -340,6 +340,83 @@ static void report_rule(loom_fusion_report *rep, const loom_fusion_rules *r, int
     rep->rules[i].enabled = r->rules[i].enabled;
 }
 
+/* Every reader of storage `root` (nodes after `producer`) still accepts its
+ * inputs and yields the output it had. */
+static int readers_hold(const loom_graph *g, const int *roots, int root, int producer) {
+    for (int m = producer + 1; m < g->n_nodes; m++) {
+        const loom_node *nd = &g->nodes[m];
+        int reads = 0;
+        for (int i = 0; i < nd->n_src; i++) reads |= nd->src[i] >= 0 && roots[nd->src[i]] == root;
+        if (!reads) continue;
+        const loom_op_info *info = loom_op_get(nd->op);
+        const loom_tensor *src[LOOM_MAX_SRC] = {0};
+        for (int i = 0; i < nd->n_src; i++) src[i] = &g->tensors[nd->src[i]].t;
+        loom_tensor want;
+        memset(&want, 0, sizeof want);
+        if (!info || info->infer(src, nd->n_src, nd->has_attrs ? nd->attrs : NULL, &want) != LOOM_OK) {
+            loom_clear_error();
+            return 0;
+        }
+        const loom_tensor *d = &g->tensors[nd->dst].t;
+        if (want.dtype != d->dtype || want.ndim != d->ndim) return 0;
+        for (int i = 0; i < d->ndim; i++)
+            if (want.shape[i] != d->shape[i]) return 0;
+    }
+    return 1;
+}
+
+/* Sets the dtype of storage `root` and of its views (their byte offsets
+ * scaled to the new element size). */
+static void retype(loom_graph *g, const int *roots, int root, loom_dtype from, loom_dtype to) {
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (roots[t] != root) continue;
+        g->tensors[t].t.dtype = to;
+        g->tensors[t].view_offset = g->tensors[t].view_offset / loom_dtype_size(from) * loom_dtype_size(to);
+    }
+}
+
+/* The rules' activation_dtype (16 bits): every qkv_rope's q, f32 in the
+ * graph the rules matched, is stored at that dtype where each node that
+ * reads it takes it (its infer run again gives the output it had: prefill's
+ * attention_linear does; flash_attention_score and the decode kernels would
+ * return 16-bit outputs, so their q stays f32). qkv_rope computes q in f32
+ * and rounds it once as it stores it. */
+static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
+    if (dt == LOOM_F32) return LOOM_OK;
+    int *roots = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof *roots);
+    LOOM_RETURN_IF(!roots, LOOM_ERR_NOMEM, "fusion: out of memory");
+    for (int t = 0; t < g->n_tensors; t++) roots[t] = loom_graph_storage(g, t);
+    for (int n = 0; n < g->n_nodes; n++) {
+        loom_node *qn = &g->nodes[n];
+        if (qn->op != LOOM_OP_QKV_ROPE || !qn->has_attrs) continue;
+        int root = roots[qn->dst];
+        const loom_gtensor *q = &g->tensors[root];
+        if (root != qn->dst || q->t.dtype != LOOM_F32 || q->kind != LOOM_TK_INTERMEDIATE || q->is_output) continue;
+        int aligned = 1; /* views at whole elements of both sizes */
+        for (int t = 0; t < g->n_tensors; t++)
+            if (roots[t] == root && g->tensors[t].view_offset % loom_dtype_size(LOOM_F32)) aligned = 0;
+        if (!aligned) continue;
+        retype(g, roots, root, LOOM_F32, dt);
+        loom_qkv_rope_attrs a;
+        memcpy(&a, qn->attrs, sizeof a);
+        a.q_dtype = dt;
+        const loom_op_info *info = loom_op_get(qn->op);
+        const loom_tensor *src[LOOM_MAX_SRC] = {0};
+        for (int i = 0; i < qn->n_src; i++) src[i] = &g->tensors[qn->src[i]].t;
+        loom_tensor want;
+        memset(&want, 0, sizeof want);
+        int ok = info->infer(src, qn->n_src, &a, &want) == LOOM_OK && want.dtype == dt;
+        if (!ok) loom_clear_error();
+        if (ok && readers_hold(g, roots, root, n)) {
+            memcpy(qn->attrs, &a, sizeof a);
+        } else {
+            retype(g, roots, root, dt, LOOM_F32);
+        }
+    }
+    free(roots);
+    return LOOM_OK;
+}
+
 static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fusion_report *rep) {
     report_begin(rep, g, r);
     for (int i = 0; i < r->n_rules; i++) {
@@ -347,6 +424,7 @@ static loom_status apply_all(loom_graph *g, const loom_fusion_rules *r, loom_fus
         if (r->rules[i].enabled) LOOM_TRY(apply_rule(g, r, i, &fired));
         report_rule(rep, r, i, fired);
     }
+    LOOM_TRY(narrow_activations(g, r->act_dtype));
     g->fused = 1;
     if (rep) rep->nodes_after = g->n_nodes;
     return LOOM_OK;

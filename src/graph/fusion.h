@@ -55,6 +55,10 @@ int loom_fusion_rules_mode(const loom_fusion_rules *r);
 loom_act_precision loom_fusion_rules_act_precision(const loom_fusion_rules *r);
 /* Checkpoint settings: tolerance and action (defaults 2^-11 relative, warn). */
 double loom_fusion_rules_checkpoint_tol(const loom_fusion_rules *r);
+/* The file's `activation_dtype:` key: LOOM_F32 (default), LOOM_F16 or LOOM_BF16. The
+ * activations between fused kernels that their consumers read at 16 bits
+ * (today: qkv_rope's q) are stored at that dtype (loom_fusion_apply). */
+loom_dtype loom_fusion_rules_activation_dtype(const loom_fusion_rules *r);
 loom_checkpoint_action loom_fusion_rules_checkpoint_action(const loom_fusion_rules *r);
 
 /* Rewrites g in place: every enabled rule, in file order, replaces each match

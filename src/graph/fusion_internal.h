@@ -57,6 +57,7 @@ struct loom_fusion_rules {
     int     ckpt_layers, ckpt_logits;   /* checkpoint sets */
     int64_t max_fusion_block_size;      /* 0 = none */
     loom_act_precision act_precision;   /* the `act_precision:` key; LOOM_ACT_PREC_DEFAULT = none */
+    loom_dtype act_dtype;               /* the `activation_dtype:` key: LOOM_F32 (default), F16 or BF16 */
 };
 
 /* One match: graph node per pattern node, tensor id per variable. */

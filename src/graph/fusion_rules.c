@@ -457,6 +457,12 @@ static loom_status parse_root(pctx *p) {
         } else if (!strcmp(key, "act_precision")) {
             if (!scalar(v) || loom_act_precision_parse(scalar(v), &p->r->act_precision) != LOOM_OK)
                 return perr(p, v, "act_precision: expected q8 or full, found '%s'", scalar(v) ? scalar(v) : "?");
+        } else if (!strcmp(key, "activation_dtype")) {
+            const char *d = scalar(v);
+            if (d && !strcmp(d, "f32")) p->r->act_dtype = LOOM_F32;
+            else if (d && !strcmp(d, "f16")) p->r->act_dtype = LOOM_F16;
+            else if (d && !strcmp(d, "bf16")) p->r->act_dtype = LOOM_BF16;
+            else return perr(p, v, "activation_dtype: expected f32, f16 or bf16, found '%s'", d ? d : "?");
         } else if (!strcmp(key, "hardware")) {
             LOOM_TRY(parse_hw(p, v));
         } else if (!strcmp(key, "checkpoints")) {
@@ -472,8 +478,8 @@ static loom_status parse_root(pctx *p) {
         } else if (!strcmp(key, "presets")) {
             presets = v;  /* after the rules, which presets name */
         } else {
-            return perr(p, k, "unknown key '%s' (expected version, mode, act_precision, hardware, "
-                              "checkpoints, max_fusion_block_size, rules, presets)", key);
+            return perr(p, k, "unknown key '%s' (expected version, mode, act_precision, activation_dtype, "
+                              "hardware, checkpoints, max_fusion_block_size, rules, presets)", key);
         }
     }
     if (!have_rules) return perr(p, root, "expected a 'rules' list");
@@ -595,6 +601,7 @@ loom_act_precision loom_fusion_rules_act_precision(const loom_fusion_rules *r) {
     return r ? r->act_precision : LOOM_ACT_PREC_DEFAULT;
 }
 double loom_fusion_rules_checkpoint_tol(const loom_fusion_rules *r) { return r ? r->ckpt_tol : 1.0 / 2048.0; }
+loom_dtype loom_fusion_rules_activation_dtype(const loom_fusion_rules *r) { return r ? r->act_dtype : LOOM_F32; }
 loom_checkpoint_action loom_fusion_rules_checkpoint_action(const loom_fusion_rules *r) {
     return r ? r->ckpt_action : LOOM_CHECKPOINT_WARN;
 }

@@ -333,7 +333,22 @@ static loom_status run_check(loom_program *p, const prog_check *c, const loom_st
     const loom_node *fn = &fg->nodes[c->node];
     /* the reference arena, then the inputs at the fused values */
     prog_bind(tw, e->ref_arena);
-    for (int i = 0; i < c->n_inputs; i++) rg->tensors[c->inputs[i]].t.data = fg->tensors[c->inputs[i]].t.data;
+    for (int i = 0; i < c->n_inputs; i++) {
+        loom_tensor *rt = &rg->tensors[c->inputs[i]].t;
+        const loom_tensor *ft = &fg->tensors[c->inputs[i]].t;
+        if (ft->dtype == rt->dtype) {
+            rt->data = ft->data;
+        } else { /* a 16-bit activation (activation_dtype) the twin holds in f32: widened into its own place */
+            LOOM_RETURN_IF(rt->dtype != LOOM_F32 || (ft->dtype != LOOM_F16 && ft->dtype != LOOM_BF16) ||
+                               !rt->data || loom_tensor_nelem(rt) != loom_tensor_nelem(ft),
+                           LOOM_ERR_INTERNAL, "checkpoint: input %s is %s fused, %s unfused", rt->name,
+                           loom_dtype_name(ft->dtype), loom_dtype_name(rt->dtype));
+            const uint16_t *h = ft->data;
+            float *w = rt->data;
+            for (int64_t j = 0, n = loom_tensor_nelem(rt); j < n; j++)
+                w[j] = ft->dtype == LOOM_F16 ? loom_f16_to_f32(h[j]) : loom_bf16_to_f32(h[j]);
+        }
+    }
     for (int i = 0; i < rg->n_tensors; i++) {
         loom_gtensor *t = &rg->tensors[i];
         if (t->kind == LOOM_TK_VIEW) t->t.data = (char *)rg->tensors[t->view_of].t.data + t->view_offset;
@@ -347,6 +362,10 @@ static loom_status run_check(loom_program *p, const prog_check *c, const loom_st
         j = k + 1;
     }
     double tol = check_tolerance(rg, c, loom_fusion_rules_checkpoint_tol(e->rules));
+    /* a 16-bit activation_dtype: that dtype's tolerance (DESIGN.md), q being rounded to it */
+    loom_dtype ad = loom_fusion_rules_activation_dtype(e->rules);
+    double at = ad == LOOM_BF16 ? 1.0 / 128 : ad == LOOM_F16 ? 1.0 / 256 : 0.0;
+    if (at > tol) tol = at;
     kv_cmp kc = {.rg = rg, .saved = e->kv_save, .tol = tol};
     if (s == LOOM_OK) kv_walk(rg, c, cmp_row, &kc);
     kv_walk(rg, c, restore_row, e->kv_save);

@@ -183,6 +183,8 @@ typedef struct {
     int32_t paged;          /* 1: inputs 4, 5 are i32 positions and cache slots [T] (rope_at, kv_write) */
     int32_t norm;           /* 1: x is RMS-normalised on the fly (gamma: the last input, norm_eps) */
     float   norm_eps;
+    int32_t q_dtype;        /* loom_dtype of q, the output: LOOM_F32 (0), LOOM_F16 or LOOM_BF16 (the rules'
+                               activation_dtype: computed in f32, rounded once as it is stored) */
 } loom_qkv_rope_attrs;
 typedef struct { float eps; } loom_add_rms_norm_attrs;
 #define LOOM_PAGED_ATTENTION_MAX_SEQS 1024  /* sequences one step can hold */

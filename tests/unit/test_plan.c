@@ -395,6 +395,46 @@ static void test_fused_plan(void) {
     }
 }
 
+/* A rules file with `activation_dtype: f16` (the default rules plus the key):
+ * a prefill layer's q (qkv_rope -> attention_linear) is costed at 2 bytes a
+ * value where it was 4, written once and read once: the fused traffic of a
+ * layer falls by 2 * 2 * T * H*D bytes, with the same kernels. */
+static void test_activation_dtype_plan(void) {
+    if (!loom_plan_have_fusion()) return;
+    extern const char loom_fusion_default_yaml[];
+    const char *path = "test_plan_act.yaml";
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    const char *v = strstr(loom_fusion_default_yaml, "version: 1\n");
+    CHECK(v != NULL);
+    fprintf(f, "activation_dtype: f16\n%s", loom_fusion_default_yaml);
+    fclose(f);
+    loom_hw_profile hw = test_hw();
+    loom_llama_config m = tiny();
+    loom_plan_params p = {.custom = &m, .batch = 1, .seq = 40, .kv_dtype = LOOM_F16, .wtype = LOOM_F16, .fused = 1};
+    loom_profile prof[2];
+    memset(prof, 0, sizeof prof);
+    for (int i = 0; i < 2; i++) {
+        p.rules_path = i ? path : NULL;
+        loom_graph *g;
+        loom_plan_info info;
+        CHECK(loom_graph_init(&g) == LOOM_OK);
+        CHECK_MSG(loom_plan_build(g, &p, &hw, &info) == LOOM_OK, "%s", loom_last_error());
+        CHECK(loom_profile_collect(g, info.n_layers, "prefill", "fused", info.n_tokens, &prof[i]) == LOOM_OK);
+        loom_graph_free(g);
+    }
+    remove(path);
+    if (prof[0].sections && prof[1].sections) {
+        const loom_profile_section *a = &prof[0].sections[1], *b = &prof[1].sections[1];
+        double saved = (a->bytes_read + a->bytes_written) - (b->bytes_read + b->bytes_written);
+        double want = 2.0 * 2.0 * 40 * (m.n_heads * m.head_dim);
+        CHECK_MSG(saved == want, "saved %g bytes, expected %g", saved, want);
+        CHECK(a->kernels == b->kernels && a->kernels == 4);
+    }
+    for (int i = 0; i < 2; i++) loom_profile_free(&prof[i]);
+}
+
 /* bert-base (12 layers, 768, ffn 3072), batch 2 x 16 tokens, f16 weights: the
  * weights of a layer are read once; matmul flops are 2 * T * (4 * 768^2 + 2 * 768 * 3072). */
 static void test_bert(void) {
@@ -458,5 +498,6 @@ int main(void) {
     RUN_TEST(test_hw_profiles);
     RUN_TEST(test_svg);
     RUN_TEST(test_fused_plan);
+    RUN_TEST(test_activation_dtype_plan);
     return TEST_SUMMARY();
 }

@@ -6,7 +6,8 @@
  * weights (x quantized once per kernel), q8_0, q4_0 and q4_1 weights with
  * full activations (the matmuls' attribute; f32 x), 1 and 3 threads, explicit and
  * automatic heads per item, f32, f16, bf16 and i8 caches (K and V rounded or
- * quantized into the cache as kv_append does, i8 with the same scales); rows
+ * quantized into the cache as kv_append does, i8 with the same scales), q
+ * in f32 or rounded once to f16 or bf16 (attrs.q_dtype); rows
  * of the caches (and scale stores) outside [pos, pos + T) stay untouched.
  * The paged form (positions and slots per row, as rope_at and kv_write) the
  * same way, and its errors. */
@@ -45,7 +46,8 @@ static float *norm_input(const qcase *c, loom_isa isa, loom_rng *r, const loom_t
 }
 
 
-static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t seed) {
+/* qt: q's dtype (attrs.q_dtype); a 16-bit q must be the decomposition's f32 q rounded. */
+static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, loom_dtype qt, uint64_t seed) {
     loom_rng r;
     loom_rng_init(&r, seed, 3);
     int64_t T = c->T, H = c->H, HKV = c->HKV, D = c->D;
@@ -110,9 +112,9 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     /* the fused op */
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
                               .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act,
-                              .norm = c->norm, .norm_eps = 1e-5f};
+                              .norm = c->norm, .norm_eps = 1e-5f, .q_dtype = qt};
     loom_tensor to, cK, cV;
-    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
+    loom_tensor_init(&to, qt, 3, (const int64_t[3]){T, H, D}, q[1]);
     loom_tensor_init(&cK, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, kc[1]);
     loom_tensor_init(&cV, ct, 3, (const int64_t[3]){c->pos + T, HKV, D}, vc[1]);
     loom_tensor tks, tvs;
@@ -126,14 +128,20 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t see
     CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
-    int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
+    CHECK(inferred.dtype == qt);
+    if (qt != LOOM_F32) { /* the expected q: the decomposition's rounded once */
+        uint16_t *q16 = (uint16_t *)(void *)q[0];
+        for (int64_t j = 0; j < T * H * D; j++)
+            q16[j] = qt == LOOM_F16 ? loom_f32_to_f16(q[0][j]) : loom_f32_to_bf16(q[0][j]);
+    }
+    int same = memcmp(q[0], q[1], loom_dtype_size(qt) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
     CHECK_MSG(same, "%s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s act %s block_heads=%d nth=%d cache %s "
-              "norm %d: fused qkv_rope differs from [rms_norm+]matmul+rope+kv_append", loom_isa_name(isa), (long long)T,
-              (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
+              "norm %d q %s: fused qkv_rope differs from [rms_norm+]matmul+rope+kv_append", loom_isa_name(isa),
+              (long long)T, (long long)H, (long long)HKV, (long long)D, (long long)c->n_rot, c->mode,
               loom_dtype_name(c->wt), loom_act_precision_name(c->act), c->block_heads, c->nth, loom_dtype_name(ct),
-              c->norm);
+              c->norm, loom_dtype_name(qt));
     free(gamma), free(xn);
     for (int i = 0; i < 2; i++) free(kc[i]), free(vc[i]), free(q[i]), free(ks[i]), free(vs[i]);
     for (int i = 0; i < 3; i++) free(w[i]);
@@ -172,15 +180,18 @@ static void test_against_decomposition(void) {
     const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++)
-                check_case(&cases[i], (loom_isa)isa, cts[t], 100 + i);
+            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++) {
+                check_case(&cases[i], (loom_isa)isa, cts[t], LOOM_F32, 100 + i);
+                /* a 16-bit q (the rules' activation_dtype), with every cache dtype */
+                check_case(&cases[i], (loom_isa)isa, cts[t], (i + t) % 2 ? LOOM_F16 : LOOM_BF16, 200 + i);
+            }
 }
 
 /* Paged (the engine's form): random positions per row, random distinct slots
  * (some -1: not written) of a store [n_slots, HKV, D]; the decomposition is
  * matmul x3, rope at the positions, kv_write to the slots. Bit-identical Q,
  * stores and scale stores. */
-static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t seed) {
+static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, loom_dtype qt, uint64_t seed) {
     loom_rng r;
     loom_rng_init(&r, seed, 5);
     int64_t T = c->T, H = c->H, HKV = c->HKV, D = c->D, NS = c->S_max;
@@ -254,9 +265,9 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
     }
     loom_qkv_rope_attrs at = {.rope = rope, .n_heads = (int)H, .n_kv_heads = (int)HKV, .head_dim = (int)D,
                               .block_heads = c->block_heads, .cache_dtype = ct, .act_precision = c->act, .paged = 1,
-                              .norm = c->norm, .norm_eps = 1e-5f};
+                              .norm = c->norm, .norm_eps = 1e-5f, .q_dtype = qt};
     loom_tensor to;
-    loom_tensor_init(&to, LOOM_F32, 3, (const int64_t[3]){T, H, D}, q[1]);
+    loom_tensor_init(&to, qt, 3, (const int64_t[3]){T, H, D}, q[1]);
     int nsrc = q8 ? 8 : 6;
     loom_kernel_args a = {.src = {&tx, &tw[0], &tw[1], &tw[2], &tpos, &tslot, &tks[1], &tvs[1]}, .n_src = nsrc,
                           .dst = &to, .attrs = &at, .dst_extra = {&cK[1], &cV[1]}, .n_dst_extra = 2};
@@ -266,7 +277,13 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, uint64_t se
     CHECK_MSG(loom_op_get(LOOM_OP_QKV_ROPE)->infer(a.src, nsrc, &at, &inferred) == LOOM_OK, "%s", loom_last_error());
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
-    int same = memcmp(q[0], q[1], sizeof(float) * (size_t)(T * H * D)) == 0 &&
+    CHECK(inferred.dtype == qt);
+    if (qt != LOOM_F32) { /* the expected q: the decomposition's rounded once */
+        uint16_t *q16 = (uint16_t *)(void *)q[0];
+        for (int64_t j = 0; j < T * H * D; j++)
+            q16[j] = qt == LOOM_F16 ? loom_f32_to_f16(q[0][j]) : loom_f32_to_bf16(q[0][j]);
+    }
+    int same = memcmp(q[0], q[1], loom_dtype_size(qt) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
     CHECK_MSG(same, "paged %s: T=%lld H=%lld/%lld D=%lld n_rot=%lld mode=%d %s block_heads=%d nth=%d cache %s: "
@@ -306,7 +323,9 @@ static void test_paged(void) {
     const loom_dtype cts[] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_I8};
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++) check_paged(&cases[i], (loom_isa)isa, cts[t], 700 + i);
+            for (size_t t = 0; t < sizeof cts / sizeof cts[0]; t++)
+                check_paged(&cases[i], (loom_isa)isa, cts[t], t == 0 ? LOOM_F32 : (i + t) % 2 ? LOOM_F16 : LOOM_BF16,
+                            700 + i);
 }
 
 /* A cache of another dtype than the attributes name is an error naming it. */
@@ -345,6 +364,16 @@ static void test_cache_dtype_mismatch(void) {
     CHECK(strstr(loom_last_error(), "input 5 (scale store)") != NULL);
     at.cache_dtype = LOOM_F16;
     CHECK(info->infer(s6, 6, &at, &inferred) == LOOM_ERR_INVALID_ARG);
+    /* q: f32, f16 or bf16, and the kernel's q of that dtype, contiguous */
+    at.q_dtype = LOOM_I8;
+    CHECK(info->infer(s6, 4, &at, &inferred) == LOOM_ERR_INVALID_ARG);
+    CHECK(strstr(loom_last_error(), "q_dtype") != NULL);
+    at.q_dtype = LOOM_F16;
+    CHECK(info->infer(s6, 4, &at, &inferred) == LOOM_OK && inferred.dtype == LOOM_F16);
+    loom_tensor_init(&cK, LOOM_F16, 3, (const int64_t[3]){T, HKV, D}, kc);
+    loom_tensor_init(&cV, LOOM_F16, 3, (const int64_t[3]){T, HKV, D}, vc);
+    CHECK(run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, loom_cpu_isa()), a, 1) == LOOM_ERR_SHAPE);
+    CHECK(strstr(loom_last_error(), "q must be contiguous f16") != NULL);
 }
 
 int main(void) {
