@@ -177,7 +177,8 @@ static loom_status fa_infer(const loom_tensor *const *src, int n_src, const void
     op_tensors o;
     attn_problem pr;
     LOOM_TRY(fa_resolve(src, n_src, attrs, NULL, &o, &pr));
-    loom_ref_set_dst(dst, src[0]->dtype, src[0]->ndim, src[0]->shape);
+    const loom_flash_attention_attrs *at = attrs;
+    loom_ref_set_dst(dst, at && at->out_f32 ? LOOM_F32 : src[0]->dtype, src[0]->ndim, src[0]->shape);
     return LOOM_OK;
 }
 
@@ -186,7 +187,8 @@ static loom_status inc_infer(const loom_tensor *const *src, int n_src, const voi
     op_tensors o;
     attn_problem pr;
     LOOM_TRY(inc_resolve(src, n_src, attrs, NULL, &o, &pr));
-    loom_ref_set_dst(dst, src[0]->dtype, src[0]->ndim, src[0]->shape);
+    const loom_incre_flash_attention_attrs *at = attrs;
+    loom_ref_set_dst(dst, at && at->out_f32 ? LOOM_F32 : src[0]->dtype, src[0]->ndim, src[0]->shape);
     return LOOM_OK;
 }
 

@@ -340,20 +340,44 @@ static void report_rule(loom_fusion_report *rep, const loom_fusion_rules *r, int
     rep->rules[i].enabled = r->rules[i].enabled;
 }
 
+/* A reader's attributes for a 16-bit q: the attention kernels take any q
+ * dtype, but their output follows q's unless out_f32 says f32. */
+static void reader_attrs(const loom_node *nd, unsigned char *attrs) {
+    memcpy(attrs, nd->attrs, LOOM_ATTR_MAX);
+    if (nd->op == LOOM_OP_FLASH_ATTENTION) {
+        loom_flash_attention_attrs a;
+        memcpy(&a, attrs, sizeof a);
+        a.out_f32 = 1;
+        memcpy(attrs, &a, sizeof a);
+    } else if (nd->op == LOOM_OP_INCRE_FLASH_ATTENTION) {
+        loom_incre_flash_attention_attrs a;
+        memcpy(&a, attrs, sizeof a);
+        a.out_f32 = 1;
+        memcpy(attrs, &a, sizeof a);
+    }
+}
+
 /* Every reader of storage `root` (nodes after `producer`) still accepts its
- * inputs and yields the output it had. */
-static int readers_hold(const loom_graph *g, const int *roots, int root, int producer) {
+ * inputs, with its attributes from reader_attrs, and yields the output it
+ * had; apply: those attributes are then made the readers' own. */
+static int readers_hold(loom_graph *g, const int *roots, int root, int producer, int apply) {
     for (int m = producer + 1; m < g->n_nodes; m++) {
-        const loom_node *nd = &g->nodes[m];
+        loom_node *nd = &g->nodes[m];
         int reads = 0;
         for (int i = 0; i < nd->n_src; i++) reads |= nd->src[i] >= 0 && roots[nd->src[i]] == root;
         if (!reads) continue;
+        _Alignas(16) unsigned char attrs[LOOM_ATTR_MAX];
+        if (nd->has_attrs) reader_attrs(nd, attrs);
+        if (apply) {
+            if (nd->has_attrs) memcpy(nd->attrs, attrs, LOOM_ATTR_MAX);
+            continue;
+        }
         const loom_op_info *info = loom_op_get(nd->op);
         const loom_tensor *src[LOOM_MAX_SRC] = {0};
         for (int i = 0; i < nd->n_src; i++) src[i] = &g->tensors[nd->src[i]].t;
         loom_tensor want;
         memset(&want, 0, sizeof want);
-        if (!info || info->infer(src, nd->n_src, nd->has_attrs ? nd->attrs : NULL, &want) != LOOM_OK) {
+        if (!info || info->infer(src, nd->n_src, nd->has_attrs ? attrs : NULL, &want) != LOOM_OK) {
             loom_clear_error();
             return 0;
         }
@@ -377,10 +401,11 @@ static void retype(loom_graph *g, const int *roots, int root, loom_dtype from, l
 
 /* The rules' activation_dtype (16 bits): every qkv_rope's q, f32 in the
  * graph the rules matched, is stored at that dtype where each node that
- * reads it takes it (its infer run again gives the output it had: prefill's
- * attention_linear does; flash_attention_score and the decode kernels would
- * return 16-bit outputs, so their q stays f32). qkv_rope computes q in f32
- * and rounds it once as it stores it. */
+ * reads it takes it (its infer run again gives the output it had:
+ * attention_linear, and flash_attention_score and incre_flash_attention
+ * with out_f32 set, do; paged_attention takes f32 q only, so the batch
+ * engine's q stays f32). qkv_rope computes q in f32 and rounds it once as it
+ * stores it; the attention kernels widen each q row as they load it. */
 static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
     if (dt == LOOM_F32) return LOOM_OK;
     int *roots = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof *roots);
@@ -407,8 +432,9 @@ static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
         memset(&want, 0, sizeof want);
         int ok = info->infer(src, qn->n_src, &a, &want) == LOOM_OK && want.dtype == dt;
         if (!ok) loom_clear_error();
-        if (ok && readers_hold(g, roots, root, n)) {
+        if (ok && readers_hold(g, roots, root, n, 0)) {
             memcpy(qn->attrs, &a, sizeof a);
+            readers_hold(g, roots, root, n, 1);
         } else {
             retype(g, roots, root, dt, LOOM_F32);
         }

@@ -158,8 +158,10 @@ typedef struct {
     int32_t  block_q, block_kv;    /* 0: automatic */
     int32_t  inner_precise;        /* 1: f32/f16 inputs use bf16 products (AVX512_BF16) */
     float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
+    int32_t  out_f32;              /* 1: the output is f32 whatever q's dtype (else q's: a 16-bit q
+                                      from the rules' activation_dtype keeps its f32 output) */
 } loom_flash_attention_attrs;
-#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f}
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f, 0}
 
 typedef struct {
     int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */
@@ -170,8 +172,9 @@ typedef struct {
     int64_t  pre_tokens, next_tokens;
     int32_t  inner_precise;        /* 1: a bf16 K's Q.K^T takes q rounded to bf16 (AVX512_BF16) */
     float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
+    int32_t  out_f32;              /* as loom_flash_attention_attrs' */
 } loom_incre_flash_attention_attrs;
-#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f}
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f, 0}
 
 /* Attributes of the fused graph ops. */
 typedef struct {

@@ -716,10 +716,11 @@ static loom_dtype q_dtype_of(const loom_graph *g) {
     return d;
 }
 
-/* activation_dtype f16 / bf16: a prefill's q (qkv_rope -> attention_linear)
- * is stored at 16 bits and its views with it; where the reader would change
- * (decode's incre_flash_attention, and flash_attention_score with
- * attention_linear off, would give 16-bit outputs) q stays f32. The logits of
+/* activation_dtype f16 / bf16: q (qkv_rope -> attention_linear in prefill,
+ * -> incre_flash_attention in decode, -> flash_attention_score with
+ * attention_linear off) is stored at 16 bits and its views with it, the
+ * attention kernels' outputs staying f32 (out_f32); a reader that takes f32
+ * only (the primitive attention) keeps it f32. The logits of
  * a prefill and decode steps stay within the 16-bit tolerance of
  * step_by_step's f32 ones, and fused_with_checkpoints (action fail) passes at
  * that tolerance. Unknown dtypes are refused when the rules are read. */
@@ -748,23 +749,39 @@ static void test_activation_dtype(void) {
         CHECK(loom_graph_plan(g) == LOOM_OK);
         tm_build(&m, g, ids, 1, 20, 0); /* decode */
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
-        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2 && q_dtype_of(g) == LOOM_F32);
+        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2 && q_dtype_of(g) == dt);
+        for (int n = 0; n < g->n_nodes; n++) /* its output stays f32 */
+            if (g->nodes[n].op == LOOM_OP_INCRE_FLASH_ATTENTION)
+                CHECK(((const loom_incre_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->out_f32 == 1 &&
+                      g->tensors[g->nodes[n].dst].t.dtype == LOOM_F32);
         CHECK(loom_fusion_rules_enable(r, "attention_linear_residual", 0) == LOOM_OK);
         tm_build(&m, g, ids, 20, 0, 0);
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
-        CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 2 && q_dtype_of(g) == LOOM_F32);
+        CHECK(tm_ops(g, LOOM_OP_FLASH_ATTENTION) == 2 && q_dtype_of(g) == dt);
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_FLASH_ATTENTION)
+                CHECK(((const loom_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->out_f32 == 1 &&
+                      g->tensors[g->nodes[n].dst].t.dtype == LOOM_F32);
+        /* a reader that takes f32 only keeps q at f32: the primitive attention (its rule off) */
+        CHECK(loom_fusion_rules_enable(r, "attention", 0) == LOOM_OK);
+        tm_build(&m, g, ids, 20, 0, 0);
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        CHECK(tm_ops(g, LOOM_OP_ATTENTION) == 2 && q_dtype_of(g) == LOOM_F32);
+        CHECK(loom_fusion_rules_enable(r, "attention", 1) == LOOM_OK);
         CHECK(loom_fusion_rules_enable(r, "attention_linear_residual", 1) == LOOM_OK);
         loom_graph_free(g);
         /* numbers: prefill of 20 and 3 decode steps against step_by_step (f32) */
         const int steps = 3, V = m.c.vocab_size;
-        float *lo[3];
-        for (int md = 0; md < 3; md++) {
+        float *lo[4]; /* step_by_step, fused, fused_with_checkpoints, fused without attention_linear */
+        for (int md = 0; md < 4; md++) {
             lo[md] = calloc((size_t)(steps + 1) * V, sizeof(float));
             tm_clear_kv(&m);
             loom_executor *e;
-            CHECK(loom_executor_init(&e, 2, (loom_exec_mode)md) == LOOM_OK);
+            CHECK(loom_executor_init(&e, 2, md == 3 ? LOOM_MODE_FUSED : (loom_exec_mode)md) == LOOM_OK);
             if (md) {
-                loom_executor_set_rules(e, rules_with_act(d ? "bf16" : "f16"));
+                loom_fusion_rules *rm = rules_with_act(d ? "bf16" : "f16");
+                if (md == 3 && rm) CHECK(loom_fusion_rules_enable(rm, "attention_linear_residual", 0) == LOOM_OK);
+                loom_executor_set_rules(e, rm);
                 e->ckpt_action = LOOM_CHECKPOINT_FAIL;
             }
             loom_graph_init(&g);
@@ -781,7 +798,7 @@ static void test_activation_dtype(void) {
             loom_executor_free(e);
         }
         double tol = d ? 1.0 / 128 : 1.0 / 256;
-        for (int md = 1; md < 3; md++) {
+        for (int md = 1; md < 4; md++) {
             int bad = 0, moved = 0;
             for (int i = 0; i < (steps + 1) * V; i++) {
                 bad += !check_close(lo[md][i], lo[0][i], tol);
@@ -790,7 +807,7 @@ static void test_activation_dtype(void) {
             CHECK_MSG(bad == 0, "%s: mode %d: %d logits beyond %g of step_by_step", loom_dtype_name(dt), md, bad, tol);
             CHECK(moved > 0); /* q was rounded: the prefill's logits moved */
         }
-        for (int md = 0; md < 3; md++) free(lo[md]);
+        for (int md = 0; md < 4; md++) free(lo[md]);
         loom_fusion_rules_free(r);
     }
     tm_free(&m);
