@@ -15,10 +15,9 @@ LOOM=${1:?loom binary} MODEL=${2:?model} THREADS=${3:-2} PROMPTS=${4:-512} GEN=$
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-awk '/^  - name: attention_linear_residual$/ {print; getline; print; print "    enabled: false"; next} {print}' \
-    "$here/../configs/fusion/default.yaml" >"$tmp/old.yaml"
-[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = "$(($(grep -c 'enabled: false' "$here/../configs/fusion/default.yaml") + 1))" ] \
-    || { echo "bench_attention_linear: could not disable the rule" >&2; exit 1; }
+# shellcheck source=bench/rules_lib.sh
+. "$here/rules_lib.sh"
+rules_without "$tmp/old.yaml" attention_linear_residual
 new="$here/../configs/fusion/default.yaml"
 if [ -n "${NEW_L2:-}" ]; then
     sed "s/^  l2: auto/  l2: $NEW_L2/" "$new" >"$tmp/new.yaml"

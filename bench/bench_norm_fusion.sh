@@ -14,13 +14,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # the rules of before: the new rules disabled
-awk '/^  - name: (norm_qkv_rope_cache|norm_qkv_rope_cache_i8|norm_qkv_rope_paged|norm_qkv_rope_paged_i8|norm_ffn_residual|linear_residual|norm_linear|attention_linear_residual)$/ {print; getline; print; print "    enabled: false"; next} {print}' \
-    "$here/../configs/fusion/default.yaml" >"$tmp/old.yaml"
-[ "$(grep -c 'enabled: false' "$tmp/old.yaml")" = "$(($(grep -c 'enabled: false' "$here/../configs/fusion/default.yaml") + 8))" ] \
-    || { echo "bench_norm_fusion: could not disable the 8 rules" >&2; exit 1; }
+# shellcheck source=bench/rules_lib.sh
+. "$here/rules_lib.sh"
+rules_without "$tmp/old.yaml" norm_qkv_rope_cache norm_qkv_rope_cache_i8 norm_qkv_rope_paged norm_qkv_rope_paged_i8 \
+    norm_ffn_residual linear_residual norm_linear attention_linear_residual
 # the rules of now from the same file (not the binary's built-in copy, which may be older),
 # attention_linear_residual disabled as on the old side
-awk '/^  - name: attention_linear_residual$/ {print; getline; print; print "    enabled: false"; next} {print}' \
-    "$here/../configs/fusion/default.yaml" >"$tmp/new.yaml"
+rules_without "$tmp/new.yaml" attention_linear_residual
 "$here/bench_rules_ab.sh" "$LOOM" "$MODEL" "$tmp/old.yaml" "$tmp/new.yaml" "$THREADS" \
     "$PROMPTS" "$GEN" "$ROUNDS" "$REPS"
