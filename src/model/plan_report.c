@@ -151,7 +151,7 @@ static void print_kernels(FILE *f, const plan_mode *m, const loom_plan_params *p
     for (int n = 0; n < g->n_nodes; n++) {
         if (g->nodes[n].layer != rep_layer(m)) continue;
         loom_plan_node_cost c;
-        loom_plan_node(g, n, &m->info, p->kv_dtype, hw, &c);
+        loom_plan_node(g, n, &m->info, hw, &c);
         double bytes = c.bytes_read + c.bytes_written;
         char label[64];
         snprintf(label, sizeof label, "%s", g->tensors[g->nodes[n].dst].t.name);
@@ -283,7 +283,7 @@ static void print_json(FILE *f, const plan_mode *modes, int n_modes, const loom_
         for (int n = 0; n < pm->g->n_nodes; n++) {
             if (pm->g->nodes[n].layer != rep_layer(pm)) continue;
             loom_plan_node_cost c;
-            loom_plan_node(pm->g, n, &pm->info, p->kv_dtype, hw, &c);
+            loom_plan_node(pm->g, n, &pm->info, hw, &c);
             fprintf(f, "%s{\"op\":", first ? "" : ",");
             loom_json_str(f, loom_op_get(pm->g->nodes[n].op)->name);
             fprintf(f, ",\"name\":");

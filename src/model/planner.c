@@ -74,28 +74,36 @@ static loom_status build_llama(loom_graph *g, const loom_llama_config *c, const 
                                loom_plan_info *info) {
     loom_llama_weights w;
     loom_status s = make_weights(c, p->wtype, &w);
-    int *kc = calloc((size_t)c->n_layers * 2, sizeof *kc);
+    const int i8 = p->kv_dtype == LOOM_I8, L = c->n_layers;
+    int *kc = calloc((size_t)L * 4, sizeof *kc); /* K, V caches, then (i8) their scale stores */
     if (s == LOOM_OK && !kc) s = loom_set_error(LOOM_ERR_NOMEM, "plan: out of memory");
     if (s == LOOM_OK) {
         const int n = info->n_tokens, pos = info->pos;
-        /* an int8 cache is costed as 1 byte per element (loom_plan_node); the
-         * graph itself is built with f16 (see there) */
-        loom_dtype kvt = p->kv_dtype == LOOM_I8 ? LOOM_F16 : p->kv_dtype;
+        /* the caches as the engine makes them: of the KV dtype, and for int8 with a store of f32
+         * scales, one per cache row (model.c) */
         const int64_t ids_shape[1] = {n};
         const int64_t cshape[3] = {(int64_t)pos + n, c->n_kv_heads, c->head_dim};
-        loom_tensor ids, cache;
+        const int64_t sshape[2] = {(int64_t)pos + n, c->n_kv_heads};
+        loom_tensor ids, cache, scale;
         s = loom_tensor_init(&ids, LOOM_I32, 1, ids_shape, NULL);
-        if (s == LOOM_OK) s = loom_tensor_init(&cache, kvt, 3, cshape, NULL);
+        if (s == LOOM_OK) s = loom_tensor_init(&cache, p->kv_dtype, 3, cshape, NULL);
+        if (s == LOOM_OK) s = loom_tensor_init(&scale, LOOM_F32, 2, sshape, NULL);
         if (s == LOOM_OK) {
             snprintf(ids.name, sizeof ids.name, "ids");
             int ids_id = loom_graph_external(g, &ids);
-            for (int l = 0; l < c->n_layers; l++) {
+            for (int l = 0; l < L; l++) {
                 snprintf(cache.name, sizeof cache.name, "kv_cache.k.%d", l);
                 kc[l] = loom_graph_external(g, &cache);
                 snprintf(cache.name, sizeof cache.name, "kv_cache.v.%d", l);
-                kc[c->n_layers + l] = loom_graph_external(g, &cache);
+                kc[L + l] = loom_graph_external(g, &cache);
+                if (!i8) continue;
+                snprintf(scale.name, sizeof scale.name, "kv_cache.k_scale.%d", l);
+                kc[2 * L + l] = loom_graph_external(g, &scale);
+                snprintf(scale.name, sizeof scale.name, "kv_cache.v_scale.%d", l);
+                kc[3 * L + l] = loom_graph_external(g, &scale);
             }
-            loom_llama_build(g, c, &w, ids_id, kc, kc + c->n_layers, NULL, NULL, n, pos, p->decode);
+            loom_llama_build(g, c, &w, ids_id, kc, kc + L, i8 ? kc + 2 * L : NULL, i8 ? kc + 3 * L : NULL, n, pos,
+                             p->decode);
             s = loom_graph_status(g);
         }
     }
@@ -212,10 +220,6 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
         loom_fusion_report rep;
         memset(&rep, 0, sizeof rep);
         loom_status s = p->preset ? loom_fusion_rules_preset(r, p->preset) : LOOM_OK;
-        /* an int8 cache is modelled by an f16 one (build_llama), which attention_linear takes; the
-         * engine's i8 caches are not (their scales are inputs of their own): plan as it runs */
-        if (s == LOOM_OK && p->kv_dtype == LOOM_I8 && loom_fusion_rules_enable(r, "attention_linear_residual", 0) != LOOM_OK)
-            loom_clear_error(); /* a rules file without that rule */
         if (s == LOOM_OK) s = loom_fusion_apply(g, r, &rep);
         loom_fusion_rules_free(r);
         LOOM_TRY(s);
@@ -227,7 +231,7 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
     LOOM_TRY(loom_graph_plan(g));
     for (int n = 0; n < g->n_nodes; n++) {
         loom_plan_node_cost c;
-        loom_plan_node(g, n, info, p->kv_dtype, hw, &c);
+        loom_plan_node(g, n, info, hw, &c);
         loom_node *node = &g->nodes[n];
         const loom_op_info *op = loom_op_get(node->op);
         node->stats.kernel = op->name;
@@ -245,17 +249,13 @@ loom_status loom_plan_build(loom_graph *g, const loom_plan_params *p, const loom
 
 /* ------------------------------------------------------------ costing */
 
-static int is_cache(const loom_graph *g, int id) {
-    int r = loom_graph_storage(g, id);
-    return r >= 0 && strncmp(g->tensors[r].t.name, "kv_cache.", 9) == 0;
-}
-
 /* The descriptor the cost function sees: B sequences instead of one flat one. */
-static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, int batch,
-                       loom_dtype kv_dtype, int post, loom_tensor *t) {
+static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, int batch, int post,
+                       loom_tensor *t) {
     *t = g->tensors[id].t;
     const int64_t n = info->n_tokens, pos = info->pos;
-    if (batch > 1 && t->ndim == 4 && t->shape[0] == 1) {
+    /* [1, S, H, D] (q, k, v, the caches' views) and [1, S, H_kv] (an int8 cache's scales) */
+    if (batch > 1 && (t->ndim == 4 || t->ndim == 3) && t->shape[0] == 1) {
         if (t->shape[1] == n) {
             t->shape[0] = batch;
             t->shape[1] = n / batch;
@@ -266,7 +266,6 @@ static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, 
     }
     /* the prefill head sees the last token of every sequence */
     if (batch > 1 && post && !info->decode && t->ndim == 2 && t->shape[0] == 1) t->shape[0] = batch;
-    if (kv_dtype != LOOM_DTYPE_COUNT && is_cache(g, id)) t->dtype = kv_dtype;
     /* 16-bit activations: every f32 tensor a node produces (not the weights,
      * caches or other inputs the caller owns) at act_dtype */
     int r = loom_graph_storage(g, id);
@@ -298,8 +297,8 @@ static int is_matrix_op(const loom_op_info *op) {
                                  strstr(op->decomposition, "attention"));
 }
 
-void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom_dtype kv_dtype,
-                    const loom_hw_profile *hw, loom_plan_node_cost *out) {
+void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, const loom_hw_profile *hw,
+                    loom_plan_node_cost *out) {
     memset(out, 0, sizeof *out);
     const int batch = info->flat_batch > 0 ? info->flat_batch : 1;
     const loom_node *node = &g->nodes[n];
@@ -308,37 +307,14 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     loom_tensor src[LOOM_MAX_SRC], dst;
     const loom_tensor *sp[LOOM_MAX_SRC] = {0};
     loom_cost c = {0};
-    /* The planner's graphs keep float caches (the engine's i8 graphs also
-     * carry per-row scale stores, which the batched descriptors here do not
-     * model), so an int8 cache is costed by linearity: the bytes of a node
-     * are A + K * (cache element size), known from evaluations at 2 (f16) and
-     * 4 (f32) bytes; int8 is A + K, plus the engine's f32 scale per row of
-     * the cache's last dim (head_dim): 4 K / head_dim. */
-    int touches_cache = is_cache(g, node->dst);
-    for (int i = 0; i < node->n_src; i++) touches_cache |= is_cache(g, node->src[i]);
-    int evals = kv_dtype == LOOM_I8 && touches_cache ? 2 : 1;
-    loom_cost at[2];
-    memset(at, 0, sizeof at);
-    for (int e = 0; e < evals; e++) {
-        loom_dtype as = evals == 1 ? LOOM_DTYPE_COUNT : e == 0 ? LOOM_F16 : LOOM_F32;
-        for (int i = 0; i < node->n_src; i++) {
-            fix_tensor(g, node->src[i], info, batch, as, post, &src[i]);
-            sp[i] = &src[i];
-        }
-        fix_tensor(g, node->dst, info, batch, as, post, &dst);
-        if (op->cost) op->cost(sp, node->n_src, &dst, node->has_attrs ? node->attrs : NULL, &at[e]);
+    /* the graph's caches are the engine's (an int8 one with its scale stores, inputs of the nodes
+     * that write and read it), so every op costs them itself */
+    for (int i = 0; i < node->n_src; i++) {
+        fix_tensor(g, node->src[i], info, batch, post, &src[i]);
+        sp[i] = &src[i];
     }
-    c = at[0];
-    if (evals == 2) {
-        double hd = 1.0; /* the cache's last dim: one scale per row of it */
-        for (int i = 0; i < node->n_src && hd == 1.0; i++)
-            if (is_cache(g, node->src[i])) hd = (double)src[i].shape[src[i].ndim - 1];
-        if (hd == 1.0 && is_cache(g, node->dst)) hd = (double)dst.shape[dst.ndim - 1];
-        double kr = (at[1].bytes_read - at[0].bytes_read) / 2.0;
-        double kw = (at[1].bytes_written - at[0].bytes_written) / 2.0;
-        c.bytes_read = at[0].bytes_read - kr + 4.0 * kr / hd;
-        c.bytes_written = at[0].bytes_written - kw + 4.0 * kw / hd;
-    }
+    fix_tensor(g, node->dst, info, batch, post, &dst);
+    if (op->cost) op->cost(sp, node->n_src, &dst, node->has_attrs ? node->attrs : NULL, &c);
     out->flops = c.flops;
     out->bytes_read = c.bytes_read;
     out->bytes_written = c.bytes_written;
@@ -347,9 +323,8 @@ void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom
     loom_dtype dt = LOOM_F32;
     for (int i = 0; i < node->n_src; i++) {
         const loom_gtensor *gt = &g->tensors[loom_graph_storage(g, node->src[i])];
-        int cache = is_cache(g, node->src[i]);
-        loom_dtype d = cache ? kv_dtype : gt->t.dtype;
-        if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || gt->t.ndim == 3 || cache)) {
+        loom_dtype d = gt->t.dtype;
+        if (gt->kind == LOOM_TK_EXTERNAL && d != LOOM_I32 && d != LOOM_F32 && (gt->t.ndim == 2 || gt->t.ndim == 3)) {
             dt = d;
             break;
         }

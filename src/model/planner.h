@@ -67,7 +67,7 @@ typedef struct loom_plan_node_cost {
     loom_hw_prec prec;
     int compute_bound;
 } loom_plan_node_cost;
-void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, loom_dtype kv_dtype,
-                    const loom_hw_profile *hw, loom_plan_node_cost *out);
+void loom_plan_node(const loom_graph *g, int n, const loom_plan_info *info, const loom_hw_profile *hw,
+                    loom_plan_node_cost *out);
 
 #endif

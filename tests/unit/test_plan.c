@@ -435,6 +435,36 @@ static void test_activation_dtype_plan(void) {
     for (int i = 0; i < 2; i++) loom_profile_free(&prof[i]);
 }
 
+/* An int8 cache is planned as the engine runs it: i8 caches with their f32
+ * scale stores in the graph, so the fused prefill's qkv_rope writes q (f32),
+ * K and V at a byte a value and one 4-byte scale per cache row, and the
+ * attention stays flash_attention_score + linear (attention_linear does not
+ * take an i8 cache), every node costed. */
+static void test_int8_cache_plan(void) {
+    if (!loom_plan_have_fusion()) return;
+    loom_hw_profile hw = test_hw();
+    loom_llama_config m = tiny();
+    const int T = 40;
+    loom_plan_params p = {.custom = &m, .batch = 1, .seq = T, .kv_dtype = LOOM_I8, .wtype = LOOM_Q8_0, .fused = 1};
+    loom_graph *g;
+    loom_plan_info info;
+    CHECK(loom_graph_init(&g) == LOOM_OK);
+    CHECK_MSG(loom_plan_build(g, &p, &hw, &info) == LOOM_OK, "%s", loom_last_error());
+    CHECK_MSG(info.uncosted == 0, "%d", info.uncosted);
+    int qkv = 0, fa = 0, al = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const loom_node *nd = &g->nodes[n];
+        fa += nd->op == LOOM_OP_FLASH_ATTENTION;
+        al += nd->op == LOOM_OP_ATTENTION_LINEAR;
+        if (nd->op != LOOM_OP_QKV_ROPE) continue;
+        qkv++;
+        double want = 4.0 * T * m.n_heads * m.head_dim + 2.0 * T * m.n_kv_heads * m.head_dim + 4.0 * 2 * T * m.n_kv_heads;
+        CHECK_MSG(nd->stats.bytes_written == want, "qkv_rope writes %g bytes, expected %g", nd->stats.bytes_written, want);
+    }
+    CHECK(qkv == m.n_layers && fa == m.n_layers && al == 0);
+    loom_graph_free(g);
+}
+
 /* bert-base (12 layers, 768, ffn 3072), batch 2 x 16 tokens, f16 weights: the
  * weights of a layer are read once; matmul flops are 2 * T * (4 * 768^2 + 2 * 768 * 3072). */
 static void test_bert(void) {
@@ -499,5 +529,6 @@ int main(void) {
     RUN_TEST(test_svg);
     RUN_TEST(test_fused_plan);
     RUN_TEST(test_activation_dtype_plan);
+    RUN_TEST(test_int8_cache_plan);
     return TEST_SUMMARY();
 }
