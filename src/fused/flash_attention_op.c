@@ -109,8 +109,12 @@ static loom_status op_tensors_init(const char *name, const loom_tensor *const *s
     loom_tensor *all[4] = {&o->q, &o->k, &o->v, &o->mask};
     for (int i = 0; i < 3 + o->has_mask; i++)
         if (!all[i]->data) all[i]->data = &placeholder;
-    if (dst && dst->data) o->out = *dst;
-    else o->out = o->q;
+    if (dst && dst->data) {
+        o->out = *dst;
+    } else { /* q's shape; the output's dtype when a descriptor says it (costs: out_f32 under a 16-bit q) */
+        o->out = o->q;
+        if (dst) o->out.dtype = dst->dtype;
+    }
     if (tnd && !o->cu) {
         LOOM_RETURN_IF(o->q.ndim != 3 || o->k.ndim != 3 || o->v.ndim != 3 || o->out.ndim != 3,
                        LOOM_ERR_SHAPE, "%s: input_layout TND takes 3-D q, k, v [T, N, D]", name);

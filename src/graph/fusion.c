@@ -416,11 +416,10 @@ static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
         if (qn->op != LOOM_OP_QKV_ROPE || !qn->has_attrs) continue;
         int root = roots[qn->dst];
         const loom_gtensor *q = &g->tensors[root];
-        if (root != qn->dst || q->t.dtype != LOOM_F32 || q->kind != LOOM_TK_INTERMEDIATE || q->is_output) continue;
-        int aligned = 1; /* views at whole elements of both sizes */
-        for (int t = 0; t < g->n_tensors; t++)
-            if (roots[t] == root && g->tensors[t].view_offset % loom_dtype_size(LOOM_F32)) aligned = 0;
-        if (!aligned) continue;
+        if (root != qn->dst || q->t.dtype != LOOM_F32 || q->kind != LOOM_TK_INTERMEDIATE) continue;
+        int keep = 0; /* a graph output (q or a view of it) stays as the caller reads it */
+        for (int t = 0; t < g->n_tensors; t++) keep |= roots[t] == root && g->tensors[t].is_output;
+        if (keep) continue;
         retype(g, roots, root, LOOM_F32, dt);
         loom_qkv_rope_attrs a;
         memcpy(&a, qn->attrs, sizeof a);

@@ -309,6 +309,9 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
  * (bench/results/fusion.md: a Llama-3.2-1B-shaped layer, W 8 MB, ran 0.77-0.96x
  * as fast fused). */
 _Static_assert(sizeof(loom_attention_linear_attrs) <= LOOM_ATTR_MAX, "attention_linear's attributes fit a node");
+_Static_assert(sizeof(loom_flash_attention_attrs) <= LOOM_ATTR_MAX, "flash_attention_score's attributes fit a node");
+_Static_assert(sizeof(loom_incre_flash_attention_attrs) <= LOOM_ATTR_MAX, "incre_flash_attention's attributes fit a node");
+_Static_assert(sizeof(loom_qkv_rope_attrs) <= LOOM_ATTR_MAX, "qkv_rope's attributes fit a node");
 
 static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
     const loom_node *at = gnode(c, "attn"), *mm = gnode(c, "mm");

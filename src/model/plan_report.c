@@ -186,7 +186,8 @@ static void print_table(FILE *f, const plan_mode *modes, int n_modes, const loom
         fprintf(f, "; weights %s, KV cache %s", loom_dtype_name(p->wtype),
                    p->kv_dtype == LOOM_I8 ? "int8" : loom_dtype_name(p->kv_dtype));
     if (p->act_dtype != LOOM_F32)
-        fprintf(f, "; activations %s between kernels (modelled; loom's kernels exchange f32)",
+        fprintf(f, "; activations %s between kernels (modelled; loom's kernels exchange f32 but for q under "
+                   "the rules' activation_dtype)",
                 loom_dtype_name(p->act_dtype));
     fprintf(f, "\n");
     fprintf(f, "hardware %s: %s\n  peak TFLOP/s f32 %.1f, f16 %.1f, bf16 %.1f, int8 %.1f, vector %.1f; "
@@ -218,7 +219,8 @@ static void print_table(FILE *f, const plan_mode *modes, int n_modes, const loom
     fprintf(f, "\n");
     const char *rows[] = {"kernels", "GB traffic", "GFLOP", "est. time (ms)", "intermediates MB"};
     for (int r = 0; r < 5; r++) {
-        /* the arena holds what loom's kernels exchange: f32 whatever --act-dtype models */
+        /* the arena holds what loom's kernels exchange: the graph's dtypes (f32 but for q under the
+         * rules' activation_dtype) whatever --act-dtype models */
         fprintf(f, "%-26s", r == 4 && p->act_dtype != LOOM_F32 ? "intermediates MB (f32)" : rows[r]);
         for (int m = 0; m < n_modes; m++) {
             const loom_profile_section *t = &modes[m].prof.total;

@@ -254,8 +254,12 @@ static void fix_tensor(const loom_graph *g, int id, const loom_plan_info *info, 
                        loom_tensor *t) {
     *t = g->tensors[id].t;
     const int64_t n = info->n_tokens, pos = info->pos;
-    /* [1, S, H, D] (q, k, v, the caches' views) and [1, S, H_kv] (an int8 cache's scales) */
-    if (batch > 1 && (t->ndim == 4 || t->ndim == 3) && t->shape[0] == 1) {
+    /* [1, S, H, D] (q, k, v, the caches' views) and [1, S, H_kv] (the views of an int8 cache's
+     * scale stores, build_llama's kv_cache.*_scale.*) */
+    int r0 = loom_graph_storage(g, id);
+    int scales = t->ndim == 3 && r0 >= 0 && strstr(g->tensors[r0].t.name, "_scale.") &&
+                 !strncmp(g->tensors[r0].t.name, "kv_cache.", 9);
+    if (batch > 1 && (t->ndim == 4 || scales) && t->shape[0] == 1) {
         if (t->shape[1] == n) {
             t->shape[0] = batch;
             t->shape[1] = n / batch;

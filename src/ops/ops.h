@@ -138,8 +138,8 @@ typedef struct {
                            before the mask (Gemma 2's attention logit soft-capping); 0: none */
 } loom_attention_attrs;
 
-/* Attributes of the fused attention ops (<= 64 bytes, graph nodes store them
- * inline). Field meanings are those of loom_flash_attention_params /
+/* Attributes of the fused attention ops (<= LOOM_ATTR_MAX = 80 bytes, graph nodes store them
+ * inline: asserted in src/graph/fusion_builders.c). Field meanings are those of loom_flash_attention_params /
  * loom_incre_flash_attention_params; per-batch lengths, paged and i8 caches,
  * softmax_lse are op-level API only. Prefill TND (self-attention of packed
  * sequences) takes the i32 cumulative sequence ends as its fourth input

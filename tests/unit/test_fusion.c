@@ -793,7 +793,13 @@ static void test_activation_dtype(void) {
                 if (st == 0 && md) CHECK(q_dtype_of(g) == dt);
                 memcpy(lo[md] + (size_t)st * V, loom_graph_tensor(g, lg)->data, (size_t)V * sizeof(float));
             }
-            if (md == 2) CHECK(e->n_ckpt > 0);
+            if (md == 2) { /* the layers' checks read or write q at 16 bits: that dtype's tolerance; the head's
+                            * do not: the rules' */
+                CHECK(e->n_ckpt == m.c.n_layers + 1);
+                for (int c = 0; c < e->n_ckpt; c++)
+                    CHECK_MSG(e->ckpt[c].tol == (e->ckpt[c].layer >= 0 ? (d ? 1.0 / 128 : 1.0 / 256) : 1.0 / 2048),
+                              "%s: tolerance %g", e->ckpt[c].name, e->ckpt[c].tol);
+            }
             loom_graph_free(g);
             loom_executor_free(e);
         }

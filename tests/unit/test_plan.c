@@ -396,43 +396,53 @@ static void test_fused_plan(void) {
 }
 
 /* A rules file with `activation_dtype: f16` (the default rules plus the key):
- * a prefill layer's q (qkv_rope -> attention_linear) is costed at 2 bytes a
- * value where it was 4, written once and read once: the fused traffic of a
- * layer falls by 2 * 2 * T * H*D bytes, with the same kernels. */
-static void test_activation_dtype_plan(void) {
-    if (!loom_plan_have_fusion()) return;
+ * a prefill layer's q (qkv_rope -> attention_linear, or with that rule off
+ * qkv_rope -> flash_attention_score, whose output stays f32) is costed at 2
+ * bytes a value where it was 4, written once and read once: the fused
+ * traffic of a layer falls by 2 * 2 * T * H*D bytes, with the same kernels. */
+static int write_rules(const char *path, int f16, int al_off) {
     extern const char loom_fusion_default_yaml[];
-    const char *path = "test_plan_act.yaml";
+    const char *al = "    fused_op: attention_linear\n", *at = strstr(loom_fusion_default_yaml, al);
+    CHECK(at != NULL);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
-    if (!f) return;
-    const char *v = strstr(loom_fusion_default_yaml, "version: 1\n");
-    CHECK(v != NULL);
-    fprintf(f, "activation_dtype: f16\n%s", loom_fusion_default_yaml);
+    if (!f || !at) return 0;
+    fprintf(f, "%s%.*s%s%s", f16 ? "activation_dtype: f16\n" : "", (int)(at - loom_fusion_default_yaml) + (int)strlen(al),
+            loom_fusion_default_yaml, al_off ? "    enabled: false\n" : "", at + strlen(al));
     fclose(f);
+    return 1;
+}
+
+static void test_activation_dtype_plan(void) {
+    if (!loom_plan_have_fusion()) return;
+    const char *path = "test_plan_act.yaml";
     loom_hw_profile hw = test_hw();
     loom_llama_config m = tiny();
     loom_plan_params p = {.custom = &m, .batch = 1, .seq = 40, .kv_dtype = LOOM_F16, .wtype = LOOM_F16, .fused = 1};
-    loom_profile prof[2];
-    memset(prof, 0, sizeof prof);
-    for (int i = 0; i < 2; i++) {
-        p.rules_path = i ? path : NULL;
-        loom_graph *g;
-        loom_plan_info info;
-        CHECK(loom_graph_init(&g) == LOOM_OK);
-        CHECK_MSG(loom_plan_build(g, &p, &hw, &info) == LOOM_OK, "%s", loom_last_error());
-        CHECK(loom_profile_collect(g, info.n_layers, "prefill", "fused", info.n_tokens, &prof[i]) == LOOM_OK);
-        loom_graph_free(g);
+    for (int al_off = 0; al_off < 2; al_off++) {
+        loom_profile prof[2];
+        memset(prof, 0, sizeof prof);
+        for (int i = 0; i < 2; i++) {
+            if (!write_rules(path, i, al_off)) return;
+            p.rules_path = path;
+            loom_graph *g;
+            loom_plan_info info;
+            CHECK(loom_graph_init(&g) == LOOM_OK);
+            CHECK_MSG(loom_plan_build(g, &p, &hw, &info) == LOOM_OK, "%s", loom_last_error());
+            CHECK(loom_profile_collect(g, info.n_layers, "prefill", "fused", info.n_tokens, &prof[i]) == LOOM_OK);
+            loom_graph_free(g);
+        }
+        remove(path);
+        if (prof[0].sections && prof[1].sections) {
+            const loom_profile_section *a = &prof[0].sections[1], *b = &prof[1].sections[1];
+            double saved = (a->bytes_read + a->bytes_written) - (b->bytes_read + b->bytes_written);
+            double want = 2.0 * 2.0 * 40 * (m.n_heads * m.head_dim);
+            CHECK_MSG(saved == want, "attention_linear %s: saved %g bytes, expected %g", al_off ? "off" : "on", saved,
+                      want);
+            CHECK(a->kernels == b->kernels && a->kernels == 4 + al_off);
+        }
+        for (int i = 0; i < 2; i++) loom_profile_free(&prof[i]);
     }
-    remove(path);
-    if (prof[0].sections && prof[1].sections) {
-        const loom_profile_section *a = &prof[0].sections[1], *b = &prof[1].sections[1];
-        double saved = (a->bytes_read + a->bytes_written) - (b->bytes_read + b->bytes_written);
-        double want = 2.0 * 2.0 * 40 * (m.n_heads * m.head_dim);
-        CHECK_MSG(saved == want, "saved %g bytes, expected %g", saved, want);
-        CHECK(a->kernels == b->kernels && a->kernels == 4);
-    }
-    for (int i = 0; i < 2; i++) loom_profile_free(&prof[i]);
 }
 
 /* An int8 cache is planned as the engine runs it: i8 caches with their f32
