@@ -197,23 +197,28 @@ static int escapes_ok(const fr_state *st, const fr_fused *f, int last) {
     return 1;
 }
 
-/* The fused op accepts these inputs and yields the dst the pattern had. */
-static int fused_valid(const loom_graph *g, const fr_fused *f) {
-    const loom_op_info *info = loom_op_get(f->op);
-    if (!info || f->n_src < info->n_src_min || f->n_src > info->n_src_max) return 0;
+/* Op `op` with attributes attrs accepts tensors src (ids) and yields tensor dst's dtype and shape. */
+static int infer_gives(const loom_graph *g, loom_op op, const int *src_ids, int n_src, const void *attrs, int dst) {
+    const loom_op_info *info = loom_op_get(op);
+    if (!info || n_src < info->n_src_min || n_src > info->n_src_max) return 0;
     const loom_tensor *src[LOOM_MAX_SRC] = {0};
-    for (int i = 0; i < f->n_src; i++) src[i] = &g->tensors[f->src[i]].t;
+    for (int i = 0; i < n_src; i++) src[i] = &g->tensors[src_ids[i]].t;
     loom_tensor want;
     memset(&want, 0, sizeof want);
-    if (info->infer(src, f->n_src, f->attrs, &want) != LOOM_OK) {
+    if (info->infer(src, n_src, attrs, &want) != LOOM_OK) {
         loom_clear_error();
         return 0;
     }
-    const loom_tensor *d = &g->tensors[f->dst].t;
+    const loom_tensor *d = &g->tensors[dst].t;
     if (want.dtype != d->dtype || want.ndim != d->ndim) return 0;
     for (int i = 0; i < d->ndim; i++)
         if (want.shape[i] != d->shape[i]) return 0;
     return 1;
+}
+
+/* The fused op accepts these inputs and yields the dst the pattern had. */
+static int fused_valid(const loom_graph *g, const fr_fused *f) {
+    return infer_gives(g, f->op, f->src, f->n_src, f->attrs, f->dst);
 }
 
 static int by_last(const void *a, const void *b) {
@@ -370,21 +375,9 @@ static int readers_hold(loom_graph *g, const int *roots, int root, int producer,
         if (nd->has_attrs) reader_attrs(nd, attrs);
         if (apply) {
             if (nd->has_attrs) memcpy(nd->attrs, attrs, LOOM_ATTR_MAX);
-            continue;
-        }
-        const loom_op_info *info = loom_op_get(nd->op);
-        const loom_tensor *src[LOOM_MAX_SRC] = {0};
-        for (int i = 0; i < nd->n_src; i++) src[i] = &g->tensors[nd->src[i]].t;
-        loom_tensor want;
-        memset(&want, 0, sizeof want);
-        if (!info || info->infer(src, nd->n_src, nd->has_attrs ? attrs : NULL, &want) != LOOM_OK) {
-            loom_clear_error();
+        } else if (!infer_gives(g, nd->op, nd->src, nd->n_src, nd->has_attrs ? attrs : NULL, nd->dst)) {
             return 0;
         }
-        const loom_tensor *d = &g->tensors[nd->dst].t;
-        if (want.dtype != d->dtype || want.ndim != d->ndim) return 0;
-        for (int i = 0; i < d->ndim; i++)
-            if (want.shape[i] != d->shape[i]) return 0;
     }
     return 1;
 }
@@ -424,14 +417,7 @@ static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
         loom_qkv_rope_attrs a;
         memcpy(&a, qn->attrs, sizeof a);
         a.q_dtype = dt;
-        const loom_op_info *info = loom_op_get(qn->op);
-        const loom_tensor *src[LOOM_MAX_SRC] = {0};
-        for (int i = 0; i < qn->n_src; i++) src[i] = &g->tensors[qn->src[i]].t;
-        loom_tensor want;
-        memset(&want, 0, sizeof want);
-        int ok = info->infer(src, qn->n_src, &a, &want) == LOOM_OK && want.dtype == dt;
-        if (!ok) loom_clear_error();
-        if (ok && readers_hold(g, roots, root, n, 0)) {
+        if (infer_gives(g, qn->op, qn->src, qn->n_src, &a, qn->dst) && readers_hold(g, roots, root, n, 0)) {
             memcpy(qn->attrs, &a, sizeof a);
             readers_hold(g, roots, root, n, 1);
         } else {

@@ -46,6 +46,13 @@ static float *norm_input(const qcase *c, loom_isa isa, loom_rng *r, const loom_t
 }
 
 
+/* The expected 16-bit q (qt f16 or bf16): the decomposition's f32 q, n values, rounded once in place
+ * (nothing for f32). */
+static void round_q(float *q, int64_t n, loom_dtype qt) {
+    uint16_t *q16 = (uint16_t *)(void *)q;
+    for (int64_t j = 0; qt != LOOM_F32 && j < n; j++) q16[j] = qt == LOOM_F16 ? loom_f32_to_f16(q[j]) : loom_f32_to_bf16(q[j]);
+}
+
 /* qt: q's dtype (attrs.q_dtype); a 16-bit q must be the decomposition's f32 q rounded. */
 static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, loom_dtype qt, uint64_t seed) {
     loom_rng r;
@@ -129,11 +136,7 @@ static void check_case(const qcase *c, loom_isa isa, loom_dtype ct, loom_dtype q
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
     CHECK(inferred.dtype == qt);
-    if (qt != LOOM_F32) { /* the expected q: the decomposition's rounded once */
-        uint16_t *q16 = (uint16_t *)(void *)q[0];
-        for (int64_t j = 0; j < T * H * D; j++)
-            q16[j] = qt == LOOM_F16 ? loom_f32_to_f16(q[0][j]) : loom_f32_to_bf16(q[0][j]);
-    }
+    round_q(q[0], T * H * D, qt);
     int same = memcmp(q[0], q[1], loom_dtype_size(qt) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
@@ -278,11 +281,7 @@ static void check_paged(const qcase *c, loom_isa isa, loom_dtype ct, loom_dtype 
     loom_status st = run_threads(LOOM_OP_QKV_ROPE, loom_op_kernel(LOOM_OP_QKV_ROPE, isa), a, c->nth);
     CHECK_MSG(st == LOOM_OK, "%s", loom_last_error());
     CHECK(inferred.dtype == qt);
-    if (qt != LOOM_F32) { /* the expected q: the decomposition's rounded once */
-        uint16_t *q16 = (uint16_t *)(void *)q[0];
-        for (int64_t j = 0; j < T * H * D; j++)
-            q16[j] = qt == LOOM_F16 ? loom_f32_to_f16(q[0][j]) : loom_f32_to_bf16(q[0][j]);
-    }
+    round_q(q[0], T * H * D, qt);
     int same = memcmp(q[0], q[1], loom_dtype_size(qt) * (size_t)(T * H * D)) == 0 &&
                memcmp(kc[0], kc[1], cache_bytes) == 0 && memcmp(vc[0], vc[1], cache_bytes) == 0 &&
                memcmp(ks[0], ks[1], sizeof(float) * scale_n) == 0 && memcmp(vs[0], vs[1], sizeof(float) * scale_n) == 0;
