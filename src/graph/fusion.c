@@ -345,39 +345,15 @@ static void report_rule(loom_fusion_report *rep, const loom_fusion_rules *r, int
     rep->rules[i].enabled = r->rules[i].enabled;
 }
 
-/* A reader's attributes for a 16-bit q: the attention kernels take any q
- * dtype, but their output follows q's unless out_f32 says f32. */
-static void reader_attrs(const loom_node *nd, unsigned char *attrs) {
-    memcpy(attrs, nd->attrs, LOOM_ATTR_MAX);
-    if (nd->op == LOOM_OP_FLASH_ATTENTION) {
-        loom_flash_attention_attrs a;
-        memcpy(&a, attrs, sizeof a);
-        a.out_f32 = 1;
-        memcpy(attrs, &a, sizeof a);
-    } else if (nd->op == LOOM_OP_INCRE_FLASH_ATTENTION) {
-        loom_incre_flash_attention_attrs a;
-        memcpy(&a, attrs, sizeof a);
-        a.out_f32 = 1;
-        memcpy(attrs, &a, sizeof a);
-    }
-}
-
 /* Every reader of storage `root` (nodes after `producer`) still accepts its
- * inputs, with its attributes from reader_attrs, and yields the output it
- * had; apply: those attributes are then made the readers' own. */
-static int readers_hold(loom_graph *g, const int *roots, int root, int producer, int apply) {
+ * inputs and yields the output it had. */
+static int readers_hold(const loom_graph *g, const int *roots, int root, int producer) {
     for (int m = producer + 1; m < g->n_nodes; m++) {
-        loom_node *nd = &g->nodes[m];
+        const loom_node *nd = &g->nodes[m];
         int reads = 0;
         for (int i = 0; i < nd->n_src; i++) reads |= nd->src[i] >= 0 && roots[nd->src[i]] == root;
-        if (!reads) continue;
-        _Alignas(16) unsigned char attrs[LOOM_ATTR_MAX];
-        if (nd->has_attrs) reader_attrs(nd, attrs);
-        if (apply) {
-            if (nd->has_attrs) memcpy(nd->attrs, attrs, LOOM_ATTR_MAX);
-        } else if (!infer_gives(g, nd->op, nd->src, nd->n_src, nd->has_attrs ? attrs : NULL, nd->dst)) {
+        if (reads && !infer_gives(g, nd->op, nd->src, nd->n_src, nd->has_attrs ? nd->attrs : NULL, nd->dst))
             return 0;
-        }
     }
     return 1;
 }
@@ -395,9 +371,10 @@ static void retype(loom_graph *g, const int *roots, int root, loom_dtype from, l
 /* The rules' activation_dtype (16 bits): every qkv_rope's q, f32 in the
  * graph the rules matched, is stored at that dtype where each node that
  * reads it takes it (its infer run again gives the output it had:
- * attention_linear, and flash_attention_score and incre_flash_attention
- * with out_f32 set, do; paged_attention takes f32 q only, so the batch
- * engine's q stays f32). qkv_rope computes q in f32 and rounds it once as it
+ * attention_linear does, and so do flash_attention_score and
+ * incre_flash_attention, whose builder states their f32 output (out_f32)
+ * rather than letting it follow q; paged_attention takes f32 q only, so the
+ * batch engine's q stays f32). qkv_rope computes q in f32 and rounds it once as it
  * stores it; the attention kernels widen each q row as they load it. */
 static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
     if (dt == LOOM_F32) return LOOM_OK;
@@ -417,9 +394,8 @@ static loom_status narrow_activations(loom_graph *g, loom_dtype dt) {
         loom_qkv_rope_attrs a;
         memcpy(&a, qn->attrs, sizeof a);
         a.q_dtype = dt;
-        if (infer_gives(g, qn->op, qn->src, qn->n_src, &a, qn->dst) && readers_hold(g, roots, root, n, 0)) {
+        if (infer_gives(g, qn->op, qn->src, qn->n_src, &a, qn->dst) && readers_hold(g, roots, root, n)) {
             memcpy(qn->attrs, &a, sizeof a);
-            readers_hold(g, roots, root, n, 1);
         } else {
             retype(g, roots, root, dt, LOOM_F32);
         }

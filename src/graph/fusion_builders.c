@@ -282,6 +282,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.kv_chunk = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0); /* a bf16 K: q rounded to bf16 */
         a.softcap = aa->softcap;
+        a.out_f32 = gt(c, at->dst)->dtype == LOOM_F32; /* stated, not taken from q (activation_dtype narrows q) */
         f->op = LOOM_OP_INCRE_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     } else {
@@ -293,6 +294,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
         a.block_kv = (int32_t)fr_opt(c, "block_kv", 0);
         a.inner_precise = (int32_t)fr_opt(c, "inner_precise", 0);
         a.softcap = aa->softcap;
+        a.out_f32 = gt(c, at->dst)->dtype == LOOM_F32;
         f->op = LOOM_OP_FLASH_ATTENTION;
         memcpy(f->attrs, &a, sizeof a);
     }

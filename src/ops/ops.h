@@ -158,8 +158,9 @@ typedef struct {
     int32_t  block_q, block_kv;    /* 0: automatic */
     int32_t  inner_precise;        /* 1: f32/f16 inputs use bf16 products (AVX512_BF16) */
     float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
-    int32_t  out_f32;              /* 1: the output is f32 whatever q's dtype (else q's: a 16-bit q
-                                      from the rules' activation_dtype keeps its f32 output) */
+    int32_t  out_f32;              /* 1: the output is f32 whatever q's dtype, else q's (the fusion
+                                      builders set it for an f32 output: a q the rules' activation_dtype
+                                      narrows to 16 bits leaves it f32) */
 } loom_flash_attention_attrs;
 #define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f, 0}
 

@@ -2,6 +2,7 @@
 #ifndef LOOM_TEST_FUSION_COMMON_H
 #define LOOM_TEST_FUSION_COMMON_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,16 @@ typedef struct tmodel {
     void *qbuf[7 * 16 + 1]; /* tm_quantize's weights */
     int n_qbuf;
 } tmodel;
+
+/* Replaces the first occurrence of `what` in text by `with`. */
+static inline char *patched(const char *text, const char *what, const char *with) {
+    const char *at = strstr(text, what);
+    if (!at) return NULL;
+    size_t n = strlen(text) + strlen(with) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - text), text, with, at + strlen(what));
+    return out;
+}
 
 static float *tm_take(float **p, size_t n) {
     float *r = *p;
