@@ -23,6 +23,19 @@
  * thread count; against the two-phase kernel (one dot product over all of H)
  * they differ by rounding only.
  *
+ * Rows in one pass (prefill: more rows than one_pass_rows, at least
+ * LOOM_GEMM_MIN_M, row_block > 0, not batch-invariant): the rows are cut into
+ * blocks of at most row_block (as many blocks as keep every thread busy) and a
+ * thread takes whole blocks. For each block it walks the hidden dimension in
+ * slices (rows_slice_cols: set by H, row_block and L3): the slice's up and
+ * gate tiles and act(gate) * up in scratch, then the slice's share of the down
+ * projection added to the block's running sum by the GEMM's epilogue, which
+ * alternates between y's rows and one block of scratch so that the last slice
+ * lands in y: y = ((residual + p_0) + p_1) + ... h never reaches memory, no
+ * partials are exchanged and there is no barrier: one kernel. The sub-GEMMs
+ * run batch-invariant (the GEMM for any rows), so a row's result does not
+ * depend on the block it falls in: the same bits for any thread count.
+ *
  * Activations: loom_act values or user activations registered by name. */
 #include "fused/fused_graph_ops.h"
 
@@ -83,6 +96,29 @@ static int64_t slice_cols(int64_t H) {
     int64_t s = (H + ONE_PASS_SLICES - 1) / ONE_PASS_SLICES;
     s = (s + 63) / 64 * 64;
     return s < H ? s : (H > 0 ? H : 1);
+}
+
+/* Rows in one pass (module comment); the criterion depends on M alone, never
+ * on the thread count, so that a launch's result does not either. */
+static int rows_pass(const loom_ffn_attrs *at, int64_t M, int invariant) {
+    return !invariant && at->row_block > 0 && M >= LOOM_GEMM_MIN_M && !one_pass(at, M, 0);
+}
+
+/* Hidden columns of a slice of the rows pass: as the two phases' column
+ * blocks for row_block rows (an f32 tile of about an eighth of L3), whole
+ * 64-column groups. Set by H, row_block and the CPU, never by the threads. */
+static int64_t rows_slice_cols(const loom_ffn_attrs *at, int64_t H) {
+    int64_t s = (loom_ffn_block_cols(at->row_block, H) + 63) / 64 * 64;
+    return s < H ? s : (H > 0 ? H : 1);
+}
+
+/* Rows of a block of the rows pass: at most row_block, and a multiple of nth
+ * blocks so the threads get even shares. */
+static int64_t rows_per_block(const loom_ffn_attrs *at, int64_t M, int nth) {
+    int64_t nb = (M + at->row_block - 1) / at->row_block;
+    nb = (nb + nth - 1) / nth * nth;
+    nb = nb < M ? nb : M;
+    return (M + nb - 1) / nb;
 }
 
 /* Rows a one-pass launch of these shapes may have (0: never one pass). */
@@ -163,7 +199,7 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst);
     /* h: f32 at y's element size, or q8 rows (h_q8); none in one pass */
     double hrow = h_q8(src, at, block_cols(at, (int64_t)M, (int64_t)H)) ? (double)loom_q8_act_bytes((int64_t)H) : ey * H;
-    double h = one_pass(at, (int64_t)M, 0) ? 0.0 : M * hrow;
+    double h = one_pass(at, (int64_t)M, 0) || rows_pass(at, (int64_t)M, 0) ? 0.0 : M * hrow;
     c->bytes_read = ex * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
                     (res ? LOOM_ES(src[4]) * M * D : 0.0);
     c->bytes_written = h + ey * M * D;   /* h (phase boundary), y */
@@ -207,9 +243,10 @@ static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, co
     return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) + tile * (h_q8(src, at, bn) ? 2 : 1);
 }
 
-/* One pass, R rows: the sub-GEMMs' scratch, the up and h tiles of a slice,
- * x quantized once, then with the norm the rows' 1/rms. */
-typedef struct { size_t up, h, xq, inv, end; } one_pass_layout;
+/* One pass, R rows and slices of sw columns: the sub-GEMMs' scratch, the up
+ * and h tiles of a slice, x quantized once, with the norm the rows' 1/rms,
+ * then (rows pass) the block's other running sum [R, D]. */
+typedef struct { size_t up, h, xq, inv, part, end; } one_pass_layout;
 
 /* The down projection of hidden columns [n0, n0 + nb) of R rows: h_slice .
  * Wd[:, n0:n0+nb]^T (whole blocks: n0 is a multiple of 64). */
@@ -223,13 +260,14 @@ static loom_matmul_args slice_down(const loom_tensor *const *src, int64_t R, int
     return d;
 }
 
-static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R) {
-    int64_t sw = slice_cols(src[1]->shape[0]);
+static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R,
+                                    int64_t sw, int rows) {
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, sw, NULL, sw, at->act_precision);
-    g.M = R;
+    g.M = R, g.invariant = rows;
     size_t xq = loom_matmul_xq_bytes(&g);
     if (at->norm) loom_matmul_norm_for_size(&g);
     loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision);
+    d.invariant = rows;
     size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d);
     size_t tile = loom_align64((size_t)(R * sw) * sizeof(float));
     one_pass_layout L;
@@ -237,8 +275,19 @@ static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loo
     L.h = L.up + tile;
     L.xq = L.h + tile;
     L.inv = L.xq + loom_align64(xq);
-    L.end = L.inv + (at->norm ? (size_t)R * sizeof(double) : 0) + 64;
+    L.part = L.inv + loom_align64(at->norm ? (size_t)R * sizeof(double) : 0);
+    L.end = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0) + 64;
     return L;
+}
+
+static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R) {
+    return pass_scratch(src, at, R, slice_cols(src[1]->shape[0]), 0);
+}
+
+/* The rows pass's, for its largest block (any thread count). */
+static one_pass_layout rows_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at) {
+    int64_t M = src[0]->shape[0], R = M < at->row_block ? M : at->row_block;
+    return pass_scratch(src, at, R, rows_slice_cols(at, src[1]->shape[0]), 1);
 }
 
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
@@ -254,8 +303,10 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
                (at->norm ? (size_t)M * sizeof(double) : 0) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     size_t c = one_pass_rows(at, M) > 0 ? one_pass_scratch(src, at, one_pass_rows(at, M)).end : 0;
+    size_t r = rows_pass(at, M, 0) ? rows_scratch(src, at).end : 0;
     a = a > b ? a : b;
-    return a > c ? a : c;
+    a = a > c ? a : c;
+    return a > r ? a : r;
 }
 
 /* The slices' partials of a one-pass launch (the most rows it may have). */
@@ -268,7 +319,8 @@ static size_t ffn_shared(const loom_tensor *const *src, int n_src, const loom_te
 
 static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
     (void)n_src, (void)nth;
-    return one_pass(attrs, src[0]->shape[0], invariant) ? 1 : 2;
+    int64_t M = src[0]->shape[0];
+    return one_pass(attrs, M, invariant) || rows_pass(attrs, M, invariant) ? 1 : 2;
 }
 
 /* Other activations than silu are applied per element. */
@@ -390,8 +442,56 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
     return LOOM_OK;
 }
 
+/* Rows in one pass: this thread's blocks of rows, each through every slice
+ * (module comment). */
+static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
+    const loom_ffn_attrs *at = a->attrs;
+    const loom_tensor *x = a->src[0], *res = has_residual(at, a->n_src) ? a->src[4] : NULL;
+    const int32_t act = at->act_precision;
+    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0];
+    int64_t sw = rows_slice_cols(at, H), ns = (H + sw - 1) / sw, R = rows_per_block(at, M, a->nth), b0, b1;
+    loom_ref_split((M + R - 1) / R, a->ith, a->nth, &b0, &b1);
+    one_pass_layout L = rows_scratch(a->src, at);
+    char *sc = a->scratch;
+    float *up = (float *)(sc + L.up), *ht = (float *)(sc + L.h), *part = (float *)(sc + L.part);
+    const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
+    double *inv = at->norm ? (double *)(sc + L.inv) : NULL;
+    const int64_t ldy = a->dst->stride[0];
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t m0 = b * R, rb = M - m0 < R ? M - m0 : R;
+        loom_tensor xb = *x;
+        xb.shape[0] = rb, xb.data = (float *)x->data + m0 * x->stride[0];
+        float *yb = (float *)a->dst->data + m0 * ldy;
+        loom_matmul_args probe = loom_fused_block_gemm(&xb, a->src[1], 0, sw, NULL, sw, act);
+        probe.invariant = 1;
+        void *xq = loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, sc + L.xq);
+        /* the running sum: the residual's rows, then the previous slice's output */
+        const float *prev = res ? (const float *)res->data + m0 * res->stride[0] : NULL;
+        int64_t ld_prev = res ? res->stride[0] : 0;
+        for (int64_t s = 0; s < ns; s++) {
+            int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
+            loom_matmul_args u = loom_fused_block_gemm(&xb, a->src[2], n0, nb, up, nb, act);
+            u.xq = xq, u.invariant = 1, u.norm_gamma = gamma, u.norm_inv = inv;
+            LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, sc));
+            loom_matmul_args g = loom_fused_block_gemm(&xb, a->src[1], n0, nb, ht, nb, act);
+            g.xq = xq, g.invariant = 1, g.norm_gamma = gamma, g.norm_inv = inv;
+            LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, sc));
+            LOOM_TRY(loom_fused_act_mul_tile(at->act, isa, ht, nb, up, rb, nb));
+            /* y and part alternate so that the last slice writes y */
+            float *out = (ns - 1 - s) % 2 == 0 ? yb : part;
+            loom_matmul_args d = slice_down(a->src, rb, n0, nb, ht, out, act);
+            loom_epilogue ep = {.residual = prev, .ld_res = ld_prev};
+            d.ldy = out == yb ? ldy : D, d.invariant = 1, d.ep = prev ? &ep : NULL;
+            LOOM_TRY(loom_matmul_run(&d, isa, 0, 1, sc));
+            prev = out, ld_prev = d.ldy;
+        }
+    }
+    return LOOM_OK;
+}
+
 static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     if (one_pass(a->attrs, a->src[0]->shape[0], a->invariant)) return one_pass_kernel(a, isa);
+    if (rows_pass(a->attrs, a->src[0]->shape[0], a->invariant)) return rows_kernel(a, isa);
     LOOM_RETURN_IF(a->n_dst_extra < 1 || !a->dst_extra[0], LOOM_ERR_INVALID_ARG,
                    "ffn: the hidden buffer output is missing");
     const loom_tensor *h = a->dst_extra[0];

@@ -211,12 +211,20 @@ typedef struct {
     int32_t one_pass_rows;  /* launches of at most this many rows run as one kernel (the hidden
                                dimension in fixed slices, partial down projections summed in
                                slice order; not in batch-invariant runs); 0: always two */
+    int32_t row_block;      /* launches of more rows (at least LOOM_GEMM_MIN_M) run as one kernel
+                               in blocks of at most this many rows: each thread takes whole
+                               blocks through every hidden slice, the down projection summed
+                               into y in slice order (not in batch-invariant runs); 0: two */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
 /* The rules' default one_pass_rows: off. The one pass reads Wd in slices of
  * its rows, which the GEMV's streams and prefetch (tuned for whole rows) run
  * 0.6-0.9x as fast (bench/results/fusion.md); preset one_pass_ffn sets 7. */
 #define LOOM_FFN_ONE_PASS_ROWS 0
+/* The rules' default row_block: prefill launches as one kernel, in blocks of
+ * at most this many rows (each block reads the weights once more: 2 * 256
+ * flops a weight value; at parity with the two phases, bench/results/fusion.md). */
+#define LOOM_FFN_ROW_BLOCK 256
 typedef struct {
     int32_t act_precision;  /* loom_act_precision of the matmul (as loom_matmul_attrs) */
     int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */

@@ -152,10 +152,12 @@ static void test_linear_bias(void) {
     free(x), free(b), free(w);
 }
 
-/* one_pass 0: the two phases, bit for bit against the decomposition; 1: the
- * one pass (one_pass_rows = M), within rounding of it, the same bits on 1..3
- * threads, and with a->invariant the two phases again (bit for bit). */
-static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass, int32_t block_n) {
+/* one_pass 0: the two phases, bit for bit against the decomposition; else
+ * one kernel, within rounding of it, the same bits on 1..3 threads, and with
+ * a->invariant the two phases again (bit for bit): one_pass 1, the one pass
+ * (one_pass_rows = M); 2, the rows pass in blocks of at most row_block rows. */
+static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass, int32_t block_n,
+                           int32_t row_block) {
     loom_rng r;
     loom_rng_init(&r, seed, 11);
     int64_t M = c->M, D = c->K, H = c->N;
@@ -182,7 +184,8 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
     }
     loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = block_n ? block_n : (int32_t)(H > 40 ? 40 : 0),
                          .act_precision = c->act,
-                         .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass ? (int32_t)M : 0};
+                         .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass == 1 ? (int32_t)M : 0,
+                         .row_block = one_pass == 2 ? row_block : 0};
     loom_tensor th;
     float *h = make_f(M, H, &r, 0.0f, &th);
     loom_kernel_args a = {.src = {&tx, &twg, &twu, &twd}, .n_src = 4, .dst = &ty, .attrs = &at,
@@ -195,7 +198,7 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
     CHECK(loom_op_phases(info, a.src, a.n_src, &at, c->nth, 0) == (one_pass ? 1 : 2));
     CHECK(loom_op_phases(info, a.src, a.n_src, &at, c->nth, 1) == 2);
     CHECK_MSG(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK, "%s", loom_last_error());
-    const char *what = one_pass ? "one pass" : "two phases";
+    const char *what = one_pass == 2 ? "rows pass" : one_pass ? "one pass" : "two phases";
     if (!one_pass) {
         CHECK_MSG(memcmp(down, y, sizeof(float) * (size_t)(M * D)) == 0,
                   "ffn %s %s: M=%lld D=%lld H=%lld %s act %s residual %d nth %d: differs from its decomposition",
@@ -212,8 +215,8 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
             err = fabsf(d) > err ? fabsf(d) : err;
         }
         CHECK_MSG(err <= 2e-6f * (big + 1.0f),
-                  "ffn one pass %s: M=%lld D=%lld H=%lld %s act %s residual %d norm %d nth %d: max error %g (scale %g)",
-                  loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
+                  "ffn %s %s: M=%lld D=%lld H=%lld %s act %s residual %d norm %d nth %d: max error %g (scale %g)",
+                  what, loom_isa_name(isa), (long long)M, (long long)D, (long long)H, loom_dtype_name(c->wt),
                   loom_act_precision_name(c->act), c->residual, c->norm, c->nth, (double)err, (double)big);
         /* every thread count gives the same bits */
         float *y2 = malloc(sizeof(float) * (size_t)(M * D));
@@ -223,15 +226,15 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
         for (int nth = 1; nth <= 3; nth++) {
             memset(y2, 0xFF, sizeof(float) * (size_t)(M * D));
             CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, nth) == LOOM_OK);
-            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn one pass %s %s M=%lld H=%lld: %d threads differ",
-                      loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M, (long long)H, nth);
+            CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn %s %s %s M=%lld H=%lld: %d threads differ",
+                      what, loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M, (long long)H, nth);
         }
         /* batch-invariant: the two phases (the same bits as with one_pass_rows 0), both
          * outputs written afresh */
         a.invariant = 1;
         memset(y2, 0xFF, sizeof(float) * (size_t)(M * D));
         CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
-        at.one_pass_rows = 0;
+        at.one_pass_rows = 0, at.row_block = 0;
         a.dst = &ty;
         memset(y, 0xFF, sizeof(float) * (size_t)(M * D));
         CHECK(run_threads(LOOM_OP_FFN, loom_op_kernel(LOOM_OP_FFN, isa), a, c->nth) == LOOM_OK);
@@ -245,7 +248,7 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
 /* The two phases, with or without the norm as the case says; block_n 0: 40
  * columns a block (auto for H <= 40) */
 static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed, int32_t block_n) {
-    check_ffn_mode(c, isa, seed, 0, block_n);
+    check_ffn_mode(c, isa, seed, 0, block_n, 0);
 }
 
 static const lcase cases[] = {
@@ -310,7 +313,35 @@ static void test_ffn_one_pass(void) {
         {9, 128, 800, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 0, 3},
     };
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
-        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0);
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0, 0);
+}
+
+/* The ffn's rows pass (prefill): blocks of rows that are not multiples of any
+ * tile nor of each other (the block count follows the threads, the bits must
+ * not), a short last block, every weight type, with and without the norm and
+ * the residual. A slice is as wide as the two phases' column block for
+ * row_block rows (an eighth of L3 in f32), at least 64 columns: row_block
+ * 1 << 20 gives 64-column slices on any machine, five or ten of them here (an
+ * odd and an even count: the running sum alternates between y and scratch);
+ * the small ones give many blocks of one slice. */
+static void test_ffn_rows(void) {
+    static const struct { lcase c; int32_t row_block; } rows[] = {
+        /* M, D, H, wt, act, residual, norm, nth; row_block */
+        {{8, 72, 100, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 64},
+        {{45, 100, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
+        {{45, 100, 300, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 0, 3}, 1 << 20},
+        {{70, 130, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 0, 3}, 24},
+        {{29, 72, 320, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
+        {{33, 90, 608, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 1, 3}, 1 << 20},
+        {{21, 64, 608, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 2}, 9},
+        {{40, 96, 320, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 0, 1, 3}, 1 << 20},
+        {{17, 96, 608, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
+        {{26, 160, 320, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 3}, 8},
+        {{37, 64, 608, LOOM_Q8_0, LOOM_ACT_PREC_FULL, 1, 0, 2}, 1 << 20},
+    };
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            check_ffn_mode(&rows[i].c, (loom_isa)isa, 400 + i, 2, 0, rows[i].row_block);
 }
 
 /* Wrong inputs are errors naming the op and the input, never a crash. */
@@ -377,6 +408,7 @@ int main(void) {
     RUN_TEST(test_linear_bias);
     RUN_TEST(test_ffn_norm);
     RUN_TEST(test_ffn_one_pass);
+    RUN_TEST(test_ffn_rows);
     RUN_TEST(test_errors);
     return TEST_SUMMARY();
 }
