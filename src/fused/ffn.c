@@ -66,6 +66,16 @@ int64_t loom_ffn_block_cols_for(int64_t M, int64_t H, int64_t l3_bytes) {
     return bn < H ? bn : H;
 }
 
+int64_t loom_ffn_row_slice(int64_t row_block, int64_t H, int64_t l3_bytes, int threads) {
+    if (H < 1) return 1;
+    int64_t l3 = (l3_bytes > 0 ? l3_bytes : (8 << 20)) / (threads > 0 ? threads : 1);
+    int64_t s = l3 / 8 / (4 * (row_block > 0 ? row_block : 1));
+    s = s < 64 ? 64 : s;
+    int64_t ns = (H + s - 1) / s;
+    s = ((H + ns - 1) / ns + 63) / 64 * 64;
+    return s < H ? s : H;
+}
+
 static int64_t block_cols(const loom_ffn_args *a) {
     return a->p.block_n > 0 ? a->p.block_n : loom_ffn_block_cols(a->M, a->H);
 }

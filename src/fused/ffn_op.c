@@ -23,18 +23,23 @@
  * thread count; against the two-phase kernel (one dot product over all of H)
  * they differ by rounding only.
  *
- * Rows in one pass (prefill: more rows than one_pass_rows, at least
- * LOOM_GEMM_MIN_M, row_block > 0, not batch-invariant): the rows are cut into
- * blocks of at most row_block (as many blocks as keep every thread busy) and a
- * thread takes whole blocks. For each block it walks the hidden dimension in
- * slices (rows_slice_cols: set by H, row_block and L3): the slice's up and
- * gate tiles and act(gate) * up in scratch, then the slice's share of the down
- * projection added to the block's running sum by the GEMM's epilogue, which
- * alternates between y's rows and one block of scratch so that the last slice
- * lands in y: y = ((residual + p_0) + p_1) + ... h never reaches memory, no
- * partials are exchanged and there is no barrier: one kernel. The sub-GEMMs
- * run batch-invariant (the GEMM for any rows), so a row's result does not
- * depend on the block it falls in: the same bits for any thread count.
+ * Rows in one pass (prefill: float weights, at least row_min rows and more
+ * than one_pass_rows, row_block > 0, not batch-invariant): the rows are cut
+ * into blocks of at most row_block (as many blocks as keep every thread busy)
+ * and a thread takes whole blocks. For each block it walks the hidden
+ * dimension in slices of row_slice columns (loom_ffn_row_slice: set by H,
+ * row_block and the rules' L3 and threads): the slice's up and gate tiles and
+ * act(gate) * up in scratch, then the slice's share of the down projection
+ * added to the block's running sum by the GEMM's epilogue, which alternates
+ * between y's rows and one block of scratch so that the last slice lands in
+ * y: y = ((residual + p_0) + p_1) + ... h never reaches memory, no partials
+ * are exchanged and there is no barrier: one kernel. Every block reads the
+ * three weights again (row_min keeps blocks tall enough for that). The
+ * sub-GEMMs run batch-invariant (the GEMM for any rows), so a row's result
+ * does not depend on the block it falls in: the same bits for any thread
+ * count. Quantized weights keep the two phases: the packed-once weights of
+ * the VNNI GEMM are laid out for all of K, which the slices' down projections
+ * would miss.
  *
  * Activations: loom_act values or user activations registered by name. */
 #include "fused/fused_graph_ops.h"
@@ -98,17 +103,18 @@ static int64_t slice_cols(int64_t H) {
     return s < H ? s : (H > 0 ? H : 1);
 }
 
-/* Rows in one pass (module comment); the criterion depends on M alone, never
- * on the thread count, so that a launch's result does not either. */
-static int rows_pass(const loom_ffn_attrs *at, int64_t M, int invariant) {
-    return !invariant && at->row_block > 0 && M >= LOOM_GEMM_MIN_M && !one_pass(at, M, 0);
+/* Rows in one pass (module comment); the criterion depends on the shapes and
+ * the attributes alone, never on the thread count, so that a launch's result
+ * does not either. */
+static int rows_pass(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t M, int invariant) {
+    return !invariant && at->row_block > 0 && M >= LOOM_GEMM_MIN_M && M >= at->row_min &&
+           !one_pass(at, M, 0) && !loom_dtype_is_quantized(src[1]->dtype) && !loom_dtype_is_quantized(src[3]->dtype);
 }
 
-/* Hidden columns of a slice of the rows pass: as the two phases' column
- * blocks for row_block rows (an f32 tile of about an eighth of L3), whole
- * 64-column groups. Set by H, row_block and the CPU, never by the threads. */
+/* Hidden columns of a slice of the rows pass (whole 64-column groups). */
 static int64_t rows_slice_cols(const loom_ffn_attrs *at, int64_t H) {
-    int64_t s = (loom_ffn_block_cols(at->row_block, H) + 63) / 64 * 64;
+    int64_t s = at->row_slice > 0 ? (at->row_slice + 63) / 64 * 64
+                                  : loom_ffn_row_slice(at->row_block, H, loom_cpu_get()->l3_bytes, 1);
     return s < H ? s : (H > 0 ? H : 1);
 }
 
@@ -199,7 +205,7 @@ static void ffn_cost(const loom_tensor *const *src, int n_src, const loom_tensor
     const double ex = LOOM_ES(src[0]), ey = LOOM_ES(dst);
     /* h: f32 at y's element size, or q8 rows (h_q8); none in one pass */
     double hrow = h_q8(src, at, block_cols(at, (int64_t)M, (int64_t)H)) ? (double)loom_q8_act_bytes((int64_t)H) : ey * H;
-    double h = one_pass(at, (int64_t)M, 0) || rows_pass(at, (int64_t)M, 0) ? 0.0 : M * hrow;
+    double h = one_pass(at, (int64_t)M, 0) || rows_pass(src, at, (int64_t)M, 0) ? 0.0 : M * hrow;
     c->bytes_read = ex * M * D + wbytes(src[1]) + wbytes(src[2]) + wbytes(src[3]) + h +
                     (res ? LOOM_ES(src[4]) * M * D : 0.0);
     c->bytes_written = h + ey * M * D;   /* h (phase boundary), y */
@@ -266,9 +272,14 @@ static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ff
     g.M = R, g.invariant = rows;
     size_t xq = loom_matmul_xq_bytes(&g);
     if (at->norm) loom_matmul_norm_for_size(&g);
-    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision);
-    d.invariant = rows;
-    size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d);
+    /* the down projection of a whole slice and of the last, shorter one (its K
+     * may take longer k blocks) */
+    int64_t H = src[1]->shape[0], last = H - (H + sw - 1) / sw * sw + sw;
+    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision),
+                     dl = slice_down(src, R, 0, last, NULL, NULL, at->act_precision);
+    d.invariant = dl.invariant = rows;
+    size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d), sl = loom_matmul_scratch_size(&dl);
+    sd = sd > sl ? sd : sl;
     size_t tile = loom_align64((size_t)(R * sw) * sizeof(float));
     one_pass_layout L;
     L.up = loom_align64(sg > sd ? sg : sd);
@@ -303,7 +314,7 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
                (at->norm ? (size_t)M * sizeof(double) : 0) + 64;
     size_t b = loom_matmul_scratch_size(&d);
     size_t c = one_pass_rows(at, M) > 0 ? one_pass_scratch(src, at, one_pass_rows(at, M)).end : 0;
-    size_t r = rows_pass(at, M, 0) ? rows_scratch(src, at).end : 0;
+    size_t r = rows_pass(src, at, M, 0) ? rows_scratch(src, at).end : 0;
     a = a > b ? a : b;
     a = a > c ? a : c;
     return a > r ? a : r;
@@ -320,7 +331,7 @@ static size_t ffn_shared(const loom_tensor *const *src, int n_src, const loom_te
 static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
     (void)n_src, (void)nth;
     int64_t M = src[0]->shape[0];
-    return one_pass(attrs, M, invariant) || rows_pass(attrs, M, invariant) ? 1 : 2;
+    return one_pass(attrs, M, invariant) || rows_pass(src, attrs, M, invariant) ? 1 : 2;
 }
 
 /* Other activations than silu are applied per element. */
@@ -392,6 +403,21 @@ static loom_status gate_up(const loom_kernel_args *a, loom_isa isa) {
     return LOOM_OK;
 }
 
+/* A slice's hidden tile, act(x . Wg[n0:n0+nb]^T) * (x . Wu[n0:n0+nb]^T), into
+ * ht [rows of x, nb] by way of up (the one pass and the rows pass). */
+static loom_status slice_hidden(const loom_kernel_args *a, loom_isa isa, const loom_tensor *x, int64_t n0,
+                                int64_t nb, const void *xq, const double *inv, int invariant, float *up, float *ht) {
+    const loom_ffn_attrs *at = a->attrs;
+    const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
+    loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, at->act_precision);
+    u.xq = xq, u.invariant = invariant, u.norm_gamma = gamma, u.norm_inv = inv;
+    LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, a->scratch));
+    loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, ht, nb, at->act_precision);
+    g.xq = xq, g.invariant = invariant, g.norm_gamma = gamma, g.norm_inv = inv;
+    LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, a->scratch));
+    return loom_fused_act_mul_tile(at->act, isa, ht, nb, up, x->shape[0], nb);
+}
+
 /* One pass: the slices [s0, s1) of this thread into their partials, then the
  * last thread to arrive sums them (module comment). */
 static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
@@ -417,14 +443,8 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
         void *xq = loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, sc + L.xq);
         for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
             int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
-            loom_matmul_args u = loom_fused_block_gemm(x, a->src[2], n0, nb, up, nb, act);
-            u.xq = xq, u.norm_gamma = gamma, u.norm_inv = inv;
-            loom_matmul_args g = loom_fused_block_gemm(x, a->src[1], n0, nb, ht, nb, act);
-            g.xq = xq, g.norm_gamma = gamma, g.norm_inv = inv;
             loom_matmul_args d = slice_down(a->src, M, n0, nb, ht, part + s * M * D, act);
-            if ((st = loom_matmul_run(&u, isa, 0, 1, sc)) == LOOM_OK &&
-                (st = loom_matmul_run(&g, isa, 0, 1, sc)) == LOOM_OK &&
-                (st = loom_fused_act_mul_tile(at->act, isa, ht, nb, up, M, nb)) == LOOM_OK)
+            if ((st = slice_hidden(a, isa, x, n0, nb, xq, inv, 0, up, ht)) == LOOM_OK)
                 st = loom_matmul_run(&d, isa, 0, 1, sc);
         }
     }
@@ -452,6 +472,8 @@ static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
     int64_t sw = rows_slice_cols(at, H), ns = (H + sw - 1) / sw, R = rows_per_block(at, M, a->nth), b0, b1;
     loom_ref_split((M + R - 1) / R, a->ith, a->nth, &b0, &b1);
     one_pass_layout L = rows_scratch(a->src, at);
+    LOOM_RETURN_IF(L.end > a->scratch_bytes, LOOM_ERR_INVALID_ARG, "ffn: %lld rows in blocks need %zu scratch bytes, has %zu",
+                   (long long)M, L.end, a->scratch_bytes);
     char *sc = a->scratch;
     float *up = (float *)(sc + L.up), *ht = (float *)(sc + L.h), *part = (float *)(sc + L.part);
     const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
@@ -470,13 +492,7 @@ static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
         int64_t ld_prev = res ? res->stride[0] : 0;
         for (int64_t s = 0; s < ns; s++) {
             int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
-            loom_matmul_args u = loom_fused_block_gemm(&xb, a->src[2], n0, nb, up, nb, act);
-            u.xq = xq, u.invariant = 1, u.norm_gamma = gamma, u.norm_inv = inv;
-            LOOM_TRY(loom_matmul_run(&u, isa, 0, 1, sc));
-            loom_matmul_args g = loom_fused_block_gemm(&xb, a->src[1], n0, nb, ht, nb, act);
-            g.xq = xq, g.invariant = 1, g.norm_gamma = gamma, g.norm_inv = inv;
-            LOOM_TRY(loom_matmul_run(&g, isa, 0, 1, sc));
-            LOOM_TRY(loom_fused_act_mul_tile(at->act, isa, ht, nb, up, rb, nb));
+            LOOM_TRY(slice_hidden(a, isa, &xb, n0, nb, xq, inv, 1, up, ht));
             /* y and part alternate so that the last slice writes y */
             float *out = (ns - 1 - s) % 2 == 0 ? yb : part;
             loom_matmul_args d = slice_down(a->src, rb, n0, nb, ht, out, act);
@@ -491,7 +507,7 @@ static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
 
 static loom_status ffn_kernel(const loom_kernel_args *a, loom_isa isa) {
     if (one_pass(a->attrs, a->src[0]->shape[0], a->invariant)) return one_pass_kernel(a, isa);
-    if (rows_pass(a->attrs, a->src[0]->shape[0], a->invariant)) return rows_kernel(a, isa);
+    if (rows_pass(a->src, a->attrs, a->src[0]->shape[0], a->invariant)) return rows_kernel(a, isa);
     LOOM_RETURN_IF(a->n_dst_extra < 1 || !a->dst_extra[0], LOOM_ERR_INVALID_ARG,
                    "ffn: the hidden buffer output is missing");
     const loom_tensor *h = a->dst_extra[0];

@@ -401,6 +401,10 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto), .act_precision = prec,
                          .one_pass_rows = (int32_t)fr_opt(c, "one_pass_rows", LOOM_FFN_ONE_PASS_ROWS),
                          .row_block = (int32_t)fr_opt(c, "row_block", LOOM_FFN_ROW_BLOCK)};
+    /* row_min is a row count, not a block size: its auto is not capped by max_fusion_block_size */
+    int64_t row_min = fr_opt(c, "row_min", -1);
+    at.row_min = (int32_t)(row_min >= 0 ? row_min : (int64_t)LOOM_FFN_ROW_MIN_PER_THREAD * c->hw.threads);
+    at.row_slice = (int32_t)loom_ffn_row_slice(at.row_block, wg->shape[0], c->hw.l3_bytes, c->hw.threads);
     f->op = LOOM_OP_FFN;
     f->n_src = 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");
@@ -616,12 +620,12 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"attention_linear", "attn mm", "q k v w", "decode_max_q_len block_q block_kv block_rows inner_precise",
      build_attention_linear, ATTN_LINEAR_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
-    {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n one_pass_rows row_block", build_ffn, FFN_ROLES},
+    {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n one_pass_rows row_block row_min", build_ffn, FFN_ROLES},
     {"norm_qkv_rope", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv", "block_heads",
      build_qkv, NORM_QKV_ROLES},
     {"norm_qkv_rope_paged", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv positions slots",
      "block_heads", build_qkv_paged, NORM_QKV_PAGED_ROLES},
-    {"norm_ffn", "norm gate up act mul down", "x gamma w_gate w_up w_down", "block_n one_pass_rows row_block", build_ffn,
+    {"norm_ffn", "norm gate up act mul down", "x gamma w_gate w_up w_down", "block_n one_pass_rows row_block row_min", build_ffn,
      NORM_FFN_ROLES},
     {"linear", "mm", "x w", "", build_linear, LINEAR_ROLES},
     {"linear_bias", "mm bias", "x w bias", "", build_linear, LINEAR_BIAS_ROLES},

@@ -211,10 +211,14 @@ typedef struct {
     int32_t one_pass_rows;  /* launches of at most this many rows run as one kernel (the hidden
                                dimension in fixed slices, partial down projections summed in
                                slice order; not in batch-invariant runs); 0: always two */
-    int32_t row_block;      /* launches of more rows (at least LOOM_GEMM_MIN_M) run as one kernel
-                               in blocks of at most this many rows: each thread takes whole
-                               blocks through every hidden slice, the down projection summed
-                               into y in slice order (not in batch-invariant runs); 0: two */
+    int32_t row_block;      /* launches of at least row_min rows (float weights) run as one
+                               kernel in blocks of at most this many rows: each thread takes
+                               whole blocks through every hidden slice of row_slice columns,
+                               the down projection summed into y in slice order (not in
+                               batch-invariant runs); 0: two phases */
+    int32_t row_min;        /* the rows a launch needs for that (at least LOOM_GEMM_MIN_M) */
+    int32_t row_slice;      /* hidden columns a slice (the builder: loom_ffn_row_slice from the rules'
+                               hardware section), 0: from this CPU's L3 as for one thread */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
 /* The rules' default one_pass_rows: off. The one pass reads Wd in slices of
@@ -223,8 +227,16 @@ typedef struct {
 #define LOOM_FFN_ONE_PASS_ROWS 0
 /* The rules' default row_block: prefill launches as one kernel, in blocks of
  * at most this many rows (each block reads the weights once more: 2 * 256
- * flops a weight value; at parity with the two phases, bench/results/fusion.md). */
+ * flops a weight value; at parity with the two phases, bench/results/fusion.md),
+ * and default row_min, per thread of the rules' hardware section: a block of
+ * fewer rows would read the weights too often for its flops. */
 #define LOOM_FFN_ROW_BLOCK 256
+#define LOOM_FFN_ROW_MIN_PER_THREAD 128
+/* Hidden columns a slice of the rows pass for blocks of row_block rows: an f32
+ * tile of about an eighth of a thread's share of l3_bytes (the block's x rows,
+ * running sum and its two tiles then stay in L3 with every thread's), whole
+ * 64-column groups, the slices of H about even. */
+int64_t loom_ffn_row_slice(int64_t row_block, int64_t H, int64_t l3_bytes, int threads);
 typedef struct {
     int32_t act_precision;  /* loom_act_precision of the matmul (as loom_matmul_attrs) */
     int32_t residual;       /* 1: input 2 is added to the product (the GEMM's epilogue) */

@@ -145,7 +145,7 @@ for mode in ("step_by_step", "fused"):
 PY
 then pass "i8 KV cache: cache bytes and scales in the accounting"; else fail "i8 KV cache accounting"; fi
 "$LOOM" profile -m "$M" -z "$Z" --prompt-len 8 >"$TMP/table2" 2>"$TMP/err" \
-    && grep -q "^prefill: traffic .* kernels 94 -> 18" "$TMP/table2" \
+    && grep -q "^prefill: traffic .* kernels 94 -> 23" "$TMP/table2" \
     && pass "table shows the reductions" || fail "table reductions: $(grep '^prefill: traffic' "$TMP/table2") $(cat "$TMP/err")"
 # --prompt-len on a vocabulary without BOS (the Qwen2 fixture): plain ids, no -1
 QW="$(dirname "$0")/../fixtures/families/qwen2"

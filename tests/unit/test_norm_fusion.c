@@ -152,12 +152,14 @@ static void test_linear_bias(void) {
     free(x), free(b), free(w);
 }
 
-/* one_pass 0: the two phases, bit for bit against the decomposition; else
- * one kernel, within rounding of it, the same bits on 1..3 threads, and with
+/* one_pass 0: the two phases, bit for bit against the decomposition (also
+ * with row_block set, for weights the rows pass does not take); else one
+ * kernel, within rounding of it, the same bits on 1..3 threads, and with
  * a->invariant the two phases again (bit for bit): one_pass 1, the one pass
- * (one_pass_rows = M); 2, the rows pass in blocks of at most row_block rows. */
+ * (one_pass_rows = M); 2, the rows pass in blocks of at most row_block rows
+ * (row_min 0: from 8 rows) and slices of row_slice columns. */
 static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass, int32_t block_n,
-                           int32_t row_block) {
+                           int32_t row_block, int32_t row_slice) {
     loom_rng r;
     loom_rng_init(&r, seed, 11);
     int64_t M = c->M, D = c->K, H = c->N;
@@ -185,7 +187,7 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
     loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = block_n ? block_n : (int32_t)(H > 40 ? 40 : 0),
                          .act_precision = c->act,
                          .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass == 1 ? (int32_t)M : 0,
-                         .row_block = one_pass == 2 ? row_block : 0};
+                         .row_block = row_block, .row_slice = row_slice};
     loom_tensor th;
     float *h = make_f(M, H, &r, 0.0f, &th);
     loom_kernel_args a = {.src = {&tx, &twg, &twu, &twd}, .n_src = 4, .dst = &ty, .attrs = &at,
@@ -248,7 +250,7 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
 /* The two phases, with or without the norm as the case says; block_n 0: 40
  * columns a block (auto for H <= 40) */
 static void check_ffn(const lcase *c, loom_isa isa, uint64_t seed, int32_t block_n) {
-    check_ffn_mode(c, isa, seed, 0, block_n, 0);
+    check_ffn_mode(c, isa, seed, 0, block_n, 0, 0);
 }
 
 static const lcase cases[] = {
@@ -313,35 +315,37 @@ static void test_ffn_one_pass(void) {
         {9, 128, 800, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 0, 3},
     };
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
-        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0, 0);
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0, 0, 0);
 }
 
 /* The ffn's rows pass (prefill): blocks of rows that are not multiples of any
  * tile nor of each other (the block count follows the threads, the bits must
- * not), a short last block, every weight type, with and without the norm and
- * the residual. A slice is as wide as the two phases' column block for
- * row_block rows (an eighth of L3 in f32), at least 64 columns: row_block
- * 1 << 20 gives 64-column slices on any machine, five or ten of them here (an
- * odd and an even count: the running sum alternates between y and scratch);
- * the small ones give many blocks of one slice. */
+ * not), a short last block, float weights, with and without the norm and the
+ * residual; slices of 64 or 128 columns, an odd and an even count of them (the
+ * running sum alternates between y and scratch), or one (row_slice 0: from L3).
+ * Quantized weights keep the two phases, bit for bit. */
 static void test_ffn_rows(void) {
-    static const struct { lcase c; int32_t row_block; } rows[] = {
-        /* M, D, H, wt, act, residual, norm, nth; row_block */
-        {{8, 72, 100, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 64},
-        {{45, 100, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
-        {{45, 100, 300, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 0, 3}, 1 << 20},
-        {{70, 130, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 0, 3}, 24},
-        {{29, 72, 320, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
-        {{33, 90, 608, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 1, 3}, 1 << 20},
-        {{21, 64, 608, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 2}, 9},
-        {{40, 96, 320, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 0, 1, 3}, 1 << 20},
-        {{17, 96, 608, LOOM_Q4_1, LOOM_ACT_PREC_Q8, 1, 1, 2}, 1 << 20},
-        {{26, 160, 320, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 3}, 8},
-        {{37, 64, 608, LOOM_Q8_0, LOOM_ACT_PREC_FULL, 1, 0, 2}, 1 << 20},
+    static const struct { lcase c; int32_t row_block, row_slice; } rows[] = {
+        /* M, D, H, wt, act, residual, norm, nth; row_block, row_slice */
+        {{8, 72, 100, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 64, 0},
+        {{45, 100, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 1, 2}, 256, 64},
+        {{45, 100, 300, LOOM_F32, LOOM_ACT_PREC_Q8, 0, 0, 3}, 256, 64},
+        {{70, 130, 600, LOOM_F32, LOOM_ACT_PREC_Q8, 1, 0, 3}, 24, 128},
+        {{29, 72, 320, LOOM_F16, LOOM_ACT_PREC_Q8, 1, 1, 2}, 256, 64},
+        {{33, 90, 608, LOOM_BF16, LOOM_ACT_PREC_Q8, 1, 1, 3}, 10, 128},
+        {{26, 96, 200, LOOM_BF16, LOOM_ACT_PREC_Q8, 0, 1, 2}, 9, 0},
     };
-    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
+    static const lcase quant[] = {
+        {21, 64, 608, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 1, 2},
+        {40, 96, 320, LOOM_Q4_0, LOOM_ACT_PREC_Q8, 0, 1, 3},
+        {26, 160, 320, LOOM_Q4_1, LOOM_ACT_PREC_FULL, 1, 1, 3},
+    };
+    for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++) {
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-            check_ffn_mode(&rows[i].c, (loom_isa)isa, 400 + i, 2, 0, rows[i].row_block);
+            check_ffn_mode(&rows[i].c, (loom_isa)isa, 400 + i, 2, 0, rows[i].row_block, rows[i].row_slice);
+        for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++)
+            check_ffn_mode(&quant[i], (loom_isa)isa, 450 + i, 0, 32, 16, 64);
+    }
 }
 
 /* Wrong inputs are errors naming the op and the input, never a crash. */

@@ -439,7 +439,7 @@ static void test_activation_dtype_plan(void) {
             double want = 2.0 * 2.0 * 40 * (m.n_heads * m.head_dim);
             CHECK_MSG(saved == want, "attention_linear %s: saved %g bytes, expected %g", al_off ? "off" : "on", saved,
                       want);
-            CHECK(a->kernels == b->kernels && a->kernels == 3 + al_off);
+            CHECK(a->kernels == b->kernels && a->kernels == 4 + al_off);
         }
         for (int i = 0; i < 2; i++) loom_profile_free(&prof[i]);
     }

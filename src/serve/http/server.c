@@ -255,6 +255,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     serve_conn *sc = *con_cls;
     if (!sc) { /* the headers: the body follows */
         if (!(sc = calloc(1, sizeof *sc))) return MHD_NO;
+        pthread_mutex_lock(&s->mu);
+        s->n_open++; /* until on_completed: the response written, or the connection gone */
+        pthread_mutex_unlock(&s->mu);
         sc->t0 = serve_now();
         sc->endpoint = endpoint_of(url);
         *con_cls = sc;
@@ -297,6 +300,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     serve_conn *sc = *con_cls;
     if (!sc) return;
+    serve_server *s = cls;
+    pthread_mutex_lock(&s->mu);
+    s->n_open--;
+    pthread_cond_broadcast(&s->state_cv);
+    pthread_mutex_unlock(&s->mu);
     free(sc->body);
     free(sc);
     *con_cls = NULL;
@@ -478,7 +486,9 @@ void serve_run(serve_server *s) {
     double until = serve_now() + s->p.grace_s;
     pthread_mutex_lock(&s->mu);
     fprintf(stderr, "loom serve: stopping: %d requests in flight, %.0f s to finish\n", s->n_inflight, s->p.grace_s);
-    while ((s->n_inflight > 0 || s->n_embed_waiting > 0) && serve_now() < until) {
+    /* until the in-flight requests are done and their responses written out (a stream's last
+     * chunks are sent after the engine finishes it) */
+    while ((s->n_inflight > 0 || s->n_embed_waiting > 0 || s->n_open > 0) && serve_now() < until) {
         pthread_mutex_unlock(&s->mu);
         usleep(20000);
         pthread_mutex_lock(&s->mu);
@@ -490,7 +500,7 @@ void serve_run(serve_server *s) {
         serve_cancel_all(s);
         until = serve_now() + 5;
         pthread_mutex_lock(&s->mu);
-        while (s->n_inflight > 0 && serve_now() < until) {
+        while ((s->n_inflight > 0 || s->n_open > 0) && serve_now() < until) {
             pthread_mutex_unlock(&s->mu);
             usleep(20000);
             pthread_mutex_lock(&s->mu);

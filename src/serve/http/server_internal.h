@@ -127,6 +127,7 @@ struct serve_server {
     int n_active, cap_active;
     int64_t next_id;
     int n_inflight;               /* generation requests admitted and not finished */
+    int n_open;                   /* requests whose response is not yet sent (or given up) */
     uint64_t seed_base;
     /* the embedding model */
     loom_bert *bert;

@@ -1,0 +1,136 @@
+/* The ffn's rows pass in the rules (docs/fusion.md: row_block, row_min): the
+ * kernels a prefill layer takes with it and without it, and the numbers of a
+ * small random Llama run with it against step_by_step. The kernel itself is
+ * tested against its decomposition in test_norm_fusion.c (test_ffn_rows). */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "test_fusion_common.h"
+
+extern const char loom_fusion_default_yaml[];
+
+/* The default rules, norm_ffn_residual (the first ffn rule) with row_min. */
+static loom_fusion_rules *rules_with_row_min(int row_min) {
+    char with[64];
+    snprintf(with, sizeof with, "      row_min: %d\n", row_min);
+    char *text = patched(loom_fusion_default_yaml, "      row_min: auto\n", with);
+    CHECK(text != NULL);
+    if (!text) return NULL;
+    loom_fusion_rules *r = NULL;
+    CHECK_MSG(loom_fusion_rules_parse(text, strlen(text), "rows.yaml", &r) == LOOM_OK, "%s", loom_last_error());
+    free(text);
+    return r;
+}
+
+/* Logits of a prefill of 20 rows and `steps` decode steps in mode (rules r,
+ * NULL: built in) on nth threads, into out; fused_with_checkpoints fails on
+ * a checkpoint out of tolerance. */
+static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_rules *r, int nth, int steps,
+                float *out) {
+    tm_clear_kv(m);
+    loom_executor *e;
+    CHECK(loom_executor_init(&e, nth, mode) == LOOM_OK);
+    if (r) loom_executor_set_rules(e, r);
+    e->ckpt_action = LOOM_CHECKPOINT_FAIL;
+    loom_graph *g;
+    loom_graph_init(&g);
+    for (int st = 0; st <= steps; st++) {
+        int n = st == 0 ? 20 : 1, pos = st == 0 ? 0 : 20 + st - 1;
+        int lg = tm_build(m, g, ids + pos, n, pos, 0);
+        CHECK_MSG(loom_executor_run(e, g) == LOOM_OK, "%s: %s", loom_mode_name(mode), loom_last_error());
+        memcpy(out + (size_t)st * m->c.vocab_size, loom_graph_tensor(g, lg)->data,
+               (size_t)m->c.vocab_size * sizeof(float));
+    }
+    loom_graph_free(g);
+    loom_executor_free(e);
+}
+
+/* A prefill of 20 rows: 3 kernels a layer with row_min 8 (qkv_rope,
+ * attention_linear, the ffn as one kernel), 4 with the default row_min (128
+ * rows a thread of the machine) or row_block 0 (the ffn's two phases); a
+ * decode step keeps the two phases (5). The rows pass's logits are within
+ * 2^-11 of step_by_step's, fused_with_checkpoints passes, and 1 and 3
+ * threads give the same bits. */
+static void test_rows_rule(void) {
+    tmodel m;
+    tm_init(&m, 32, 4, 2, 40, 2, 19, 32, 2);
+    int32_t ids[24];
+    for (int i = 0; i < 24; i++) ids[i] = (i * 3 + 1) % 19;
+    loom_fusion_rules *rows = rules_with_row_min(8), *def = NULL;
+    CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+    if (!rows || !def) return;
+    loom_graph *g;
+    loom_graph_init(&g);
+    for (int k = 0; k < 3; k++) {
+        loom_fusion_rules *r = k == 1 ? def : rows;
+        if (k == 2) {
+            loom_fusion_rules_free(rows);
+            char *t0 = patched(loom_fusion_default_yaml, "      row_min: auto\n", "      row_min: 8\n");
+            char *text = t0 ? patched(t0, "      row_block: auto\n", "      row_block: 0\n") : NULL;
+            free(t0);
+            rows = NULL;
+            if (text) CHECK(loom_fusion_rules_parse(text, strlen(text), "r0.yaml", &rows) == LOOM_OK);
+            free(text);
+            if (!(r = rows)) break;
+        }
+        tm_build(&m, g, ids, 20, 0, 0);
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        CHECK(loom_graph_plan(g) == LOOM_OK);
+        for (int l = 0; l < 2; l++)
+            CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 3 : 4), "rules %d layer %d: %d kernels", k, l,
+                      tm_layer_kernels(g, l));
+        tm_build(&m, g, ids, 1, 20, 0);
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        CHECK(loom_graph_plan(g) == LOOM_OK);
+        for (int l = 0; l < 2; l++) CHECK(tm_layer_kernels(g, l) == 5);
+    }
+    /* row_min auto: 128 rows a thread of the hardware section (not capped by
+     * max_fusion_block_size); the slice from its l3 */
+    char *hw = patched(loom_fusion_default_yaml, "  threads: auto\n", "  threads: 48\n");
+    char *hw2 = hw ? patched(hw, "  l3: auto\n", "  l3: 4194304\n") : NULL;
+    loom_fusion_rules *rh = NULL;
+    if (hw2) CHECK(loom_fusion_rules_parse(hw2, strlen(hw2), "hw.yaml", &rh) == LOOM_OK);
+    free(hw), free(hw2);
+    if (rh) {
+        tm_build(&m, g, ids, 20, 0, 0);
+        CHECK(loom_fusion_apply(g, rh, NULL) == LOOM_OK);
+        int seen = 0;
+        for (int n = 0; n < g->n_nodes; n++)
+            if (g->nodes[n].op == LOOM_OP_FFN) {
+                const loom_ffn_attrs *fa = (const void *)g->nodes[n].attrs;
+                CHECK_MSG(fa->row_min == 128 * 48 && fa->row_block == 256, "row_min %d row_block %d", fa->row_min,
+                          fa->row_block);
+                CHECK(fa->row_slice == loom_ffn_row_slice(256, 40, 4194304, 48));
+                seen++;
+            }
+        CHECK(seen == 2);
+        loom_fusion_rules_free(rh);
+    }
+    loom_graph_free(g);
+    loom_fusion_rules_free(rows);
+    loom_fusion_rules_free(def);
+    const int steps = 3, V = m.c.vocab_size;
+    float *lo[4];
+    for (int i = 0; i < 4; i++) lo[i] = calloc((size_t)(steps + 1) * V, sizeof(float));
+    run(&m, ids, LOOM_MODE_STEP_BY_STEP, NULL, 2, steps, lo[0]);
+    /* the executor takes the rules it is given and frees them */
+    run(&m, ids, LOOM_MODE_FUSED, rules_with_row_min(8), 1, steps, lo[1]);
+    run(&m, ids, LOOM_MODE_FUSED, rules_with_row_min(8), 3, steps, lo[2]);
+    run(&m, ids, LOOM_MODE_FUSED_WITH_CHECKPOINTS, rules_with_row_min(8), 2, steps, lo[3]);
+    int bad = 0, moved = 0;
+    for (int i = 0; i < (steps + 1) * V; i++) {
+        bad += !check_close(lo[1][i], lo[0][i], 1.0 / 2048) || !check_close(lo[3][i], lo[0][i], 1.0 / 2048);
+        moved += lo[0][i] != 0.0f;
+    }
+    CHECK_MSG(bad == 0, "rows pass: %d logits out of tolerance", bad);
+    CHECK(moved > 0);
+    CHECK_MSG(memcmp(lo[1], lo[2], sizeof(float) * (size_t)((steps + 1) * V)) == 0, "rows pass: 1 and 3 threads differ");
+    for (int i = 0; i < 4; i++) free(lo[i]);
+    tm_free(&m);
+}
+
+int main(void) {
+    RUN_TEST(test_rows_rule);
+    return TEST_SUMMARY();
+}
