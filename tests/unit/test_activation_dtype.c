@@ -28,13 +28,9 @@ static int outputs_f32(const loom_graph *g, loom_op op) {
 static loom_fusion_rules *rules_with_act(const char *dt) {
     char line[64];
     snprintf(line, sizeof line, "version: 1\nactivation_dtype: %s\n", dt);
-    char *text = patched(loom_fusion_default_yaml, "version: 1\n", line);
-    CHECK(text != NULL);
-    if (!text) return NULL;
-    loom_fusion_rules *r = NULL;
-    loom_status s = loom_fusion_rules_parse(text, strlen(text), "act.yaml", &r);
-    free(text);
-    return s == LOOM_OK ? r : NULL;
+    loom_fusion_rules *r;
+    CHECK(rules_patched(loom_fusion_default_yaml, "version: 1\n", line, NULL, NULL, &r) != LOOM_ERR_INVALID_ARG);
+    return r;
 }
 
 /* The q of qkv_rope in graph g: its dtype, and the node's q_dtype (must agree). */

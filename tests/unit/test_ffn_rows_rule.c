@@ -14,12 +14,9 @@ extern const char loom_fusion_default_yaml[];
 static loom_fusion_rules *rules_with_row_min(int row_min) {
     char with[64];
     snprintf(with, sizeof with, "      row_min: %d\n", row_min);
-    char *text = patched(loom_fusion_default_yaml, "      row_min: auto\n", with);
-    CHECK(text != NULL);
-    if (!text) return NULL;
-    loom_fusion_rules *r = NULL;
-    CHECK_MSG(loom_fusion_rules_parse(text, strlen(text), "rows.yaml", &r) == LOOM_OK, "%s", loom_last_error());
-    free(text);
+    loom_fusion_rules *r;
+    CHECK_MSG(rules_patched(loom_fusion_default_yaml, "      row_min: auto\n", with, NULL, NULL, &r) == LOOM_OK, "%s",
+              loom_last_error());
     return r;
 }
 
@@ -66,12 +63,8 @@ static void test_rows_rule(void) {
         loom_fusion_rules *r = k == 1 ? def : rows;
         if (k == 2) {
             loom_fusion_rules_free(rows);
-            char *t0 = patched(loom_fusion_default_yaml, "      row_min: auto\n", "      row_min: 8\n");
-            char *text = t0 ? patched(t0, "      row_block: auto\n", "      row_block: 0\n") : NULL;
-            free(t0);
-            rows = NULL;
-            if (text) CHECK(loom_fusion_rules_parse(text, strlen(text), "r0.yaml", &rows) == LOOM_OK);
-            free(text);
+            CHECK(rules_patched(loom_fusion_default_yaml, "      row_min: auto\n", "      row_min: 8\n",
+                                "      row_block: auto\n", "      row_block: 0\n", &rows) == LOOM_OK);
             if (!(r = rows)) break;
         }
         tm_build(&m, g, ids, 20, 0, 0);
@@ -87,11 +80,9 @@ static void test_rows_rule(void) {
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by
      * max_fusion_block_size); the slice from its l3 */
-    char *hw = patched(loom_fusion_default_yaml, "  threads: auto\n", "  threads: 48\n");
-    char *hw2 = hw ? patched(hw, "  l3: auto\n", "  l3: 4194304\n") : NULL;
-    loom_fusion_rules *rh = NULL;
-    if (hw2) CHECK(loom_fusion_rules_parse(hw2, strlen(hw2), "hw.yaml", &rh) == LOOM_OK);
-    free(hw), free(hw2);
+    loom_fusion_rules *rh;
+    CHECK(rules_patched(loom_fusion_default_yaml, "  threads: auto\n", "  threads: 48\n", "  l3: auto\n",
+                        "  l3: 4194304\n", &rh) == LOOM_OK);
     if (rh) {
         tm_build(&m, g, ids, 20, 0, 0);
         CHECK(loom_fusion_apply(g, rh, NULL) == LOOM_OK);

@@ -32,6 +32,20 @@ static inline char *patched(const char *text, const char *what, const char *with
     return out;
 }
 
+/* text with the first `what1` replaced by `with1` and, when what2 is not
+ * NULL, the first `what2` by `with2`, parsed as rules into *out (NULL on
+ * failure). LOOM_ERR_INVALID_ARG when a piece to replace is missing; else the
+ * parser's status. */
+static inline loom_status rules_patched(const char *text, const char *what1, const char *with1, const char *what2,
+                                        const char *with2, loom_fusion_rules **out) {
+    *out = NULL;
+    char *t1 = patched(text, what1, with1), *t2 = t1 && what2 ? patched(t1, what2, with2) : NULL;
+    const char *t = what2 ? t2 : t1;
+    loom_status st = t ? loom_fusion_rules_parse(t, strlen(t), "patched.yaml", out) : LOOM_ERR_INVALID_ARG;
+    free(t1), free(t2);
+    return st;
+}
+
 static float *tm_take(float **p, size_t n) {
     float *r = *p;
     *p += (n + 15) / 16 * 16;

@@ -302,8 +302,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!sc) return;
     serve_server *s = cls;
     pthread_mutex_lock(&s->mu);
-    s->n_open--;
-    pthread_cond_broadcast(&s->state_cv);
+    s->n_open--; /* serve_run polls it */
     pthread_mutex_unlock(&s->mu);
     free(sc->body);
     free(sc);
