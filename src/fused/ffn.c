@@ -76,6 +76,11 @@ int64_t loom_ffn_row_slice(int64_t row_block, int64_t H, int64_t l3_bytes, int t
     return s < H ? s : H;
 }
 
+int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads) {
+    int fl = !loom_dtype_is_quantized(w_gate) && !loom_dtype_is_quantized(w_up) && !loom_dtype_is_quantized(w_down);
+    return fl && threads <= LOOM_FFN_ONE_PASS_SLICES ? 1 : 0;
+}
+
 static int64_t block_cols(const loom_ffn_args *a) {
     return a->p.block_n > 0 ? a->p.block_n : loom_ffn_block_cols(a->M, a->H);
 }

@@ -12,13 +12,17 @@
  * would have made from the f32 h.
  *
  * One pass (decode and small batches: at most one_pass_rows rows, not
- * batch-invariant): the hidden dimension is cut into fixed slices (about
- * ONE_PASS_SLICES, set by H alone); a thread takes whole slices and for each
- * computes its up and gate tiles and act(gate) * up in scratch, then the
- * slice's share of the down projection, h_slice . Wd[:, slice]^T, into that
- * slice's partial [M, D] in the launch's shared buffer. The last thread to
- * arrive sums the partials in slice order (+ residual) into y. h never
- * leaves this thread's cache, and there is no barrier inside: one kernel.
+ * batch-invariant): the hidden dimension is cut into ONE_PASS_SLICES fixed
+ * slices (set by H alone: whole 64-column groups, as even as they go); a
+ * thread takes whole slices and computes each one's up and gate tiles and
+ * act(gate) * up in scratch, then the slices' shares of the down projection,
+ * h_slice . Wd[:, slice]^T, each into its slice's partial [M, D] in the
+ * launch's shared buffer, walking Wd's rows in blocks of ONE_PASS_DOWN_ROWS
+ * and the thread's slices within each, so that each row's columns of the
+ * thread's slices are read as one run (the GEMV fetches segments of rows
+ * ahead by row, loom_gemv_segment_ahead). The last thread to arrive sums the
+ * partials in slice order (+ residual) into y. h never leaves this thread's
+ * cache, and there is no barrier inside: one kernel.
  * The order of the sum is fixed by H, so results are the same bits for any
  * thread count; against the two-phase kernel (one dot product over all of H)
  * they differ by rounding only.
@@ -28,7 +32,8 @@
  * into blocks of at most row_block (as many blocks as keep every thread busy)
  * and a thread takes whole blocks. For each block it walks the hidden
  * dimension in slices of row_slice columns (loom_ffn_row_slice: set by H,
- * row_block and the rules' L3 and threads): the slice's up and gate tiles and
+ * row_block and the rules' L3 and threads; cut as the one pass's, as even as
+ * whole 64-column groups go): the slice's up and gate tiles and
  * act(gate) * up in scratch, then the slice's share of the down projection
  * added to the block's running sum by the GEMM's epilogue, which alternates
  * between y's rows and one block of scratch so that the last slice lands in
@@ -89,18 +94,32 @@ int loom_ffn_act_register(const char *name, loom_ffn_act_fn fn, void *user) {
 /* The fifth input is the residual (gamma, with the norm, comes last). */
 static int has_residual(const loom_ffn_attrs *at, int n_src) { return n_src - (at->norm ? 1 : 0) == 5; }
 
-#define ONE_PASS_SLICES 8
+#define ONE_PASS_SLICES LOOM_FFN_ONE_PASS_SLICES
+#define ONE_PASS_DOWN_ROWS 16 /* rows of Wd a block of the one pass's down projections */
 
 static int one_pass(const loom_ffn_attrs *at, int64_t M, int invariant) {
     return !invariant && at->one_pass_rows > 0 && M <= at->one_pass_rows;
 }
 
-/* Hidden columns of a one-pass slice: H / ONE_PASS_SLICES rounded up to 64
- * (whole blocks of every quantized type); the last slice takes the rest. */
-static int64_t slice_cols(int64_t H) {
-    int64_t s = (H + ONE_PASS_SLICES - 1) / ONE_PASS_SLICES;
-    s = (s + 63) / 64 * 64;
-    return s < H ? s : (H > 0 ? H : 1);
+/* Slice s of ns of the hidden dimension: whole 64-column groups (whole blocks
+ * of every quantized type) as even as they go, the last ending at H, so that
+ * threads taking whole slices get even shares. */
+static void slice_at(int64_t H, int64_t ns, int64_t s, int64_t *n0, int64_t *nb) {
+    int64_t G = (H + 63) / 64, b = (s + 1) * G / ns * 64;
+    *n0 = s * G / ns * 64;
+    *nb = (b < H ? b : H) - *n0;
+}
+
+/* The widest of ns slices. */
+static int64_t slice_max(int64_t H, int64_t ns) {
+    int64_t w = ((H + 63) / 64 + ns - 1) / ns * 64;
+    return w < H ? w : (H > 0 ? H : 1);
+}
+
+/* Slices of the one pass: ONE_PASS_SLICES, set by H alone. */
+static int64_t one_pass_slices(int64_t H) {
+    int64_t G = (H + 63) / 64;
+    return G < ONE_PASS_SLICES ? (G > 0 ? G : 1) : ONE_PASS_SLICES;
 }
 
 /* Rows in one pass (module comment); the criterion depends on the shapes and
@@ -111,11 +130,11 @@ static int rows_pass(const loom_tensor *const *src, const loom_ffn_attrs *at, in
            !one_pass(at, M, 0) && !loom_dtype_is_quantized(src[1]->dtype) && !loom_dtype_is_quantized(src[3]->dtype);
 }
 
-/* Hidden columns of a slice of the rows pass (whole 64-column groups). */
-static int64_t rows_slice_cols(const loom_ffn_attrs *at, int64_t H) {
+/* Slices of the rows pass: of about row_slice columns (whole 64-column groups). */
+static int64_t rows_slices(const loom_ffn_attrs *at, int64_t H) {
     int64_t s = at->row_slice > 0 ? (at->row_slice + 63) / 64 * 64
                                   : loom_ffn_row_slice(at->row_block, H, loom_cpu_get()->l3_bytes, 1);
-    return s < H ? s : (H > 0 ? H : 1);
+    return s < H ? (H + s - 1) / s : 1;
 }
 
 /* Rows of a block of the rows pass: at most row_block, and a multiple of nth
@@ -249,10 +268,12 @@ static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, co
     return gate_up_mm_bytes(src, bn, at->act_precision, at->norm) + tile * (h_q8(src, at, bn) ? 2 : 1);
 }
 
-/* One pass, R rows and slices of sw columns: the sub-GEMMs' scratch, the up
- * and h tiles of a slice, x quantized once, with the norm the rows' 1/rms,
- * then (rows pass) the block's other running sum [R, D]. */
-typedef struct { size_t up, h, xq, inv, part, end; } one_pass_layout;
+/* One pass or rows pass, R rows and ns slices: the sub-GEMMs' scratch, the up
+ * tile of a slice and the h tile of one (rows pass) or of every slice (one
+ * pass), x quantized once, with the norm the rows' 1/rms, then the block's
+ * other running sum [R, D] (rows pass) or every slice's h quantized for its
+ * down projection (one pass, dq apart). */
+typedef struct { size_t up, h, xq, inv, part, dq, end; } one_pass_layout;
 
 /* The down projection of hidden columns [n0, n0 + nb) of R rows: h_slice .
  * Wd[:, n0:n0+nb]^T (whole blocks: n0 is a multiple of 64). */
@@ -266,39 +287,53 @@ static loom_matmul_args slice_down(const loom_tensor *const *src, int64_t R, int
     return d;
 }
 
+/* Bytes of a one-pass slice's h as its down projection takes x (q8 rows for
+ * quantized weights; 0: f32 h read directly). */
+static size_t one_pass_dq_bytes(const loom_tensor *const *src, int64_t R, int64_t sw, int32_t act) {
+    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, act);
+    return loom_align64(loom_matmul_xq_bytes(&d));
+}
+
 static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R,
-                                    int64_t sw, int rows) {
+                                    int64_t ns, int rows) {
+    int64_t H = src[1]->shape[0], sw = slice_max(H, ns);
     loom_matmul_args g = loom_fused_block_gemm(src[0], src[1], 0, sw, NULL, sw, at->act_precision);
     g.M = R, g.invariant = rows;
     size_t xq = loom_matmul_xq_bytes(&g);
     if (at->norm) loom_matmul_norm_for_size(&g);
-    /* the down projection of a whole slice and of the last, shorter one (its K
-     * may take longer k blocks) */
-    int64_t H = src[1]->shape[0], last = H - (H + sw - 1) / sw * sw + sw;
-    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, at->act_precision),
-                     dl = slice_down(src, R, 0, last, NULL, NULL, at->act_precision);
-    d.invariant = dl.invariant = rows;
-    size_t sg = loom_matmul_scratch_size(&g), sd = loom_matmul_scratch_size(&d), sl = loom_matmul_scratch_size(&dl);
-    sd = sd > sl ? sd : sl;
+    size_t sg = loom_matmul_scratch_size(&g), sd = 0;
+    /* the down projection of every slice (a narrower one may take longer k blocks) */
+    for (int64_t s = 0; s < ns; s++) {
+        int64_t n0, nb;
+        slice_at(H, ns, s, &n0, &nb);
+        loom_matmul_args d = slice_down(src, R, 0, nb, NULL, NULL, at->act_precision);
+        d.invariant = rows;
+        size_t b = loom_matmul_scratch_size(&d);
+        sd = sd > b ? sd : b;
+    }
     size_t tile = loom_align64((size_t)(R * sw) * sizeof(float));
+    /* the one pass keeps the tiles of all the thread's slices (at most all H) */
+    size_t htile = rows ? tile : loom_align64((size_t)(R * ns * sw) * sizeof(float));
     one_pass_layout L;
     L.up = loom_align64(sg > sd ? sg : sd);
     L.h = L.up + tile;
-    L.xq = L.h + tile;
+    L.xq = L.h + htile;
     L.inv = L.xq + loom_align64(xq);
     L.part = L.inv + loom_align64(at->norm ? (size_t)R * sizeof(double) : 0);
-    L.end = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0) + 64;
+    L.dq = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0);
+    /* the one pass: every slice's h quantized for its down projection (sd_q apart) */
+    L.end = L.dq + (rows ? 0 : (size_t)ns * one_pass_dq_bytes(src, R, sw, at->act_precision)) + 64;
     return L;
 }
 
 static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R) {
-    return pass_scratch(src, at, R, slice_cols(src[1]->shape[0]), 0);
+    return pass_scratch(src, at, R, one_pass_slices(src[1]->shape[0]), 0);
 }
 
 /* The rows pass's, for its largest block (any thread count). */
 static one_pass_layout rows_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at) {
     int64_t M = src[0]->shape[0], R = M < at->row_block ? M : at->row_block;
-    return pass_scratch(src, at, R, rows_slice_cols(at, src[1]->shape[0]), 1);
+    return pass_scratch(src, at, R, rows_slices(at, src[1]->shape[0]), 1);
 }
 
 static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_tensor *dst,
@@ -324,8 +359,8 @@ static size_t ffn_scratch(const loom_tensor *const *src, int n_src, const loom_t
 static size_t ffn_shared(const loom_tensor *const *src, int n_src, const loom_tensor *dst, const void *attrs) {
     (void)n_src, (void)dst;
     const loom_ffn_attrs *at = attrs;
-    int64_t H = src[1]->shape[0], sw = slice_cols(H), R = one_pass_rows(at, src[0]->shape[0]);
-    return (size_t)((H + sw - 1) / sw) * (size_t)R * (size_t)src[3]->shape[0] * sizeof(float);
+    int64_t R = one_pass_rows(at, src[0]->shape[0]);
+    return (size_t)one_pass_slices(src[1]->shape[0]) * (size_t)R * (size_t)src[3]->shape[0] * sizeof(float);
 }
 
 static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
@@ -424,8 +459,8 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_ffn_attrs *at = a->attrs;
     const loom_tensor *x = a->src[0];
     const int32_t act = at->act_precision;
-    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0], sw = slice_cols(H);
-    int64_t ns = (H + sw - 1) / sw, s0, s1;
+    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0], ns = one_pass_slices(H);
+    int64_t sw = slice_max(H, ns), s0, s1, n0, nb;
     float *part = a->shared;
     loom_status st = LOOM_OK;
     if ((size_t)(ns * M * D) * sizeof(float) > a->shared_bytes || (a->nth > 1 && !a->arrive))
@@ -441,12 +476,34 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
         double *inv = at->norm ? (double *)(sc + L.inv) : NULL;
         loom_matmul_args probe = loom_fused_block_gemm(x, a->src[1], 0, sw, NULL, sw, act);
         void *xq = loom_matmul_prepare_x(&probe, isa, gamma, at->norm_eps, inv, sc + L.xq);
+        /* every slice's hidden tile (slice s at ht + (s - s0) * M * sw) ... */
         for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
-            int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
-            loom_matmul_args d = slice_down(a->src, M, n0, nb, ht, part + s * M * D, act);
-            if ((st = slice_hidden(a, isa, x, n0, nb, xq, inv, 0, up, ht)) == LOOM_OK)
-                st = loom_matmul_run(&d, isa, 0, 1, sc);
+            slice_at(H, ns, s, &n0, &nb);
+            st = slice_hidden(a, isa, x, n0, nb, xq, inv, 0, up, ht + (s - s0) * M * sw);
         }
+        /* ... then the down projections, the slices taken in turn on each
+         * block of Wd's rows, so that a row's columns of this thread's slices
+         * stream as one run (slice by slice over all rows, each row's short
+         * segments ran the GEMV at 0.7x). A row's sum does not depend on the
+         * rows around it, so the bits are those of one call a slice. Each
+         * slice's h is quantized once, where the weights take q8 x. */
+        const loom_tensor *wd = a->src[3];
+        const size_t dqb = one_pass_dq_bytes(a->src, M, sw, act);
+        void *dq[ONE_PASS_SLICES + 1] = {0};
+        for (int64_t s = s0; s < s1 && st == LOOM_OK && dqb; s++) {
+            slice_at(H, ns, s, &n0, &nb);
+            loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, NULL, act);
+            dq[s] = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, sc + L.dq + (size_t)s * dqb);
+        }
+        for (int64_t r0 = 0; r0 < D && st == LOOM_OK; r0 += ONE_PASS_DOWN_ROWS)
+            for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
+                slice_at(H, ns, s, &n0, &nb);
+                loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, part + s * M * D + r0, act);
+                d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(wd->dtype, d.ldw);
+                d.N = D - r0 < ONE_PASS_DOWN_ROWS ? D - r0 : ONE_PASS_DOWN_ROWS;
+                d.xq = dq[s];
+                st = loom_matmul_run(&d, isa, 0, 1, sc);
+            }
     }
     int failed = st != LOOM_OK;
     if (!loom_kernel_arrive(a, &failed) || failed) return st;
@@ -469,7 +526,7 @@ static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_tensor *x = a->src[0], *res = has_residual(at, a->n_src) ? a->src[4] : NULL;
     const int32_t act = at->act_precision;
     int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0];
-    int64_t sw = rows_slice_cols(at, H), ns = (H + sw - 1) / sw, R = rows_per_block(at, M, a->nth), b0, b1;
+    int64_t ns = rows_slices(at, H), sw = slice_max(H, ns), R = rows_per_block(at, M, a->nth), b0, b1, n0, nb;
     loom_ref_split((M + R - 1) / R, a->ith, a->nth, &b0, &b1);
     one_pass_layout L = rows_scratch(a->src, at);
     LOOM_RETURN_IF(L.end > a->scratch_bytes, LOOM_ERR_INVALID_ARG, "ffn: %lld rows in blocks need %zu scratch bytes, has %zu",
@@ -491,7 +548,7 @@ static loom_status rows_kernel(const loom_kernel_args *a, loom_isa isa) {
         const float *prev = res ? (const float *)res->data + m0 * res->stride[0] : NULL;
         int64_t ld_prev = res ? res->stride[0] : 0;
         for (int64_t s = 0; s < ns; s++) {
-            int64_t n0 = s * sw, nb = H - n0 < sw ? H - n0 : sw;
+            slice_at(H, ns, s, &n0, &nb);
             LOOM_TRY(slice_hidden(a, isa, &xb, n0, nb, xq, inv, 1, up, ht));
             /* y and part alternate so that the last slice writes y */
             float *out = (ns - 1 - s) % 2 == 0 ? yb : part;

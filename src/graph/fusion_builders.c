@@ -399,7 +399,10 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     /* auto: from the hardware section's L3 (cpuid unless the rules file sets it) */
     int64_t bn_auto = loom_ffn_block_cols_for(x->shape[0], wg->shape[0], c->hw.l3_bytes);
     loom_ffn_attrs at = {.act = a, .block_n = (int32_t)fr_opt(c, "block_n", bn_auto), .act_precision = prec,
-                         .one_pass_rows = (int32_t)fr_opt(c, "one_pass_rows", LOOM_FFN_ONE_PASS_ROWS),
+                         .one_pass_rows = (int32_t)fr_opt(c, "one_pass_rows",
+                                                          loom_ffn_one_pass_rows_auto(
+                                                              wg->dtype, gt(c, fr_var(c, "w_up"))->dtype,
+                                                              gt(c, fr_var(c, "w_down"))->dtype, c->hw.threads)),
                          .row_block = (int32_t)fr_opt(c, "row_block", LOOM_FFN_ROW_BLOCK)};
     /* row_min is a row count, not a block size: its auto is not capped by max_fusion_block_size */
     int64_t row_min = fr_opt(c, "row_min", -1);

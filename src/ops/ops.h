@@ -221,10 +221,16 @@ typedef struct {
                                hardware section), 0: from this CPU's L3 as for one thread */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
-/* The rules' default one_pass_rows: off. The one pass reads Wd in slices of
- * its rows, which the GEMV's streams and prefetch (tuned for whole rows) run
- * 0.6-0.9x as fast (bench/results/fusion.md); preset one_pass_ffn sets 7. */
-#define LOOM_FFN_ONE_PASS_ROWS 0
+/* The one pass's slices of the hidden dimension (set by H alone, so a launch's
+ * bits do not depend on its thread count; at most this many threads share it). */
+#define LOOM_FFN_ONE_PASS_SLICES 8
+/* The rules' default one_pass_rows (loom_ffn_one_pass_rows_auto): 1 (decode of
+ * one sequence) where the three weights are float and the rules' hardware has
+ * at most LOOM_FFN_ONE_PASS_SLICES threads, else 0 (two phases). Quantized
+ * weights: each slice's down projection is a GEMV over a short K, whose per-row
+ * costs ran SmolLM2 Q4_1 decode at 0.76-0.78x (bench/results/fusion.md). Preset
+ * one_pass_ffn sets 7 (the GEMV's rows) for every weight type. */
+int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads);
 /* The rules' default row_block: prefill launches as one kernel, in blocks of
  * at most this many rows (each block reads the weights once more: 2 * 256
  * flops a weight value; at parity with the two phases, bench/results/fusion.md),

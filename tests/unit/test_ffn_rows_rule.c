@@ -43,6 +43,49 @@ static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_
     loom_executor_free(e);
 }
 
+/* The ffn rules' one_pass_rows auto: one row (decode of one sequence) for
+ * float weights on hardware of at most LOOM_FFN_ONE_PASS_SLICES threads, else
+ * the two phases; in the graph, 4 decode kernels a layer with it, 5 without
+ * (more hardware threads, quantized weights, or one_pass_rows: 0). */
+static void test_one_pass_auto(void) {
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2) == 1);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_SLICES) == 1);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, LOOM_FFN_ONE_PASS_SLICES + 1) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_Q4_0, LOOM_Q4_0, LOOM_Q4_0, 2) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_F16, LOOM_Q8_0, 1) == 0);
+    int32_t ids[4] = {1, 5, 7, 3};
+    loom_graph *g;
+    loom_graph_init(&g);
+    for (int k = 0; k < 4; k++) {
+        /* f32 on 2 threads; f32 on 16; q8_0 on 2; f32 on 2 with one_pass_rows 0 */
+        tmodel m;
+        tm_init(&m, 64, 4, 2, 96, 2, 19, 32, 5);
+        if (k == 2) tm_quantize_weights(&m, LOOM_Q8_0);
+        loom_fusion_rules *r = NULL;
+        CHECK(rules_patched(loom_fusion_default_yaml, "  threads: auto\n", k == 1 ? "  threads: 16\n" : "  threads: 2\n",
+                            k == 3 ? "      one_pass_rows: auto\n" : NULL, "      one_pass_rows: 0\n", &r) == LOOM_OK);
+        if (r) {
+            tm_build(&m, g, ids, 1, 3, 0);
+            CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+            CHECK(loom_graph_plan(g) == LOOM_OK);
+            int want = k == 0 ? 1 : 0, seen = 0;
+            for (int n = 0; n < g->n_nodes; n++)
+                if (g->nodes[n].op == LOOM_OP_FFN) {
+                    const loom_ffn_attrs *fa = (const void *)g->nodes[n].attrs;
+                    CHECK_MSG(fa->one_pass_rows == want, "case %d: one_pass_rows %d", k, fa->one_pass_rows);
+                    seen++;
+                }
+            CHECK(seen == 2);
+            for (int l = 0; l < 2; l++)
+                CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 4 : 5), "case %d layer %d: %d kernels", k, l,
+                          tm_layer_kernels(g, l));
+            loom_fusion_rules_free(r);
+        }
+        tm_free(&m);
+    }
+    loom_graph_free(g);
+}
+
 /* A prefill of 20 rows: 3 kernels a layer with row_min 8 (qkv_rope,
  * attention_linear, the ffn as one kernel), 4 with the default row_min (128
  * rows a thread of the machine) or row_block 0 (the ffn's two phases); a
@@ -76,7 +119,9 @@ static void test_rows_rule(void) {
         tm_build(&m, g, ids, 1, 20, 0);
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
         CHECK(loom_graph_plan(g) == LOOM_OK);
-        for (int l = 0; l < 2; l++) CHECK(tm_layer_kernels(g, l) == 5);
+        /* decode: the ffn in one pass where the rules' hardware allows (auto, f32 weights) */
+        int dk = loom_fusion_rules_hw(r).threads <= LOOM_FFN_ONE_PASS_SLICES ? 4 : 5;
+        for (int l = 0; l < 2; l++) CHECK_MSG(tm_layer_kernels(g, l) == dk, "rules %d decode: %d kernels", k, tm_layer_kernels(g, l));
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by
      * max_fusion_block_size); the slice from its l3 */
@@ -93,6 +138,7 @@ static void test_rows_rule(void) {
                 CHECK_MSG(fa->row_min == 128 * 48 && fa->row_block == 256, "row_min %d row_block %d", fa->row_min,
                           fa->row_block);
                 CHECK(fa->row_slice == loom_ffn_row_slice(256, 40, 4194304, 48));
+                CHECK(fa->one_pass_rows == 0); /* more threads than the one pass's slices */
                 seen++;
             }
         CHECK(seen == 2);
@@ -122,6 +168,7 @@ static void test_rows_rule(void) {
 }
 
 int main(void) {
+    RUN_TEST(test_one_pass_auto);
     RUN_TEST(test_rows_rule);
     return TEST_SUMMARY();
 }

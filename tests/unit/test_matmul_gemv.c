@@ -90,6 +90,25 @@ static void test_m1_long_float_rows(void) {
             }
 }
 
+/* Float W whose rows are segments of much longer rows (ldw several times K,
+ * the ffn one pass's column slices): the kernels fetch such rows ahead by row
+ * (loom_gemv_segment_ahead), past the last row too; the results are those of
+ * the reference. */
+static void test_row_segments(void) {
+    static const int64_t shapes[][4] = {{1, 70, 67, 2000}, {2, 40, 1376, 9632}, {3, 33, 200, 600}, {1, 130, 512, 3584}};
+    loom_rng rng;
+    loom_rng_init(&rng, 28, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 4; i++) {
+                mq p;
+                mq_init(&p, shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], all_types[d], &rng);
+                mq_reference(&p);
+                mq_check(&p, levels[l]);
+                mq_free(&p);
+            }
+}
+
 /* Each epilogue step alone and all together, with every activation; the
  * epilogue reading y in place (SwiGLU's y = silu(x.Wg^T) * y). */
 static void test_epilogue_steps(void) {
@@ -155,6 +174,7 @@ int main(void) {
     RUN_TEST(test_long_rows);
     RUN_TEST(test_m1_long_k);
     RUN_TEST(test_m1_long_float_rows);
+    RUN_TEST(test_row_segments);
     RUN_TEST(test_epilogue_steps);
     RUN_TEST(test_registry);
     RUN_TEST(test_nan_rows);

@@ -55,7 +55,16 @@ UNROLL
     for (int i = 0; i < R * U; i++)
 UNROLL
         for (int m = 0; m < M; m++) acc[i][m] = _mm256_setzero_ps();
-    for (; k + 8 * U <= K; k += 8 * U)
+    /* segments of longer rows: their lines in the rows below, one per 64
+     * bytes read (loom_gemv_segment_ahead; integer arithmetic, since the last
+     * rows' targets lie past W, where a prefetch is harmless) */
+    const uintptr_t ahead = (uintptr_t)(loom_gemv_segment_ahead(a, es) * a->ldw) * es;
+    for (; k + 8 * U <= K; k += 8 * U) {
+        if (ahead && ((k * (int64_t)es) & 63) < 8 * U * (int64_t)es)
+UNROLL
+            for (int r = 0; r < R; r++)
+                for (int64_t o = 0; o < 8 * U * (int64_t)es; o += 64)
+                    _mm_prefetch((const char *)((uintptr_t)w[r] + ahead + (uintptr_t)(k * (int64_t)es + o)), _MM_HINT_T0);
 UNROLL
         for (int u = 0; u < U; u++) {
             __m256 xv[LOOM_GEMM_MIN_M];
@@ -68,6 +77,7 @@ UNROLL
                 for (int m = 0; m < M; m++) acc[r * U + u][m] = _mm256_fmadd_ps(wv, xv[m], acc[r * U + u][m]);
             }
         }
+    }
     for (; k + 8 <= K; k += 8)
 UNROLL
         for (int r = 0; r < R; r++) {

@@ -66,12 +66,22 @@ UNROLL
     for (int i = 0; i < R * U; i++)
 UNROLL
         for (int m = 0; m < M; m++) acc[i][m] = _mm512_setzero_ps();
+    /* segments of longer rows: the same offset in the rows below instead
+     * (loom_gemv_segment_ahead; integer arithmetic, since the last rows'
+     * targets lie past W, where a prefetch is harmless) */
+    const uintptr_t ahead = (uintptr_t)(loom_gemv_segment_ahead(a, es) * a->ldw) * es;
     for (; k + 16 * U <= K; k += 16 * U) {
         /* 16-bit weights take twice the instructions per line: fetch ahead
          * (for f32 the hardware prefetchers do better alone), into L2
          * (LOOM_PF_STREAM, base/cpu.h). The quantized blocks below keep T0:
          * into L2, q8_0 lost in every row and q4_1 was mixed. */
-        if (t != LOOM_F32)
+        if (ahead)
+UNROLL
+            for (int r = 0; r < R; r++)
+UNROLL
+                for (int u = 0; u < U; u += t == LOOM_F32 ? 1 : 2)
+                    _mm_prefetch((const char *)((uintptr_t)w[r] + ahead + (uintptr_t)(k + 16 * u) * es), LOOM_PF_STREAM);
+        else if (t != LOOM_F32)
 UNROLL
             for (int r = 0; r < R; r++)
 UNROLL
