@@ -76,9 +76,14 @@ int64_t loom_ffn_row_slice(int64_t row_block, int64_t H, int64_t l3_bytes, int t
     return s < H ? s : H;
 }
 
+int loom_ffn_one_pass_slices_for(int threads) {
+    int t = threads > 0 ? threads : 1;
+    return t * ((LOOM_FFN_ONE_PASS_SLICES + t - 1) / t);
+}
+
 int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads) {
     int fl = !loom_dtype_is_quantized(w_gate) && !loom_dtype_is_quantized(w_up) && !loom_dtype_is_quantized(w_down);
-    return fl && threads <= LOOM_FFN_ONE_PASS_SLICES ? 1 : 0;
+    return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 1 : 0;
 }
 
 static int64_t block_cols(const loom_ffn_args *a) {

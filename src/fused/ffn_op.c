@@ -12,19 +12,21 @@
  * would have made from the f32 h.
  *
  * One pass (decode and small batches: at most one_pass_rows rows, not
- * batch-invariant): the hidden dimension is cut into ONE_PASS_SLICES fixed
- * slices (set by H alone: whole 64-column groups, as even as they go); a
+ * batch-invariant): the hidden dimension is cut into one_pass_slices fixed
+ * slices (the builder: about 8, a multiple of the rules' hardware threads;
+ * fewer for H under 8 64-column groups; whole groups, as even as they go); a
  * thread takes whole slices and computes each one's up and gate tiles and
  * act(gate) * up in scratch, then the slices' shares of the down projection,
  * h_slice . Wd[:, slice]^T, each into its slice's partial [M, D] in the
  * launch's shared buffer, walking Wd's rows in blocks of ONE_PASS_DOWN_ROWS
- * and the thread's slices within each, so that each row's columns of the
- * thread's slices are read as one run (the GEMV fetches segments of rows
- * ahead by row, loom_gemv_segment_ahead). The last thread to arrive sums the
+ * and the thread's slices in turn within each, so that a row's columns of
+ * the thread's slices (adjacent in memory) are read within a short time of
+ * each other (the GEMV fetches segments of rows ahead by row,
+ * loom_gemv_segment_ahead). The last thread to arrive sums the
  * partials in slice order (+ residual) into y. h never leaves this thread's
  * cache, and there is no barrier inside: one kernel.
- * The order of the sum is fixed by H, so results are the same bits for any
- * thread count; against the two-phase kernel (one dot product over all of H)
+ * The order of the sum is fixed by H and the attributes, so results are the
+ * same bits for any thread count; against the two-phase kernel (one dot product over all of H)
  * they differ by rounding only.
  *
  * Rows in one pass (prefill: float weights, at least row_min rows and more
@@ -116,10 +118,13 @@ static int64_t slice_max(int64_t H, int64_t ns) {
     return w < H ? w : (H > 0 ? H : 1);
 }
 
-/* Slices of the one pass: ONE_PASS_SLICES, set by H alone. */
-static int64_t one_pass_slices(int64_t H) {
-    int64_t G = (H + 63) / 64;
-    return G < ONE_PASS_SLICES ? (G > 0 ? G : 1) : ONE_PASS_SLICES;
+/* Slices of the one pass: the attributes' (the builder: the rules' hardware
+ * threads; 0: ONE_PASS_SLICES), at most one a 64-column group and
+ * LOOM_FFN_ONE_PASS_MAX_SLICES; set by H and the attributes alone. */
+static int64_t one_pass_slices(const loom_ffn_attrs *at, int64_t H) {
+    int64_t G = (H + 63) / 64, n = at->one_pass_slices > 0 ? at->one_pass_slices : ONE_PASS_SLICES;
+    n = n < LOOM_FFN_ONE_PASS_MAX_SLICES ? n : LOOM_FFN_ONE_PASS_MAX_SLICES;
+    return G < n ? (G > 0 ? G : 1) : n;
 }
 
 /* Rows in one pass (module comment); the criterion depends on the shapes and
@@ -303,9 +308,12 @@ static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ff
     if (at->norm) loom_matmul_norm_for_size(&g);
     size_t sg = loom_matmul_scratch_size(&g), sd = 0;
     /* the down projection of every slice (a narrower one may take longer k blocks) */
-    for (int64_t s = 0; s < ns; s++) {
+    for (int64_t s = 0, seen[3] = {0, 0, 0}; s < ns; s++) {
         int64_t n0, nb;
         slice_at(H, ns, s, &n0, &nb);
+        /* at most three widths: floor and ceiling of the groups, and the last */
+        if (nb == seen[0] || nb == seen[1] || nb == seen[2]) continue;
+        seen[s == ns - 1 ? 2 : seen[0] ? 1 : 0] = nb;
         loom_matmul_args d = slice_down(src, R, 0, nb, NULL, NULL, at->act_precision);
         d.invariant = rows;
         size_t b = loom_matmul_scratch_size(&d);
@@ -321,13 +329,13 @@ static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ff
     L.inv = L.xq + loom_align64(xq);
     L.part = L.inv + loom_align64(at->norm ? (size_t)R * sizeof(double) : 0);
     L.dq = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0);
-    /* the one pass: every slice's h quantized for its down projection (sd_q apart) */
+    /* the one pass: every slice's h quantized for its down projection (dq bytes apart) */
     L.end = L.dq + (rows ? 0 : (size_t)ns * one_pass_dq_bytes(src, R, sw, at->act_precision)) + 64;
     return L;
 }
 
 static one_pass_layout one_pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R) {
-    return pass_scratch(src, at, R, one_pass_slices(src[1]->shape[0]), 0);
+    return pass_scratch(src, at, R, one_pass_slices(at, src[1]->shape[0]), 0);
 }
 
 /* The rows pass's, for its largest block (any thread count). */
@@ -360,7 +368,7 @@ static size_t ffn_shared(const loom_tensor *const *src, int n_src, const loom_te
     (void)n_src, (void)dst;
     const loom_ffn_attrs *at = attrs;
     int64_t R = one_pass_rows(at, src[0]->shape[0]);
-    return (size_t)one_pass_slices(src[1]->shape[0]) * (size_t)R * (size_t)src[3]->shape[0] * sizeof(float);
+    return (size_t)one_pass_slices(at, src[1]->shape[0]) * (size_t)R * (size_t)src[3]->shape[0] * sizeof(float);
 }
 
 static int ffn_phases(const loom_tensor *const *src, int n_src, const void *attrs, int nth, int invariant) {
@@ -459,7 +467,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_ffn_attrs *at = a->attrs;
     const loom_tensor *x = a->src[0];
     const int32_t act = at->act_precision;
-    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0], ns = one_pass_slices(H);
+    int64_t M = x->shape[0], D = a->src[3]->shape[0], H = a->src[1]->shape[0], ns = one_pass_slices(at, H);
     int64_t sw = slice_max(H, ns), s0, s1, n0, nb;
     float *part = a->shared;
     loom_status st = LOOM_OK;
@@ -489,19 +497,19 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
          * slice's h is quantized once, where the weights take q8 x. */
         const loom_tensor *wd = a->src[3];
         const size_t dqb = one_pass_dq_bytes(a->src, M, sw, act);
-        void *dq[ONE_PASS_SLICES + 1] = {0};
+        int dq_on = 0; /* slice s's quantized h at sc + L.dq + (s - s0) * dqb */
         for (int64_t s = s0; s < s1 && st == LOOM_OK && dqb; s++) {
             slice_at(H, ns, s, &n0, &nb);
             loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, NULL, act);
-            dq[s] = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, sc + L.dq + (size_t)s * dqb);
+            dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, sc + L.dq + (size_t)(s - s0) * dqb) != NULL;
         }
         for (int64_t r0 = 0; r0 < D && st == LOOM_OK; r0 += ONE_PASS_DOWN_ROWS)
             for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
                 slice_at(H, ns, s, &n0, &nb);
                 loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, part + s * M * D + r0, act);
-                d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(wd->dtype, d.ldw);
+                if (d.w) d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(wd->dtype, d.ldw);
                 d.N = D - r0 < ONE_PASS_DOWN_ROWS ? D - r0 : ONE_PASS_DOWN_ROWS;
-                d.xq = dq[s];
+                d.xq = dq_on ? sc + L.dq + (size_t)(s - s0) * dqb : NULL;
                 st = loom_matmul_run(&d, isa, 0, 1, sc);
             }
     }

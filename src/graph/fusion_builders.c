@@ -408,6 +408,7 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
     int64_t row_min = fr_opt(c, "row_min", -1);
     at.row_min = (int32_t)(row_min >= 0 ? row_min : (int64_t)LOOM_FFN_ROW_MIN_PER_THREAD * c->hw.threads);
     at.row_slice = (int32_t)loom_ffn_row_slice(at.row_block, wg->shape[0], c->hw.l3_bytes, c->hw.threads);
+    at.one_pass_slices = (int32_t)loom_ffn_one_pass_slices_for(c->hw.threads);
     f->op = LOOM_OP_FFN;
     f->n_src = 4;
     f->src[0] = fr_var(c, "x"), f->src[1] = fr_var(c, "w_gate"), f->src[2] = fr_var(c, "w_up");

@@ -219,17 +219,29 @@ typedef struct {
     int32_t row_min;        /* the rows a launch needs for that (at least LOOM_GEMM_MIN_M) */
     int32_t row_slice;      /* hidden columns a slice (the builder: loom_ffn_row_slice from the rules'
                                hardware section), 0: from this CPU's L3 as for one thread */
+    int32_t one_pass_slices; /* slices of the hidden dimension in one pass (the builder:
+                                loom_ffn_one_pass_slices_for the rules' hardware threads),
+                                0: LOOM_FFN_ONE_PASS_SLICES */
 } loom_ffn_attrs;
 #define LOOM_FFN_ACT_CUSTOM 100
-/* The one pass's slices of the hidden dimension (set by H alone, so a launch's
- * bits do not depend on its thread count; at most this many threads share it). */
+/* The one pass's slices of the hidden dimension when the attributes carry
+ * none (the builder rounds it up to a multiple of the rules' hardware
+ * threads); the count is fixed before a launch, so its bits do not depend on
+ * the threads it runs on; at most LOOM_FFN_ONE_PASS_MAX_SLICES, and one a
+ * 64-column group. */
 #define LOOM_FFN_ONE_PASS_SLICES 8
+#define LOOM_FFN_ONE_PASS_MAX_SLICES 256
 /* The rules' default one_pass_rows (loom_ffn_one_pass_rows_auto): 1 (decode of
  * one sequence) where the three weights are float and the rules' hardware has
- * at most LOOM_FFN_ONE_PASS_SLICES threads, else 0 (two phases). Quantized
- * weights: each slice's down projection is a GEMV over a short K, whose per-row
- * costs ran SmolLM2 Q4_1 decode at 0.76-0.78x (bench/results/fusion.md). Preset
- * one_pass_ffn sets 7 (the GEMV's rows) for every weight type. */
+ * at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads (measured on 1 and 2; more slices make each thread's run of
+ * a Wd row shorter), else 0 (two phases). Quantized weights: each slice's down
+ * projection is a GEMV over a shorter K, whose per-row costs ran SmolLM2 Q4_1
+ * decode at 0.76-0.86x (bench/results/fusion.md). Preset one_pass_ffn sets 7
+ * (the GEMV's rows) for every weight type. */
+#define LOOM_FFN_ONE_PASS_AUTO_THREADS 8
+/* The builder's one_pass_slices: about LOOM_FFN_ONE_PASS_SLICES, a multiple of
+ * the rules' hardware threads (threads taking whole slices get even shares). */
+int loom_ffn_one_pass_slices_for(int threads);
 int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads);
 /* The rules' default row_block: prefill launches as one kernel, in blocks of
  * at most this many rows (each block reads the weights once more: 2 * 256

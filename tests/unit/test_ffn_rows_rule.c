@@ -44,15 +44,19 @@ static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_
 }
 
 /* The ffn rules' one_pass_rows auto: one row (decode of one sequence) for
- * float weights on hardware of at most LOOM_FFN_ONE_PASS_SLICES threads, else
+ * float weights on hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads, else
  * the two phases; in the graph, 4 decode kernels a layer with it, 5 without
  * (more hardware threads, quantized weights, or one_pass_rows: 0). */
 static void test_one_pass_auto(void) {
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2) == 1);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_SLICES) == 1);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, LOOM_FFN_ONE_PASS_SLICES + 1) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_AUTO_THREADS) == 1);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, LOOM_FFN_ONE_PASS_AUTO_THREADS + 1) == 0);
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_Q4_0, LOOM_Q4_0, LOOM_Q4_0, 2) == 0);
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_F16, LOOM_Q8_0, 1) == 0);
+    /* slices: about 8, a multiple of the threads */
+    CHECK(loom_ffn_one_pass_slices_for(1) == 8 && loom_ffn_one_pass_slices_for(2) == 8);
+    CHECK(loom_ffn_one_pass_slices_for(3) == 9 && loom_ffn_one_pass_slices_for(5) == 10);
+    CHECK(loom_ffn_one_pass_slices_for(8) == 8 && loom_ffn_one_pass_slices_for(16) == 16);
     int32_t ids[4] = {1, 5, 7, 3};
     loom_graph *g;
     loom_graph_init(&g);
@@ -73,6 +77,7 @@ static void test_one_pass_auto(void) {
                 if (g->nodes[n].op == LOOM_OP_FFN) {
                     const loom_ffn_attrs *fa = (const void *)g->nodes[n].attrs;
                     CHECK_MSG(fa->one_pass_rows == want, "case %d: one_pass_rows %d", k, fa->one_pass_rows);
+                    CHECK(fa->one_pass_slices == (k == 1 ? 16 : 8));
                     seen++;
                 }
             CHECK(seen == 2);
@@ -120,7 +125,7 @@ static void test_rows_rule(void) {
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
         CHECK(loom_graph_plan(g) == LOOM_OK);
         /* decode: the ffn in one pass where the rules' hardware allows (auto, f32 weights) */
-        int dk = loom_fusion_rules_hw(r).threads <= LOOM_FFN_ONE_PASS_SLICES ? 4 : 5;
+        int dk = loom_fusion_rules_hw(r).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
         for (int l = 0; l < 2; l++) CHECK_MSG(tm_layer_kernels(g, l) == dk, "rules %d decode: %d kernels", k, tm_layer_kernels(g, l));
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by

@@ -7,6 +7,8 @@
  */
 #include "test_matmul_q_common.h"
 
+#include "ops/matmul/gemv_kernels.h"
+
 static const loom_dtype all_types[6] = {LOOM_F32, LOOM_F16, LOOM_BF16, LOOM_Q8_0, LOOM_Q4_0, LOOM_Q4_1};
 
 /* K for dtype t: any for float weights (incl. 1, 3, 17, 67, 511), whole
@@ -95,6 +97,17 @@ static void test_m1_long_float_rows(void) {
  * (loom_gemv_segment_ahead), past the last row too; the results are those of
  * the reference. */
 static void test_row_segments(void) {
+    /* rows fetched ahead: about 4 KiB, only for rows skipping 256 bytes or more */
+    loom_matmul_args sa = {.K = 1408, .ldw = 11008};
+    CHECK(loom_gemv_segment_ahead(&sa, 2) == 2 && loom_gemv_segment_ahead(&sa, 4) == 1);
+    sa.K = 67, sa.ldw = 2067;
+    CHECK(loom_gemv_segment_ahead(&sa, 4) == 16);
+    sa.ldw = 67 + 63;
+    CHECK(loom_gemv_segment_ahead(&sa, 4) == 0); /* padded rows: along the row */
+    sa.ldw = 67 + 64;
+    CHECK(loom_gemv_segment_ahead(&sa, 4) == 16);
+    sa.ldw = 67;
+    CHECK(loom_gemv_segment_ahead(&sa, 4) == 0);
     static const int64_t shapes[][4] = {{1, 70, 67, 2000}, {2, 40, 1376, 9632}, {3, 33, 200, 600}, {1, 130, 512, 3584}};
     loom_rng rng;
     loom_rng_init(&rng, 28, 0);

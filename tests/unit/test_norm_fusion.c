@@ -156,10 +156,11 @@ static void test_linear_bias(void) {
  * with row_block set, for weights the rows pass does not take); else one
  * kernel, within rounding of it, the same bits on 1..3 threads, and with
  * a->invariant the two phases again (bit for bit): one_pass 1, the one pass
- * (one_pass_rows = M); 2, the rows pass in blocks of at most row_block rows
- * (row_min 0: from 8 rows) and slices of row_slice columns. */
+ * (one_pass_rows = M) in `slices` slices (0: the default); 2, the rows pass
+ * in blocks of at most row_block rows (row_min 0: from 8 rows) and slices of
+ * `slices` columns. */
 static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_pass, int32_t block_n,
-                           int32_t row_block, int32_t row_slice) {
+                           int32_t row_block, int32_t slices) {
     loom_rng r;
     loom_rng_init(&r, seed, 11);
     int64_t M = c->M, D = c->K, H = c->N;
@@ -187,7 +188,8 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
     loom_ffn_attrs at = {.act = LOOM_ACT_SILU, .block_n = block_n ? block_n : (int32_t)(H > 40 ? 40 : 0),
                          .act_precision = c->act,
                          .norm = c->norm, .norm_eps = 1e-5f, .one_pass_rows = one_pass == 1 ? (int32_t)M : 0,
-                         .row_block = row_block, .row_slice = row_slice};
+                         .row_block = row_block, .row_slice = one_pass == 2 ? slices : 0,
+                         .one_pass_slices = one_pass == 1 ? slices : 0};
     loom_tensor th;
     float *h = make_f(M, H, &r, 0.0f, &th);
     loom_kernel_args a = {.src = {&tx, &twg, &twu, &twd}, .n_src = 4, .dst = &ty, .attrs = &at,
@@ -298,8 +300,10 @@ static void test_ffn_norm(void) {
 }
 
 /* The ffn's one pass: rows of the GEMV and of the GEMM, hidden sizes cut
- * into several slices with a short last one, D not a multiple of any tile,
- * every weight type, with and without the norm and the residual. */
+ * into several slices with a short last one, D not a multiple of any tile
+ * (nor of the down projection's blocks of 16 rows), every weight type, with
+ * and without the norm and the residual, in the default 8 slices and in 1 to
+ * 4 (fewer, more or as many as the threads). */
 static void test_ffn_one_pass(void) {
     static const lcase one[] = {
         /* M, D, H, wt, act, residual, norm, nth */
@@ -315,7 +319,8 @@ static void test_ffn_one_pass(void) {
         {9, 128, 800, LOOM_Q8_0, LOOM_ACT_PREC_Q8, 1, 0, 3},
     };
     for (int isa = LOOM_ISA_REF; isa <= (int)loom_cpu_best_isa(); isa++)
-        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0, 0, 0);
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+            check_ffn_mode(&one[i], (loom_isa)isa, 300 + i, 1, 0, 0, (int32_t)(i % 5));
 }
 
 /* The ffn's rows pass (prefill): blocks of rows that are not multiples of any

@@ -44,7 +44,7 @@ INLINE __m256 load_w8(loom_dtype t, const char *w, int64_t k) {
 
 /* y[m][n + r] for m < M, r < R: 8 k per step, U steps interleaved over U
  * accumulator sets per row. */
-INLINE void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n) {
+INLINE void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n, int64_t pf_rows) {
     size_t es = t == LOOM_F32 ? 4 : 2;
     int64_t K = a->K, k = 0;
     const char *w[4];
@@ -55,10 +55,9 @@ UNROLL
     for (int i = 0; i < R * U; i++)
 UNROLL
         for (int m = 0; m < M; m++) acc[i][m] = _mm256_setzero_ps();
-    /* segments of longer rows: their lines in the rows below, one per 64
-     * bytes read (loom_gemv_segment_ahead; integer arithmetic, since the last
-     * rows' targets lie past W, where a prefetch is harmless) */
-    const uintptr_t ahead = (uintptr_t)(loom_gemv_segment_ahead(a, es) * a->ldw) * es;
+    /* segments of longer rows: their lines pf_rows rows below (within the
+     * call), one per 64 bytes read (loom_gemv_segment_ahead) */
+    const uintptr_t ahead = pf_rows && n + R - 1 + pf_rows < a->N ? (uintptr_t)(pf_rows * a->ldw) * es : 0;
     for (; k + 8 * U <= K; k += 8 * U) {
         if (ahead && ((k * (int64_t)es) & 63) < 8 * U * (int64_t)es)
 UNROLL
@@ -299,7 +298,7 @@ UNROLL
     default: ROWS(FN, T, 7, 1, 1); break;                                 \
     }
 
-#define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
+#define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n, pf_rows)
 #define QUANT_ROWS(T, M_, R_, U_, n) quant_rows_q8(a, xq, M_, R_, U_, n)
 
 #define XR_MAX 16384 /* the longest K whose reordered x is kept on the stack */
@@ -324,9 +323,18 @@ UNROLL
         }                                                                 \
     }
 
-__attribute__((target(TGT))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
-__attribute__((target(TGT))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
-__attribute__((target(TGT))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
+__attribute__((target(TGT))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 4);
+    BY_M(FLOAT_ROWS, LOOM_F32)
+}
+__attribute__((target(TGT))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 2);
+    BY_M(FLOAT_ROWS, LOOM_F16)
+}
+__attribute__((target(TGT))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 2);
+    BY_M(FLOAT_ROWS, LOOM_BF16)
+}
 
 __attribute__((target(TGT))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) { BY_M(QUANT_ROWS, LOOM_Q8_0) }
 __attribute__((target(TGT))) static void gemv_q4_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,

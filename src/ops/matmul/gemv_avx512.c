@@ -55,7 +55,7 @@ INLINE_F __m512 load_w16_mask(loom_dtype t, const char *w, int64_t k, __mmask16 
 
 /* y[m][n + r] for m < M, r < R: 16 k per step, U steps interleaved over U
  * accumulator sets per row. */
-INLINE_F void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n) {
+INLINE_F void float_rows(const loom_matmul_args *a, loom_dtype t, int M, int R, int U, int64_t n, int64_t pf_rows) {
     size_t es = t == LOOM_F32 ? 4 : 2;
     int64_t K = a->K, k = 0;
     const char *w[4];
@@ -66,10 +66,9 @@ UNROLL
     for (int i = 0; i < R * U; i++)
 UNROLL
         for (int m = 0; m < M; m++) acc[i][m] = _mm512_setzero_ps();
-    /* segments of longer rows: the same offset in the rows below instead
-     * (loom_gemv_segment_ahead; integer arithmetic, since the last rows'
-     * targets lie past W, where a prefetch is harmless) */
-    const uintptr_t ahead = (uintptr_t)(loom_gemv_segment_ahead(a, es) * a->ldw) * es;
+    /* segments of longer rows: the same offset pf_rows rows below instead
+     * (within the call; loom_gemv_segment_ahead) */
+    const uintptr_t ahead = pf_rows && n + R - 1 + pf_rows < a->N ? (uintptr_t)(pf_rows * a->ldw) * es : 0;
     for (; k + 16 * U <= K; k += 16 * U) {
         /* 16-bit weights take twice the instructions per line: fetch ahead
          * (for f32 the hardware prefetchers do better alone), into L2
@@ -379,7 +378,7 @@ UNROLL
     default: ROWS(FN, T, 7, 2, 1); break;                                 \
     }
 
-#define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n)
+#define FLOAT_ROWS(T, M_, R_, U_, n) float_rows(a, T, M_, R_, U_, n, pf_rows)
 #define QUANT_ROWS(T, M_, R_, U_, n) quant_rows(a, xq, T, M_, R_, U_, n)
 
 /* x's whole 4-block groups as quant_step_q4 reads them: per group the
@@ -411,9 +410,18 @@ static void __attribute__((target(TGT_Q))) x_reorder(const int8_t *qs, int64_t K
         BY_M(QUANT_ROWS, T)                                               \
     }
 
-__attribute__((target(TGT_F))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F32) }
-__attribute__((target(TGT_F))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_F16) }
-__attribute__((target(TGT_F))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) { BY_M(FLOAT_ROWS, LOOM_BF16) }
+__attribute__((target(TGT_F))) static void gemv_f32(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 4);
+    BY_M(FLOAT_ROWS, LOOM_F32)
+}
+__attribute__((target(TGT_F))) static void gemv_f16(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 2);
+    BY_M(FLOAT_ROWS, LOOM_F16)
+}
+__attribute__((target(TGT_F))) static void gemv_bf16(const loom_matmul_args *a, int64_t n0, int64_t n1) {
+    const int64_t pf_rows = loom_gemv_segment_ahead(a, 2);
+    BY_M(FLOAT_ROWS, LOOM_BF16)
+}
 
 __attribute__((target(TGT_Q))) static void gemv_q8_0(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0,
                                                     int64_t n1) {

@@ -39,15 +39,16 @@ typedef void (*loom_gemv_full_kernel)(const loom_matmul_args *a, const float *sx
 /* sxo for the M rows of a->x (the driver's; kernels of every level read it). */
 void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo);
 
-/* Float rows that are segments of longer rows (ldw > K: the column slices of
- * the ffn's one pass) are fetched ahead in the order the kernel reads them:
- * the same offset in the row this many rows below, about 4 KiB ahead (a
- * prefetch along the row would land in other slices' columns, and the hardware
- * prefetchers restart at every segment). 0 for whole rows, which the kernels
- * fetch along the row as before. */
+/* Float rows that are segments of longer rows (each row skipping 256 bytes or
+ * more: the column slices of the ffn's one pass, not a padded row) are
+ * fetched ahead in the order the kernel reads them: the same offset in the
+ * row this many rows below, about 4 KiB ahead (a prefetch along the row would
+ * land in other slices' columns, and the hardware prefetchers restart at
+ * every segment). 0 for whole rows, which the kernels fetch along the row as
+ * before. Kernels take it once a call, and fetch only rows of their call. */
 static inline int64_t loom_gemv_segment_ahead(const loom_matmul_args *a, size_t es) {
     size_t seg = (size_t)a->K * es;
-    return a->ldw > a->K && seg > 0 ? (int64_t)((4096 + seg - 1) / seg) : 0;
+    return a->ldw > a->K && (size_t)(a->ldw - a->K) * es >= 256 && seg > 0 ? (int64_t)((4096 + seg - 1) / seg) : 0;
 }
 
 #if defined(__x86_64__)
