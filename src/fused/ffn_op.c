@@ -118,8 +118,9 @@ static int64_t slice_max(int64_t H, int64_t ns) {
     return w < H ? w : (H > 0 ? H : 1);
 }
 
-/* Slices of the one pass: the attributes' (the builder: the rules' hardware
- * threads; 0: ONE_PASS_SLICES), at most one a 64-column group and
+/* Slices of the one pass: the attributes' (the builder:
+ * loom_ffn_one_pass_slices_for the rules' hardware threads; 0:
+ * ONE_PASS_SLICES), at most one a 64-column group and
  * LOOM_FFN_ONE_PASS_MAX_SLICES; set by H and the attributes alone. */
 static int64_t one_pass_slices(const loom_ffn_attrs *at, int64_t H) {
     int64_t G = (H + 63) / 64, n = at->one_pass_slices > 0 ? at->one_pass_slices : ONE_PASS_SLICES;
@@ -491,10 +492,11 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
         }
         /* ... then the down projections, the slices taken in turn on each
          * block of Wd's rows, so that a row's columns of this thread's slices
-         * stream as one run (slice by slice over all rows, each row's short
-         * segments ran the GEMV at 0.7x). A row's sum does not depend on the
-         * rows around it, so the bits are those of one call a slice. Each
-         * slice's h is quantized once, where the weights take q8 x. */
+         * (adjacent in memory) are read close together (one slice over all
+         * rows at a time, each row's short segment apart, ran the decode at
+         * 0.87x the two phases). A row's sum does not depend on the rows
+         * around it, so the bits are those of one call a slice. Each slice's
+         * h is quantized once, where the weights take q8 x. */
         const loom_tensor *wd = a->src[3];
         const size_t dqb = one_pass_dq_bytes(a->src, M, sw, act);
         int dq_on = 0; /* slice s's quantized h at sc + L.dq + (s - s0) * dqb */
