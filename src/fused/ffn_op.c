@@ -279,7 +279,7 @@ static size_t xq_offset(const loom_tensor *const *src, int64_t M, int64_t bn, co
  * pass), x quantized once, with the norm the rows' 1/rms, then the block's
  * other running sum [R, D] (rows pass) or every slice's h quantized for its
  * down projection (one pass, dq apart). */
-typedef struct { size_t up, h, xq, inv, part, dq, end; } one_pass_layout;
+typedef struct { size_t up, h, xq, inv, part, dq, dq_step, end; } one_pass_layout;
 
 /* The down projection of hidden columns [n0, n0 + nb) of R rows: h_slice .
  * Wd[:, n0:n0+nb]^T (whole blocks: n0 is a multiple of 64). */
@@ -330,8 +330,9 @@ static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ff
     L.inv = L.xq + loom_align64(xq);
     L.part = L.inv + loom_align64(at->norm ? (size_t)R * sizeof(double) : 0);
     L.dq = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0);
-    /* the one pass: every slice's h quantized for its down projection (dq bytes apart) */
-    L.end = L.dq + (rows ? 0 : (size_t)ns * one_pass_dq_bytes(src, R, sw, at->act_precision)) + 64;
+    /* the one pass: every slice's h quantized for its down projection (dq_step bytes apart) */
+    L.dq_step = rows ? 0 : one_pass_dq_bytes(src, R, sw, at->act_precision);
+    L.end = L.dq + (size_t)ns * L.dq_step + 64;
     return L;
 }
 
@@ -477,8 +478,11 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
                             (long long)M, (long long)(ns * M * D * 4), a->nth > 1 && !a->arrive ? " and a counter" : "",
                             a->shared_bytes);
     loom_ref_split(ns, a->ith, a->nth, &s0, &s1);
+    one_pass_layout L = one_pass_scratch(a->src, at, M);
+    if (st == LOOM_OK && L.end > a->scratch_bytes)
+        st = loom_set_error(LOOM_ERR_INVALID_ARG, "ffn: one pass of %lld rows needs %zu scratch bytes, has %zu",
+                            (long long)M, L.end, a->scratch_bytes);
     if (st == LOOM_OK && s0 < s1) {
-        one_pass_layout L = one_pass_scratch(a->src, at, M);
         char *sc = a->scratch;
         float *up = (float *)(sc + L.up), *ht = (float *)(sc + L.h);
         const float *gamma = at->norm ? (const float *)a->src[a->n_src - 1]->data : NULL;
@@ -498,7 +502,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
          * around it, so the bits are those of one call a slice. Each slice's
          * h is quantized once, where the weights take q8 x. */
         const loom_tensor *wd = a->src[3];
-        const size_t dqb = one_pass_dq_bytes(a->src, M, sw, act);
+        const size_t dqb = L.dq_step;
         int dq_on = 0; /* slice s's quantized h at sc + L.dq + (s - s0) * dqb */
         for (int64_t s = s0; s < s1 && st == LOOM_OK && dqb; s++) {
             slice_at(H, ns, s, &n0, &nb);

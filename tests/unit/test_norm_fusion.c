@@ -233,6 +233,18 @@ static void check_ffn_mode(const lcase *c, loom_isa isa, uint64_t seed, int one_
             CHECK_MSG(memcmp(y, y2, sizeof(float) * (size_t)(M * D)) == 0, "ffn %s %s %s M=%lld H=%lld: %d threads differ",
                       what, loom_isa_name(isa), loom_dtype_name(c->wt), (long long)M, (long long)H, nth);
         }
+        /* too little scratch: an error, not an overrun */
+        {
+            const loom_op_info *fi = loom_op_get(LOOM_OP_FFN);
+            size_t sh = fi->shared_size(a.src, a.n_src, a.dst, a.attrs), sb = fi->scratch_size(a.src, a.n_src, a.dst, a.attrs);
+            loom_kernel_args b = a;
+            b.shared = loom_alloc_aligned(sh + 64, LOOM_ALIGN), b.shared_bytes = sh;
+            b.scratch = loom_alloc_aligned(sb + 64, LOOM_ALIGN), b.scratch_bytes = 64;
+            b.ith = 0, b.nth = 1, b.phase = 0, b.arrive = NULL;
+            CHECK_MSG(loom_op_kernel(LOOM_OP_FFN, isa)(&b) == LOOM_ERR_INVALID_ARG, "ffn %s %s: 64 scratch bytes accepted",
+                      what, loom_isa_name(isa));
+            loom_free_aligned(b.shared), loom_free_aligned(b.scratch);
+        }
         /* batch-invariant: the two phases (the same bits as with one_pass_rows 0), both
          * outputs written afresh */
         a.invariant = 1;
