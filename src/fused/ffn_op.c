@@ -18,7 +18,7 @@
  * thread takes whole slices and computes each one's up and gate tiles and
  * act(gate) * up in scratch, then the slices' shares of the down projection,
  * h_slice . Wd[:, slice]^T, each into its slice's partial [M, D] in the
- * launch's shared buffer, walking Wd's rows in blocks of ONE_PASS_DOWN_ROWS
+ * launch's shared buffer, walking Wd's rows in blocks of LOOM_FUSED_SLICE_ROWS
  * and the thread's slices in turn within each, so that a row's columns of
  * the thread's slices (adjacent in memory) are read within a short time of
  * each other (the GEMV fetches segments of rows ahead by row,
@@ -97,7 +97,6 @@ int loom_ffn_act_register(const char *name, loom_ffn_act_fn fn, void *user) {
 static int has_residual(const loom_ffn_attrs *at, int n_src) { return n_src - (at->norm ? 1 : 0) == 5; }
 
 #define ONE_PASS_SLICES LOOM_FFN_ONE_PASS_SLICES
-#define ONE_PASS_DOWN_ROWS 16 /* rows of Wd a block of the one pass's down projections */
 
 static int one_pass(const loom_ffn_attrs *at, int64_t M, int invariant) {
     return !invariant && at->one_pass_rows > 0 && M <= at->one_pass_rows;
@@ -285,19 +284,8 @@ typedef struct { size_t up, h, xq, inv, part, dq, dq_step, end; } one_pass_layou
  * Wd[:, n0:n0+nb]^T (whole blocks: n0 is a multiple of 64). */
 static loom_matmul_args slice_down(const loom_tensor *const *src, int64_t R, int64_t n0, int64_t nb,
                                    const float *h, float *y, int32_t act) {
-    const loom_tensor *wd = src[3];
-    loom_matmul_args d = {.x = h, .ldx = nb,
-                          .w = wd->data ? (const char *)wd->data + loom_dtype_row_bytes(wd->dtype, n0) : NULL,
-                          .ldw = wd->stride[0], .wtype = wd->dtype, .y = y, .ldy = wd->shape[0], .M = R,
-                          .N = wd->shape[0], .K = nb, .act = (loom_act_precision)act};
-    return d;
-}
-
-/* Bytes of a one-pass slice's h as its down projection takes x (q8 rows for
- * quantized weights; 0: f32 h read directly). */
-static size_t one_pass_dq_bytes(const loom_tensor *const *src, int64_t R, int64_t sw, int32_t act) {
-    loom_matmul_args d = slice_down(src, R, 0, sw, NULL, NULL, act);
-    return loom_align64(loom_matmul_xq_bytes(&d));
+    loom_fused_slice sl = {h, nb, n0, nb};
+    return loom_fused_slice_gemm(src[3], R, &sl, y, act);
 }
 
 static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ffn_attrs *at, int64_t R,
@@ -331,7 +319,7 @@ static one_pass_layout pass_scratch(const loom_tensor *const *src, const loom_ff
     L.part = L.inv + loom_align64(at->norm ? (size_t)R * sizeof(double) : 0);
     L.dq = L.part + (rows ? (size_t)(R * src[3]->shape[0]) * sizeof(float) : 0);
     /* the one pass: every slice's h quantized for its down projection (dq_step bytes apart) */
-    L.dq_step = rows ? 0 : one_pass_dq_bytes(src, R, sw, at->act_precision);
+    L.dq_step = rows ? 0 : loom_fused_slice_dq_bytes(src[3], R, sw, at->act_precision);
     L.end = L.dq + (size_t)ns * L.dq_step + 64;
     return L;
 }
@@ -494,42 +482,21 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
             slice_at(H, ns, s, &n0, &nb);
             st = slice_hidden(a, isa, x, n0, nb, xq, inv, 0, up, ht + (s - s0) * M * sw);
         }
-        /* ... then the down projections, the slices taken in turn on each
-         * block of Wd's rows, so that a row's columns of this thread's slices
-         * (adjacent in memory) are read close together (one slice over all
-         * rows at a time, each row's short segment apart, ran the decode at
-         * 0.87x the two phases). A row's sum does not depend on the rows
-         * around it, so the bits are those of one call a slice. Each slice's
-         * h is quantized once, where the weights take q8 x. */
-        const loom_tensor *wd = a->src[3];
-        const size_t dqb = L.dq_step;
-        int dq_on = 0; /* slice s's quantized h at sc + L.dq + (s - s0) * dqb */
-        for (int64_t s = s0; s < s1 && st == LOOM_OK && dqb; s++) {
+        /* ... then their down projections, Wd's rows in blocks with the
+         * slices taken in turn (loom_fused_slices_project) */
+        loom_fused_slice sl[LOOM_FFN_ONE_PASS_MAX_SLICES];
+        for (int64_t s = s0; s < s1; s++) {
             slice_at(H, ns, s, &n0, &nb);
-            loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, NULL, act);
-            dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, sc + L.dq + (size_t)(s - s0) * dqb) != NULL;
+            sl[s - s0] = (loom_fused_slice){ht + (s - s0) * M * sw, nb, n0, nb};
         }
-        for (int64_t r0 = 0; r0 < D && st == LOOM_OK; r0 += ONE_PASS_DOWN_ROWS)
-            for (int64_t s = s0; s < s1 && st == LOOM_OK; s++) {
-                slice_at(H, ns, s, &n0, &nb);
-                loom_matmul_args d = slice_down(a->src, M, n0, nb, ht + (s - s0) * M * sw, part + s * M * D + r0, act);
-                if (d.w) d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(wd->dtype, d.ldw);
-                d.N = D - r0 < ONE_PASS_DOWN_ROWS ? D - r0 : ONE_PASS_DOWN_ROWS;
-                d.xq = dq_on ? sc + L.dq + (size_t)(s - s0) * dqb : NULL;
-                st = loom_matmul_run(&d, isa, 0, 1, sc);
-            }
+        if (st == LOOM_OK)
+            st = loom_fused_slices_project(isa, a->src[3], M, act, sl, s1 - s0, part + s0 * M * D, sc + L.dq,
+                                           L.dq_step, sc);
     }
     int failed = st != LOOM_OK;
     if (!loom_kernel_arrive(a, &failed) || failed) return st;
     /* the last thread: y = ((p_0 + p_1) + ...) (+ residual), row by row */
-    const loom_vec_fns *f = loom_vec_fns_for(isa);
-    const loom_tensor *res = has_residual(at, a->n_src) ? a->src[4] : NULL;
-    for (int64_t m = 0; m < M; m++) {
-        float *y = (float *)a->dst->data + m * a->dst->stride[0];
-        memcpy(y, part + m * D, (size_t)D * sizeof(float));
-        for (int64_t s = 1; s < ns; s++) f->add(y, part + (s * M + m) * D, y, D);
-        if (res) f->add(y, (const float *)res->data + m * res->stride[0], y, D);
-    }
+    loom_fused_sum_partials(isa, M, D, ns, part, has_residual(at, a->n_src) ? a->src[4] : NULL, a->dst);
     return LOOM_OK;
 }
 

@@ -476,6 +476,17 @@ size_t attn_decode_workspace(const attn_problem *pr);
  * launch in phase 0 and nothing in phase 1. */
 loom_status attn_decode_phase(const attn_problem *pr, const loom_attn_kernels *kern, int phase, int ith,
                               int nth, void *scratch, size_t scratch_bytes, void *shared);
+/* kv heads [h0, h1) of every batch entry, their units folded whole by the
+ * calling thread and their output heads written (incre_attention_linear: a
+ * thread's head groups). scratch: attn_decode_scratch bytes. */
+loom_status attn_decode_heads(const attn_problem *pr, const loom_attn_kernels *kern, int64_t h0, int64_t h1,
+                              void *scratch, size_t bytes);
+/* incre_flash_attention over a node's inputs (src, n_src, attrs as that op
+ * takes them) with its output at out (data bound): kv heads [h0, h1) by the
+ * calling thread (the reference level: every head). scratch: the op's
+ * scratch_size bytes. */
+loom_status attn_incre_node_heads(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *out,
+                                  loom_isa isa, int64_t h0, int64_t h1, void *scratch, size_t bytes);
 /* attn_decode_pool with the kernel table kern instead of the level's (benchmarks' A/B). */
 loom_status attn_decode_pool_with(const loom_incre_flash_attention_tensors *t,
                                   const loom_incre_flash_attention_params *p, const int64_t *q_lens,

@@ -271,6 +271,20 @@ static loom_status inc_kernel(const loom_kernel_args *a, loom_isa isa) {
                              a->shared);
 }
 
+loom_status attn_incre_node_heads(const loom_tensor *const *src, int n_src, const void *attrs, loom_tensor *out,
+                                  loom_isa isa, int64_t h0, int64_t h1, void *scratch, size_t bytes) {
+    op_tensors o;
+    attn_problem pr;
+    LOOM_TRY(inc_resolve(src, n_src, attrs, out, &o, &pr));
+    if (isa == LOOM_ISA_REF) { /* every head: the reference splits by rows, not heads */
+        loom_incre_flash_attention_params p;
+        loom_incre_flash_attention_tensors t;
+        inc_setup(attrs, &o, &p, &t);
+        return loom_attn_ref_incre(&t, &p, NULL, 0, 1, scratch, bytes);
+    }
+    return attn_decode_heads(&pr, loom_attn_kernels_for(isa), h0, h1, scratch, bytes);
+}
+
 static loom_status fa_ref(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_REF); }
 static loom_status fa_generic(const loom_kernel_args *a) { return fa_kernel(a, LOOM_ISA_GENERIC); }
 static loom_status inc_ref(const loom_kernel_args *a) { return inc_kernel(a, LOOM_ISA_REF); }

@@ -3,7 +3,11 @@
 #include "fused/fused_graph_ops.h"
 #include "fused/fused_internal.h"
 
+#include <string.h>
+
+#include "base/alloc.h"
 #include "base/status.h"
+#include "ops/matmul/matmul.h"
 #include "ops/ref/ref.h"
 
 #define SLOT_INFER(i)                                                                              \
@@ -43,6 +47,7 @@ void loom_fused_register_ops(loom_op_info *table) {
     loom_register_ffn_op(&table[LOOM_OP_FFN]);
     loom_register_linear_op(&table[LOOM_OP_LINEAR]);
     loom_register_attention_linear_op(&table[LOOM_OP_ATTENTION_LINEAR]);
+    loom_register_incre_attention_linear_op(&table[LOOM_OP_INCRE_ATTENTION_LINEAR]);
     loom_register_moe_gating_op(&table[LOOM_OP_MOE_GATING]);
     loom_register_moe_ffn_op(&table[LOOM_OP_MOE_FFN]);
     for (int op = LOOM_OP_CUSTOM0; op <= LOOM_OP_CUSTOM_LAST; op++)
@@ -57,4 +62,51 @@ loom_matmul_args loom_fused_block_gemm(const loom_tensor *x, const loom_tensor *
                           .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = ldy,
                           .M = x->shape[0], .N = nn, .K = x->shape[1], .act = (loom_act_precision)act};
     return g;
+}
+
+loom_matmul_args loom_fused_slice_gemm(const loom_tensor *w, int64_t M, const loom_fused_slice *s, float *y,
+                                       int32_t act) {
+    loom_matmul_args d = {.x = s->x, .ldx = s->ldx,
+                          .w = w->data ? (const char *)w->data + loom_dtype_row_bytes(w->dtype, s->n0) : NULL,
+                          .ldw = w->stride[0], .wtype = w->dtype, .y = y, .ldy = w->shape[0], .M = M,
+                          .N = w->shape[0], .K = s->nb, .act = (loom_act_precision)act};
+    return d;
+}
+
+size_t loom_fused_slice_dq_bytes(const loom_tensor *w, int64_t M, int64_t nb, int32_t act) {
+    loom_fused_slice s = {NULL, nb, 0, nb};
+    loom_matmul_args d = loom_fused_slice_gemm(w, M, &s, NULL, act);
+    return loom_align64(loom_matmul_xq_bytes(&d));
+}
+
+loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_t M, int32_t act,
+                                      const loom_fused_slice *sl, int64_t n, float *part, char *dq, size_t dq_step,
+                                      void *scratch) {
+    const int64_t N = w->shape[0];
+    int dq_on = 0; /* slice i's quantized x at dq + i * dq_step */
+    for (int64_t i = 0; i < n && dq_step; i++) {
+        loom_matmul_args d = loom_fused_slice_gemm(w, M, &sl[i], NULL, act);
+        dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, dq + (size_t)i * dq_step) != NULL;
+    }
+    loom_status st = LOOM_OK;
+    for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += LOOM_FUSED_SLICE_ROWS)
+        for (int64_t i = 0; i < n && st == LOOM_OK; i++) {
+            loom_matmul_args d = loom_fused_slice_gemm(w, M, &sl[i], part + i * M * N + r0, act);
+            if (d.w) d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(w->dtype, d.ldw);
+            d.N = N - r0 < LOOM_FUSED_SLICE_ROWS ? N - r0 : LOOM_FUSED_SLICE_ROWS;
+            d.xq = dq_on ? dq + (size_t)i * dq_step : NULL;
+            st = loom_matmul_run(&d, isa, 0, 1, scratch);
+        }
+    return st;
+}
+
+void loom_fused_sum_partials(loom_isa isa, int64_t M, int64_t N, int64_t ns, const float *part,
+                             const loom_tensor *res, loom_tensor *y) {
+    const loom_vec_fns *f = loom_vec_fns_for(isa);
+    for (int64_t m = 0; m < M; m++) {
+        float *ym = (float *)y->data + m * y->stride[0];
+        memcpy(ym, part + m * N, (size_t)N * sizeof(float));
+        for (int64_t s = 1; s < ns; s++) f->add(ym, part + (s * M + m) * N, ym, N);
+        if (res) f->add(ym, (const float *)res->data + m * res->stride[0], ym, N);
+    }
 }

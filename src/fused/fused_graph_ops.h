@@ -39,6 +39,7 @@ void loom_register_qkv_rope_op(loom_op_info *e);
 void loom_register_ffn_op(loom_op_info *e);
 void loom_register_linear_op(loom_op_info *e);
 void loom_register_attention_linear_op(loom_op_info *e);
+void loom_register_incre_attention_linear_op(loom_op_info *e);
 /* attention_linear's automatic block_rows for heads of hd = H*D values and an
  * L2 of l2_bytes (0: 1 MiB): the most rows whose f32 attention output takes
  * half the L2, 1..256 (the kernel rounds it to its query blocks). */

@@ -71,13 +71,10 @@ static loom_status dec_check(const dec_plan *pl, int ith, int nth, void *scratch
     return LOOM_OK;
 }
 
-/* One launch: thread ith folds all chunks of its units itself. */
-static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scratch,
-                                 size_t bytes) {
-    dec_scratch sc;
-    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
-    int64_t lo, hi, M = pl->M, ld = pl->ldq;
-    attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
+/* Units [lo, hi) folded whole by the calling thread, their output written. */
+static void dec_run_range(const dec_plan *pl, dec_scratch *scp, int64_t lo, int64_t hi) {
+    dec_scratch sc = *scp;
+    int64_t M = pl->M, ld = pl->ldq;
     for (int64_t x = lo; x < hi;) {
         /* up to pl->group consecutive units of one batch entry, walked together */
         dec_unit u[ATTN_DEC_GROUP_MAX];
@@ -101,6 +98,16 @@ static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scr
         for (int64_t i = 0; i < g; i++) attn_dec_write(pl, &u[i], sc.hd[i].fm, sc.hd[i].fl, sc.hd[i].facc, sc.row);
         x += g;
     }
+}
+
+/* One launch: thread ith folds all chunks of its units itself. */
+static loom_status dec_run_units(const dec_plan *pl, int ith, int nth, void *scratch,
+                                 size_t bytes) {
+    dec_scratch sc;
+    LOOM_TRY(dec_check(pl, ith, nth, scratch, bytes, &sc));
+    int64_t lo, hi;
+    attn_split_cost(pl->pr->B * pl->pr->Nkv, ith, nth, dec_unit_cost, pl, &lo, &hi);
+    dec_run_range(pl, &sc, lo, hi);
     return LOOM_OK;
 }
 
@@ -238,6 +245,19 @@ static loom_status dec_run_merge(const dec_plan *pl, int ith, int nth, void *ws,
 }
 
 /* ------------------------------------------------------------ public API */
+
+loom_status attn_decode_heads(const attn_problem *pr, const loom_attn_kernels *kern, int64_t h0, int64_t h1,
+                              void *scratch, size_t bytes) {
+    dec_plan pl;
+    dec_scratch sc;
+    attn_dec_plan_init(&pl, pr, kern);
+    LOOM_TRY(dec_check(&pl, 0, 1, scratch, bytes, &sc));
+    LOOM_RETURN_IF(h0 < 0 || h1 > pr->Nkv || h0 > h1, LOOM_ERR_INVALID_ARG,
+                   "incre_flash_attention: kv heads [%lld, %lld) of %lld", (long long)h0, (long long)h1,
+                   (long long)pr->Nkv);
+    for (int64_t b = 0; b < pr->B && h0 < h1; b++) dec_run_range(&pl, &sc, b * pr->Nkv + h0, b * pr->Nkv + h1);
+    return LOOM_OK;
+}
 
 size_t attn_decode_scratch(const attn_problem *pr) {
     dec_plan pl;

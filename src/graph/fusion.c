@@ -371,8 +371,9 @@ static void retype(loom_graph *g, const int *roots, int root, loom_dtype from, l
 /* The rules' activation_dtype (16 bits): every qkv_rope's q, f32 in the
  * graph the rules matched, is stored at that dtype where each node that
  * reads it takes it (its infer run again gives the output it had:
- * attention_linear does, and so do flash_attention_score and
- * incre_flash_attention, whose builder states their f32 output (out_f32)
+ * attention_linear and incre_attention_linear do, and so do
+ * flash_attention_score and incre_flash_attention, whose builder states
+ * their f32 output (out_f32)
  * rather than letting it follow q; paged_attention takes f32 q only, so the
  * batch engine's q stays f32). qkv_rope computes q in f32 and rounds it once as it
  * stores it; the attention kernels widen each q row as they load it. */

@@ -273,6 +273,7 @@ static int build_attention(const fr_ctx *c, fr_fused *f) {
     /* a sliding window: the band below the same diagonal, window - 1 keys before it */
     int band = aa->causal && aa->window > 0;
     int decode = !strcmp(c->rule->fused_op, "incre_flash_attention") ||
+                 !strcmp(c->rule->fused_op, "incre_attention_linear") || /* its builder checked q_len */
                  (!strcmp(c->rule->fused_op, "fused_infer_attention") && sq <= fr_opt(c, "decode_max_q_len", 16));
     if (decode) {
         loom_incre_flash_attention_attrs a = LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT;
@@ -354,6 +355,48 @@ static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
     f->dst = mm->dst;
     if (!take_residual(c, f, mm->dst)) return 0;
     a.residual = fr_node(c, "residual") >= 0;
+    memcpy(f->attrs, &a, sizeof a);
+    return 1;
+}
+
+/* decode attention + output projection (+ residual add) -> one
+ * incre_attention_linear kernel (src/fused/incre_attention_linear_op.c):
+ * each thread's groups of kv heads through the attention and their columns
+ * of W, the groups' partials summed in order. Taken where q_len <=
+ * decode_max_q_len, over any cache build_attention's decode kernel takes
+ * (i8 with its scales too), when whole groups share the kv heads out evenly
+ * on the rules' hardware threads (loom_incre_attention_linear_groups: a
+ * thread runs its heads' attention whole, without split-KV) and a kv head's
+ * columns are whole blocks of a quantized W. */
+_Static_assert(sizeof(loom_incre_attention_linear_attrs) <= LOOM_ATTR_MAX,
+               "incre_attention_linear's attributes fit a node");
+
+static int build_incre_attention_linear(const fr_ctx *c, fr_fused *f) {
+    const loom_node *at = gnode(c, "attn"), *mm = gnode(c, "mm");
+    const loom_tensor *q = gt(c, fr_var(c, "q")), *k = gt(c, fr_var(c, "k")), *w = gt(c, fr_var(c, "w"));
+    const loom_tensor *x = gt(c, mm->src[0]);
+    if (q->ndim != 4 || k->ndim != 4 || q->shape[1] > fr_opt(c, "decode_max_q_len", 16)) return 0;
+    /* mm multiplies the whole attention output, as [B * S, H * D] rows */
+    if (fr_source(c->g, mm->src[0]) != at->dst || x->ndim != 2 || x->dtype != LOOM_F32 ||
+        x->shape[0] != q->shape[0] * q->shape[1] || x->shape[1] != q->shape[2] * q->shape[3])
+        return 0;
+    if (w->ndim != 2 || w->stride[1] != 1 || w->shape[1] != x->shape[1]) return 0;
+    int64_t hkv = k->shape[2], blk = loom_dtype_block_elems(w->dtype);
+    if (hkv < 1 || q->shape[2] % hkv || (blk > 1 && q->shape[2] / hkv * q->shape[3] % blk)) return 0;
+    int groups = loom_incre_attention_linear_groups(hkv, c->hw.threads);
+    int32_t act = fused_act(c, "mm");
+    if (groups < 1 || act < 0 || !build_attention(c, f) || f->op != LOOM_OP_INCRE_FLASH_ATTENTION ||
+        f->n_src + 2 > LOOM_MAX_SRC)
+        return 0;
+    loom_incre_attention_linear_attrs a = {.act_precision = act, .groups = groups};
+    memcpy(&a.attn, f->attrs, sizeof a.attn);
+    if (!a.attn.out_f32) return 0;
+    f->op = LOOM_OP_INCRE_ATTENTION_LINEAR;
+    f->src[f->n_src++] = fr_var(c, "w");
+    f->dst = mm->dst;
+    if (!take_residual(c, f, mm->dst)) return 0;
+    a.residual = fr_node(c, "residual") >= 0;
+    memset(f->attrs, 0, sizeof f->attrs);
     memcpy(f->attrs, &a, sizeof a);
     return 1;
 }
@@ -604,6 +647,7 @@ int fr_check_roles(const fr_rule *r, int *bad_node, char *msg, size_t n) {
 #define NORM_LINEAR_ROLES "norm=rms_norm($x,$gamma) mm=matmul(norm,$w) residual=add(_,mm)"
 #define ATTN_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale)"
 #define ATTN_LINEAR_ROLES "attn=attention($q,$k,$v) mm=matmul(attn,$w) residual=add(_,mm)"
+#define INCRE_ATTN_LINEAR_ROLES "attn=attention($q,$k,$v|$k_scale,$v_scale) mm=matmul(attn,$w) residual=add(_,mm)"
 #define ADD_RMS_NORM_ROLES "add=add(_,_) norm=rms_norm(add,_)"
 #define FFN_ROLES                                                                                \
     "gate=matmul($x,$w_gate) up=matmul($x,$w_up) act=*(gate) mul=mul(act,up) "                  \
@@ -623,6 +667,8 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
     {"attention_linear", "attn mm", "q k v w", "decode_max_q_len block_q block_kv block_rows inner_precise",
      build_attention_linear, ATTN_LINEAR_ROLES},
+    {"incre_attention_linear", "attn mm", "q k v w", "decode_max_q_len block_kv inner_precise",
+     build_incre_attention_linear, INCRE_ATTN_LINEAR_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n one_pass_rows row_block row_min", build_ffn, FFN_ROLES},
     {"norm_qkv_rope", "norm q k v q_rope k_rope k_cache v_cache", "x gamma wq wk wv", "block_heads",
@@ -638,7 +684,7 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"moe_ffn", "gate up act mul down sum", "x w_gate w_up w_down ids weights", "block_n", build_moe_ffn,
      MOE_FFN_ROLES},
 };
-static int n_builders = 16;
+static int n_builders = 17;
 
 const fr_builder *fr_builder_find(const char *name) {
     for (int i = 0; i < n_builders; i++)

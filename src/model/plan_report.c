@@ -145,7 +145,7 @@ static int layers_identical(const plan_mode *m) {
 
 static void print_kernels(FILE *f, const plan_mode *m, const loom_plan_params *p, const loom_hw_profile *hw) {
     fprintf(f, "\nkernels of layer %d, %s:\n", rep_layer(m), m->name);
-    fprintf(f, "  %-30s %-6s %10s %10s %10s %8s %-7s %10s\n", "kernel", "prec", "MB read", "MB written",
+    fprintf(f, "  %-38s %-6s %10s %10s %10s %8s %-7s %10s\n", "kernel", "prec", "MB read", "MB written",
                "GFLOP", "FLOP/B", "bound", "est. us");
     const loom_graph *g = m->g;
     for (int n = 0; n < g->n_nodes; n++) {
@@ -162,7 +162,7 @@ static void print_kernels(FILE *f, const plan_mode *m, const loom_plan_params *p
         if (dot && dot[1] >= '0' && dot[1] <= '9') *dot = '\0';
         char name[96];
         snprintf(name, sizeof name, "%s(%s)", loom_op_get(g->nodes[n].op)->name, lbl);
-        fprintf(f, "  %-30s %-6s %10.3f %10.3f %10.4f %8.1f %-7s %10.2f\n", name,
+        fprintf(f, "  %-38s %-6s %10.3f %10.3f %10.4f %8.1f %-7s %10.2f\n", name,
                    c.matrix ? loom_hw_prec_name(c.prec) : "vector", c.bytes_read / 1e6,
                    c.bytes_written / 1e6, c.flops / 1e9, bytes > 0 ? c.flops / bytes : 0.0,
                    c.compute_bound ? "compute" : "memory", c.seconds * 1e6);

@@ -97,6 +97,12 @@ typedef enum loom_op {
                              src: x [T, D], w_gate, w_up [E, H, D], w_down [E, D, H], ids i32 [T, k],
                              weights f32 [T, k] (+ residual [T, D]); dst: y [T, D];
                              extra dst: h [T*k, H], down rows [T*k, D] (the phase buffers) */
+    LOOM_OP_INCRE_ATTENTION_LINEAR, /* decode attention, its output projection and the residual add in
+                             one kernel, a thread's kv-head groups' outputs multiplied into W's
+                             columns while in cache, the groups' partials summed in order
+                             (src/fused/incre_attention_linear_op.c): src q [B, S, H, D], k, v
+                             [B, S_kv, H_kv, D] (+ k_scale, v_scale for an i8 cache), w [N, H*D]
+                             (+ residual [B*S, N]); dst: y [B*S, N] */
     /* slots for fused ops registered at run time (loom_register_fused_op) */
     LOOM_OP_CUSTOM0,
     LOOM_OP_CUSTOM_LAST = LOOM_OP_CUSTOM0 + 7,
@@ -278,6 +284,22 @@ typedef struct {
     int32_t block_rows;            /* query positions per unit; 0: automatic (the L2 size) */
 } loom_attention_linear_attrs;
 #define LOOM_ATTENTION_LINEAR_ATTRS_DEFAULT {0.0f, 0, 2147483647, 2147483647, 0, 0, 0.0f, 0, 0, 0, 0}
+
+/* incre_attention_linear: decode attention and the output projection (+
+ * residual) in one kernel (src/fused/incre_attention_linear_op.c). */
+typedef struct {
+    loom_incre_flash_attention_attrs attn; /* the attention's (BSND; its output f32) */
+    int32_t act_precision;                 /* the projection's loom_act_precision (as loom_linear_attrs) */
+    int32_t residual;                      /* 1: the last input is added to the product */
+    int32_t groups;                        /* groups of kv heads, each one partial of the projection,
+                                              summed in order (1..N_kv; the builder:
+                                              loom_incre_attention_linear_groups) */
+} loom_incre_attention_linear_attrs;
+/* The builder's groups for n_kv kv heads on the rules' hardware threads:
+ * about LOOM_FFN_ONE_PASS_SLICES, a multiple of threads, at most n_kv, and
+ * every thread's share of whole groups within 1/8 of the others' kv heads;
+ * 0 when no count does that (the attention and linear stay two kernels). */
+int loom_incre_attention_linear_groups(int64_t n_kv, int threads);
 
 typedef struct { int32_t k; } loom_top_k_attrs;                    /* 1 <= k <= E */
 typedef struct { int32_t renorm; } loom_moe_weights_attrs;         /* 1: the k weights sum to 1 */

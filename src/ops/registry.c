@@ -91,6 +91,8 @@ static loom_op_info op_table[] = {
     [LOOM_OP_ATTENTION_LINEAR] = {.name = "attention_linear", .n_src_min = 4, .n_src_max = 5,
                                   .attr_size = sizeof(loom_attention_linear_attrs)},
     [LOOM_OP_MOE_FFN] = {.name = "moe_ffn", .n_src_min = 6, .n_src_max = 7, .attr_size = sizeof(loom_moe_ffn_attrs)},
+    [LOOM_OP_INCRE_ATTENTION_LINEAR] = {.name = "incre_attention_linear", .n_src_min = 4, .n_src_max = 7,
+                                        .attr_size = sizeof(loom_incre_attention_linear_attrs)},
     [LOOM_OP_CUSTOM0 + 0] = {.name = "custom0", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
     [LOOM_OP_CUSTOM0 + 1] = {.name = "custom1", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},
     [LOOM_OP_CUSTOM0 + 2] = {.name = "custom2", .n_src_min = 1, .n_src_max = LOOM_MAX_SRC},

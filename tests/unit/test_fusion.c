@@ -49,7 +49,9 @@ static void test_default_rules_on_llama(void) {
     const int L = 3;
     int32_t ids[24];
     loom_graph *g = llama3_setup(&m, L, ids);
-    const int decode_k = loom_fusion_rules_hw(rules).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
+    /* the decode attention and its projection are one kernel where two kv heads share out on the rules' threads */
+    const int al = loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(rules).threads) > 0;
+    const int decode_k = (loom_fusion_rules_hw(rules).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5) - al;
     for (int round = 0; round < 6; round++) {
         int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0;
         if (round == 4) CHECK(loom_fusion_rules_preset(rules, "one_pass_ffn") == LOOM_OK);
@@ -63,21 +65,23 @@ static void test_default_rules_on_llama(void) {
         CHECK(loom_fusion_apply(g, rules, &rep) == LOOM_OK);
         CHECK_MSG(fired(&rep, "norm_qkv_rope_cache") == L, "qkv %d", fired(&rep, "norm_qkv_rope_cache"));
         CHECK(fired(&rep, "qkv_rope_cache") == 0);
-        CHECK(fired(&rep, "attention") == (phase ? L : 0));
+        CHECK(fired(&rep, "attention") == (phase && !al ? L : 0));
+        CHECK(fired(&rep, "incre_attention_linear_residual") == (phase && al ? L : 0));
         CHECK(fired(&rep, "attention_linear_residual") == (phase ? 0 : L));
         CHECK_MSG(fired(&rep, "norm_ffn_residual") == L, "ffn %d", fired(&rep, "norm_ffn_residual"));
-        CHECK_MSG(fired(&rep, "linear_residual") == (phase ? L : 0), "linear %d", fired(&rep, "linear_residual"));
+        CHECK_MSG(fired(&rep, "linear_residual") == (phase && !al ? L : 0), "linear %d", fired(&rep, "linear_residual"));
         CHECK_MSG(fired(&rep, "norm_linear") == 1, "head %d", fired(&rep, "norm_linear")); /* the LM head */
         CHECK(fired(&rep, "add_rms_norm") == 0 && fired(&rep, "ffn_residual") == 0 && fired(&rep, "ffn") == 0);
         CHECK(rep.nodes_after < rep.nodes_before);
         for (int l = 0; l < L; l++) {
             int k = tm_layer_kernels(g, l);
-            CHECK_MSG(k == (phase && round < 4 ? decode_k : 4), "round %d layer %d: %d kernels", round, l, k);
+            CHECK_MSG(k == (phase ? (round < 4 ? decode_k : 4 - al) : 4), "round %d layer %d: %d kernels", round, l, k);
             CHECK(tm_layer_ops(g, l, LOOM_OP_QKV_ROPE) == 1);
             CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 1);
-            CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == phase);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == (phase && !al));
             CHECK(tm_layer_ops(g, l, LOOM_OP_ATTENTION_LINEAR) == !phase);
-            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_FLASH_ATTENTION) == phase &&
+            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_ATTENTION_LINEAR) == (phase && al));
+            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_FLASH_ATTENTION) == (phase && !al) &&
                   tm_layer_ops(g, l, LOOM_OP_FLASH_ATTENTION) == 0);
             CHECK(tm_layer_ops(g, l, LOOM_OP_ADD_RMS_NORM) == 0 && tm_layer_ops(g, l, LOOM_OP_RMS_NORM) == 0 &&
                   tm_layer_ops(g, l, LOOM_OP_ADD) == 0 && tm_layer_ops(g, l, LOOM_OP_MATMUL) == 0);
@@ -132,6 +136,8 @@ static void test_disabled_rule(void) {
     free(t1), free(t2);
     if (!rules) return;
     CHECK(loom_fusion_rules_enable(rules, "norm_ffn_residual", 0) == LOOM_OK);
+    /* and the decode attention with its projection: wo is linear_residual's again */
+    CHECK(loom_fusion_rules_enable(rules, "incre_attention_linear_residual", 0) == LOOM_OK);
     tmodel m;
     tm_init(&m, 32, 4, 4, 40, 2, 19, 16, 2);
     int32_t ids[3] = {1, 2, 3};
@@ -152,6 +158,7 @@ static void test_disabled_rule(void) {
     loom_fusion_rules *def;
     CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
     CHECK(loom_fusion_rules_enable(def, "attention", 0) == LOOM_OK);
+    CHECK(loom_fusion_rules_enable(def, "incre_attention_linear_residual", 0) == LOOM_OK);
     CHECK(loom_fusion_rules_enable(def, "no_such_rule", 0) != LOOM_OK);
     tm_build(&m, g, ids, 3, 0, 0);
     CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
@@ -176,12 +183,26 @@ static void test_disabled_rule(void) {
         }
         loom_fusion_rules_free(def);
     }
-    /* at decode_max_q_len rows and below the attention is the decode kernel's: not fused */
-    CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
-    tm_build(&m2, g, ids20, 16, 0, 0);
-    CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
-    CHECK(fired(&rep, "attention_linear_residual") == 0 && tm_layer_ops(g, 0, LOOM_OP_INCRE_FLASH_ATTENTION) == 1);
-    loom_fusion_rules_free(def);
+    /* at decode_max_q_len rows and below the attention is the decode kernel's: not
+     * attention_linear; incre_attention_linear where the two kv heads share out on the
+     * rules' threads (4 kernels a layer with the ffn's two phases over 16 rows), and
+     * with that rule off incre_flash_attention and linear again (5) */
+    for (int off = 0; off < 2; off++) {
+        CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+        int al = !off && loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(def).threads) > 0;
+        if (off) CHECK(loom_fusion_rules_enable(def, "incre_attention_linear_residual", 0) == LOOM_OK);
+        tm_build(&m2, g, ids20, 16, 0, 0);
+        CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
+        CHECK(fired(&rep, "attention_linear_residual") == 0);
+        CHECK(fired(&rep, "incre_attention_linear_residual") == (al ? 2 : 0));
+        for (int l = 0; l < 2; l++) {
+            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_ATTENTION_LINEAR) == al);
+            CHECK(tm_layer_ops(g, l, LOOM_OP_INCRE_FLASH_ATTENTION) == !al && tm_layer_ops(g, l, LOOM_OP_LINEAR) == !al);
+            CHECK_MSG(tm_layer_kernels(g, l) == 5 - al, "rule %s: %d kernels", off ? "off" : "on",
+                      tm_layer_kernels(g, l));
+        }
+        loom_fusion_rules_free(def);
+    }
     tm_free(&m2);
     loom_fusion_rules_free(rules);
     loom_graph_free(g);
@@ -467,11 +488,14 @@ static void test_presets_and_hw(void) {
         loom_graph_init(&g);
         tm_build(&m, g, ids20, 1, 19, 0); /* one query row at position 19: the decode kernel */
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
-        for (int n = 0; n < g->n_nodes; n++)
+        for (int n = 0; n < g->n_nodes; n++) {
+            const void *at = g->nodes[n].attrs;
             if (g->nodes[n].op == LOOM_OP_INCRE_FLASH_ATTENTION)
-                CHECK(((const loom_incre_flash_attention_attrs *)(const void *)g->nodes[n].attrs)->inner_precise ==
-                      fast);
-        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2);
+                CHECK(((const loom_incre_flash_attention_attrs *)at)->inner_precise == fast);
+            if (g->nodes[n].op == LOOM_OP_INCRE_ATTENTION_LINEAR)
+                CHECK(((const loom_incre_attention_linear_attrs *)at)->attn.inner_precise == fast);
+        }
+        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) + tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2);
         loom_graph_free(g);
         loom_fusion_rules_free(r);
     }
