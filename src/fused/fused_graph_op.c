@@ -89,11 +89,13 @@ loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_
         dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, dq + (size_t)i * dq_step) != NULL;
     }
     loom_status st = LOOM_OK;
-    for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += LOOM_FUSED_SLICE_ROWS)
+    /* one slice: one call over every row (nothing to take in turn) */
+    const int64_t rows = n > 1 ? LOOM_FUSED_SLICE_ROWS : N;
+    for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += rows)
         for (int64_t i = 0; i < n && st == LOOM_OK; i++) {
             loom_matmul_args d = loom_fused_slice_gemm(w, M, &sl[i], part + i * M * N + r0, act);
             if (d.w) d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(w->dtype, d.ldw);
-            d.N = N - r0 < LOOM_FUSED_SLICE_ROWS ? N - r0 : LOOM_FUSED_SLICE_ROWS;
+            d.N = N - r0 < rows ? N - r0 : rows;
             d.xq = dq_on ? dq + (size_t)i * dq_step : NULL;
             st = loom_matmul_run(&d, isa, 0, 1, scratch);
         }

@@ -364,10 +364,11 @@ static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
  * each thread's groups of kv heads through the attention and their columns
  * of W, the groups' partials summed in order. Taken where q_len <=
  * decode_max_q_len, over any cache build_attention's decode kernel takes
- * (i8 with its scales too), when whole groups share the kv heads out evenly
- * on the rules' hardware threads (loom_incre_attention_linear_groups: a
- * thread runs its heads' attention whole, without split-KV) and a kv head's
- * columns are whole blocks of a quantized W. */
+ * (i8 with its scales too). groups auto: for a float W, where whole groups
+ * share the kv heads out evenly on the rules' hardware threads
+ * (loom_incre_attention_linear_groups: a thread runs its heads' attention
+ * whole, without split-KV); a set count for any W whose blocks a kv head's
+ * columns hold whole. */
 _Static_assert(sizeof(loom_incre_attention_linear_attrs) <= LOOM_ATTR_MAX,
                "incre_attention_linear's attributes fit a node");
 
@@ -383,12 +384,16 @@ static int build_incre_attention_linear(const fr_ctx *c, fr_fused *f) {
     if (w->ndim != 2 || w->stride[1] != 1 || w->shape[1] != x->shape[1]) return 0;
     int64_t hkv = k->shape[2], blk = loom_dtype_block_elems(w->dtype);
     if (hkv < 1 || q->shape[2] % hkv || (blk > 1 && q->shape[2] / hkv * q->shape[3] % blk)) return 0;
-    int groups = loom_incre_attention_linear_groups(hkv, c->hw.threads);
+    /* auto: from the rules' hardware threads, for a float W only (a quantized W's slices are
+     * GEMVs over short K called once per 16 rows, which ran the ffn's one pass at 0.76-0.86x:
+     * bench/results/fusion.md); a set count is capped at the kv heads */
+    int64_t groups = fr_opt(c, "groups", blk > 1 ? 0 : loom_incre_attention_linear_groups(hkv, c->hw.threads));
+    groups = groups < hkv ? groups : hkv;
     int32_t act = fused_act(c, "mm");
     if (groups < 1 || act < 0 || !build_attention(c, f) || f->op != LOOM_OP_INCRE_FLASH_ATTENTION ||
         f->n_src + 2 > LOOM_MAX_SRC)
         return 0;
-    loom_incre_attention_linear_attrs a = {.act_precision = act, .groups = groups};
+    loom_incre_attention_linear_attrs a = {.act_precision = act, .groups = (int32_t)groups};
     memcpy(&a.attn, f->attrs, sizeof a.attn);
     if (!a.attn.out_f32) return 0;
     f->op = LOOM_OP_INCRE_ATTENTION_LINEAR;
@@ -667,7 +672,7 @@ static fr_builder builders[MAX_BUILDERS] = {
     {"incre_flash_attention", "attn", "q k v", "block_kv inner_precise", build_attention, ATTN_ROLES},
     {"attention_linear", "attn mm", "q k v w", "decode_max_q_len block_q block_kv block_rows inner_precise",
      build_attention_linear, ATTN_LINEAR_ROLES},
-    {"incre_attention_linear", "attn mm", "q k v w", "decode_max_q_len block_kv inner_precise",
+    {"incre_attention_linear", "attn mm", "q k v w", "decode_max_q_len block_kv inner_precise groups",
      build_incre_attention_linear, INCRE_ATTN_LINEAR_ROLES},
     {"add_rms_norm", "add norm", "", "", build_add_rms_norm, ADD_RMS_NORM_ROLES},
     {"ffn", "gate up act mul down", "x w_gate w_up w_down", "block_n one_pass_rows row_block row_min", build_ffn, FFN_ROLES},

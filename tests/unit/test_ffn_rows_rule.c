@@ -48,7 +48,8 @@ static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_
  * the two phases; in the graph, 4 decode kernels a layer with it, 5 without
  * (more hardware threads, quantized weights, or one_pass_rows: 0), one fewer
  * where the decode attention and its projection are one kernel (2 kv heads on
- * 2 threads, not on 16). */
+ * 2 threads over float weights; not on 16 threads, nor over q8_0 weights but
+ * with preset one_kernel_attention). */
 static void test_one_pass_auto(void) {
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2) == 1);
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_AUTO_THREADS) == 1);
@@ -84,11 +85,22 @@ static void test_one_pass_auto(void) {
                 }
             CHECK(seen == 2);
             /* the decode attention and its projection: one kernel where 2 kv heads share out
-             * on the rules' threads (2: yes; 16: no) */
-            int al = k != 1;
+             * on the rules' threads (2: yes; 16: no) over float weights (q8_0: not by default;
+             * preset one_kernel_attention: yes) */
+            int al = k == 0 || k == 3;
             for (int l = 0; l < 2; l++)
                 CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 4 : 5) - al, "case %d layer %d: %d kernels", k, l,
                           tm_layer_kernels(g, l));
+            CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al);
+            if (k == 2) {
+                CHECK(loom_fusion_rules_preset(r, "one_kernel_attention") == LOOM_OK);
+                tm_build(&m, g, ids, 1, 3, 0);
+                CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+                CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 && tm_layer_kernels(g, 0) == 4);
+                for (int n = 0; n < g->n_nodes; n++)
+                    if (g->nodes[n].op == LOOM_OP_INCRE_ATTENTION_LINEAR) /* 8 capped at the 2 kv heads */
+                        CHECK(((const loom_incre_attention_linear_attrs *)(const void *)g->nodes[n].attrs)->groups == 2);
+            }
             loom_fusion_rules_free(r);
         }
         tm_free(&m);
