@@ -18,7 +18,7 @@
  * thread takes whole slices and computes each one's up and gate tiles and
  * act(gate) * up in scratch, then the slices' shares of the down projection,
  * h_slice . Wd[:, slice]^T, each into its slice's partial [M, D] in the
- * launch's shared buffer, walking Wd's rows in blocks of LOOM_FUSED_SLICE_ROWS
+ * launch's shared buffer (loom_fused_slices_project), walking Wd's rows in blocks of LOOM_FUSED_SLICE_ROWS
  * and the thread's slices in turn within each, so that a row's columns of
  * the thread's slices (adjacent in memory) are read within a short time of
  * each other (the GEMV fetches segments of rows ahead by row,
@@ -490,7 +490,7 @@ static loom_status one_pass_kernel(const loom_kernel_args *a, loom_isa isa) {
             sl[s - s0] = (loom_fused_slice){ht + (s - s0) * M * sw, nb, n0, nb};
         }
         if (st == LOOM_OK)
-            st = loom_fused_slices_project(isa, a->src[3], M, act, sl, s1 - s0, part + s0 * M * D, sc + L.dq,
+            st = loom_fused_slices_project(isa, a->src[3], M, act, 0, sl, s1 - s0, part + s0 * M * D, sc + L.dq,
                                            L.dq_step, sc);
     }
     int failed = st != LOOM_OK;

@@ -79,13 +79,14 @@ size_t loom_fused_slice_dq_bytes(const loom_tensor *w, int64_t M, int64_t nb, in
     return loom_align64(loom_matmul_xq_bytes(&d));
 }
 
-loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_t M, int32_t act,
+loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_t M, int32_t act, int invariant,
                                       const loom_fused_slice *sl, int64_t n, float *part, char *dq, size_t dq_step,
                                       void *scratch) {
     const int64_t N = w->shape[0];
     int dq_on = 0; /* slice i's quantized x at dq + i * dq_step */
     for (int64_t i = 0; i < n && dq_step; i++) {
         loom_matmul_args d = loom_fused_slice_gemm(w, M, &sl[i], NULL, act);
+        d.invariant = invariant;
         dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, dq + (size_t)i * dq_step) != NULL;
     }
     loom_status st = LOOM_OK;
@@ -96,7 +97,7 @@ loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_
             loom_matmul_args d = loom_fused_slice_gemm(w, M, &sl[i], part + i * M * N + r0, act);
             if (d.w) d.w = (const char *)d.w + (size_t)r0 * loom_dtype_row_bytes(w->dtype, d.ldw);
             d.N = N - r0 < rows ? N - r0 : rows;
-            d.xq = dq_on ? dq + (size_t)i * dq_step : NULL;
+            d.xq = dq_on ? dq + (size_t)i * dq_step : NULL, d.invariant = invariant;
             st = loom_matmul_run(&d, isa, 0, 1, scratch);
         }
     return st;

@@ -48,16 +48,19 @@ int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int6
 
 /* One pass's projections of column slices (the ffn's down projection, the
  * decode attention's output projection): slice i of n takes W's columns
- * [n0, n0 + nb) (n0 a multiple of 64: whole blocks of every quantized type)
- * and its x, [M, nb] rows ldx apart, into its partial part + i * M * N, the
- * projection's [M, N]. W's rows are walked in blocks of LOOM_FUSED_SLICE_ROWS
- * with the slices taken in turn in each, so that a row's columns of adjacent
- * slices are read close together (one slice over all rows at a time, each
- * row's short segment apart, ran the ffn's decode at 0.87x its two phases);
- * a row's sum does not depend on the rows around it, so the bits are those of
- * one call a slice. Where W takes q8 x each slice's x is quantized once, into
- * dq + i * dq_step (dq_step: loom_fused_slice_dq_bytes of the widest slice;
- * 0: none needed). scratch: loom_matmul_scratch_size of each slice's call. */
+ * [n0, n0 + nb) (n0 on a whole block of a quantized W: the ffn's are
+ * multiples of 64, the attention's of a kv head's columns) and its x, [M, nb]
+ * rows ldx apart, into its partial part + i * M * N, the projection's [M, N].
+ * W's rows are walked in blocks of LOOM_FUSED_SLICE_ROWS with the slices
+ * taken in turn in each, so that a row's columns of adjacent slices are read
+ * close together (one slice over all rows at a time, each row's short
+ * segment apart, ran the ffn's decode at 0.87x its two phases); a single
+ * slice is one call over all rows. A row's sum does not depend on the rows
+ * around it, so the bits are those of one call a slice. Where W takes q8 x
+ * each slice's x is quantized once, into dq + i * dq_step (dq_step:
+ * loom_fused_slice_dq_bytes of the widest slice; 0: none needed). invariant:
+ * the calls run batch-invariant. scratch: loom_matmul_scratch_size of each
+ * slice's call. */
 #define LOOM_FUSED_SLICE_ROWS 16
 typedef struct loom_fused_slice {
     const float *x;
@@ -66,7 +69,7 @@ typedef struct loom_fused_slice {
 loom_matmul_args loom_fused_slice_gemm(const loom_tensor *w, int64_t M, const loom_fused_slice *s, float *y,
                                        int32_t act);
 size_t loom_fused_slice_dq_bytes(const loom_tensor *w, int64_t M, int64_t nb, int32_t act);
-loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_t M, int32_t act,
+loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_t M, int32_t act, int invariant,
                                       const loom_fused_slice *sl, int64_t n, float *part, char *dq, size_t dq_step,
                                       void *scratch);
 /* The last step of such a pass: y = ((p_0 + p_1) + ...) (+ residual) row by

@@ -20,7 +20,10 @@
  * bits for any thread count; against incre_flash_attention followed by linear
  * (one dot product over all H*D) they differ by rounding only. The attention
  * of a thread's heads is the decode kernel's whole-unit path (no split-KV):
- * the builder takes the fusion only where whole groups share out evenly. */
+ * groups auto is taken only where whole groups share out evenly on the rules'
+ * threads (a set count, or a launch on other threads, may leave shares
+ * uneven). Batch-invariant launches run the projections batch-invariant
+ * (the GEMM for every row count), as linear does. */
 #include "fused/fused_graph_ops.h"
 #include "fused/fused_internal.h"
 
@@ -68,8 +71,10 @@ static loom_status ial_check(const loom_tensor *const *src, int n_src, const loo
     s->HD = s->H * s->D;
     LOOM_RETURN_IF(s->Hkv < 1 || s->H % s->Hkv, LOOM_ERR_SHAPE, "%s: %lld heads over %lld kv heads", OP,
                    (long long)s->H, (long long)s->Hkv);
-    LOOM_RETURN_IF(at->groups < 1 || at->groups > s->Hkv, LOOM_ERR_INVALID_ARG, "%s: groups %d: 1 to %lld (kv heads)",
-                   OP, (int)at->groups, (long long)s->Hkv);
+    int64_t gmax = s->Hkv < LOOM_FFN_ONE_PASS_MAX_SLICES ? s->Hkv : LOOM_FFN_ONE_PASS_MAX_SLICES;
+    LOOM_RETURN_IF(at->groups < 1 || at->groups > gmax, LOOM_ERR_INVALID_ARG,
+                   "%s: groups %d: 1 to %lld (the kv heads, at most %d)", OP, (int)at->groups, (long long)gmax,
+                   LOOM_FFN_ONE_PASS_MAX_SLICES);
     s->groups = at->groups;
     s->w = src[s->n_attn];
     s->res = at->residual ? src[s->n_attn + 1] : NULL;
@@ -147,8 +152,11 @@ static ial_layout ial_layout_of(const loom_tensor *const *src, const ial_shape *
         if (sl.nb == seen[0] || sl.nb == seen[1]) continue;
         seen[seen[0] ? 1 : 0] = sl.nb;
         loom_matmul_args d = loom_fused_slice_gemm(s->w, s->M, &sl, NULL, act);
-        size_t b = loom_matmul_scratch_size(&d);
-        work = work > b ? work : b;
+        for (int inv = 0; inv < 2; inv++) { /* batch-invariant launches too */
+            d.invariant = inv;
+            size_t b = loom_matmul_scratch_size(&d);
+            work = work > b ? work : b;
+        }
         widest = sl.nb > widest ? sl.nb : widest;
     }
     ial_layout L;
@@ -177,15 +185,20 @@ static size_t ial_shared(const loom_tensor *const *src, int n_src, const loom_te
 static loom_status ial_kernel(const loom_kernel_args *a, loom_isa isa) {
     const loom_incre_attention_linear_attrs *at = a->attrs;
     ial_shape s;
-    LOOM_TRY(ial_check(a->src, a->n_src, at, &s));
-    LOOM_RETURN_IF(a->dst->ndim != 2 || a->dst->shape[0] != s.M || a->dst->shape[1] != s.N || a->dst->stride[1] != 1,
-                   LOOM_ERR_SHAPE, "%s: y must be [%lld, %lld] with contiguous rows", OP, (long long)s.M,
-                   (long long)s.N);
+    /* every thread goes on to arrive, failed or not: the last one must be counted in */
+    loom_status st = ial_check(a->src, a->n_src, at, &s);
+    if (st == LOOM_OK &&
+        (a->dst->ndim != 2 || a->dst->shape[0] != s.M || a->dst->shape[1] != s.N || a->dst->stride[1] != 1))
+        st = loom_set_error(LOOM_ERR_SHAPE, "%s: y must be [%lld, %lld] with contiguous rows", OP, (long long)s.M,
+                            (long long)s.N);
+    if (st != LOOM_OK) {
+        int failed = 1;
+        loom_kernel_arrive(a, &failed);
+        return st;
+    }
     ial_layout L = ial_layout_of(a->src, &s, at->act_precision);
     float *part = a->shared;
-    loom_status st = LOOM_OK;
     size_t need = (size_t)(s.groups * s.M * s.N) * sizeof(float);
-    /* every thread goes on to arrive, failed or not: the last one must be counted in */
     if (!part || a->shared_bytes < need || (a->nth > 1 && !a->arrive))
         st = loom_set_error(LOOM_ERR_INVALID_ARG, "%s: needs %zu shared bytes%s, has %zu", OP, need,
                             a->nth > 1 && !a->arrive ? " and a counter" : "", part ? a->shared_bytes : 0);
@@ -206,8 +219,8 @@ static loom_status ial_kernel(const loom_kernel_args *a, loom_isa isa) {
         loom_fused_slice sl[LOOM_FFN_ONE_PASS_MAX_SLICES];
         for (int64_t g = g0; g < g1; g++) sl[g - g0] = ial_slice(&s, out, g);
         if (st == LOOM_OK)
-            st = loom_fused_slices_project(isa, s.w, s.M, at->act_precision, sl, g1 - g0, part + g0 * s.M * s.N,
-                                           sc + L.dq, L.dq_step, sc + L.work);
+            st = loom_fused_slices_project(isa, s.w, s.M, at->act_precision, a->invariant, sl, g1 - g0,
+                                           part + g0 * s.M * s.N, sc + L.dq, L.dq_step, sc + L.work);
     }
     int failed = st != LOOM_OK;
     if (!loom_kernel_arrive(a, &failed) || failed) return st;

@@ -364,8 +364,9 @@ static int build_attention_linear(const fr_ctx *c, fr_fused *f) {
  * each thread's groups of kv heads through the attention and their columns
  * of W, the groups' partials summed in order. Taken where q_len <=
  * decode_max_q_len, over any cache build_attention's decode kernel takes
- * (i8 with its scales too). groups auto: for a float W, where whole groups
- * share the kv heads out evenly on the rules' hardware threads
+ * (i8 with its scales too), when the rule's groups option is not 0 (the
+ * default rules' is 0). groups auto: for a float W, where whole groups share
+ * the kv heads out evenly on the rules' hardware threads
  * (loom_incre_attention_linear_groups: a thread runs its heads' attention
  * whole, without split-KV); a set count for any W whose blocks a kv head's
  * columns hold whole. */
@@ -384,11 +385,12 @@ static int build_incre_attention_linear(const fr_ctx *c, fr_fused *f) {
     if (w->ndim != 2 || w->stride[1] != 1 || w->shape[1] != x->shape[1]) return 0;
     int64_t hkv = k->shape[2], blk = loom_dtype_block_elems(w->dtype);
     if (hkv < 1 || q->shape[2] % hkv || (blk > 1 && q->shape[2] / hkv * q->shape[3] % blk)) return 0;
-    /* auto: from the rules' hardware threads, for a float W only (a quantized W's slices are
-     * GEMVs over short K called once per 16 rows, which ran the ffn's one pass at 0.76-0.86x:
-     * bench/results/fusion.md); a set count is capped at the kv heads */
+    /* 0: not taken; auto: from the rules' hardware threads, for a float W only (a quantized
+     * W's slices are GEMVs over short K called once per 16 rows, which ran the ffn's one pass
+     * at 0.76-0.86x: bench/results/fusion.md); a set count is capped at the kv heads */
     int64_t groups = fr_opt(c, "groups", blk > 1 ? 0 : loom_incre_attention_linear_groups(hkv, c->hw.threads));
     groups = groups < hkv ? groups : hkv;
+    groups = groups < LOOM_FFN_ONE_PASS_MAX_SLICES ? groups : LOOM_FFN_ONE_PASS_MAX_SLICES;
     int32_t act = fused_act(c, "mm");
     if (groups < 1 || act < 0 || !build_attention(c, f) || f->op != LOOM_OP_INCRE_FLASH_ATTENTION ||
         f->n_src + 2 > LOOM_MAX_SRC)

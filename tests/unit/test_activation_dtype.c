@@ -80,11 +80,18 @@ static void test_activation_dtype(void) {
         CHECK(loom_graph_plan(g) == LOOM_OK);
         tm_build(&m, g, ids, 1, 20, 0); /* decode */
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
-        /* incre_attention_linear where the two kv heads share out on the rules' threads (its
-         * attention's output f32 inside it), else incre_flash_attention with an f32 output */
-        int al = loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(r).threads) > 0;
-        CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al && q_dtype_of(g) == dt);
-        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2 * !al && outputs_f32(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2 * !al);
+        CHECK(tm_ops(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2 && q_dtype_of(g) == dt);
+        CHECK(outputs_f32(g, LOOM_OP_INCRE_FLASH_ATTENTION) == 2);
+        /* and incre_attention_linear (preset one_kernel_attention, where the two kv heads share
+         * out on the rules' threads) reads q at 16 bits too */
+        if (loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(r).threads) > 0) {
+            loom_fusion_rules *ra = rules_with_act(d ? "bf16" : "f16");
+            CHECK(ra && loom_fusion_rules_preset(ra, "one_kernel_attention") == LOOM_OK);
+            tm_build(&m, g, ids, 1, 20, 0);
+            CHECK(ra && loom_fusion_apply(g, ra, NULL) == LOOM_OK);
+            CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 && q_dtype_of(g) == dt);
+            loom_fusion_rules_free(ra);
+        }
         CHECK(loom_fusion_rules_enable(r, "attention_linear_residual", 0) == LOOM_OK);
         tm_build(&m, g, ids, 20, 0, 0);
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);

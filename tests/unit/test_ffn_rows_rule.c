@@ -47,9 +47,9 @@ static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_
  * float weights on hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads, else
  * the two phases; in the graph, 4 decode kernels a layer with it, 5 without
  * (more hardware threads, quantized weights, or one_pass_rows: 0), one fewer
- * where the decode attention and its projection are one kernel (2 kv heads on
- * 2 threads over float weights; not on 16 threads, nor over q8_0 weights but
- * with preset one_kernel_attention). */
+ * with preset one_kernel_attention where the decode attention and its
+ * projection become one kernel (2 kv heads on 2 threads over float weights;
+ * not on 16 threads, nor over q8_0 weights but with groups set). */
 static void test_one_pass_auto(void) {
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2) == 1);
     CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_AUTO_THREADS) == 1);
@@ -84,22 +84,30 @@ static void test_one_pass_auto(void) {
                     seen++;
                 }
             CHECK(seen == 2);
-            /* the decode attention and its projection: one kernel where 2 kv heads share out
-             * on the rules' threads (2: yes; 16: no) over float weights (q8_0: not by default;
-             * preset one_kernel_attention: yes) */
-            int al = k == 0 || k == 3;
             for (int l = 0; l < 2; l++)
-                CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 4 : 5) - al, "case %d layer %d: %d kernels", k, l,
+                CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 4 : 5), "case %d layer %d: %d kernels", k, l,
                           tm_layer_kernels(g, l));
-            CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al);
+            CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 0); /* not by default */
+            /* preset one_kernel_attention (groups auto): the decode attention and its projection one
+             * kernel where 2 kv heads share out on the rules' threads (2: yes, 16: no) over float
+             * weights (q8_0: no); groups set to 8 (capped at the 2 kv heads): any weights */
+            CHECK(loom_fusion_rules_preset(r, "one_kernel_attention") == LOOM_OK);
+            tm_build(&m, g, ids, 1, 3, 0);
+            CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+            int al = k == 0 || k == 3;
+            CHECK_MSG(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al && tm_layer_kernels(g, 0) == (k == 0 ? 4 : 5) - al,
+                      "case %d: %d kernels with one_kernel_attention", k, tm_layer_kernels(g, 0));
             if (k == 2) {
-                CHECK(loom_fusion_rules_preset(r, "one_kernel_attention") == LOOM_OK);
+                loom_fusion_rules *r8 = NULL;
+                CHECK(rules_patched(loom_fusion_default_yaml, "  threads: auto\n", "  threads: 2\n", "      groups: 0\n",
+                                    "      groups: 8\n", &r8) == LOOM_OK);
                 tm_build(&m, g, ids, 1, 3, 0);
-                CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+                CHECK(r8 && loom_fusion_apply(g, r8, NULL) == LOOM_OK);
                 CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 && tm_layer_kernels(g, 0) == 4);
                 for (int n = 0; n < g->n_nodes; n++)
-                    if (g->nodes[n].op == LOOM_OP_INCRE_ATTENTION_LINEAR) /* 8 capped at the 2 kv heads */
+                    if (g->nodes[n].op == LOOM_OP_INCRE_ATTENTION_LINEAR)
                         CHECK(((const loom_incre_attention_linear_attrs *)(const void *)g->nodes[n].attrs)->groups == 2);
+                loom_fusion_rules_free(r8);
             }
             loom_fusion_rules_free(r);
         }
@@ -112,7 +120,7 @@ static void test_one_pass_auto(void) {
  * attention_linear, the ffn as one kernel), 4 with the default row_min (128
  * rows a thread of the machine) or row_block 0 (the ffn's two phases); a
  * decode step: the ffn's one pass where the rules' hardware allows (4, or 5
- * without), one fewer with incre_attention_linear. The rows pass's logits are within
+ * without). The rows pass's logits are within
  * 2^-11 of step_by_step's, fused_with_checkpoints passes, and 1 and 3
  * threads give the same bits. */
 static void test_rows_rule(void) {
@@ -144,7 +152,6 @@ static void test_rows_rule(void) {
         CHECK(loom_graph_plan(g) == LOOM_OK);
         /* decode: the ffn in one pass where the rules' hardware allows (auto, f32 weights) */
         int dk = loom_fusion_rules_hw(r).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
-        dk -= loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(r).threads) > 0;
         for (int l = 0; l < 2; l++) CHECK_MSG(tm_layer_kernels(g, l) == dk, "rules %d decode: %d kernels", k, tm_layer_kernels(g, l));
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by

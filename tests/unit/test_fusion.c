@@ -49,12 +49,14 @@ static void test_default_rules_on_llama(void) {
     const int L = 3;
     int32_t ids[24];
     loom_graph *g = llama3_setup(&m, L, ids);
-    /* the decode attention and its projection are one kernel where two kv heads share out on the rules' threads */
-    const int al = loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(rules).threads) > 0;
-    const int decode_k = (loom_fusion_rules_hw(rules).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5) - al;
-    for (int round = 0; round < 6; round++) {
-        int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0;
+    const int decode_k = loom_fusion_rules_hw(rules).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
+    /* rounds 6-7 add preset one_kernel_attention: the decode attention and its projection one
+     * kernel where two kv heads share out on the rules' threads (groups auto) */
+    const int al_hw = loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(rules).threads) > 0;
+    for (int round = 0; round < 8; round++) {
+        int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0, al = round >= 6 && al_hw;
         if (round == 4) CHECK(loom_fusion_rules_preset(rules, "one_pass_ffn") == LOOM_OK);
+        if (round == 6) CHECK(loom_fusion_rules_preset(rules, "one_kernel_attention") == LOOM_OK);
         tm_build(&m, g, ids, n, pos, 0);
         CHECK(loom_graph_status(g) == LOOM_OK);
         /* rounds 2, 3: data-less graphs (analytic planning) fuse the same way */
@@ -76,6 +78,7 @@ static void test_default_rules_on_llama(void) {
         for (int l = 0; l < L; l++) {
             int k = tm_layer_kernels(g, l);
             CHECK_MSG(k == (phase ? (round < 4 ? decode_k : 4 - al) : 4), "round %d layer %d: %d kernels", round, l, k);
+            if (round == 7) CHECK(al_hw == 0 || k == 3);
             CHECK(tm_layer_ops(g, l, LOOM_OP_QKV_ROPE) == 1);
             CHECK(tm_layer_ops(g, l, LOOM_OP_FFN) == 1);
             CHECK(tm_layer_ops(g, l, LOOM_OP_LINEAR) == (phase && !al));
@@ -136,8 +139,6 @@ static void test_disabled_rule(void) {
     free(t1), free(t2);
     if (!rules) return;
     CHECK(loom_fusion_rules_enable(rules, "norm_ffn_residual", 0) == LOOM_OK);
-    /* and the decode attention with its projection: wo is linear_residual's again */
-    CHECK(loom_fusion_rules_enable(rules, "incre_attention_linear_residual", 0) == LOOM_OK);
     tmodel m;
     tm_init(&m, 32, 4, 4, 40, 2, 19, 16, 2);
     int32_t ids[3] = {1, 2, 3};
@@ -158,7 +159,6 @@ static void test_disabled_rule(void) {
     loom_fusion_rules *def;
     CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
     CHECK(loom_fusion_rules_enable(def, "attention", 0) == LOOM_OK);
-    CHECK(loom_fusion_rules_enable(def, "incre_attention_linear_residual", 0) == LOOM_OK);
     CHECK(loom_fusion_rules_enable(def, "no_such_rule", 0) != LOOM_OK);
     tm_build(&m, g, ids, 3, 0, 0);
     CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
@@ -184,13 +184,15 @@ static void test_disabled_rule(void) {
         loom_fusion_rules_free(def);
     }
     /* at decode_max_q_len rows and below the attention is the decode kernel's: not
-     * attention_linear; incre_attention_linear where the two kv heads share out on the
-     * rules' threads (4 kernels a layer with the ffn's two phases over 16 rows), and
-     * with that rule off incre_flash_attention and linear again (5) */
-    for (int off = 0; off < 2; off++) {
+     * attention_linear; incre_attention_linear under preset one_kernel_attention where the
+     * two kv heads share out on the rules' threads (4 kernels a layer with the ffn's two
+     * phases over 16 rows); with the rule off (the default's groups 0, or enable false
+     * under the preset) incre_flash_attention and linear (5) */
+    for (int off = 0; off < 3; off++) {
         CHECK(loom_fusion_rules_load(NULL, &def) == LOOM_OK);
+        if (off != 1) CHECK(loom_fusion_rules_preset(def, "one_kernel_attention") == LOOM_OK);
         int al = !off && loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(def).threads) > 0;
-        if (off) CHECK(loom_fusion_rules_enable(def, "incre_attention_linear_residual", 0) == LOOM_OK);
+        if (off == 2) CHECK(loom_fusion_rules_enable(def, "incre_attention_linear_residual", 0) == LOOM_OK);
         tm_build(&m2, g, ids20, 16, 0, 0);
         CHECK(loom_fusion_apply(g, def, &rep) == LOOM_OK);
         CHECK(fired(&rep, "attention_linear_residual") == 0);

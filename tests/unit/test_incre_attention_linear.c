@@ -261,6 +261,28 @@ static void test_errors(void) {
                   "%s", loom_last_error());
         loom_free_aligned(s), loom_free_aligned(h);
     }
+    /* two threads, the second one short of scratch: the first finishes its share, the second (the
+     * last to arrive) reports the error, and the launch's counter is back at 0 */
+    {
+        loom_kernel_args a = {.src = {&q, &k, &v, &w, &res}, .n_src = 5, .dst = &y, .attrs = &at, .nth = 2,
+                              .arrive = &arrive};
+        size_t sb = info->scratch_size(a.src, 5, &y, &at), hb = info->shared_size(a.src, 5, &y, &at);
+        void *s = loom_alloc_aligned(sb, LOOM_ALIGN), *h = loom_alloc_aligned(hb, LOOM_ALIGN);
+        a.shared = h, a.shared_bytes = hb;
+        loom_kernel_fn fn = loom_op_kernel(LOOM_OP_INCRE_ATTENTION_LINEAR, loom_cpu_best_isa());
+        a.ith = 0, a.scratch = s, a.scratch_bytes = sb;
+        CHECK(fn(&a) == LOOM_OK);
+        a.ith = 1, a.scratch = small, a.scratch_bytes = sizeof small;
+        CHECK(fn(&a) == LOOM_ERR_INVALID_ARG && strstr(loom_last_error(), "scratch"));
+        CHECK_MSG(atomic_load(&arrive) == 0, "the counter is %d", atomic_load(&arrive));
+        /* a thread whose inputs are wrong arrives too */
+        a.ith = 0, a.scratch = s, a.scratch_bytes = sb;
+        CHECK(fn(&a) == LOOM_OK);
+        a.ith = 1, a.n_src = 4;
+        CHECK(fn(&a) == LOOM_ERR_INVALID_ARG);
+        CHECK_MSG(atomic_load(&arrive) == 0, "the counter is %d", atomic_load(&arrive));
+        loom_free_aligned(s), loom_free_aligned(h);
+    }
 }
 
 /* The op's accounting: incre_flash_attention's and linear's, less the

@@ -361,6 +361,8 @@ int main(void) {
     test_threads_bit_identical(legacy, "two_phase_ffn", NULL, two);
     test_threads_bit_identical(legacy, NULL, two, NULL);
     test_threads_bit_identical(legacy, "one_pass_ffn", two, NULL);
+    /* and the decode attention with its projection as one kernel (its 4 kv heads in groups) */
+    test_threads_bit_identical(legacy, "one_kernel_attention", two, NULL);
     test_kv_dtypes(legacy);
     return TEST_SUMMARY();
 }
