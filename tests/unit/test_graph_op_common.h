@@ -4,6 +4,8 @@
 #ifndef LOOM_TEST_GRAPH_OP_COMMON_H
 #define LOOM_TEST_GRAPH_OP_COMMON_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +57,45 @@ static loom_status run_threads(loom_op op, loom_kernel_fn fn, loom_kernel_args a
             loom_free_aligned(s);
             if (t != LOOM_OK && st == LOOM_OK) st = t; /* the others still run: one pass counts them in */
         }
+    loom_free_aligned(a.shared);
+    return st;
+}
+
+/* Runs nth threads of kernel fn at once (pthreads, not one after another)
+ * over one launch's shared buffer and arrival counter, twice; the counter
+ * must be back at 0 after each launch (`*counter_bad` counts the launches
+ * where it was not). One phase only. */
+typedef struct { loom_kernel_fn fn; loom_kernel_args a; loom_status st; } gop_thr_arg;
+
+static inline void *gop_thr_main(void *p) {
+    gop_thr_arg *t = p;
+    t->st = t->fn(&t->a);
+    return NULL;
+}
+
+static inline loom_status run_concurrent_op(loom_op op, loom_kernel_fn fn, loom_kernel_args a, int nth, int *counter_bad) {
+    const loom_op_info *info = loom_op_get(op);
+    size_t bytes = info->scratch_size ? info->scratch_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    size_t shared = info->shared_size ? info->shared_size(a.src, a.n_src, a.dst, a.attrs) : 0;
+    _Atomic int arrive = 0;
+    loom_status st = LOOM_OK;
+    a.shared = shared ? loom_alloc_aligned(shared, LOOM_ALIGN) : NULL, a.shared_bytes = shared;
+    for (int launch = 0; launch < 2 && st == LOOM_OK; launch++) {
+        pthread_t th[4];
+        gop_thr_arg ta[4];
+        for (int i = 0; i < nth && i < 4; i++) {
+            ta[i] = (gop_thr_arg){fn, a, LOOM_OK};
+            ta[i].a.ith = i, ta[i].a.nth = nth, ta[i].a.arrive = &arrive;
+            ta[i].a.scratch = loom_alloc_aligned(bytes + 64, LOOM_ALIGN), ta[i].a.scratch_bytes = bytes;
+            pthread_create(&th[i], NULL, gop_thr_main, &ta[i]);
+        }
+        for (int i = 0; i < nth && i < 4; i++) {
+            pthread_join(th[i], NULL);
+            loom_free_aligned(ta[i].a.scratch);
+            if (ta[i].st != LOOM_OK) st = ta[i].st;
+        }
+        *counter_bad += atomic_load(&arrive) != 0;
+    }
     loom_free_aligned(a.shared);
     return st;
 }

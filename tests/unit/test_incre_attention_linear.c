@@ -84,39 +84,10 @@ static void *as_dtype(const loom_tensor *t, loom_dtype dt, loom_tensor *out, flo
     return h;
 }
 
-typedef struct { loom_kernel_fn fn; loom_kernel_args a; loom_status st; } thr_arg;
-
-static void *thr_main(void *p) {
-    thr_arg *t = p;
-    t->st = t->fn(&t->a);
-    return NULL;
-}
-
 static loom_status run_concurrent(loom_kernel_fn fn, loom_kernel_args a, int nth) {
-    const loom_op_info *info = loom_op_get(LOOM_OP_INCRE_ATTENTION_LINEAR);
-    size_t bytes = info->scratch_size(a.src, a.n_src, a.dst, a.attrs);
-    size_t shared = info->shared_size(a.src, a.n_src, a.dst, a.attrs);
-    _Atomic int arrive = 0;
-    loom_status st = LOOM_OK;
-    a.shared = loom_alloc_aligned(shared, LOOM_ALIGN), a.shared_bytes = shared;
-    for (int launch = 0; launch < 2 && st == LOOM_OK; launch++) {
-        pthread_t th[4];
-        thr_arg ta[4];
-        for (int i = 0; i < nth; i++) {
-            ta[i] = (thr_arg){fn, a, LOOM_OK};
-            ta[i].a.ith = i, ta[i].a.nth = nth, ta[i].a.arrive = &arrive;
-            ta[i].a.scratch = loom_alloc_aligned(bytes + 64, LOOM_ALIGN), ta[i].a.scratch_bytes = bytes;
-            pthread_create(&th[i], NULL, thr_main, &ta[i]);
-        }
-        for (int i = 0; i < nth; i++) {
-            pthread_join(th[i], NULL);
-            loom_free_aligned(ta[i].a.scratch);
-            if (ta[i].st != LOOM_OK) st = ta[i].st;
-        }
-        CHECK_MSG(atomic_load(&arrive) == 0, "launch %d: the counter is %d after the launch", launch,
-                  atomic_load(&arrive));
-    }
-    loom_free_aligned(a.shared);
+    int bad = 0;
+    loom_status st = run_concurrent_op(LOOM_OP_INCRE_ATTENTION_LINEAR, fn, a, nth, &bad);
+    CHECK_MSG(bad == 0, "the launch's counter is not 0 after %d of its launches", bad);
     return st;
 }
 
