@@ -72,8 +72,7 @@ static loom_status dec_check(const dec_plan *pl, int ith, int nth, void *scratch
 }
 
 /* Units [lo, hi) folded whole by the calling thread, their output written. */
-static void dec_run_range(const dec_plan *pl, dec_scratch *scp, int64_t lo, int64_t hi) {
-    dec_scratch sc = *scp;
+static void dec_run_range(const dec_plan *pl, dec_scratch *sc, int64_t lo, int64_t hi) {
     int64_t M = pl->M, ld = pl->ldq;
     for (int64_t x = lo; x < hi;) {
         /* up to pl->group consecutive units of one batch entry, walked together */
@@ -81,21 +80,21 @@ static void dec_run_range(const dec_plan *pl, dec_scratch *scp, int64_t lo, int6
         int64_t g = 0, b = x / pl->pr->Nkv;
         do { /* x < hi: at least one */
             attn_dec_unit_at(pl, b, (x + g) % pl->pr->Nkv, &u[g]);
-            attn_dec_prepare_q(pl, &u[g], &sc.hd[g]);
-            attn_dec_fold_init(pl, &sc.hd[g]);
+            attn_dec_prepare_q(pl, &u[g], &sc->hd[g]);
+            attn_dec_fold_init(pl, &sc->hd[g]);
         } while (++g < pl->group && x + g < hi && (x + g) / pl->pr->Nkv == b);
         for (int64_t k = 0; k < u[0].nch; k++) {
             int64_t c0, c1;
             attn_dec_chunk_range(pl->pr, &u[0], k, &c0, &c1);
             if (c0 >= c1) continue;
             /* the partials go to each head's m/l/acc, then into its fold */
-            attn_dec_chunk(pl, u, g, k, &sc);
+            attn_dec_chunk(pl, u, g, k, sc);
             for (int64_t i = 0; i < g; i++) {
-                dec_head *h = &sc.hd[i];
+                dec_head *h = &sc->hd[i];
                 attn_dec_fold(M, pl->pr->D, ld, h->fm, h->fl, h->facc, h->m, h->l, h->acc);
             }
         }
-        for (int64_t i = 0; i < g; i++) attn_dec_write(pl, &u[i], sc.hd[i].fm, sc.hd[i].fl, sc.hd[i].facc, sc.row);
+        for (int64_t i = 0; i < g; i++) attn_dec_write(pl, &u[i], sc->hd[i].fm, sc->hd[i].fl, sc->hd[i].facc, sc->row);
         x += g;
     }
 }

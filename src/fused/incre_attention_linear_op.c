@@ -45,10 +45,9 @@ typedef struct ial_shape {
     const loom_tensor *w, *res;
 } ial_shape;
 
-/* Group g's kv heads [h0, h1): as even as they go. */
-static void ial_group(const ial_shape *s, int64_t g, int64_t *h0, int64_t *h1) {
-    *h0 = g * s->Hkv / s->groups, *h1 = (g + 1) * s->Hkv / s->groups;
-}
+/* The first kv head of group g (groups as even as they go; group g's heads
+ * end where group g + 1's begin). */
+static int64_t ial_head(const ial_shape *s, int64_t g) { return g * s->Hkv / s->groups; }
 
 static loom_status ial_check(const loom_tensor *const *src, int n_src, const loom_incre_attention_linear_attrs *at,
                              ial_shape *s) {
@@ -130,8 +129,7 @@ static void ial_cost(const loom_tensor *const *src, int n_src, const loom_tensor
 /* Group g's slice of the projection: its columns of the output (rows HD
  * apart) and of W. */
 static loom_fused_slice ial_slice(const ial_shape *s, const float *out, int64_t g) {
-    int64_t h0, h1, cols = s->H / s->Hkv * s->D;
-    ial_group(s, g, &h0, &h1);
+    int64_t h0 = ial_head(s, g), h1 = ial_head(s, g + 1), cols = s->H / s->Hkv * s->D;
     loom_fused_slice sl = {out ? out + h0 * cols : NULL, s->HD, h0 * cols, (h1 - h0) * cols};
     return sl;
 }
@@ -212,10 +210,8 @@ static loom_status ial_kernel(const loom_kernel_args *a, loom_isa isa) {
         float *out = (float *)sc;
         loom_tensor o;
         ial_out(a->src, out, &o);
-        int64_t h0, h1, e0, e1;
-        ial_group(&s, g0, &h0, &e0);
-        ial_group(&s, g1 - 1, &e1, &h1);
-        st = attn_incre_node_heads(a->src, s.n_attn, &s.attn, &o, isa, h0, h1, sc + L.work, a->scratch_bytes - L.work);
+        st = attn_incre_node_heads(a->src, s.n_attn, &s.attn, &o, isa, ial_head(&s, g0), ial_head(&s, g1), sc + L.work,
+                                   a->scratch_bytes - L.work);
         loom_fused_slice sl[LOOM_FFN_ONE_PASS_MAX_SLICES];
         for (int64_t g = g0; g < g1; g++) sl[g - g0] = ial_slice(&s, out, g);
         if (st == LOOM_OK)

@@ -75,8 +75,6 @@ for ph in ("prefill", "decode"):
         assert "add_rms_norm" not in kinds and "rms_norm" not in kinds and "add" not in kinds, kinds
         if ph == "prefill":
             assert "attention_linear" in kinds and "linear" not in kinds, kinds
-        elif "incre_attention_linear" in kinds:  # its 4 kv heads share out on the machine's threads
-            assert "linear" not in kinds and "incre_flash_attention" not in kinds and len(kinds) == 3, kinds
         else:
             assert "incre_flash_attention" in kinds and "linear" in kinds, kinds
     assert abs(f["total"]["flops"] - s["total"]["flops"]) <= 0.02 * s["total"]["flops"]
@@ -88,19 +86,15 @@ then pass "fused profile: fewer kernels and bytes per layer"; else fail "fused p
 # Decode attention on threads its 4 kv heads do not share out over (3) runs
 # split-KV, then a merge: one kernel more per layer than on 2 threads. The
 # split needs more than one chunk of keys a head: chunks of 16 (block_kv).
-# (incre_attention_linear, which runs a thread's heads whole, is off here.)
-sed -e 's/^    fused_op: incre_attention_linear$/&\n    enabled: false/' \
-    "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/noial.yaml"
-[ "$(grep -c "enabled: false" "$TMP/noial.yaml")" = 2 ] || fail "rules without incre_attention_linear"
-sed -e 's/block_kv: auto/block_kv: 16/' "$TMP/noial.yaml" >"$TMP/chunk16.yaml"
+sed -e 's/block_kv: auto/block_kv: 16/' "$(dirname "$0")/../../configs/fusion/default.yaml" >"$TMP/chunk16.yaml"
 grep -q "block_kv: 16" "$TMP/chunk16.yaml" || fail "rules with block_kv 16"
 for t in 2 3; do
     "$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t "$t" --mode fused --rules "$TMP/chunk16.yaml" --json \
         >"$TMP/fused$t" 2>"$TMP/err" || fail "profile -t $t: $(cat "$TMP/err")"
 done
 # with the default chunks (512 keys) a head's keys are one chunk: no split, one kernel
-"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 3 --mode fused --rules "$TMP/noial.yaml" --json >"$TMP/fused3d" \
-    2>"$TMP/err" || fail "profile -t 3: $(cat "$TMP/err")"
+"$LOOM" profile -m "$M" -z "$Z" --prompt-len 37 -t 3 --mode fused --json >"$TMP/fused3d" 2>"$TMP/err" \
+    || fail "profile -t 3: $(cat "$TMP/err")"
 if python3 - "$TMP/fused2" "$TMP/fused3" "$TMP/fused3d" <<'PY'
 import json, sys
 dec = [{p["phase"]: p for p in json.load(open(f))["profiles"]}["decode"] for f in sys.argv[1:4]]

@@ -40,7 +40,8 @@ typedef void (*loom_gemv_full_kernel)(const loom_matmul_args *a, const float *sx
 void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo);
 
 /* Float rows that are segments of longer rows (each row skipping 256 bytes or
- * more: the column slices of the ffn's one pass, not a padded row) are
+ * more: the column slices of the one-pass projections, the ffn's and
+ * incre_attention_linear's, not a padded row) are
  * fetched ahead in the order the kernel reads them: the same offset in the
  * row this many rows below, about 4 KiB ahead (a prefetch along the row would
  * land in other slices' columns, and the hardware prefetchers restart at
