@@ -18,10 +18,10 @@
  * thread takes whole slices and computes each one's up and gate tiles and
  * act(gate) * up in scratch, then the slices' shares of the down projection,
  * h_slice . Wd[:, slice]^T, each into its slice's partial [M, D] in the
- * launch's shared buffer (loom_fused_slices_project), walking Wd's rows in blocks of LOOM_FUSED_SLICE_ROWS
- * and the thread's slices in turn within each, so that a row's columns of
- * the thread's slices (adjacent in memory) are read within a short time of
- * each other (the GEMV fetches segments of rows ahead by row,
+ * launch's shared buffer (loom_fused_slices_project: for float weights one
+ * sweep of Wd's rows, each step's rows through all the thread's slices, so
+ * that a row's columns of the thread's slices, adjacent in memory, are read
+ * together; the GEMV fetches segments of rows ahead by row,
  * loom_gemv_segment_ahead). The last thread to arrive sums the
  * partials in slice order (+ residual) into y. h never leaves this thread's
  * cache, and there is no barrier inside: one kernel.

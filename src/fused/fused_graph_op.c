@@ -90,6 +90,17 @@ loom_status loom_fused_slices_project(loom_isa isa, const loom_tensor *w, int64_
         dq_on = loom_matmul_prepare_x(&d, isa, NULL, 0.0f, NULL, dq + (size_t)i * dq_step) != NULL;
     }
     loom_status st = LOOM_OK;
+    if (n > 1 && !dq_on && n <= LOOM_FFN_ONE_PASS_MAX_SLICES) {
+        /* float W: every row's slices in turn, in one sweep (loom_gemv_slices) */
+        loom_matmul_args d[LOOM_FFN_ONE_PASS_MAX_SLICES];
+        for (int64_t i = 0; i < n; i++) {
+            d[i] = loom_fused_slice_gemm(w, M, &sl[i], part + i * M * N, act);
+            d[i].invariant = invariant;
+        }
+        int done = 0;
+        LOOM_TRY(loom_gemv_slices(d, (int)n, isa, &done));
+        if (done) return LOOM_OK;
+    }
     /* one slice: one call over every row (nothing to take in turn) */
     const int64_t rows = n > 1 ? LOOM_FUSED_SLICE_ROWS : N;
     for (int64_t r0 = 0; r0 < N && st == LOOM_OK; r0 += rows)

@@ -51,11 +51,13 @@ int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int6
  * [n0, n0 + nb) (n0 on a whole block of a quantized W: the ffn's are
  * multiples of 64, the attention's of a kv head's columns) and its x, [M, nb]
  * rows ldx apart, into its partial part + i * M * N, the projection's [M, N].
- * W's rows are walked in blocks of LOOM_FUSED_SLICE_ROWS with the slices
- * taken in turn in each, so that a row's columns of adjacent slices are read
- * close together (one slice over all rows at a time, each row's short
- * segment apart, ran the ffn's decode at 0.87x its two phases); a single
- * slice is one call over all rows. A row's sum does not depend on the rows
+ * A float W at a vector level is read in one sweep of its rows, each step's
+ * rows through every slice in turn (loom_gemv_slices), so that a thread's
+ * columns of a row are read together. Otherwise (quantized W, the generic
+ * level, batch-invariant calls) W's rows are walked in blocks of
+ * LOOM_FUSED_SLICE_ROWS with the slices taken in turn in each (one slice
+ * over all rows at a time, each row's short segment apart, ran the ffn's
+ * decode at 0.87x its two phases); a single slice is one call over all rows. A row's sum does not depend on the rows
  * around it, so the bits are those of one call a slice. Where W takes q8 x
  * each slice's x is quantized once, into dq + i * dq_step (dq_step:
  * loom_fused_slice_dq_bytes of the widest slice; 0: none needed). invariant:

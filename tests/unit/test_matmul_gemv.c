@@ -3,7 +3,7 @@
  * at every level this CPU runs, for every weight dtype, against the reference
  * (pass rules in test_matmul_q_common.h): random shapes with strides and
  * epilogues, long rows, every epilogue step, y read in place by the epilogue,
- * and the op registry.
+ * column slices in one sweep (loom_gemv_slices), and the op registry.
  */
 #include "test_matmul_q_common.h"
 
@@ -122,6 +122,90 @@ static void test_row_segments(void) {
             }
 }
 
+/* loom_gemv_slices: n adjacent (or gapped) column slices of one float W, each
+ * with its own x and y, in one sweep of the rows: every slice's values the
+ * same bits as loom_matmul_run on it alone, at every vector level, M 1-7,
+ * odd N (rows past a group of four) and K; and the calls it declines
+ * (nothing written): the generic level, quantized W, batch-invariant calls,
+ * an epilogue, slices differing in N, a slice of 8192 columns at AVX-512;
+ * and a failing check. */
+static void test_slices(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 29, 0);
+    for (int l = 0; l < n_levels; l++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < 6; i++) {
+                loom_dtype t = all_types[d];
+                int ns = 1 + (int)(loom_rng_u32(&rng) % 9), gap = i % 3 == 2 ? 5 : 0;
+                int64_t M = 1 + i % 7, N = 1 + (int64_t)(loom_rng_u32(&rng) % 70), k[9], k0[9], ldw = 0;
+                for (int j = 0; j < ns; j++) {
+                    k[j] = 1 + (int64_t)(loom_rng_u32(&rng) % 300);
+                    k0[j] = ldw, ldw += k[j] + gap;
+                }
+                ldw += (int64_t)(loom_rng_u32(&rng) % 40);
+                size_t es = t == LOOM_F32 ? 4 : 2;
+                char *w = malloc((size_t)(N * ldw) * es);
+                for (int64_t e = 0; e < N * ldw; e++) {
+                    float v = 2.0f * loom_rng_uniform(&rng) - 1.0f;
+                    if (t == LOOM_F32) memcpy(w + (size_t)e * 4, &v, 4);
+                    else {
+                        uint16_t h = t == LOOM_F16 ? loom_f32_to_f16(v) : loom_f32_to_bf16(v);
+                        memcpy(w + (size_t)e * 2, &h, 2);
+                    }
+                }
+                float *x = malloc(sizeof(float) * (size_t)(M * ldw)), *y = malloc(sizeof(float) * (size_t)(2 * ns * M * N));
+                for (int64_t e = 0; e < M * ldw; e++) x[e] = 2.0f * loom_rng_uniform(&rng) - 1.0f;
+                loom_matmul_args a[9];
+                for (int j = 0; j < ns; j++)
+                    a[j] = (loom_matmul_args){.x = x + k0[j], .ldx = ldw, .w = w + (size_t)k0[j] * es, .ldw = ldw,
+                                              .wtype = t, .y = y + j * M * N, .ldy = N, .M = M, .N = N, .K = k[j]};
+                int done = -1;
+                CHECK(loom_gemv_slices(a, ns, levels[l], &done) == LOOM_OK);
+                CHECK_MSG(done == (levels[l] >= LOOM_ISA_AVX2), "level %s: done %d", loom_isa_name(levels[l]), done);
+                for (int j = 0; j < ns; j++) {
+                    loom_matmul_args b = a[j];
+                    b.y = y + (ns + j) * M * N;
+                    CHECK(loom_matmul_run(&b, levels[l], 0, 1, NULL) == LOOM_OK);
+                }
+                if (done)
+                    CHECK_MSG(memcmp(y, y + ns * M * N, sizeof(float) * (size_t)(ns * M * N)) == 0,
+                              "%s %s: %d slices of M %lld N %lld: not the bits of one call a slice",
+                              loom_isa_name(levels[l]), loom_dtype_name(t), ns, (long long)M, (long long)N);
+                free(w), free(x), free(y);
+            }
+    /* declined: nothing written */
+    float x[64] = {0}, w[64 * 4] = {0}, y[64];
+    loom_matmul_args s[2] = {{.x = x, .ldx = 64, .w = w, .ldw = 64, .wtype = LOOM_F32, .y = y, .ldy = 4, .M = 1, .N = 4, .K = 32},
+                             {.x = x + 32, .ldx = 64, .w = w + 32, .ldw = 64, .wtype = LOOM_F32, .y = y + 4, .ldy = 4, .M = 1, .N = 4, .K = 32}};
+    loom_isa best = loom_cpu_best_isa();
+    int done = -1;
+    for (int c = 0; c < 5 && best >= LOOM_ISA_AVX2; c++) {
+        loom_matmul_args b[2] = {s[0], s[1]};
+        loom_epilogue ep = {.scale = 2.0f};
+        if (c == 0) b[1].wtype = LOOM_Q8_0, b[0].wtype = LOOM_Q8_0;
+        if (c == 1) b[1].invariant = 1;
+        if (c == 2) b[0].ep = &ep;
+        if (c == 3) b[1].N = 3;
+        if (c == 4) b[0].M = LOOM_GEMM_MIN_M;
+        memset(y, 0x7f, sizeof y);
+        uint32_t y0;
+        CHECK(loom_gemv_slices(b, 2, best, &done) == LOOM_OK && done == 0);
+        memcpy(&y0, y, sizeof y0);
+        CHECK(y0 == 0x7f7f7f7fu);
+    }
+    CHECK(loom_gemv_slices(s, 2, LOOM_ISA_GENERIC, &done) == LOOM_OK && done == 0);
+    if (best >= LOOM_ISA_AVX512) {
+        loom_matmul_args b[1] = {s[0]};
+        b[0].K = 8192, b[0].ldw = 8192 + 64;
+        CHECK(loom_gemv_slices(b, 1, LOOM_ISA_AVX512, &done) == LOOM_OK && done == 0);
+    }
+    if (best >= LOOM_ISA_AVX2) { /* a check failing: x too short for ldx */
+        loom_matmul_args b[2] = {s[0], s[1]};
+        b[1].ldx = 16;
+        CHECK(loom_gemv_slices(b, 2, best, &done) != LOOM_OK && done == 0);
+    }
+}
+
 /* Each epilogue step alone and all together, with every activation; the
  * epilogue reading y in place (SwiGLU's y = silu(x.Wg^T) * y). */
 static void test_epilogue_steps(void) {
@@ -188,6 +272,7 @@ int main(void) {
     RUN_TEST(test_m1_long_k);
     RUN_TEST(test_m1_long_float_rows);
     RUN_TEST(test_row_segments);
+    RUN_TEST(test_slices);
     RUN_TEST(test_epilogue_steps);
     RUN_TEST(test_registry);
     RUN_TEST(test_nan_rows);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/status.h"
 #include "base/variants.h"
 
 /* Rows per kernel call: the epilogue then runs on a tile that is still in L1. */
@@ -272,5 +273,37 @@ loom_status loom_gemv_run(const loom_matmul_args *a, loom_isa isa, int ith, int 
         kernel(&c, xq, 0, nr);
         loom_matmul_finish_tile(a, isa, tile, GEMV_CHUNK, 0, n0, a->M, nr);
     }
+    return LOOM_OK;
+}
+
+/* ------------------------------------------------------------ column slices */
+
+loom_status loom_gemv_slices(const loom_matmul_args *s, int ns, loom_isa isa, int *done) {
+    *done = 0;
+#if defined(__x86_64__)
+    if (isa < LOOM_ISA_AVX2 || ns < 1 || ns > LOOM_GEMV_SLICES_MAX) return LOOM_OK;
+    /* the span of the slices' columns, fetched ahead by row as one GEMV over
+     * it would be: a segment of longer rows, or not at all (whole rows) */
+    size_t es = s[0].wtype == LOOM_F32 ? 4 : 2;
+    const char *lo = s[0].w, *hi = s[0].w;
+    for (int i = 0; i < ns; i++) {
+        const loom_matmul_args *a = &s[i];
+        if (loom_dtype_is_quantized(a->wtype) || a->wtype != s[0].wtype || a->M != s[0].M || a->N != s[0].N ||
+            a->ldw != s[0].ldw || a->M >= LOOM_GEMM_MIN_M || a->invariant || a->ep || a->norm_gamma ||
+            (isa >= LOOM_ISA_AVX512 && a->K >= 8192))
+            return LOOM_OK;
+        LOOM_TRY(loom_matmul_check(a));
+        const char *b = a->w, *e = b + (size_t)a->K * es;
+        lo = b < lo ? b : lo, hi = e > hi ? e : hi;
+    }
+    loom_matmul_args span = s[0];
+    span.K = (int64_t)((size_t)(hi - lo) / es);
+    int64_t ahead = loom_gemv_segment_ahead(&span, es);
+    if (isa >= LOOM_ISA_AVX512) loom_gemv_slices_avx512(s, ns, ahead, 0, s[0].N);
+    else loom_gemv_slices_avx2(s, ns, ahead, 0, s[0].N);
+    *done = 1;
+#else
+    (void)s, (void)ns, (void)isa;
+#endif
     return LOOM_OK;
 }

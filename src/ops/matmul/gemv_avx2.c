@@ -353,6 +353,29 @@ __attribute__((target(TGT))) static void gemv_q4_1(const loom_matmul_args *a, co
     Q4_BY_M(LOOM_Q4_1)
 }
 
+/* Column slices of the same rows (gemv_kernels.h): the float kernels' rows
+ * a step, each step's rows through every slice before the next rows. */
+#define SLICE_ROWS(T, M_, R_, U_, n) \
+    for (int i_ = 0; i_ < ns; i_++) float_rows(&s[i_], T, M_, R_, U_, n, pf_rows)
+#define SLICES_FN(NAME, T)                                                                            \
+    __attribute__((target(TGT))) static void NAME(const loom_matmul_args *s, int ns, int64_t pf_rows, \
+                                                 int64_t n0, int64_t n1) {                            \
+        const loom_matmul_args *a = &s[0];                                                            \
+        BY_M_F(SLICE_ROWS, T)                                                                          \
+    }
+SLICES_FN(slices_f32, LOOM_F32)
+SLICES_FN(slices_f16, LOOM_F16)
+SLICES_FN(slices_bf16, LOOM_BF16)
+
+void loom_gemv_slices_avx2(const loom_matmul_args *s, int ns, int64_t pf_rows, int64_t n0, int64_t n1) {
+    switch (s[0].wtype) {
+    case LOOM_F32: slices_f32(s, ns, pf_rows, n0, n1); break;
+    case LOOM_F16: slices_f16(s, ns, pf_rows, n0, n1); break;
+    case LOOM_BF16: slices_bf16(s, ns, pf_rows, n0, n1); break;
+    default: break;
+    }
+}
+
 void loom_gemv_avx2(const loom_matmul_args *a, const loom_q8_act *xq, int64_t n0, int64_t n1) {
     switch (a->wtype) {
     case LOOM_F32: gemv_f32(a, n0, n1); break;

@@ -46,13 +46,24 @@ void loom_gemv_x_block_sums(const loom_matmul_args *a, float *sxo);
  * row this many rows below, about 4 KiB ahead (a prefetch along the row would
  * land in other slices' columns, and the hardware prefetchers restart at
  * every segment). 0 for whole rows, which the kernels fetch along the row as
- * before. Kernels take it once a call, and fetch only rows of their call. */
+ * before. Kernels take it once a call, and fetch only rows of their call
+ * (loom_gemv_slices passes the one of its slices' span). */
 static inline int64_t loom_gemv_segment_ahead(const loom_matmul_args *a, size_t es) {
     size_t seg = (size_t)a->K * es;
     return a->ldw > a->K && (size_t)(a->ldw - a->K) * es >= 256 && seg > 0 ? (int64_t)((4096 + seg - 1) / seg) : 0;
 }
 
+/* Float W, several column slices of the same rows (loom_gemv_slices): rows
+ * [n0, n1) of every slice s[0..ns), each step's rows through every slice in
+ * turn. pf_rows: loom_gemv_segment_ahead of the slices' span, for all. Each
+ * slice's sums are those of the plain kernel on it alone (the same rows a
+ * step and accumulator sets: the slices share M, and at the AVX-512 level
+ * every K is below its two-rows cut). */
+#define LOOM_GEMV_SLICES_MAX 256
+
 #if defined(__x86_64__)
+void loom_gemv_slices_avx2(const loom_matmul_args *s, int ns, int64_t pf_rows, int64_t n0, int64_t n1);
+void loom_gemv_slices_avx512(const loom_matmul_args *s, int ns, int64_t pf_rows, int64_t n0, int64_t n1);
 void loom_gemv_full_avx2(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
 void loom_gemv_full_avx512(const loom_matmul_args *a, const float *sxo, int64_t n0, int64_t n1);
 /* M = 1, q4_0 / q4_1, AVX512_BF16 (gemv_full_bf16.c): bf16 products with x

@@ -195,4 +195,18 @@ uint64_t loom_matmul_packed_hits(void);
 loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, int nth,
                             void *scratch);
 
+/* ns GEMVs over the same rows of one float W, each over its own column slice
+ * (s[i].w: the slice's first column, s[i].K its columns, ldw W's row stride;
+ * its own x and y), on this thread: each step's rows through every slice in
+ * turn, so that a thread's columns of a row are read together, one sweep
+ * over W's rows instead of one a slice (the one-pass projections, src/fused).
+ * Each slice's values are bit for bit those of loom_matmul_run(&s[i], isa,
+ * 0, 1, ..). *done = 0 (nothing written) where the calls do not qualify: a
+ * level below AVX2, quantized W, M >= LOOM_GEMM_MIN_M, batch-invariant
+ * calls, an epilogue or a norm, M, N, ldw or wtype differing between slices,
+ * more than 256 slices, or at the AVX-512 level a slice of 8192 columns or
+ * more (that level's GEMV takes such rows two at a time). Errors:
+ * loom_matmul_check's. */
+loom_status loom_gemv_slices(const loom_matmul_args *s, int ns, loom_isa isa, int *done);
+
 #endif
