@@ -53,14 +53,7 @@
 #define MAX_T 8
 #define MAX_REPS 64
 
-static void *xalloc(size_t bytes) {
-    void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
-    if (!p) {
-        fprintf(stderr, "bench_col_split: cannot allocate %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
+static void *xalloc(size_t bytes) { return bench_alloc(bytes, "bench_col_split"); }
 
 static float *randf(int64_t n, float amp, loom_rng *r) {
     float *v = xalloc(sizeof(float) * (size_t)n);

@@ -53,14 +53,7 @@
 #define HEAD_DIM 128
 #define CACHE_LEN 1024
 
-static void *xalloc(size_t bytes) {
-    void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
-    if (!p) {
-        fprintf(stderr, "bench_fused: cannot allocate %zu bytes\n", bytes);
-        exit(1);
-    }
-    return p;
-}
+static void *xalloc(size_t bytes) { return bench_alloc(bytes, "bench_fused"); }
 
 static float *randf(int64_t n, float amp, uint64_t stream) {
     float *x = xalloc((size_t)n * 4);

@@ -189,3 +189,12 @@ void bench_print_cpu(void) {
     printf("cpu %s family %d model %d (%s)\n", f->vendor[0] ? f->vendor : "unknown", f->family, f->model,
            f->brand[0] ? f->brand : "no brand string");
 }
+
+void *bench_alloc(size_t bytes, const char *prog) {
+    void *p = loom_alloc_aligned(bytes ? bytes : 64, 64);
+    if (!p) {
+        fprintf(stderr, "%s: cannot allocate %zu bytes\n", prog, bytes);
+        exit(1);
+    }
+    return p;
+}

@@ -38,6 +38,9 @@ void bench_probe_free(bench_probe *p);
  * came from (a cloud VM may land on a different CPU generation from one session
  * to the next), e.g. "cpu AuthenticAMD family 25 model 17 (AMD EPYC)". */
 void bench_print_cpu(void);
+/* 64-byte aligned memory (loom_alloc_aligned; free with loom_free_aligned) of
+ * bytes (64 when 0), or a message naming prog and exit(1). */
+void *bench_alloc(size_t bytes, const char *prog);
 /* Parses "1,2,4" into out (max n entries); returns the count or -1. */
 int bench_parse_ints(const char *s, int *out, int n);
 
