@@ -23,8 +23,10 @@
  *          of Wd, 8 slices: the default for float weights on up to 8 threads)
  *          against its two phases (the down GEMV split by rows). --ffn 0: skip.
  *
- * Every timed call starts from cold caches (a buffer of 4x the L3, at least
- * 128 MiB, is read before it, outside the time); the variants rotate in each
+ * Every timed call starts from cold caches (a buffer of 4x the L3, 128 MiB to
+ * 512 MiB, is read by the calling thread before it, outside the time: the L3
+ * and that thread's L2 are cold; another worker's L2 may keep up to its size
+ * of the last call's data); the variants rotate in each
  * round and the ratios are medians of the rounds' ratios to the first variant
  * (rows; the two kernels), so the host's drift weighs on all alike.
  *
@@ -113,7 +115,8 @@ typedef struct launch {
 
 typedef struct job {
     launch *l;
-    int n, failed;
+    int n;
+    _Atomic int failed; /* set by any thread whose kernel failed */
     loom_pool *pool;
 } job;
 
@@ -252,7 +255,9 @@ int main(int argc, char **argv) {
         if (ctx[i] < 1) return fprintf(stderr, "bench_col_split: --ctx values >= 1\n"), 2;
     loom_ops_init();
     const loom_cpu_features *cf = loom_cpu_get();
-    g_flush_bytes = (size_t)cf->l3_bytes * 4 > ((size_t)128 << 20) ? (size_t)cf->l3_bytes * 4 : (size_t)128 << 20;
+    g_flush_bytes = (size_t)cf->l3_bytes * 4;
+    if (g_flush_bytes < ((size_t)128 << 20)) g_flush_bytes = (size_t)128 << 20;
+    if (g_flush_bytes > ((size_t)512 << 20)) g_flush_bytes = (size_t)512 << 20;
     g_flush = xalloc(g_flush_bytes);
     memset(g_flush, 1, g_flush_bytes);
     if (loom_pool_init(&g_pool, threads) != LOOM_OK) return fprintf(stderr, "%s\n", loom_last_error()), 1;

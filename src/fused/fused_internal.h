@@ -53,8 +53,9 @@ int64_t loom_qkv_heads_per_block_for(int64_t T, int64_t D, int64_t n_heads, int6
  * rows ldx apart, into its partial part + i * M * N, the projection's [M, N].
  * A float W at a vector level is read in one sweep of its rows, each step's
  * rows through every slice in turn (loom_gemv_slices), so that a thread's
- * columns of a row are read together. Otherwise (quantized W, the generic
- * level, batch-invariant calls) W's rows are walked in blocks of
+ * columns of a row are read together. Otherwise (where loom_gemv_slices
+ * declines: quantized W, the generic level, batch-invariant calls, 8 rows of
+ * x or more, a slice of 8192 columns at AVX-512) W's rows are walked in blocks of
  * LOOM_FUSED_SLICE_ROWS with the slices taken in turn in each (one slice
  * over all rows at a time, each row's short segment apart, ran the ffn's
  * decode at 0.87x its two phases); a single slice is one call over all rows. A row's sum does not depend on the rows

@@ -125,24 +125,27 @@ static void test_row_segments(void) {
 /* loom_gemv_slices: n adjacent (or gapped) column slices of one float W, each
  * with its own x and y, in one sweep of the rows: every slice's values the
  * same bits as loom_matmul_run on it alone, at every vector level, M 1-7,
- * odd N (rows past a group of four) and K; and the calls it declines
+ * odd N (rows past a group of four) and K, spans of the whole row and spans
+ * that are a segment of it (fetched ahead by row); and the calls it declines
  * (nothing written): the generic level, quantized W, batch-invariant calls,
- * an epilogue, slices differing in N, a slice of 8192 columns at AVX-512;
- * and a failing check. */
+ * an epilogue, slices differing in N, M, ldw or dtype, M of 0 or 8, more
+ * than 256 slices, a slice of 8192 columns at AVX-512; and a failing check. */
 static void test_slices(void) {
     loom_rng rng;
     loom_rng_init(&rng, 29, 0);
     for (int l = 0; l < n_levels; l++)
         for (int d = 0; d < 3; d++)
-            for (int i = 0; i < 6; i++) {
+            for (int i = 0; i < 7; i++) {
                 loom_dtype t = all_types[d];
                 int ns = 1 + (int)(loom_rng_u32(&rng) % 9), gap = i % 3 == 2 ? 5 : 0;
-                int64_t M = 1 + i % 7, N = 1 + (int64_t)(loom_rng_u32(&rng) % 70), k[9], k0[9], ldw = 0;
+                /* odd i: the span a segment of the row (other columns before and after it) */
+                int64_t M = 1 + i, N = 1 + (int64_t)(loom_rng_u32(&rng) % 70), k[9], k0[9];
+                int64_t ldw = i % 2 ? 100 : 0;
                 for (int j = 0; j < ns; j++) {
                     k[j] = 1 + (int64_t)(loom_rng_u32(&rng) % 300);
                     k0[j] = ldw, ldw += k[j] + gap;
                 }
-                ldw += (int64_t)(loom_rng_u32(&rng) % 40);
+                ldw += i % 2 ? 300 : (int64_t)(loom_rng_u32(&rng) % 40);
                 size_t es = t == LOOM_F32 ? 4 : 2;
                 char *w = malloc((size_t)(N * ldw) * es);
                 for (int64_t e = 0; e < N * ldw; e++) {
@@ -179,14 +182,18 @@ static void test_slices(void) {
                              {.x = x + 32, .ldx = 64, .w = w + 32, .ldw = 64, .wtype = LOOM_F32, .y = y + 4, .ldy = 4, .M = 1, .N = 4, .K = 32}};
     loom_isa best = loom_cpu_best_isa();
     int done = -1;
-    for (int c = 0; c < 5 && best >= LOOM_ISA_AVX2; c++) {
+    for (int c = 0; c < 9 && best >= LOOM_ISA_AVX2; c++) {
         loom_matmul_args b[2] = {s[0], s[1]};
         loom_epilogue ep = {.scale = 2.0f};
         if (c == 0) b[1].wtype = LOOM_Q8_0, b[0].wtype = LOOM_Q8_0;
         if (c == 1) b[1].invariant = 1;
         if (c == 2) b[0].ep = &ep;
         if (c == 3) b[1].N = 3;
-        if (c == 4) b[0].M = LOOM_GEMM_MIN_M;
+        if (c == 4) b[0].M = b[1].M = LOOM_GEMM_MIN_M;
+        if (c == 5) b[1].M = 2;
+        if (c == 6) b[1].ldw = 48;
+        if (c == 7) b[1].wtype = LOOM_F16;
+        if (c == 8) b[0].M = b[1].M = 0;
         memset(y, 0x7f, sizeof y);
         uint32_t y0;
         CHECK(loom_gemv_slices(b, 2, best, &done) == LOOM_OK && done == 0);
@@ -194,6 +201,10 @@ static void test_slices(void) {
         CHECK(y0 == 0x7f7f7f7fu);
     }
     CHECK(loom_gemv_slices(s, 2, LOOM_ISA_GENERIC, &done) == LOOM_OK && done == 0);
+    loom_matmul_args *many = malloc(sizeof *many * 257);
+    for (int j = 0; j < 257; j++) many[j] = s[0];
+    CHECK(loom_gemv_slices(many, 257, best, &done) == LOOM_OK && done == 0);
+    free(many);
     if (best >= LOOM_ISA_AVX512) {
         loom_matmul_args b[1] = {s[0]};
         b[0].K = 8192, b[0].ldw = 8192 + 64;

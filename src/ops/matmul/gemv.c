@@ -282,14 +282,16 @@ loom_status loom_gemv_slices(const loom_matmul_args *s, int ns, loom_isa isa, in
     *done = 0;
 #if defined(__x86_64__)
     if (isa < LOOM_ISA_AVX2 || ns < 1 || ns > LOOM_GEMV_SLICES_MAX) return LOOM_OK;
-    /* the span of the slices' columns, fetched ahead by row as one GEMV over
-     * it would be: a segment of longer rows, or not at all (whole rows) */
+    /* the span of the slices' columns, fetched ahead as one GEMV over it
+     * would be: by row for a segment of longer rows, else as whole rows are
+     * (each slice along its row at the AVX-512 level's 16-bit weights, by the
+     * hardware prefetchers otherwise) */
     size_t es = s[0].wtype == LOOM_F32 ? 4 : 2;
     const char *lo = s[0].w, *hi = s[0].w;
     for (int i = 0; i < ns; i++) {
         const loom_matmul_args *a = &s[i];
         if (loom_dtype_is_quantized(a->wtype) || a->wtype != s[0].wtype || a->M != s[0].M || a->N != s[0].N ||
-            a->ldw != s[0].ldw || a->M >= LOOM_GEMM_MIN_M || a->invariant || a->ep || a->norm_gamma ||
+            a->ldw != s[0].ldw || a->M < 1 || a->M >= LOOM_GEMM_MIN_M || a->invariant || a->ep || a->norm_gamma ||
             (isa >= LOOM_ISA_AVX512 && a->K >= 8192))
             return LOOM_OK;
         LOOM_TRY(loom_matmul_check(a));

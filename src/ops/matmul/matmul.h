@@ -202,7 +202,7 @@ loom_status loom_matmul_run(const loom_matmul_args *a, loom_isa isa, int ith, in
  * over W's rows instead of one a slice (the one-pass projections, src/fused).
  * Each slice's values are bit for bit those of loom_matmul_run(&s[i], isa,
  * 0, 1, ..). *done = 0 (nothing written) where the calls do not qualify: a
- * level below AVX2, quantized W, M >= LOOM_GEMM_MIN_M, batch-invariant
+ * level below AVX2, quantized W, M < 1 or M >= LOOM_GEMM_MIN_M, batch-invariant
  * calls, an epilogue or a norm, M, N, ldw or wtype differing between slices,
  * more than 256 slices, or at the AVX-512 level a slice of 8192 columns or
  * more (that level's GEMV takes such rows two at a time). Errors:
