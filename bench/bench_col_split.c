@@ -166,7 +166,24 @@ static void *f16_matrix(int64_t rows, int64_t cols, loom_rng *r, loom_tensor *t)
     return w;
 }
 
-static void rounds(int n, void (*const *fn)(void *), void *const *arg, int reps, double *t, double *ratio);
+/* Rounds of the n calls fn[i](arg[i]), each from cold caches, the order
+ * rotated each round; t[i]: median time, ratio[i]: median of the rounds' t_i / t_0. */
+static void rounds(int n, void (*const *fn)(void *), void *const *arg, int reps, double *t, double *ratio) {
+    double v[8][MAX_REPS], rr[MAX_REPS];
+    for (int i = 0; i < n; i++) flush_caches(), fn[i](arg[i]); /* warm-up */
+    for (int k = 0; k < reps; k++)
+        for (int s = 0; s < n; s++) {
+            int i = (s + k) % n;
+            flush_caches();
+            double t0 = loom_time_s();
+            fn[i](arg[i]);
+            v[i][k] = loom_time_s() - t0;
+        }
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < reps; k++) rr[k] = v[i][k] / v[0][k];
+        t[i] = bench_median(v[i], reps), ratio[i] = bench_median(rr, reps);
+    }
+}
 
 /* The decode ffn, one pass against two phases. */
 static int bench_ffn(int64_t D, int64_t H, int threads, int reps, loom_rng *r) {
@@ -206,25 +223,6 @@ static int bench_ffn(int64_t D, int64_t H, int threads, int reps, loom_rng *r) {
     loom_free_aligned(g), loom_free_aligned(u), loom_free_aligned(d), loom_free_aligned(xv), loom_free_aligned(rv);
     loom_free_aligned(hv);
     return bad;
-}
-
-/* Rounds of the n calls fn[i](arg[i]), each from cold caches, the order
- * rotated each round; t[i]: median time, ratio[i]: median of the rounds' t_i / t_0. */
-static void rounds(int n, void (*const *fn)(void *), void *const *arg, int reps, double *t, double *ratio) {
-    double v[8][MAX_REPS], rr[MAX_REPS];
-    for (int i = 0; i < n; i++) flush_caches(), fn[i](arg[i]); /* warm-up */
-    for (int k = 0; k < reps; k++)
-        for (int s = 0; s < n; s++) {
-            int i = (s + k) % n;
-            flush_caches();
-            double t0 = loom_time_s();
-            fn[i](arg[i]);
-            v[i][k] = loom_time_s() - t0;
-        }
-    for (int i = 0; i < n; i++) {
-        for (int k = 0; k < reps; k++) rr[k] = v[i][k] / v[0][k];
-        t[i] = bench_median(v[i], reps), ratio[i] = bench_median(rr, reps);
-    }
 }
 
 int main(int argc, char **argv) {
@@ -270,14 +268,14 @@ int main(int argc, char **argv) {
     printf("isa %s; L2 %d KiB, L3 %d KiB\n\n", loom_isa_name(loom_cpu_isa()), cf->l2_bytes >> 10, cf->l3_bytes >> 10);
 
     /* W, x and the reads */
-    uint16_t *w = xalloc((size_t)N * (size_t)K * 2);
-    for (size_t i = 0; i < (size_t)N * (size_t)K; i++) w[i] = loom_f32_to_f16(0.05f * (2.0f * loom_rng_uniform(&rng) - 1.0f));
+    loom_tensor tw;
+    uint16_t *w = f16_matrix(N, K, &rng, &tw);
     float *x = randf(K, 1.0f, &rng);
     reads rd[3];
     int64_t kc = K / threads;
+    loom_matmul_args sa = {.x = x, .ldx = K, .w = w, .ldw = K, .wtype = LOOM_F16, .M = 1, .N = N, .K = K};
+    size_t per = (loom_matmul_scratch_size(&sa) + 63) & ~(size_t)63;
     for (int m = 0; m < 3; m++) {
-        loom_matmul_args sa = {.x = x, .ldx = K, .w = w, .ldw = K, .wtype = LOOM_F16, .M = 1, .N = N, .K = K};
-        size_t per = (loom_matmul_scratch_size(&sa) + 63) & ~(size_t)63;
         rd[m] = (reads){.mode = m, .N = N, .K = K, .w = w, .x = x, .y = xalloc(sizeof(float) * (size_t)N),
                         .scratch = xalloc(per * (size_t)threads), .per = per};
         for (int t = 0; t < threads; t++) rd[m].yp[t] = xalloc(sizeof(float) * (size_t)N);
@@ -307,8 +305,6 @@ int main(int argc, char **argv) {
 
     /* the op: incre_attention_linear against incre_flash_attention + linear */
     int64_t H = K / HEAD_DIM;
-    loom_tensor tw;
-    loom_tensor_init(&tw, LOOM_F16, 2, (const int64_t[2]){N, K}, w);
     float *res = randf(N, 1.0f, &rng), *q = randf(K, 1.0f, &rng), *o = xalloc(sizeof(float) * (size_t)K);
     printf("\n| keys | groups | two kernels ms | one kernel ms | one / two |\n|---:|---:|---:|---:|---:|\n");
     int bad = 0;
