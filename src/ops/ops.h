@@ -111,6 +111,14 @@ typedef enum loom_op {
 
 /* ---------------------------------------------------------- attributes */
 
+/* Node attributes have no padding: a compiled program compares a node's
+ * attributes at two positions byte for byte (src/graph/program.c), and padding
+ * bytes are indeterminate (stack garbage once made a decode program of
+ * incre_attention_linear fail to load). Structs that would be padded carry a
+ * `reserved` field, 0; padding is an error up to the end of this section. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+
 /* Optional (NULL = all fields zero): act_precision is a loom_act_precision;
  * LOOM_ACT_PREC_FULL multiplies block-quantized W by f32 x, anything else
  * quantizes x to q8 (src/ops/matmul/matmul.h). Float W ignore it. */
@@ -167,8 +175,9 @@ typedef struct {
     int32_t  out_f32;              /* 1: the output is f32 whatever q's dtype, else q's (the fusion
                                       builders set it for an f32 output: a q the rules' activation_dtype
                                       narrows to 16 bits leaves it f32) */
+    int32_t  reserved;             /* 0: no padding (a program compares attributes byte for byte) */
 } loom_flash_attention_attrs;
-#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f, 0}
+#define LOOM_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 1.0f, 2147483647, 2147483647, 0, 0, 0, 0, 0, 0.0f, 0, 0}
 
 typedef struct {
     int32_t  input_layout;         /* 0 BSND, 1 BNSD, 2 BSH */
@@ -180,8 +189,9 @@ typedef struct {
     int32_t  inner_precise;        /* 1: a bf16 K's Q.K^T takes q rounded to bf16 (AVX512_BF16) */
     float    softcap;              /* > 0: score soft-capping (loom_flash_attention_params) */
     int32_t  out_f32;              /* as loom_flash_attention_attrs' */
+    int32_t  reserved;             /* 0: no padding (a program compares attributes byte for byte) */
 } loom_incre_flash_attention_attrs;
-#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f, 0}
+#define LOOM_INCRE_FLASH_ATTENTION_ATTRS_DEFAULT {0, 0, 0, 0, 0.0f, 0, 2147483647, 2147483647, 0, 0.0f, 0, 0}
 
 /* Attributes of the fused graph ops. */
 typedef struct {
@@ -282,8 +292,9 @@ typedef struct {
     int32_t act_precision;         /* the projection's loom_act_precision (as loom_linear_attrs) */
     int32_t residual;              /* 1: input 4 is added to the product in the GEMM's epilogue */
     int32_t block_rows;            /* query positions per unit; 0: automatic (the L2 size) */
+    int32_t reserved;              /* 0: no padding (a program compares attributes byte for byte) */
 } loom_attention_linear_attrs;
-#define LOOM_ATTENTION_LINEAR_ATTRS_DEFAULT {0.0f, 0, 2147483647, 2147483647, 0, 0, 0.0f, 0, 0, 0, 0}
+#define LOOM_ATTENTION_LINEAR_ATTRS_DEFAULT {0.0f, 0, 2147483647, 2147483647, 0, 0, 0.0f, 0, 0, 0, 0, 0}
 
 /* incre_attention_linear: decode attention and the output projection (+
  * residual) in one kernel (src/fused/incre_attention_linear_op.c). */
@@ -294,6 +305,7 @@ typedef struct {
     int32_t groups;                        /* groups of kv heads, each one partial of the projection,
                                               summed in order (1..N_kv; the builder:
                                               loom_incre_attention_linear_groups) */
+    int32_t reserved;                      /* 0: no padding (as the attention's) */
 } loom_incre_attention_linear_attrs;
 /* The builder's groups for n_kv kv heads on the rules' hardware threads:
  * about LOOM_FFN_ONE_PASS_SLICES, a multiple of threads, at most n_kv, and
@@ -315,6 +327,7 @@ typedef struct { loom_dtype dtype; } loom_copy_attrs;   /* output dtype */
 typedef struct { int pos; } loom_kv_append_attrs;       /* first cache row written */
 typedef struct { float scale; } loom_scale_attrs;       /* > 0, finite */
 typedef struct { float cap; } loom_softcap_attrs;       /* > 0, finite */
+#pragma GCC diagnostic pop
 
 /* ---------------------------------------------------------- kernels */
 
