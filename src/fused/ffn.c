@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu.h"
 #include "base/status.h"
 #include "fused/fused_internal.h"
 
@@ -81,9 +82,9 @@ int loom_ffn_one_pass_slices_for(int threads) {
     return t * ((LOOM_FFN_ONE_PASS_SLICES + t - 1) / t);
 }
 
-int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads) {
+int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads, int isa) {
     int fl = !loom_dtype_is_quantized(w_gate) && !loom_dtype_is_quantized(w_up) && !loom_dtype_is_quantized(w_down);
-    return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 1 : 0;
+    return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS && isa == LOOM_ISA_AVX2 ? 1 : 0;
 }
 
 static int64_t block_cols(const loom_ffn_args *a) {

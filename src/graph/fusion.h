@@ -37,6 +37,8 @@ typedef struct loom_fusion_report {
 typedef struct loom_fusion_hw {
     int64_t l1_bytes, l2_bytes, l3_bytes;
     int     threads;
+    int     isa;  /* the kernel level in use (loom_isa: LOOM_ISA or the CPU's best), not a rules-file
+                   * key: filled in by loom_fusion_rules_hw for the defaults measured per level */
 } loom_fusion_hw;
 
 /* Checkpoint and mode settings of a rules file. */

@@ -452,7 +452,8 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
                          .one_pass_rows = (int32_t)fr_opt(c, "one_pass_rows",
                                                           loom_ffn_one_pass_rows_auto(
                                                               wg->dtype, gt(c, fr_var(c, "w_up"))->dtype,
-                                                              gt(c, fr_var(c, "w_down"))->dtype, c->hw.threads)),
+                                                              gt(c, fr_var(c, "w_down"))->dtype, c->hw.threads,
+                                                              c->hw.isa)),
                          .row_block = (int32_t)fr_opt(c, "row_block", LOOM_FFN_ROW_BLOCK)};
     /* row_min is a row count, not a block size: its auto is not capped by max_fusion_block_size */
     int64_t row_min = fr_opt(c, "row_min", -1);

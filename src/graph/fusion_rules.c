@@ -593,6 +593,7 @@ loom_fusion_hw loom_fusion_rules_hw(const loom_fusion_rules *r) {
         }
         hw.threads = n;
     }
+    hw.isa = (int)loom_cpu_isa();
     return hw;
 }
 

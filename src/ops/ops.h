@@ -248,17 +248,23 @@ typedef struct {
 #define LOOM_FFN_ONE_PASS_SLICES 8
 #define LOOM_FFN_ONE_PASS_MAX_SLICES 256
 /* The rules' default one_pass_rows (loom_ffn_one_pass_rows_auto): 1 (decode of
- * one sequence) where the three weights are float and the rules' hardware has
- * at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads (measured on 1 and 2; more slices make each thread's run of
- * a Wd row shorter), else 0 (two phases). Quantized weights: each slice's down
+ * one sequence) where the three weights are float, the rules' hardware has at
+ * most LOOM_FFN_ONE_PASS_AUTO_THREADS threads (measured on 1 and 2; more slices
+ * make each thread's run of a Wd row shorter) and the kernels run at the AVX2
+ * level (isa, a loom_isa), else 0 (two phases). Measured where it is the
+ * default: Zen 3 (AVX2), 1.02-1.06x the two phases. Not at AVX-512: on Zen 4
+ * the one pass decoded at 0.94-0.95x, since a thread's columns of Wd's rows
+ * read up to 1.34x slower than whole rows there (and a lone thread's sweep of
+ * eight short slices slower than the long rows' two streams); the generic and
+ * reference levels were not measured. Quantized weights: each slice's down
  * projection is a GEMV over a shorter K, whose per-row costs ran SmolLM2 Q4_1
  * decode at 0.76-0.86x (bench/results/fusion.md). Preset one_pass_ffn sets 7
- * (the GEMV's rows) for every weight type. */
+ * (the GEMV's rows) for every weight type and level. */
 #define LOOM_FFN_ONE_PASS_AUTO_THREADS 8
 /* The builder's one_pass_slices: about LOOM_FFN_ONE_PASS_SLICES, a multiple of
  * the rules' hardware threads (threads taking whole slices get even shares). */
 int loom_ffn_one_pass_slices_for(int threads);
-int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads);
+int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads, int isa);
 /* The rules' default row_block: prefill launches as one kernel, in blocks of
  * at most this many rows (each block reads the weights once more: 2 * 256
  * flops a weight value; at parity with the two phases, bench/results/fusion.md),

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "check.h"
 #include "test_fusion_common.h"
 
@@ -43,26 +44,12 @@ static void run(tmodel *m, const int32_t *ids, loom_exec_mode mode, loom_fusion_
     loom_executor_free(e);
 }
 
-/* The ffn rules' one_pass_rows auto: one row (decode of one sequence) for
- * float weights on hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads, else
- * the two phases; in the graph, 4 decode kernels a layer with it, 5 without
- * (more hardware threads, quantized weights, or one_pass_rows: 0), one fewer
- * with preset one_kernel_attention where the decode attention and its
- * projection become one kernel (2 kv heads on 2 threads over float weights;
- * not on 16 threads, nor over q8_0 weights but with groups set). */
-static void test_one_pass_auto(void) {
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2) == 1);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_AUTO_THREADS) == 1);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, LOOM_FFN_ONE_PASS_AUTO_THREADS + 1) == 0);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_Q4_0, LOOM_Q4_0, LOOM_Q4_0, 2) == 0);
-    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_F16, LOOM_Q8_0, 1) == 0);
-    /* slices: about 8, a multiple of the threads */
-    CHECK(loom_ffn_one_pass_slices_for(1) == 8 && loom_ffn_one_pass_slices_for(2) == 8);
-    CHECK(loom_ffn_one_pass_slices_for(3) == 9 && loom_ffn_one_pass_slices_for(5) == 10);
-    CHECK(loom_ffn_one_pass_slices_for(8) == 8 && loom_ffn_one_pass_slices_for(16) == 16);
+/* The graphs of test_one_pass_auto at the kernel level in use. */
+static void one_pass_graphs(void) {
     int32_t ids[4] = {1, 5, 7, 3};
     loom_graph *g;
     loom_graph_init(&g);
+    const int one = loom_cpu_isa() == LOOM_ISA_AVX2; /* the one pass by default at this level */
     for (int k = 0; k < 4; k++) {
         /* f32 on 2 threads; f32 on 16; q8_0 on 2; f32 on 2 with one_pass_rows 0 */
         tmodel m;
@@ -75,7 +62,7 @@ static void test_one_pass_auto(void) {
             tm_build(&m, g, ids, 1, 3, 0);
             CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
             CHECK(loom_graph_plan(g) == LOOM_OK);
-            int want = k == 0 ? 1 : 0, seen = 0;
+            int want = k == 0 && one ? 1 : 0, seen = 0;
             for (int n = 0; n < g->n_nodes; n++)
                 if (g->nodes[n].op == LOOM_OP_FFN) {
                     const loom_ffn_attrs *fa = (const void *)g->nodes[n].attrs;
@@ -85,8 +72,8 @@ static void test_one_pass_auto(void) {
                 }
             CHECK(seen == 2);
             for (int l = 0; l < 2; l++)
-                CHECK_MSG(tm_layer_kernels(g, l) == (k == 0 ? 4 : 5), "case %d layer %d: %d kernels", k, l,
-                          tm_layer_kernels(g, l));
+                CHECK_MSG(tm_layer_kernels(g, l) == (want ? 4 : 5), "%s case %d layer %d: %d kernels",
+                          loom_isa_name(loom_cpu_isa()), k, l, tm_layer_kernels(g, l));
             CHECK(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 0); /* not by default */
             /* preset one_kernel_attention (groups auto): the decode attention and its projection one
              * kernel where 2 kv heads share out on the rules' threads (2: yes, 16: no) over float
@@ -95,7 +82,7 @@ static void test_one_pass_auto(void) {
             tm_build(&m, g, ids, 1, 3, 0);
             CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
             int al = k == 0 || k == 3;
-            CHECK_MSG(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al && tm_layer_kernels(g, 0) == (k == 0 ? 4 : 5) - al,
+            CHECK_MSG(tm_ops(g, LOOM_OP_INCRE_ATTENTION_LINEAR) == 2 * al && tm_layer_kernels(g, 0) == (want ? 4 : 5) - al,
                       "case %d: %d kernels with one_kernel_attention", k, tm_layer_kernels(g, 0));
             if (k == 2) {
                 loom_fusion_rules *r8 = NULL;
@@ -114,6 +101,40 @@ static void test_one_pass_auto(void) {
         tm_free(&m);
     }
     loom_graph_free(g);
+}
+
+/* The ffn rules' one_pass_rows auto: one row (decode of one sequence) for
+ * float weights on hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads
+ * with the kernels at the AVX2 level, else the two phases; in the graph, at
+ * every level this CPU runs, 4 decode kernels a layer with it, 5 without
+ * (AVX-512, more hardware threads, quantized weights, or one_pass_rows: 0),
+ * one fewer with preset one_kernel_attention where the decode attention and
+ * its projection become one kernel (2 kv heads on 2 threads over float
+ * weights; not on 16 threads, nor over q8_0 weights but with groups set). */
+static void test_one_pass_auto(void) {
+    const int a2 = LOOM_ISA_AVX2;
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2, a2) == 1);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_BF16, LOOM_F16, LOOM_FFN_ONE_PASS_AUTO_THREADS, a2) == 1);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, LOOM_FFN_ONE_PASS_AUTO_THREADS + 1, a2) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_Q4_0, LOOM_Q4_0, LOOM_Q4_0, 2, a2) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_F16, LOOM_Q8_0, 1, a2) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, 2, LOOM_ISA_AVX512) == 0);
+    CHECK(loom_ffn_one_pass_rows_auto(LOOM_F16, LOOM_F16, LOOM_F16, 1, LOOM_ISA_GENERIC) == 0);
+    /* slices: about 8, a multiple of the threads */
+    CHECK(loom_ffn_one_pass_slices_for(1) == 8 && loom_ffn_one_pass_slices_for(2) == 8);
+    CHECK(loom_ffn_one_pass_slices_for(3) == 9 && loom_ffn_one_pass_slices_for(5) == 10);
+    CHECK(loom_ffn_one_pass_slices_for(8) == 8 && loom_ffn_one_pass_slices_for(16) == 16);
+    /* the graphs at each level this CPU runs */
+    const loom_isa best = loom_cpu_isa();
+    for (int lv = LOOM_ISA_AVX2; lv <= LOOM_ISA_AVX512; lv++) {
+        if (lv > (int)loom_cpu_best_isa()) {
+            printf("  (level %s: not on this CPU, not checked)\n", loom_isa_name((loom_isa)lv));
+            continue;
+        }
+        CHECK(loom_cpu_set_isa((loom_isa)lv) == LOOM_OK);
+        one_pass_graphs();
+    }
+    CHECK(loom_cpu_set_isa(best) == LOOM_OK);
 }
 
 /* A prefill of 20 rows: 3 kernels a layer with row_min 8 (qkv_rope,
@@ -151,7 +172,8 @@ static void test_rows_rule(void) {
         CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
         CHECK(loom_graph_plan(g) == LOOM_OK);
         /* decode: the ffn in one pass where the rules' hardware allows (auto, f32 weights) */
-        int dk = loom_fusion_rules_hw(r).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
+        loom_fusion_hw hw = loom_fusion_rules_hw(r);
+        int dk = loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, hw.threads, hw.isa) ? 4 : 5;
         for (int l = 0; l < 2; l++) CHECK_MSG(tm_layer_kernels(g, l) == dk, "rules %d decode: %d kernels", k, tm_layer_kernels(g, l));
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by

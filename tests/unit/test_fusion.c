@@ -36,7 +36,8 @@ static loom_graph *llama3_setup(tmodel *m, int L, int32_t *ids) {
  * (with the norm), attention, the output projection (+ residual) and the ffn
  * (with the norm and the residual): kernels per layer drop from 18 to 4 (the
  * ffn of one sequence's decode step is one kernel over these f32 weights, on
- * hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads; else two, 5; counted
+ * hardware of at most LOOM_FFN_ONE_PASS_AUTO_THREADS threads with the kernels
+ * at the AVX2 level; else two, 5; counted
  * on one thread, where decode attention does not split KV). In prefill (20
  * rows) the attention and the output projection are one attention_linear
  * kernel: 4. Rounds 4-5, preset one_pass_ffn: the ffn of a decode step is one
@@ -49,10 +50,11 @@ static void test_default_rules_on_llama(void) {
     const int L = 3;
     int32_t ids[24];
     loom_graph *g = llama3_setup(&m, L, ids);
-    const int decode_k = loom_fusion_rules_hw(rules).threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS ? 4 : 5;
+    const loom_fusion_hw hw = loom_fusion_rules_hw(rules);
+    const int decode_k = loom_ffn_one_pass_rows_auto(LOOM_F32, LOOM_F32, LOOM_F32, hw.threads, hw.isa) ? 4 : 5;
     /* rounds 6-7 add preset one_kernel_attention: the decode attention and its projection one
      * kernel where two kv heads share out on the rules' threads (groups auto) */
-    const int al_hw = loom_incre_attention_linear_groups(2, loom_fusion_rules_hw(rules).threads) > 0;
+    const int al_hw = loom_incre_attention_linear_groups(2, hw.threads) > 0;
     for (int round = 0; round < 8; round++) {
         int phase = round % 2, n = phase ? 1 : 20, pos = phase ? 20 : 0, al = round >= 6 && al_hw;
         if (round == 4) CHECK(loom_fusion_rules_preset(rules, "one_pass_ffn") == LOOM_OK);
