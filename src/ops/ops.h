@@ -253,10 +253,10 @@ typedef struct {
  * make each thread's run of a Wd row shorter) and the kernels run at the AVX2
  * level (isa, a loom_isa), else 0 (two phases). Measured where it is the
  * default: Zen 3 (AVX2), 1.02-1.06x the two phases. Not at AVX-512: on Zen 4
- * the one pass decoded at 0.94-0.95x, since a thread's columns of Wd's rows
- * read up to 1.34x slower than whole rows there (and a lone thread's sweep of
- * eight short slices slower than the long rows' two streams); the generic and
- * reference levels were not measured. Quantized weights: each slice's down
+ * the one pass decoded at 0.94-0.96x on one thread (a lone thread's sweep of
+ * eight short slices against the long rows' two streams) and within noise on
+ * two, where a thread's columns of Wd's rows read 1.34x slower than whole
+ * rows; the generic and reference levels were not measured. Quantized weights: each slice's down
  * projection is a GEMV over a shorter K, whose per-row costs ran SmolLM2 Q4_1
  * decode at 0.76-0.86x (bench/results/fusion.md). Preset one_pass_ffn sets 7
  * (the GEMV's rows) for every weight type and level. */

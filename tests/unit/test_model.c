@@ -354,9 +354,10 @@ int main(void) {
     test_detect_format(legacy);
     test_forward_vs_naive(legacy, 1);
     test_forward_vs_naive(v1, 2);
-    /* the ffn's two phases as the reference of its one pass (the default
-     * decode step over these f32 weights on up to 8 threads; the preset's
-     * 5-token prefill too) */
+    /* the ffn's two phases as the reference of its one pass (preset
+     * one_pass_ffn, its 5-token prefill too; and the default decode step over
+     * these f32 weights on up to 8 threads at the AVX2 level, where the
+     * default run is the one pass; at AVX-512 it is the two phases) */
     float two[512];
     test_threads_bit_identical(legacy, "two_phase_ffn", NULL, two);
     test_threads_bit_identical(legacy, NULL, two, NULL);
