@@ -82,6 +82,8 @@ int loom_ffn_one_pass_slices_for(int threads) {
     return t * ((LOOM_FFN_ONE_PASS_SLICES + t - 1) / t);
 }
 
+int32_t loom_ffn_row_block_auto(int isa) { return isa == LOOM_ISA_AVX2 ? LOOM_FFN_ROW_BLOCK : 0; }
+
 int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads, int isa) {
     int fl = !loom_dtype_is_quantized(w_gate) && !loom_dtype_is_quantized(w_up) && !loom_dtype_is_quantized(w_down);
     return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS && isa == LOOM_ISA_AVX2 ? 1 : 0;

@@ -454,7 +454,7 @@ static int build_ffn(const fr_ctx *c, fr_fused *f) {
                                                               wg->dtype, gt(c, fr_var(c, "w_up"))->dtype,
                                                               gt(c, fr_var(c, "w_down"))->dtype, c->hw.threads,
                                                               c->hw.isa)),
-                         .row_block = (int32_t)fr_opt(c, "row_block", LOOM_FFN_ROW_BLOCK)};
+                         .row_block = (int32_t)fr_opt(c, "row_block", loom_ffn_row_block_auto(c->hw.isa))};
     /* row_min is a row count, not a block size: its auto is not capped by max_fusion_block_size */
     int64_t row_min = fr_opt(c, "row_min", -1);
     at.row_min = (int32_t)(row_min >= 0 ? row_min : (int64_t)LOOM_FFN_ROW_MIN_PER_THREAD * c->hw.threads);

@@ -265,13 +265,20 @@ typedef struct {
  * the rules' hardware threads (threads taking whole slices get even shares). */
 int loom_ffn_one_pass_slices_for(int threads);
 int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads, int isa);
-/* The rules' default row_block: prefill launches as one kernel, in blocks of
- * at most this many rows (each block reads the weights once more: 2 * 256
- * flops a weight value; at parity with the two phases, bench/results/fusion.md),
- * and default row_min, per thread of the rules' hardware section: a block of
- * fewer rows would read the weights too often for its flops. */
+/* The rows pass's block: prefill launches as one kernel, in blocks of at
+ * most this many rows (each block reads the weights once more: 2 * 256 flops
+ * a weight value), and the default row_min, per thread of the rules' hardware
+ * section: a block of fewer rows would read the weights too often for its
+ * flops. */
 #define LOOM_FFN_ROW_BLOCK 256
 #define LOOM_FFN_ROW_MIN_PER_THREAD 128
+/* The rules' default row_block at kernel level isa (a loom_isa):
+ * LOOM_FFN_ROW_BLOCK at the AVX2 level, where the rows pass was measured at
+ * parity with the two phases (Zen 3: 0.91-1.12x over three runs), else 0 (the
+ * two phases): on a Zen 4 at AVX-512 it ran prefill at 0.93x (512 tokens) and
+ * 0.96x (2048), every round slower (bench/results/fusion.md); the generic and
+ * reference levels were not measured. */
+int32_t loom_ffn_row_block_auto(int isa);
 /* Hidden columns a slice of the rows pass for blocks of row_block rows: an f32
  * tile of about an eighth of a thread's share of l3_bytes (the block's x rows,
  * running sum and its two tiles then stay in L3 with every thread's), whole

@@ -11,13 +11,15 @@
 
 extern const char loom_fusion_default_yaml[];
 
-/* The default rules, norm_ffn_residual (the first ffn rule) with row_min. */
+/* The default rules with row_min and row_block 256 (the rows pass at any
+ * kernel level; its auto is 256 only at AVX2: test_row_block_auto). */
 static loom_fusion_rules *rules_with_row_min(int row_min) {
     char with[64];
     snprintf(with, sizeof with, "      row_min: %d\n", row_min);
     loom_fusion_rules *r;
-    CHECK_MSG(rules_patched(loom_fusion_default_yaml, "      row_min: auto\n", with, NULL, NULL, &r) == LOOM_OK, "%s",
-              loom_last_error());
+    CHECK_MSG(rules_patched(loom_fusion_default_yaml, "      row_min: auto\n", with, "      row_block: auto\n",
+                            "      row_block: 256\n", &r) == LOOM_OK,
+              "%s", loom_last_error());
     return r;
 }
 
@@ -137,6 +139,37 @@ static void test_one_pass_auto(void) {
     CHECK(loom_cpu_set_isa(best) == LOOM_OK);
 }
 
+/* row_block auto: the rows pass (256) at the AVX2 level, else the two phases;
+ * a prefill of 20 rows with row_min 8 and row_block auto is 3 kernels a layer
+ * at AVX2 and 4 at every other level this CPU runs. */
+static void test_row_block_auto(void) {
+    CHECK(loom_ffn_row_block_auto(LOOM_ISA_AVX2) == LOOM_FFN_ROW_BLOCK);
+    CHECK(loom_ffn_row_block_auto(LOOM_ISA_AVX512) == 0 && loom_ffn_row_block_auto(LOOM_ISA_GENERIC) == 0 &&
+          loom_ffn_row_block_auto(LOOM_ISA_REF) == 0);
+    tmodel m;
+    tm_init(&m, 32, 4, 2, 40, 2, 19, 32, 2);
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = (i * 3 + 1) % 19;
+    loom_fusion_rules *r = NULL;
+    CHECK(rules_patched(loom_fusion_default_yaml, "      row_min: auto\n", "      row_min: 8\n", NULL, NULL, &r) == LOOM_OK);
+    loom_graph *g;
+    loom_graph_init(&g);
+    const loom_isa best = loom_cpu_isa();
+    for (int lv = LOOM_ISA_REF; r && lv <= (int)loom_cpu_best_isa(); lv++) {
+        CHECK(loom_cpu_set_isa((loom_isa)lv) == LOOM_OK);
+        tm_build(&m, g, ids, 20, 0, 0);
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        int want = lv == LOOM_ISA_AVX2 ? 3 : 4;
+        for (int l = 0; l < 2; l++)
+            CHECK_MSG(tm_layer_kernels(g, l) == want, "%s layer %d: %d kernels", loom_isa_name((loom_isa)lv), l,
+                      tm_layer_kernels(g, l));
+    }
+    CHECK(loom_cpu_set_isa(best) == LOOM_OK);
+    loom_graph_free(g);
+    loom_fusion_rules_free(r);
+    tm_free(&m);
+}
+
 /* A prefill of 20 rows: 3 kernels a layer with row_min 8 (qkv_rope,
  * attention_linear, the ffn as one kernel), 4 with the default row_min (128
  * rows a thread of the machine) or row_block 0 (the ffn's two phases); a
@@ -177,20 +210,21 @@ static void test_rows_rule(void) {
         for (int l = 0; l < 2; l++) CHECK_MSG(tm_layer_kernels(g, l) == dk, "rules %d decode: %d kernels", k, tm_layer_kernels(g, l));
     }
     /* row_min auto: 128 rows a thread of the hardware section (not capped by
-     * max_fusion_block_size); the slice from its l3 */
+     * max_fusion_block_size); the slice from its l3; row_block auto at the
+     * kernel level in use */
     loom_fusion_rules *rh;
     CHECK(rules_patched(loom_fusion_default_yaml, "  threads: auto\n", "  threads: 48\n", "  l3: auto\n",
                         "  l3: 4194304\n", &rh) == LOOM_OK);
     if (rh) {
         tm_build(&m, g, ids, 20, 0, 0);
         CHECK(loom_fusion_apply(g, rh, NULL) == LOOM_OK);
-        int seen = 0;
+        int seen = 0, rb = loom_ffn_row_block_auto(loom_fusion_rules_hw(rh).isa);
         for (int n = 0; n < g->n_nodes; n++)
             if (g->nodes[n].op == LOOM_OP_FFN) {
                 const loom_ffn_attrs *fa = (const void *)g->nodes[n].attrs;
-                CHECK_MSG(fa->row_min == 128 * 48 && fa->row_block == 256, "row_min %d row_block %d", fa->row_min,
+                CHECK_MSG(fa->row_min == 128 * 48 && fa->row_block == rb, "row_min %d row_block %d", fa->row_min,
                           fa->row_block);
-                CHECK(fa->row_slice == loom_ffn_row_slice(256, 40, 4194304, 48));
+                CHECK(fa->row_slice == loom_ffn_row_slice(rb, 40, 4194304, 48));
                 CHECK(fa->one_pass_rows == 0); /* more threads than the one pass's slices */
                 seen++;
             }
@@ -222,6 +256,7 @@ static void test_rows_rule(void) {
 
 int main(void) {
     RUN_TEST(test_one_pass_auto);
+    RUN_TEST(test_row_block_auto);
     RUN_TEST(test_rows_rule);
     return TEST_SUMMARY();
 }
