@@ -82,11 +82,17 @@ int loom_ffn_one_pass_slices_for(int threads) {
     return t * ((LOOM_FFN_ONE_PASS_SLICES + t - 1) / t);
 }
 
-int32_t loom_ffn_row_block_auto(int isa) { return isa == LOOM_ISA_AVX2 ? LOOM_FFN_ROW_BLOCK : 0; }
+/* The kernel level where the ffn's one-kernel forms (the decode one pass, the
+ * prefill rows pass) measured no slower than the two phases, so the rules'
+ * default there: AVX2 (Zen 3). At AVX-512 (Zen 4) both ran slower; the
+ * generic and reference levels were not measured (bench/results/fusion.md). */
+static int one_kernel_by_default(int isa) { return isa == LOOM_ISA_AVX2; }
+
+int32_t loom_ffn_row_block_auto(int isa) { return one_kernel_by_default(isa) ? LOOM_FFN_ROW_BLOCK : 0; }
 
 int32_t loom_ffn_one_pass_rows_auto(loom_dtype w_gate, loom_dtype w_up, loom_dtype w_down, int threads, int isa) {
     int fl = !loom_dtype_is_quantized(w_gate) && !loom_dtype_is_quantized(w_up) && !loom_dtype_is_quantized(w_down);
-    return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS && isa == LOOM_ISA_AVX2 ? 1 : 0;
+    return fl && threads <= LOOM_FFN_ONE_PASS_AUTO_THREADS && one_kernel_by_default(isa) ? 1 : 0;
 }
 
 static int64_t block_cols(const loom_ffn_args *a) {
