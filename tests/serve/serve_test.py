@@ -381,7 +381,10 @@ def test_load(loom, mdir, n_clients):
 
     # the queue limit: 1 running + 1 waiting; the others get 429 with Retry-After, and the server stays healthy
     timeout = 20 if SLOW else 4
-    srv = Server(loom, ["-m", llm, "-t", "2", "-np", "1", "--max-queue", "1", "--timeout", str(timeout), "--quiet"])
+    # -c 8192 (the model's trained context): the timeout request below may run to 8191 tokens, far past
+    # the timeout even on a fast host (a 2-core Zen 4 made 1024 tokens, the default -c, in 3.9 s)
+    srv = Server(loom, ["-m", llm, "-t", "2", "-np", "1", "-c", "8192", "--max-queue", "1", "--timeout", str(timeout),
+                        "--quiet"])
     srv.wait_ready()
     results = []
 
@@ -446,7 +449,7 @@ def test_load(loom, mdir, n_clients):
     check("SIGTERM: no longer accepting", refused)
 
     # SIGTERM with a grace period too short: the rest is cancelled, still exit 0
-    srv = Server(loom, ["-m", llm, "-t", "2", "-np", "2", "--grace", "1"])
+    srv = Server(loom, ["-m", llm, "-t", "2", "-np", "2", "-c", "8192", "--grace", "1"])  # (-c: as for --timeout)
     srv.wait_ready()
     box = []
 
