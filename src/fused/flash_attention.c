@@ -114,6 +114,7 @@ typedef struct fa_scratch {
     uint32_t *vpk;         /* bf16 V of one (batch, kv head) packed as key pairs [pairs][D] */
     uint16_t *kpk;         /* K of one (batch, kv head) rounded to bf16 [S_kv][D] (inner_precise 1) */
     float *kf, *vf;        /* f16 (K: or bf16) K / V of one (batch, kv head) widened to f32 [S_kv][D] */
+    float **rp;            /* a row pointer per lane (the kernels' pack_t / unpack_t) */
 } fa_scratch;
 
 /* The thread's per-(batch, kv head) caches: which (batch, kv head) they hold
@@ -130,15 +131,18 @@ static void fa_caches_for(fa_vcache *vc, const fa_item *it) {
     if (vc->b != it->b || vc->hkv != it->hkv) *vc = (fa_vcache){it->b, it->hkv, 0, 0, 0, 0};
 }
 
+_Static_assert(sizeof(float *) <= 2 * sizeof(float), "fa_layout sizes a row pointer as two floats");
+
 static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
     int64_t D = pl->pr->D, mp = pl->mp_max, bc = pl->bc;
-    int64_t sizes[18] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
+    int64_t sizes[19] = {D * mp, D * mp, bc * mp, bc * mp, bc * D, bc * D, mp, mp, mp,
                          LOOM_ATTN_MAX_HEAD_DIM, 2 * pl->br, 2 * pl->br, mp, mp, pl->vpk_pairs * D,
-                         (pl->kpk_rows * D + 1) / 2, pl->kf_rows * D, pl->vf_rows * D};
+                         (pl->kpk_rows * D + 1) / 2, pl->kf_rows * D, pl->vf_rows * D,
+                         mp * 2}; /* a pointer per lane, at most two floats' bytes (below) */
     float **f[10] = {&sc->qt, &sc->ot, &sc->s, &sc->a, &sc->kbuf, &sc->vbuf, &sc->m, &sc->l,
                      &sc->alpha, &sc->row};
     size_t off = 0;
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 19; i++) {
         char *p = base ? (char *)base + off * sizeof(float) : NULL;
         if (i < 10) *f[i] = (float *)p;
         else if (i == 10) sc->lo = (int64_t *)p;
@@ -148,7 +152,8 @@ static size_t fa_layout(const fa_plan *pl, void *base, fa_scratch *sc) {
         else if (i == 14) sc->vpk = sizes[i] ? (uint32_t *)p : NULL;
         else if (i == 15) sc->kpk = sizes[i] ? (uint16_t *)p : NULL;
         else if (i == 16) sc->kf = sizes[i] ? (float *)p : NULL;
-        else sc->vf = sizes[i] ? (float *)p : NULL;
+        else if (i == 17) sc->vf = sizes[i] ? (float *)p : NULL;
+        else sc->rp = (float **)p;
         off += (size_t)attn_round_up(sizes[i], 16);
     }
     return off * sizeof(float);
@@ -429,8 +434,18 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 sc->llo[g * nrow + ii] = (int32_t)sc->lo[ii], sc->lhi[g * nrow + ii] = (int32_t)sc->hi[ii];
         /* Q^T, scaled; rows beyond nval and padding lanes stay 0 (finite, never written out) */
         uint32_t *qt2 = (uint32_t *)sc->qt;
-        memset(sc->qt, 0, (size_t)(D * mp) * sizeof(float));
-        for (int64_t g = 0; g < ng; g++)
+        int packed = !pl->use_bf16 && kn->pack_t && pr->q.dtype == LOOM_F32 && pr->q.sd == 1;
+        if (packed) { /* f32 rows in place, transposed by the kernel (NULL rows: zeros) */
+            for (int r = 0; r < mp; r++) sc->rp[r] = NULL;
+            for (int64_t g = 0; g < ng; g++)
+                for (int64_t ii = 0; ii < nval; ii++)
+                    sc->rp[g * nrow + ii] = (float *)elem(&pr->q, it->b * pr->q.sb + (s.q_start + i0 + ii) * pr->q.ss +
+                                                                      (h0 + g) * pr->q.sn);
+            kn->pack_t(sc->qt, mp, (const float *const *)sc->rp, mp, (int)D, pl->qscale);
+        } else {
+            memset(sc->qt, 0, (size_t)(D * mp) * sizeof(float));
+        }
+        for (int64_t g = 0; g < ng && !packed; g++)
             for (int64_t ii = 0; ii < nval; ii++) {
                 int64_t r = g * nrow + ii;
                 const char *qp = elem(&pr->q, it->b * pr->q.sb + (s.q_start + i0 + ii) * pr->q.ss +
@@ -501,8 +516,8 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                 for (int c = 0; c < nc; c++) {
                     int32_t j = (int32_t)(j0 + c);
                     float *sr = sc->s + c * mp;
-                    for (int r = 0; r < mp; r++)
-                        sr[r] = j < sc->llo[r] || j >= sc->lhi[r] ? -INFINITY : sr[r];
+                    for (int r = 0; r < mp; r++) /* (| not ||: no branch, so the loop vectorises) */
+                        sr[r] = (j < sc->llo[r]) | (j >= sc->lhi[r]) ? -INFINITY : sr[r];
                 }
             kn->softmax_cols(sc->s, mp, nc, mp, sc->m, sc->l, sc->alpha);
             if (pr->keep_prob < 1.0f) /* dropout after the sum: lse and l stay undropped */
@@ -542,22 +557,26 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             kn->bgemm(sc->ot, mp, vp, 1, ldv, sc->s, mp, (int)D, nc, mp, sc->alpha);
         }
     }
-    /* O = O^T / l, zeros (and lse -inf) where nothing was visible or the row is padding */
+    /* O = O^T / l, zeros (and lse -inf) where nothing was visible or the row is padding;
+     * seen rows of an f32 output through the kernel's transpose (inv in alpha, free now) */
+    int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1, unpack = direct && kn->unpack_t;
     for (int64_t g = 0; g < ng; g++)
         for (int64_t ii = 0; ii < nrow; ii++) {
             int64_t r = g * nrow + ii, row = s.q_start + i0 + ii, h = h0 + g;
             int seen = ii < nval && sc->l[r] != 0.0f; /* NaN l (a NaN score): a NaN row and lse */
             float inv = seen ? 1.0f / sc->l[r] : 0.0f;
             int64_t oo = it->b * pr->out.sb + row * pr->out.ss + h * pr->out.sn;
-            int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1;
             float *dst = direct ? (float *)elem(&pr->out, oo) : sc->row;
-            for (int64_t d = 0; d < D; d++) dst[d] = seen ? sc->ot[d * mp + r] * inv : 0.0f;
+            if (unpack) sc->rp[r] = seen ? dst : NULL, sc->alpha[r] = inv;
+            if (!unpack || !seen)
+                for (int64_t d = 0; d < D; d++) dst[d] = seen ? sc->ot[d * mp + r] * inv : 0.0f;
             if (!direct) attn_store_row((void *)elem(&pr->out, oo), pr->out.dtype, pr->out.sd, sc->row, D);
             if (pr->lse)
                 pr->lse[it->b * pr->lb + h * pr->ln + row * pr->li] =
                     seen ? (float)(((double)sc->m[r] + log2((double)sc->l[r])) * ATTN_LN2)
                          : -INFINITY;
         }
+    if (unpack) kn->unpack_t(sc->rp, sc->ot, mp, sc->alpha, (int)(ng * nrow), (int)D);
 }
 
 loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,

@@ -2,8 +2,11 @@
  * broadcast-FMA tiles) with 8-lane vectors, 6 x 16 accumulator tiles. */
 #include "fused/flash_attention_internal.h"
 
+#include <string.h>
+
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
+#include "ops/matmul/gemm_x86.h"
 
 #define NN 6
 
@@ -47,6 +50,54 @@ static ATTN_T256 void bgemm_avx2(float *c, int64_t ldc, const float *a, int64_t 
         case 4: bg_tile(4, cn, ldc, an, san, sak, br, ldb, kk, al); break;
         case 5: bg_tile(5, cn, ldc, an, san, sak, br, ldb, kk, al); break;
         default: break;
+        }
+    }
+}
+
+/* (the 8 x 8 register transpose is the GEMM packing's, ops/matmul/gemm_x86.h) */
+
+static ATTN_T256 void pack_t_avx2(float *qt, int64_t ldq, const float *const *rows, int mp, int d, float scale) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    float tail[8];
+    for (int r0 = 0; r0 < mp; r0 += 8)
+        for (int x0 = 0; x0 < d; x0 += 8) {
+            int dd = d - x0 < 8 ? d - x0 : 8;
+            __m256 v[8];
+            for (int j = 0; j < 8; j++) {
+                const float *src = rows[r0 + j] ? rows[r0 + j] + x0 : NULL;
+                if (src && dd < 8) {
+                    memset(tail, 0, sizeof tail);
+                    memcpy(tail, src, (size_t)dd * sizeof(float));
+                    src = tail;
+                }
+                v[j] = src ? _mm256_mul_ps(_mm256_loadu_ps(src), vs) : _mm256_setzero_ps();
+            }
+            loom_tr8x8(v);
+            for (int i = 0; i < dd; i++) _mm256_storeu_ps(qt + (int64_t)(x0 + i) * ldq + r0, v[i]);
+        }
+}
+
+static ATTN_T256 void unpack_t_avx2(float *const *rows, const float *ot, int64_t ldo, const float *inv, int n,
+                                    int d) {
+    float tail[8];
+    for (int r0 = 0; r0 < n; r0 += 8) {
+        int nr = n - r0 < 8 ? n - r0 : 8;
+        for (int x0 = 0; x0 < d; x0 += 8) {
+            int dd = d - x0 < 8 ? d - x0 : 8;
+            __m256 v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = i < dd ? _mm256_loadu_ps(ot + (int64_t)(x0 + i) * ldo + r0) : _mm256_setzero_ps();
+            loom_tr8x8(v);
+            for (int j = 0; j < nr; j++) {
+                if (!rows[r0 + j]) continue;
+                __m256 y = _mm256_mul_ps(v[j], _mm256_set1_ps(inv[r0 + j]));
+                if (dd == 8) {
+                    _mm256_storeu_ps(rows[r0 + j] + x0, y);
+                } else {
+                    _mm256_storeu_ps(tail, y);
+                    memcpy(rows[r0 + j] + x0, tail, (size_t)dd * sizeof(float));
+                }
+            }
         }
     }
 }
@@ -102,6 +153,8 @@ const loom_attn_kernels loom_attn_kernels_avx2 = {
     .bgemm = bgemm_avx2,
     .qk_bf16 = NULL,
     .softmax_cols = softmax_cols_avx2,
+    .pack_t = pack_t_avx2,
+    .unpack_t = unpack_t_avx2,
     .to_f32 = loom_attn_to_f32_avx2,
     .softcap = softcap_avx2,
     .dec_dot = loom_attn_dec_dot_avx2,

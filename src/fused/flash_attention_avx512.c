@@ -8,6 +8,7 @@
 
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
+#include "ops/matmul/gemm_x86.h"
 
 #define NN 6 /* broadcast rows per tile: NN x NV accumulators, NV <= 4 */
 
@@ -125,6 +126,43 @@ static ATTN_T512 void bgemm_rows_avx512(float *c, int64_t ldc, const float *cons
     if (r < mp) {
         if (pv) bgr_cols(1, 1, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
         else bgr_cols(1, 0, c + r, ldc, rows, b + r, ldb, nn, kk, alpha ? alpha + r : NULL);
+    }
+}
+
+/* ---------------------------------------------------------- transposes */
+
+/* (the 16 x 16 register transpose is the GEMM packing's, ops/matmul/gemm_x86.h) */
+
+static ATTN_T512 void pack_t_avx512(float *qt, int64_t ldq, const float *const *rows, int mp, int d, float scale) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int r0 = 0; r0 < mp; r0 += 16)
+        for (int x0 = 0; x0 < d; x0 += 16) {
+            int dd = d - x0 < 16 ? d - x0 : 16;
+            __mmask16 m = (__mmask16)((1u << dd) - 1);
+            __m512 v[16];
+            for (int j = 0; j < 16; j++)
+                v[j] = rows[r0 + j] ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[r0 + j] + x0), vs)
+                                    : _mm512_setzero_ps();
+            loom_tr16x16(v);
+            for (int i = 0; i < dd; i++) _mm512_storeu_ps(qt + (int64_t)(x0 + i) * ldq + r0, v[i]);
+        }
+}
+
+static ATTN_T512 void unpack_t_avx512(float *const *rows, const float *ot, int64_t ldo, const float *inv, int n,
+                                      int d) {
+    for (int r0 = 0; r0 < n; r0 += 16) {
+        int nr = n - r0 < 16 ? n - r0 : 16;
+        for (int x0 = 0; x0 < d; x0 += 16) {
+            int dd = d - x0 < 16 ? d - x0 : 16;
+            __mmask16 m = (__mmask16)((1u << dd) - 1);
+            __m512 v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = i < dd ? _mm512_loadu_ps(ot + (int64_t)(x0 + i) * ldo + r0) : _mm512_setzero_ps();
+            loom_tr16x16(v);
+            for (int j = 0; j < nr; j++)
+                if (rows[r0 + j])
+                    _mm512_mask_storeu_ps(rows[r0 + j] + x0, m, _mm512_mul_ps(v[j], _mm512_set1_ps(inv[r0 + j])));
+        }
     }
 }
 
@@ -312,6 +350,8 @@ const loom_attn_kernels loom_attn_kernels_avx512 = {
     .bgemm_rows = bgemm_rows_avx512,
     .qk_bf16 = NULL,
     .softmax_cols = softmax_cols_avx512,
+    .pack_t = pack_t_avx512,
+    .unpack_t = unpack_t_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
     .softcap = softcap_avx512,
     .dec_dot = loom_attn_dec_dot_avx512,
@@ -339,6 +379,8 @@ const loom_attn_kernels loom_attn_kernels_avx512_bf16 = {
     .qk_bf16 = qk_bf16_avx512,
     .pv_bf16 = pv_bf16_avx512,
     .softmax_cols = softmax_cols_avx512,
+    .pack_t = pack_t_avx512,
+    .unpack_t = unpack_t_avx512,
     .to_f32 = loom_attn_to_f32_avx512,
     .softcap = softcap_avx512,
     .to_bf16 = to_bf16_avx512,

@@ -288,6 +288,13 @@ typedef struct loom_attn_kernels {
      * everything is -inf keep m = -inf, l and P = 0. */
     void (*softmax_cols)(float *s, int64_t lds, int nc, int mp, float *m, float *l,
                          float *alpha);
+    /* Prefill's transposes, the same products as their scalar forms (NULL: the
+     * driver's scalar loops). pack_t: Q^T, qt[x][r] = scale * rows[r][x] for r < mp
+     * (a multiple of ATTN_ROW_PAD), x < d; a NULL row gives zeros. unpack_t: the
+     * output, rows[r][x] = ot[x][r] * inv[r] for r < n, x < d (ot's rows hold a
+     * multiple of ATTN_ROW_PAD lanes past r); NULL rows are skipped. */
+    void (*pack_t)(float *qt, int64_t ldq, const float *const *rows, int mp, int d, float scale);
+    void (*unpack_t)(float *const *rows, const float *ot, int64_t ldo, const float *inv, int n, int d);
     /* n contiguous f32/f16/bf16/i8 elements to f32. */
     void (*to_f32)(float *dst, const void *src, loom_dtype dt, int64_t n);
     /* Soft-capping of n contiguous scores, s = c * tanh(s / c) (c: the cap in

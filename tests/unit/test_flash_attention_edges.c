@@ -98,6 +98,50 @@ static void test_bgemm_rows(void) {
     }
 }
 
+/* The kernels' transposes (pack_t: Q^T scaled; unpack_t: O = O^T * inv) give
+ * the driver's scalar loops bit for bit at every level the CPU runs: lanes
+ * not a multiple of the vector, head dims across the tails, NULL rows (pack:
+ * zeros; unpack: not written), nothing written past d or the lanes asked for. */
+static void test_transposes(void) {
+    loom_rng rng;
+    loom_rng_init(&rng, 17, 0);
+    enum { ROWS = 96, DMAX = 140, LD = ROWS + 16 };
+    static float src[ROWS][DMAX + 8], ot[DMAX * LD], qt0[DMAX * LD], qt1[DMAX * LD], inv[ROWS];
+    static float out0[ROWS][DMAX + 8], out1[ROWS][DMAX + 8];
+    for (int r = 0; r < ROWS; r++)
+        for (int x = 0; x < DMAX + 8; x++) src[r][x] = 4.0f * (loom_rng_uniform(&rng) - 0.5f);
+    for (int i = 0; i < DMAX * LD; i++) ot[i] = 4.0f * (loom_rng_uniform(&rng) - 0.5f);
+    for (int r = 0; r < ROWS; r++) inv[r] = loom_rng_uniform(&rng) + 0.25f;
+    int levels = 0;
+    for (loom_isa isa = LOOM_ISA_GENERIC; isa <= best(); isa++) {
+        const loom_attn_kernels *ks = loom_attn_kernels_for(isa);
+        if (!ks->pack_t || !ks->unpack_t) continue;
+        levels++;
+        for (int t = 0; t < 60; t++) {
+            int mp = 16 * (1 + (int)(loom_rng_u32(&rng) % (ROWS / 16)));
+            int d = 1 + (int)(loom_rng_u32(&rng) % DMAX), n = 1 + (int)(loom_rng_u32(&rng) % mp);
+            float scale = loom_rng_uniform(&rng) + 0.5f, *wr[ROWS];
+            const float *rd[ROWS];
+            for (int r = 0; r < mp; r++) rd[r] = loom_rng_u32(&rng) % 5 ? src[r] + r % 3 : NULL;
+            for (int i = 0; i < DMAX * LD; i++) qt0[i] = qt1[i] = -7.0f;
+            for (int x = 0; x < d; x++)
+                for (int r = 0; r < mp; r++) qt0[x * LD + r] = rd[r] ? rd[r][x] * scale : 0.0f;
+            ks->pack_t(qt1, LD, rd, mp, d, scale);
+            CHECK_MSG(memcmp(qt0, qt1, sizeof qt0) == 0, "%s pack_t (mp %d, d %d) differs", ks->name, mp, d);
+            for (int r = 0; r < ROWS; r++)
+                for (int x = 0; x < DMAX + 8; x++) out0[r][x] = out1[r][x] = -7.0f;
+            for (int r = 0; r < n; r++) {
+                wr[r] = loom_rng_u32(&rng) % 5 ? out1[r] : NULL;
+                if (wr[r])
+                    for (int x = 0; x < d; x++) out0[r][x] = ot[x * LD + r] * inv[r];
+            }
+            ks->unpack_t(wr, ot, LD, inv, n, d);
+            CHECK_MSG(memcmp(out0, out1, sizeof out0) == 0, "%s unpack_t (n %d, d %d) differs", ks->name, n, d);
+        }
+    }
+    printf("  (transposes checked at %d kernel levels)\n", levels);
+}
+
 static void test_masked_rows_and_skipped_tiles(void) {
     loom_rng r;
     loom_rng_init(&r, 3, 1);
@@ -539,6 +583,7 @@ int main(void) {
     loom_ops_init(); /* the fused layer's ops in the op table */
     RUN_TEST(test_row_conversion);
     RUN_TEST(test_bgemm_rows);
+    RUN_TEST(test_transposes);
     RUN_TEST(test_masked_rows_and_skipped_tiles);
     RUN_TEST(test_nonfinite_inputs);
     RUN_TEST(test_dropout);
