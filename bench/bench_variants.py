@@ -74,11 +74,15 @@ def fa_vs_gemm(args):
     env = {"LOOM_WISDOM": "off"}
     out = run([os.path.join(args.build, "bench", "bench_matmul"), "--threads", "1,2", "--dtypes", "f32",
                "--sets", "square,prefill", "--reps", "3"], env)
-    gemm = {}
+    gemm, col = {}, None
     for line in out.splitlines():
         c = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(c) > 8 and c[4] == "f32" and (c[1:4] == ["2048", "2048", "2048"] or c[1:4] == ["512", "4096", "4096"]):
-            gemm.setdefault(int(c[6]), []).append(float(c[8]))
+        if c[:2] == ["set", "M"]:  # columns by their header (bench_matmul's table grows)
+            col = {name: i for i, name in enumerate(c)}
+            continue
+        if col and len(c) == len(col) and c[col["dtype"]] == "f32" and \
+                [c[col[k]] for k in "MNK"] in (["2048", "2048", "2048"], ["512", "4096", "4096"]):
+            gemm.setdefault(int(c[col["threads"]]), []).append(float(c[col["GFLOP/s"]]))
     out = run([os.path.join(args.build, "bench", "bench_attention"), "--threads", "1,2", "--dtypes", "f32",
                "--sets", "prefill", "--seqs", "2048", "--reps", "3", "--fused-only"], env)
     print("| N/N_kv | threads | FA prefill GFLOP/s | GEMM GFLOP/s (2048^3, 512x4096x4096) | FA / best GEMM |")
