@@ -349,8 +349,16 @@ static loom_status parse_hw(pctx *p, yaml_node_t *m) {
         const char *key = scalar(k);
         int64_t val;
         int is_auto;
+        if (key && !strcmp(key, "isa")) { /* the level the defaults are chosen for: stored as level + 1 */
+            const char *name = scalar(v);
+            loom_isa level;
+            if (name && !strcmp(name, "auto")) p->r->hw.isa = 0;
+            else if (name && loom_isa_parse(name, &level) == LOOM_OK) p->r->hw.isa = (int)level + 1;
+            else return perr(p, v, "isa: expected auto, ref, generic, avx2 or avx512");
+            continue;
+        }
         if (!key || (strcmp(key, "l1") && strcmp(key, "l2") && strcmp(key, "l3") && strcmp(key, "threads")))
-            return perr(p, k, "hardware: unknown key '%s' (expected l1, l2, l3, threads)", key ? key : "?");
+            return perr(p, k, "hardware: unknown key '%s' (expected l1, l2, l3, threads, isa)", key ? key : "?");
         LOOM_TRY(get_int(p, v, key, 1, (int64_t)1 << 40, 1, &val, &is_auto));
         if (!strcmp(key, "l1")) p->r->hw.l1_bytes = val;
         else if (!strcmp(key, "l2")) p->r->hw.l2_bytes = val;
@@ -593,7 +601,7 @@ loom_fusion_hw loom_fusion_rules_hw(const loom_fusion_rules *r) {
         }
         hw.threads = n;
     }
-    hw.isa = (int)loom_cpu_isa();
+    hw.isa = hw.isa > 0 ? hw.isa - 1 : (int)loom_cpu_isa();
     return hw;
 }
 

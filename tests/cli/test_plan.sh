@@ -107,6 +107,19 @@ if "$LOOM" plan --config tinyllama --seq 8 --hw h200 --json | grep -q '"fusion_a
     else
         fail "plan --rules: $(grep '^op chain' "$TMP/norules" "$TMP/rules")"
     fi
+    # the rules' hardware isa pins the level plan models, whatever this CPU: Llama2-7B at 4096
+    # tokens is 4 kernels a layer at avx2 (the ffn's rows pass) and 5 at avx512
+    for lv in avx2:4 avx512:5; do
+        sed "s/^  isa: auto$/  isa: ${lv%:*}/" "$RULES_SRC" >"$TMP/isa.yaml"
+        grep -q "^  isa: ${lv%:*}$" "$TMP/isa.yaml" || fail "could not set isa: ${lv%:*}"
+        "$LOOM" plan --config llama2-7b --seq 4096 --rules "$TMP/isa.yaml" >"$TMP/isa.out" 2>"$TMP/err" ||
+            fail "plan isa ${lv%:*}: $(cat "$TMP/err")"
+        if grep -q "^fused vs step_by_step per layer: .*kernels 18 -> ${lv#*:}," "$TMP/isa.out"; then
+            pass "plan --rules with isa: ${lv%:*}: ${lv#*:} kernels a layer"
+        else
+            fail "plan isa ${lv%:*}: $(grep '^fused vs' "$TMP/isa.out")"
+        fi
+    done
 fi
 
 # loom profile --svg draws the same chart from an executed model (needs the shared stories260K)

@@ -172,6 +172,51 @@ static void test_row_block_auto(void) {
     at_each_level(row_block_graphs);
 }
 
+/* The hardware section's isa key pins the level the defaults are chosen for,
+ * whatever the CPU and the level in use (`loom plan` of another machine):
+ * avx2 gives the one pass (4 decode kernels) and the rows pass (3 prefill
+ * kernels), avx512 and generic neither (5 and 4); auto is the level in use;
+ * other names are refused. */
+static void test_isa_key(void) {
+    const char *names[4] = {"avx2", "avx512", "generic", "auto"};
+    const int levels[4] = {LOOM_ISA_AVX2, LOOM_ISA_AVX512, LOOM_ISA_GENERIC, (int)loom_cpu_isa()};
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = (i * 3 + 1) % 19;
+    loom_graph *g;
+    loom_graph_init(&g);
+    for (int k = 0; k < 4; k++) {
+        char with[64];
+        snprintf(with, sizeof with, "  threads: 2\n  isa: %s\n", names[k]);
+        loom_fusion_rules *r = NULL;
+        CHECK(rules_patched(loom_fusion_default_yaml, "  threads: auto\n  isa: auto\n", with, "      row_min: auto\n",
+                            "      row_min: 8\n", &r) == LOOM_OK);
+        if (!r) continue;
+        CHECK_MSG(loom_fusion_rules_hw(r).isa == levels[k], "isa: %s resolved to %d", names[k],
+                  loom_fusion_rules_hw(r).isa);
+        int a2 = levels[k] == LOOM_ISA_AVX2;
+        tmodel m;
+        tm_init(&m, 64, 4, 2, 96, 2, 19, 32, 5);
+        tm_build(&m, g, ids, 1, 3, 0); /* decode */
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        CHECK_MSG(tm_layer_kernels(g, 0) == (a2 ? 4 : 5), "isa: %s, decode: %d kernels", names[k],
+                  tm_layer_kernels(g, 0));
+        tm_clear_kv(&m);
+        tm_build(&m, g, ids, 20, 0, 0); /* prefill */
+        CHECK(loom_fusion_apply(g, r, NULL) == LOOM_OK);
+        CHECK_MSG(tm_layer_kernels(g, 0) == (a2 ? 3 : 4), "isa: %s, prefill: %d kernels", names[k],
+                  tm_layer_kernels(g, 0));
+        tm_free(&m);
+        loom_fusion_rules_free(r);
+    }
+    loom_graph_free(g);
+    loom_fusion_rules *r = NULL;
+    CHECK(rules_patched(loom_fusion_default_yaml, "  isa: auto\n", "  isa: avx1024\n", NULL, NULL, &r) != LOOM_OK &&
+          r == NULL);
+    CHECK_MSG(strstr(loom_last_error(), "isa: expected auto, ref, generic, avx2 or avx512") != NULL, "%s",
+              loom_last_error());
+    loom_fusion_rules_free(r);
+}
+
 /* A prefill of 20 rows: 3 kernels a layer with row_min 8 (qkv_rope,
  * attention_linear, the ffn as one kernel), 4 with the default row_min (128
  * rows a thread of the machine) or row_block 0 (the ffn's two phases); a
@@ -259,6 +304,7 @@ static void test_rows_rule(void) {
 int main(void) {
     RUN_TEST(test_one_pass_auto);
     RUN_TEST(test_row_block_auto);
+    RUN_TEST(test_isa_key);
     RUN_TEST(test_rows_rule);
     return TEST_SUMMARY();
 }
