@@ -138,7 +138,10 @@ static void test_prefill_i8_cache(void) {
             .attention_out = &d.out};
         int used = -1;
         memset(d.out.data, 0, n);
+        loom_isa was = loom_cpu_isa(); /* at the level of `first` (the last above), whatever LOOM_ISA says */
+        CHECK(loom_cpu_set_isa(lv[nl - 1]) == LOOM_OK);
         CHECK_MSG(loom_fused_infer_attention_score(&ft, &fp, pool, &used) == LOOM_OK, "%s", loom_last_error());
+        loom_cpu_set_isa(was);
         CHECK(used == 0 && memcmp(first, d.out.data, n) == 0);
         free(first);
         if (i == 0) { /* errors: a missing scale, scales with a float cache, an i8 TND */
