@@ -411,6 +411,40 @@ static __attribute__((noinline)) void fa_rows_product(const fa_plan *pl, const f
     else pl->kern->bgemm_rows(sc->s, mp, rows, 0, sc->qt, mp, nc, (int)pr->D, mp, NULL);
 }
 
+/* Q^T of an item, scaled, where the kernel's pack_t does not apply (bf16 pairs for bf16
+ * products; rows converted from other dtypes or strides); qt is zero on entry. */
+static void fa_pack_q(const fa_plan *pl, const fa_item *it, const attn_seq *s, int64_t i0, int64_t nrow,
+                      int64_t nval, int64_t ng, int64_t h0, int mp, const fa_scratch *sc) {
+    const attn_problem *pr = pl->pr;
+    const loom_attn_kernels *kn = pl->kern;
+    const int64_t D = pr->D;
+    uint32_t *qt2 = (uint32_t *)sc->qt;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t ii = 0; ii < nval; ii++) {
+            int64_t r = g * nrow + ii;
+            const char *qp = elem(&pr->q, it->b * pr->q.sb + (s->q_start + i0 + ii) * pr->q.ss +
+                                              (h0 + g) * pr->q.sn);
+            if (pl->use_bf16) {
+                const uint16_t *q16 = (const uint16_t *)qp;
+                int64_t qsd = pr->q.sd;
+                if (!pl->q16) { /* inner_precise 1: the row rounded to bf16 */
+                    kn->to_bf16((uint16_t *)sc->row, qp, pr->q.dtype, D);
+                    q16 = (const uint16_t *)sc->row, qsd = 1;
+                }
+                for (int64_t p = 0; p < D / 2; p++)
+                    qt2[p * mp + r] = (uint32_t)q16[2 * p * qsd] | (uint32_t)q16[(2 * p + 1) * qsd] << 16;
+                continue;
+            }
+            const float *qf = (const float *)qp; /* f32 rows are read in place */
+            if (pr->q.dtype != LOOM_F32 || pr->q.sd != 1) {
+                if (pr->q.sd == 1) kn->to_f32(sc->row, qp, pr->q.dtype, D);
+                else attn_load_row(sc->row, qp, pr->q.dtype, pr->q.sd, D);
+                qf = sc->row;
+            }
+            for (int64_t d = 0; d < D; d++) sc->qt[d * mp + r] = qf[d] * pl->qscale;
+        }
+}
+
 static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *sc,
                         fa_vcache *vc) {
     const attn_problem *pr = pl->pr;
@@ -433,7 +467,6 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             for (int64_t ii = 0; ii < nval; ii++)
                 sc->llo[g * nrow + ii] = (int32_t)sc->lo[ii], sc->lhi[g * nrow + ii] = (int32_t)sc->hi[ii];
         /* Q^T, scaled; rows beyond nval and padding lanes stay 0 (finite, never written out) */
-        uint32_t *qt2 = (uint32_t *)sc->qt;
         int packed = !pl->use_bf16 && kn->pack_t && pr->q.dtype == LOOM_F32 && pr->q.sd == 1;
         if (packed) { /* f32 rows in place, transposed by the kernel (NULL rows: zeros) */
             for (int r = 0; r < mp; r++) sc->rp[r] = NULL;
@@ -444,31 +477,8 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             kn->pack_t(sc->qt, mp, (const float *const *)sc->rp, mp, (int)D, pl->qscale);
         } else {
             memset(sc->qt, 0, (size_t)(D * mp) * sizeof(float));
+            fa_pack_q(pl, it, &s, i0, nrow, nval, ng, h0, mp, sc);
         }
-        for (int64_t g = 0; g < ng && !packed; g++)
-            for (int64_t ii = 0; ii < nval; ii++) {
-                int64_t r = g * nrow + ii;
-                const char *qp = elem(&pr->q, it->b * pr->q.sb + (s.q_start + i0 + ii) * pr->q.ss +
-                                                  (h0 + g) * pr->q.sn);
-                if (pl->use_bf16) {
-                    const uint16_t *q16 = (const uint16_t *)qp;
-                    int64_t qsd = pr->q.sd;
-                    if (!pl->q16) { /* inner_precise 1: the row rounded to bf16 */
-                        kn->to_bf16((uint16_t *)sc->row, qp, pr->q.dtype, D);
-                        q16 = (const uint16_t *)sc->row, qsd = 1;
-                    }
-                    for (int64_t p = 0; p < D / 2; p++)
-                        qt2[p * mp + r] = (uint32_t)q16[2 * p * qsd] | (uint32_t)q16[(2 * p + 1) * qsd] << 16;
-                    continue;
-                }
-                const float *qf = (const float *)qp; /* f32 rows are read in place */
-                if (pr->q.dtype != LOOM_F32 || pr->q.sd != 1) {
-                    if (pr->q.sd == 1) kn->to_f32(sc->row, qp, pr->q.dtype, D);
-                    else attn_load_row(sc->row, qp, pr->q.dtype, pr->q.sd, D);
-                    qf = sc->row;
-                }
-                for (int64_t d = 0; d < D; d++) sc->qt[d * mp + r] = qf[d] * pl->qscale;
-            }
         int partial_rows = 0; /* some valid row sees only part of [jlo, jhi) */
         for (int64_t ii = 0; ii < nval; ii++) partial_rows |= sc->lo[ii] > jlo || sc->hi[ii] < jhi;
 
@@ -495,7 +505,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                     fa_rows_bf16((uint16_t *)sc->kbuf, pl, &pr->k, it, &s, j0, nc); /* across blocks */
                     k16 = (const uint16_t *)sc->kbuf, ldk = D;
                 }
-                kn->qk_bf16(sc->s, mp, k16, ldk, qt2, mp, nc, (int)D, mp, pl->qscale);
+                kn->qk_bf16(sc->s, mp, k16, ldk, (const uint32_t *)sc->qt, mp, nc, (int)D, mp, pl->qscale);
                 if (pl->q8) fa_scale_cols(pr, &pr->kq, it, &s, j0, nc, sc->s, mp);
             } else if (pl->krows) { /* a paged f32 K read in place, a row pointer per key */
                 fa_rows_product(pl, it, &s, 0, j0, nc, mp, sc);
@@ -559,7 +569,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
     }
     /* O = O^T / l, zeros (and lse -inf) where nothing was visible or the row is padding;
      * seen rows of an f32 output through the kernel's transpose (inv in alpha, free now) */
-    int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1, unpack = direct && kn->unpack_t;
+    int direct = pr->out.dtype == LOOM_F32 && pr->out.sd == 1, unpack = direct && kn->unpack_t, n_seen = 0;
     for (int64_t g = 0; g < ng; g++)
         for (int64_t ii = 0; ii < nrow; ii++) {
             int64_t r = g * nrow + ii, row = s.q_start + i0 + ii, h = h0 + g;
@@ -567,7 +577,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
             float inv = seen ? 1.0f / sc->l[r] : 0.0f;
             int64_t oo = it->b * pr->out.sb + row * pr->out.ss + h * pr->out.sn;
             float *dst = direct ? (float *)elem(&pr->out, oo) : sc->row;
-            if (unpack) sc->rp[r] = seen ? dst : NULL, sc->alpha[r] = inv;
+            if (unpack) sc->rp[r] = seen ? dst : NULL, sc->alpha[r] = inv, n_seen += seen;
             if (!unpack || !seen)
                 for (int64_t d = 0; d < D; d++) dst[d] = seen ? sc->ot[d * mp + r] * inv : 0.0f;
             if (!direct) attn_store_row((void *)elem(&pr->out, oo), pr->out.dtype, pr->out.sd, sc->row, D);
@@ -576,7 +586,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                     seen ? (float)(((double)sc->m[r] + log2((double)sc->l[r])) * ATTN_LN2)
                          : -INFINITY;
         }
-    if (unpack) kn->unpack_t(sc->rp, sc->ot, mp, sc->alpha, (int)(ng * nrow), (int)D);
+    if (n_seen) kn->unpack_t(sc->rp, sc->ot, mp, sc->alpha, (int)(ng * nrow), (int)D);
 }
 
 loom_status attn_prefill_run(const attn_problem *pr, const loom_attn_kernels *kern, int ith,

@@ -2,8 +2,6 @@
  * broadcast-FMA tiles) with 8-lane vectors, 6 x 16 accumulator tiles. */
 #include "fused/flash_attention_internal.h"
 
-#include <string.h>
-
 #if defined(__x86_64__)
 #include "fused/flash_attention_simd.h"
 #include "ops/matmul/gemm_x86.h"
@@ -58,20 +56,13 @@ static ATTN_T256 void bgemm_avx2(float *c, int64_t ldc, const float *a, int64_t 
 
 static ATTN_T256 void pack_t_avx2(float *qt, int64_t ldq, const float *const *rows, int mp, int d, float scale) {
     const __m256 vs = _mm256_set1_ps(scale);
-    float tail[8];
     for (int r0 = 0; r0 < mp; r0 += 8)
         for (int x0 = 0; x0 < d; x0 += 8) {
             int dd = d - x0 < 8 ? d - x0 : 8;
             __m256 v[8];
-            for (int j = 0; j < 8; j++) {
-                const float *src = rows[r0 + j] ? rows[r0 + j] + x0 : NULL;
-                if (src && dd < 8) {
-                    memset(tail, 0, sizeof tail);
-                    memcpy(tail, src, (size_t)dd * sizeof(float));
-                    src = tail;
-                }
-                v[j] = src ? _mm256_mul_ps(_mm256_loadu_ps(src), vs) : _mm256_setzero_ps();
-            }
+            for (int j = 0; j < 8; j++)
+                v[j] = rows[r0 + j] ? _mm256_mul_ps(attn_load8(rows[r0 + j], x0, LOOM_F32, dd), vs)
+                                    : _mm256_setzero_ps();
             loom_tr8x8(v);
             for (int i = 0; i < dd; i++) _mm256_storeu_ps(qt + (int64_t)(x0 + i) * ldq + r0, v[i]);
         }
@@ -79,7 +70,6 @@ static ATTN_T256 void pack_t_avx2(float *qt, int64_t ldq, const float *const *ro
 
 static ATTN_T256 void unpack_t_avx2(float *const *rows, const float *ot, int64_t ldo, const float *inv, int n,
                                     int d) {
-    float tail[8];
     for (int r0 = 0; r0 < n; r0 += 8) {
         int nr = n - r0 < 8 ? n - r0 : 8;
         for (int x0 = 0; x0 < d; x0 += 8) {
@@ -93,7 +83,8 @@ static ATTN_T256 void unpack_t_avx2(float *const *rows, const float *ot, int64_t
                 __m256 y = _mm256_mul_ps(v[j], _mm256_set1_ps(inv[r0 + j]));
                 if (dd == 8) {
                     _mm256_storeu_ps(rows[r0 + j] + x0, y);
-                } else {
+                } else { /* the tail through a buffer, as loom_attn_to_f32_avx2's */
+                    float tail[8];
                     _mm256_storeu_ps(tail, y);
                     memcpy(rows[r0 + j] + x0, tail, (size_t)dd * sizeof(float));
                 }

@@ -141,7 +141,7 @@ static ATTN_T512 void pack_t_avx512(float *qt, int64_t ldq, const float *const *
             __mmask16 m = (__mmask16)((1u << dd) - 1);
             __m512 v[16];
             for (int j = 0; j < 16; j++)
-                v[j] = rows[r0 + j] ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[r0 + j] + x0), vs)
+                v[j] = rows[r0 + j] ? _mm512_mul_ps(attn_load16(rows[r0 + j], x0, LOOM_F32, m), vs)
                                     : _mm512_setzero_ps();
             loom_tr16x16(v);
             for (int i = 0; i < dd; i++) _mm512_storeu_ps(qt + (int64_t)(x0 + i) * ldq + r0, v[i]);

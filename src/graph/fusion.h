@@ -37,10 +37,9 @@ typedef struct loom_fusion_report {
 typedef struct loom_fusion_hw {
     int64_t l1_bytes, l2_bytes, l3_bytes;
     int     threads;
-    int     isa;  /* the kernel level the defaults measured per level are chosen for (loom_isa).
-                   * Resolved (loom_fusion_rules_hw): the rules' `isa:` key, or with `auto` the
-                   * level in use (LOOM_ISA or the CPU's best). In a parsed rules set: 0 auto,
-                   * else the level + 1. */
+    int     isa;  /* the kernel level the defaults measured per level are chosen for (loom_isa):
+                   * the rules' `isa:` key, or with `auto` the level in use (LOOM_ISA or the
+                   * CPU's best); set by loom_fusion_rules_hw */
 } loom_fusion_hw;
 
 /* Checkpoint and mode settings of a rules file. */

@@ -49,7 +49,8 @@ struct loom_fusion_rules {
     fr_rule rules[LOOM_FUSION_MAX_RULES];
     int     n_presets;
     fr_preset presets[FR_MAX_PRESETS];
-    loom_fusion_hw hw;       /* 0 = auto */
+    loom_fusion_hw hw;       /* 0 = auto (hw.isa unused: isa_key) */
+    int     isa_key;         /* hardware: isa: 0 auto, else the kernel level + 1 */
     int     mode;            /* -1 none */
     double  ckpt_tol;
     unsigned version;        /* bumped by every change after parsing (presets, enable) */

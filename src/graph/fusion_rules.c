@@ -343,22 +343,29 @@ static loom_status parse_rule(pctx *p, yaml_node_t *m) {
 /* ------------------------------------------------------------ sections */
 
 static loom_status parse_hw(pctx *p, yaml_node_t *m) {
+    static const char *const keys[5] = {"l1", "l2", "l3", "threads", "isa"};
+    unsigned seen = 0;
     LOOM_TRY(want(p, m, YAML_MAPPING_NODE, "hardware"));
     for (yaml_node_pair_t *kv = m->data.mapping.pairs.start; kv < m->data.mapping.pairs.top; kv++) {
         yaml_node_t *k = node(p, kv->key), *v = node(p, kv->value);
         const char *key = scalar(k);
         int64_t val;
-        int is_auto;
-        if (key && !strcmp(key, "isa")) { /* the level the defaults are chosen for: stored as level + 1 */
+        int is_auto, ki = 0;
+        while (ki < 5 && (!key || strcmp(key, keys[ki]))) ki++;
+        if (ki == 5)
+            return perr(p, k, "hardware: unknown key '%s' (expected l1, l2, l3, threads, isa)", key ? key : "?");
+        if (seen >> ki & 1u) return perr(p, k, "hardware: '%s' given twice", key); /* (YAML keeps both) */
+        seen |= 1u << ki;
+        if (ki == 4) { /* the level the defaults are chosen for */
             const char *name = scalar(v);
             loom_isa level;
-            if (name && !strcmp(name, "auto")) p->r->hw.isa = 0;
-            else if (name && loom_isa_parse(name, &level) == LOOM_OK) p->r->hw.isa = (int)level + 1;
-            else return perr(p, v, "isa: expected auto, ref, generic, avx2 or avx512");
+            if (name && !strcmp(name, "auto")) p->r->isa_key = 0;
+            else if (name && loom_isa_parse(name, &level) == LOOM_OK) p->r->isa_key = (int)level + 1;
+            else
+                return perr(p, v, "hardware: isa: expected auto, ref, generic, avx2 or avx512, found '%s'",
+                            name ? name : "(not a scalar)");
             continue;
         }
-        if (!key || (strcmp(key, "l1") && strcmp(key, "l2") && strcmp(key, "l3") && strcmp(key, "threads")))
-            return perr(p, k, "hardware: unknown key '%s' (expected l1, l2, l3, threads, isa)", key ? key : "?");
         LOOM_TRY(get_int(p, v, key, 1, (int64_t)1 << 40, 1, &val, &is_auto));
         if (!strcmp(key, "l1")) p->r->hw.l1_bytes = val;
         else if (!strcmp(key, "l2")) p->r->hw.l2_bytes = val;
@@ -601,7 +608,7 @@ loom_fusion_hw loom_fusion_rules_hw(const loom_fusion_rules *r) {
         }
         hw.threads = n;
     }
-    hw.isa = hw.isa > 0 ? hw.isa - 1 : (int)loom_cpu_isa();
+    hw.isa = r && r->isa_key > 0 ? r->isa_key - 1 : (int)loom_cpu_isa();
     return hw;
 }
 

@@ -512,6 +512,10 @@ static void test_presets_and_hw(void) {
     CHECK(loom_fusion_rules_mode(r) == LOOM_MODE_FUSED && loom_fusion_rules_count(r) == 0);
     loom_fusion_rules_free(r);
     expect_error("hardware: {l2: lots}\nrules: []\n", "bad.yaml:1:16: l2: expected an integer");
+    expect_error("hardware: {isa: avx3}\nrules: []\n",
+                 "hardware: isa: expected auto, ref, generic, avx2 or avx512, found 'avx3'");
+    expect_error("hardware: {threads: 2, isa: avx2, threads: 3}\nrules: []\n", "hardware: 'threads' given twice");
+    expect_error("hardware:\n  isa: avx2\n  isa: auto\nrules: []\n", "bad.yaml:3:3: hardware: 'isa' given twice");
 }
 
 /* Traffic of add -> rms_norm on [M, D], by hand: unfused the sum is written
