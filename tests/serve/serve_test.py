@@ -388,9 +388,10 @@ def test_load(loom, mdir, n_clients):
     srv.wait_ready()
     results = []
 
-    def post(i):
+    def post(i):  # (long enough that all six arrive while the first two run, on a fast host too)
         results.append(request(srv, "POST", "/v1/completions", {"prompt": "Once upon a time %d" % i,
-                                                                "max_tokens": 24, "ignore_eos": True}))
+                                                                "max_tokens": 24 if SLOW else 96,
+                                                                "ignore_eos": True}))
     threads = [threading.Thread(target=post, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
