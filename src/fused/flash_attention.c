@@ -527,7 +527,7 @@ static void fa_item_run(const fa_plan *pl, const fa_item *it, const fa_scratch *
                     int32_t j = (int32_t)(j0 + c);
                     float *sr = sc->s + c * mp;
                     for (int r = 0; r < mp; r++) /* (| not ||: no branch, so the loop vectorises) */
-                        sr[r] = (j < sc->llo[r]) | (j >= sc->lhi[r]) ? -INFINITY : sr[r];
+                        sr[r] = ((j < sc->llo[r]) | (j >= sc->lhi[r])) ? -INFINITY : sr[r];
                 }
             kn->softmax_cols(sc->s, mp, nc, mp, sc->m, sc->l, sc->alpha);
             if (pr->keep_prob < 1.0f) /* dropout after the sum: lse and l stay undropped */
