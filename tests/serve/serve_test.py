@@ -380,7 +380,7 @@ def test_load(loom, mdir, n_clients):
     srv.proc.wait(timeout=30)
 
     # the queue limit: 1 running + 1 waiting; the others get 429 with Retry-After, and the server stays healthy
-    timeout = 20 if SLOW else 4
+    timeout = 20 if SLOW else 10
     # -c 8192 (the model's trained context): the timeout request below may run to 8191 tokens, far past
     # the timeout even on a fast host (a 2-core Zen 4 made 1024 tokens, the default -c, in 3.9 s)
     srv = Server(loom, ["-m", llm, "-t", "2", "-np", "1", "-c", "8192", "--max-queue", "1", "--timeout", str(timeout),
@@ -390,7 +390,7 @@ def test_load(loom, mdir, n_clients):
 
     def post(i):  # (long enough that all six arrive while the first two run, on a fast host too)
         results.append(request(srv, "POST", "/v1/completions", {"prompt": "Once upon a time %d" % i,
-                                                                "max_tokens": 24 if SLOW else 96,
+                                                                "max_tokens": 24 if SLOW else 48,
                                                                 "ignore_eos": True}))
     threads = [threading.Thread(target=post, args=(i,)) for i in range(6)]
     for t in threads:
